@@ -1,0 +1,37 @@
+// `lowbit info`: version, build and this machine's CPU features (also `lowbit --version`).
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "apps/lowbit/command.h"
+#include "core/cpu.h"
+#include "core/parallel.h"
+#include "core/version.h"
+
+namespace {
+void setup(CLI::App& cmd) {
+  static bool json = false;
+  cmd.add_flag("--json", json, "Machine-readable output");
+  cmd.callback([] {
+    using namespace lowbit;
+    const auto& f = cpu_features_hw();
+    const auto& m = cpu_features();
+    nlohmann::json j = {{"version", version()},          {"commit", git_commit()},
+                        {"compiler", compiler_id()},     {"cpu", f.model_name},
+                        {"logical_cores", f.logical_cores}, {"threads", num_threads()},
+                        {"features", f.summary()},       {"features_enabled", m.summary()},
+                        {"ram_bytes", total_ram_bytes()}};
+    if (json) {
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    std::printf("lowbit %s (commit %s), %s\n", version().c_str(), git_commit().c_str(), compiler_id().c_str());
+    std::printf("cpu:      %s, %d logical cores, %.1f GiB RAM\n", f.model_name.c_str(), f.logical_cores,
+                total_ram_bytes() / 1073741824.0);
+    std::printf("features: %s\n", f.summary().c_str());
+    if (m.summary() != f.summary()) std::printf("enabled:  %s (LOWBIT_ISA)\n", m.summary().c_str());
+    std::printf("threads:  %d (LOWBIT_THREADS or --threads to change)\n", num_threads());
+  });
+}
+}  // namespace
+LOWBIT_COMMAND("info", 100, "Version, build and CPU features of this machine.\nExample: lowbit info --json", setup);

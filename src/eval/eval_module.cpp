@@ -1,0 +1,2 @@
+// eval rung
+namespace lowbit {}

@@ -1,0 +1,2 @@
+// Placeholder translation unit; the formats table is being written (issue 2).
+namespace lowbit {}

@@ -1,0 +1,90 @@
+// GGUF v2/v3 reader and writer (llama.cpp's single-file format).
+// Layout: magic "GGUF", u32 version, u64 tensor count, u64 kv count, kv pairs (string key, u32 type, value),
+// tensor infos (name, u32 n_dims, u64 dims[n_dims] innermost first, u32 ggml type, u64 offset), padding to
+// general.alignment (default 32), tensor data. All counts, lengths and offsets are checked (hostile input).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "io/mapped_file.h"
+#include "tensor/tensor.h"
+
+namespace lowbit::io {
+
+enum class GgufType : uint32_t {
+  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7, STRING = 8,
+  ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12
+};
+
+struct GgufValue;
+using GgufArray = std::vector<GgufValue>;
+struct GgufValue {
+  GgufType type = GgufType::UINT32;
+  GgufType elem_type = GgufType::UINT32;  // for ARRAY
+  std::variant<uint64_t, int64_t, double, bool, std::string, std::shared_ptr<GgufArray>> v;
+
+  // Typed accessors; throw Error("io") on a type mismatch naming the expected type.
+  int64_t as_int() const;
+  double as_float() const;
+  bool as_bool() const;
+  const std::string& as_string() const;
+  const GgufArray& as_array() const;
+};
+
+struct GgufFile {
+  std::string path;
+  uint32_t version = 3;
+  uint64_t alignment = 32;
+  std::shared_ptr<MappedFile> file;
+  std::vector<std::string> kv_order;          // keys in file order
+  std::map<std::string, GgufValue> kv;
+  std::vector<std::string> tensor_order;      // tensor names in file order
+  std::map<std::string, TensorView> tensors;  // shapes outermost-first (reversed from the file); F32/F16/BF16
+                                              // become those DTypes, block types are GGML_BLOCK + ggml_type
+
+  static GgufFile open(const std::string& path);
+  static GgufFile parse(const uint8_t* bytes, size_t n, const std::string& name_for_errors);
+
+  bool has(const std::string& key) const { return kv.count(key) != 0; }
+  const GgufValue& get(const std::string& key) const;  // Error("io") when absent
+};
+
+// Writer: metadata in insertion order, then tensors. Tensors are given outermost-first like TensorView; the
+// writer reverses dims for the file. Written atomically.
+class GgufWriter {
+ public:
+  void set_u32(const std::string& key, uint32_t v);
+  void set_i32(const std::string& key, int32_t v);
+  void set_u64(const std::string& key, uint64_t v);
+  void set_f32(const std::string& key, float v);
+  void set_bool(const std::string& key, bool v);
+  void set_string(const std::string& key, const std::string& v);
+  void set_array_string(const std::string& key, const std::vector<std::string>& v);
+  void set_array_f32(const std::string& key, const std::vector<float>& v);
+  void set_array_i32(const std::string& key, const std::vector<int32_t>& v);
+  // ggml_type: 0 F32, 1 F16, 30 BF16, or a block type id; data holds the exact bytes.
+  void add_tensor(const std::string& name, int ggml_type, const std::vector<int64_t>& shape, const void* data,
+                  size_t nbytes);
+  void write(const std::string& path, uint32_t alignment = 32) const;
+
+ private:
+  struct Kv {
+    std::string key;
+    std::vector<uint8_t> encoded;  // type + value, already serialised
+  };
+  struct T {
+    std::string name;
+    int type;
+    std::vector<int64_t> shape;
+    const void* data;
+    size_t nbytes;
+  };
+  std::vector<Kv> kvs_;
+  std::vector<T> tensors_;
+};
+
+}  // namespace lowbit::io

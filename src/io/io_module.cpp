@@ -1,0 +1,2 @@
+// io rung
+namespace lowbit {}

@@ -1,0 +1,31 @@
+// Read-only memory-mapped file. All readers in io map the file and hand out TensorViews into the mapping
+// (zero-copy); the MappedFile is shared by every view's owner so the mapping lives as long as any user.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace lowbit::io {
+
+class MappedFile {
+ public:
+  // Throws Error("io") with the path and the OS reason when the file cannot be opened or mapped.
+  static std::shared_ptr<MappedFile> open(const std::string& path);
+  ~MappedFile();
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, then rename.
+// On any failure the temporary is removed and Error("io") is thrown; `path` is never left half-written.
+void write_file_atomic(const std::string& path, const void* bytes, size_t n);
+
+}  // namespace lowbit::io

@@ -1,0 +1,2 @@
+// kernels rung
+namespace lowbit {}

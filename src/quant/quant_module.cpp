@@ -1,0 +1,2 @@
+// quant rung
+namespace lowbit {}

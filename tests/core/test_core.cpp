@@ -1,0 +1,74 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "core/hash.h"
+#include "core/parallel.h"
+#include "tensor/tensor.h"
+
+using namespace lowbit;
+
+TEST(Half, AllF16CodesRoundTrip) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    float f = f16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(f))));
+      continue;
+    }
+    EXPECT_EQ(f32_to_f16(f), h) << std::hex << h;
+  }
+}
+
+TEST(Half, F16RoundsToNearestEvenAtMidpoints) {
+  // Midpoint between 1.0 (0x3c00) and next (0x3c01) rounds to even 0x3c00; next midpoint rounds up to 0x3c02.
+  float one = 1.0f, ulp = std::ldexp(1.0f, -10);
+  EXPECT_EQ(f32_to_f16(one + ulp / 2), 0x3c00);
+  EXPECT_EQ(f32_to_f16(one + 1.5f * ulp), 0x3c02);
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);  // overflow to Inf
+  EXPECT_EQ(f32_to_f16(65519.0f), 0x7bff);
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);       // half of min subnormal: ties to even (0)
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
+}
+
+TEST(Half, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(f32_to_bf16(f32_from_bits(0x3f808000u)), 0x3f80);  // tie -> even
+  EXPECT_EQ(f32_to_bf16(f32_from_bits(0x3f818000u)), 0x3f82);  // tie -> even (up)
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(Hash, Sha256KnownVector) {
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(Parallel, CoversRangeOnce) {
+  std::vector<int> hit(1000, 0);
+  parallel_for(1000, 7, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) hit[i]++;
+  });
+  for (int v : hit) EXPECT_EQ(v, 1);
+}
+
+TEST(Error, CarriesModulePrefix) {
+  try {
+    fail("io", "bad thing");
+  } catch (const Error& e) {
+    EXPECT_EQ(e.module(), "io");
+    EXPECT_STREQ(e.what(), "[io] bad thing");
+  }
+}
+
+TEST(Tensor, DtypeNamesRoundTrip) {
+  for (const char* n : {"F32", "F16", "BF16", "I8", "U8", "I32", "F8_E4M3", "F8_E5M2"}) {
+    DType t;
+    ASSERT_TRUE(dtype_from_name(n, &t));
+    EXPECT_STREQ(dtype_name(t), n);
+  }
+  DType t;
+  EXPECT_FALSE(dtype_from_name("F7", &t));
+}
