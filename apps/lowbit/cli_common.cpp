@@ -1,0 +1,50 @@
+#include "apps/lowbit/cli_common.h"
+
+#include <cstdio>
+
+#include "core/parallel.h"
+#include "kernels/matmul.h"
+
+namespace lowbit::app {
+
+std::string human_bytes(double b) {
+  const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (b >= 1024 && i < 4) b /= 1024, ++i;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, i == 0 ? "%.0f %s" : "%.2f %s", b, u[i]);
+  return buf;
+}
+
+nlohmann::json KernelReport::to_json() const {
+  return {{"by_kernel", by_kernel}, {"by_tensor", by_tensor}, {"slow_fallback", fallback}};
+}
+
+void KernelReport::print(bool per_tensor) const {
+  std::fprintf(stderr, "kernels:");
+  for (auto& [k, n] : by_kernel) std::fprintf(stderr, " %s x%d", k.c_str(), n);
+  std::fprintf(stderr, "\n");
+  if (per_tensor)
+    for (auto& [t, k] : by_tensor) std::fprintf(stderr, "  %-24s %s\n", t.c_str(), k.c_str());
+  if (fallback)
+    std::fprintf(stderr, "WARNING: a slow reference kernel (*.ref) served some weights; expect low speed. "
+                         "Run with --kernels to see which.\n");
+}
+
+KernelReport kernel_report(Model& m) {
+  KernelReport r;
+  for (auto& [name, w] : m.weights.named_matrices()) {
+    if (name == "tok_embed") continue;  // embedding rows are gathered, not multiplied
+    std::string k = matmul_kernel_name(*w);
+    r.by_tensor[name] = k;
+    r.by_kernel[k]++;
+    if (k.size() > 4 && k.compare(k.size() - 4, 4, ".ref") == 0) r.fallback = true;
+  }
+  return r;
+}
+
+void apply_threads(int threads) {
+  if (threads > 0) set_num_threads(threads);
+}
+
+}  // namespace lowbit::app

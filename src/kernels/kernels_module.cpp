@@ -1,2 +1,0 @@
-// kernels rung
-namespace lowbit {}

@@ -1,0 +1,101 @@
+#include "kernels/matmul_avx512.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "core/parallel.h"
+
+namespace lowbit {
+namespace {
+
+// Loads 16 weights of row `p` starting at element i as float32.
+template <WeightKind K>
+inline __m512 load16(const uint8_t* p, int64_t i) {
+  if constexpr (K == WeightKind::F32) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(p) + i);
+  } else if constexpr (K == WeightKind::F16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * i)));
+  } else {
+    __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+  }
+}
+
+template <WeightKind K>
+inline __m512 load_tail(const uint8_t* p, int64_t i, __mmask16 m) {
+  if constexpr (K == WeightKind::F32) {
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(p) + i);
+  } else if constexpr (K == WeightKind::F16) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 2 * i));
+  } else {
+    __m256i b = _mm256_maskz_loadu_epi16(m, p + 2 * i);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+  }
+}
+
+// 4 rows x up to 4 tokens register tile: each weight vector is loaded once and used for every token.
+template <WeightKind K, int NT>
+void tile(const uint8_t* w, size_t rb, int64_t cols, const float* x, int64_t r, int64_t t, int64_t nrows_here,
+          float* y, int64_t ystride) {
+  __m512 acc[4][NT];
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_setzero_ps();
+  const uint8_t* rows[4];
+  for (int a = 0; a < 4; ++a) rows[a] = w + (r + std::min<int64_t>(a, nrows_here - 1)) * rb;
+  int64_t i = 0;
+  for (; i + 16 <= cols; i += 16) {
+    __m512 xv[NT];
+    for (int b = 0; b < NT; ++b) xv[b] = _mm512_loadu_ps(x + (t + b) * cols + i);
+    for (int a = 0; a < 4; ++a) {
+      __m512 wv = load16<K>(rows[a], i);
+      for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_fmadd_ps(wv, xv[b], acc[a][b]);
+    }
+  }
+  if (i < cols) {
+    __mmask16 m = static_cast<__mmask16>((1u << (cols - i)) - 1);
+    __m512 xv[NT];
+    for (int b = 0; b < NT; ++b) xv[b] = _mm512_maskz_loadu_ps(m, x + (t + b) * cols + i);
+    for (int a = 0; a < 4; ++a) {
+      __m512 wv = load_tail<K>(rows[a], i, m);
+      for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_fmadd_ps(wv, xv[b], acc[a][b]);
+    }
+  }
+  for (int a = 0; a < nrows_here && a < 4; ++a)
+    for (int b = 0; b < NT; ++b) y[(t + b) * ystride + r + a] = _mm512_reduce_add_ps(acc[a][b]);
+}
+
+template <WeightKind K>
+void run(const WeightMatrix& w, const float* x, int64_t T, float* y) {
+  const size_t rb = w.row_bytes();
+  const int64_t rows = w.rows, cols = w.cols;
+  // Parallel over row blocks; within a block, all tokens, so each weight row is read from memory once per call.
+  const int64_t rblock = 64;
+  parallel_for((rows + rblock - 1) / rblock, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      int64_t r0 = b * rblock, r1 = std::min(rows, r0 + rblock);
+      for (int64_t t0 = 0; t0 < T; t0 += 64) {
+        int64_t t1 = std::min(T, t0 + 64);
+        for (int64_t r = r0; r < r1; r += 4) {
+          int64_t nr = std::min<int64_t>(4, r1 - r);
+          int64_t t = t0;
+          for (; t + 4 <= t1; t += 4) tile<K, 4>(w.data, rb, cols, x, r, t, nr, y, rows);
+          for (; t < t1; ++t) tile<K, 1>(w.data, rb, cols, x, r, t, nr, y, rows);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void matmul_dense_avx512(const WeightMatrix& w, const float* x, int64_t T, float* y) {
+  switch (w.kind) {
+    case WeightKind::F32: run<WeightKind::F32>(w, x, T, y); return;
+    case WeightKind::F16: run<WeightKind::F16>(w, x, T, y); return;
+    case WeightKind::BF16: run<WeightKind::BF16>(w, x, T, y); return;
+    default: return;
+  }
+}
+
+}  // namespace lowbit

@@ -1,0 +1,76 @@
+#include "kernels/weight.h"
+
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "core/memory.h"
+#include "formats/ggml_types.h"
+
+namespace lowbit {
+
+size_t WeightMatrix::row_bytes() const {
+  switch (kind) {
+    case WeightKind::F32: return static_cast<size_t>(cols) * 4;
+    case WeightKind::F16:
+    case WeightKind::BF16: return static_cast<size_t>(cols) * 2;
+    case WeightKind::Ggml: {
+      const GgmlTypeInfo* t = ggml_type_info(ggml_type);
+      if (!t) fail("kernels", "unknown ggml type " + std::to_string(ggml_type));
+      return static_cast<size_t>(ggml_row_bytes(*t, cols));
+    }
+  }
+  return 0;
+}
+
+std::string WeightMatrix::format_name() const {
+  switch (kind) {
+    case WeightKind::F32: return "f32";
+    case WeightKind::F16: return "f16";
+    case WeightKind::BF16: return "bf16";
+    case WeightKind::Ggml: {
+      const GgmlTypeInfo* t = ggml_type_info(ggml_type);
+      std::string s = t ? t->name : "ggml?";
+      for (auto& ch : s) ch = static_cast<char>(std::tolower(ch));
+      return s;
+    }
+  }
+  return "?";
+}
+
+namespace {
+std::shared_ptr<uint8_t> shared_bytes(size_t n) {
+  auto p = aligned_bytes(n);
+  return std::shared_ptr<uint8_t>(p.release(), AlignedFree{});
+}
+}  // namespace
+
+WeightMatrix make_f32_weight(const float* src, int64_t rows, int64_t cols) {
+  WeightMatrix w;
+  w.kind = WeightKind::F32;
+  w.rows = rows;
+  w.cols = cols;
+  auto buf = shared_bytes(w.nbytes());
+  std::memcpy(buf.get(), src, w.nbytes());
+  w.data = buf.get();
+  w.owner = buf;
+  return w;
+}
+
+WeightMatrix make_half_weight(const float* src, int64_t rows, int64_t cols, WeightKind kind) {
+  if (kind != WeightKind::F16 && kind != WeightKind::BF16) fail("kernels", "make_half_weight wants F16 or BF16");
+  WeightMatrix w;
+  w.kind = kind;
+  w.rows = rows;
+  w.cols = cols;
+  auto buf = shared_bytes(w.nbytes());
+  auto* dst = reinterpret_cast<uint16_t*>(buf.get());
+  const int64_t n = rows * cols;
+  for (int64_t i = 0; i < n; ++i) dst[i] = kind == WeightKind::F16 ? f32_to_f16(src[i]) : f32_to_bf16(src[i]);
+  w.data = buf.get();
+  w.owner = buf;
+  return w;
+}
+
+}  // namespace lowbit

@@ -1,0 +1,48 @@
+// The generic decoder: one forward pass for a batch of tokens from one or several sequences.
+// LLaMA, Mistral, Qwen2/2.5, Qwen3 and SmolLM differ only in ModelConfig flags (bias, q/k norm, rope style).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/kv_cache.h"
+#include "model/observer.h"
+#include "model/rope.h"
+#include "model/weights.h"
+
+namespace lowbit {
+
+struct BatchEntry {
+  int32_t token;
+  int32_t seq;     // sequence slot in the KV cache
+  int64_t pos;     // position in its sequence (0-based); tokens of a sequence appear in order
+  bool logits;     // return logits for this entry
+};
+
+struct ForwardOptions {
+  bool check_layers = false;  // check every layer's output for NaN/Inf (naming layer and position on failure)
+};
+
+class Decoder {
+ public:
+  Decoder(const ModelConfig& c, const ModelWeights& w);
+  const ModelConfig& config() const { return c_; }
+
+  // Runs the batch through all layers, writing K/V into `kv`. Logits of the entries with logits=true are written
+  // to `logits` in batch order: [n_logits, vocab]. Logits are always checked for NaN/Inf: Error("model") names
+  // the first bad position.
+  void forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* logits, const ForwardOptions& o = {});
+
+  void set_observer(ActivationObserver* obs) { observer_ = obs; }
+
+ private:
+  const ModelConfig& c_;
+  const ModelWeights& w_;
+  Rope rope_;
+  ActivationObserver* observer_ = nullptr;
+};
+
+// RMSNorm of T rows of n: out = x / sqrt(mean(x^2) + eps) * w.
+void rms_norm(const float* x, const float* w, float* out, int64_t T, int64_t n, double eps);
+
+}  // namespace lowbit

@@ -1,0 +1,55 @@
+// The attention KV cache. Holds keys (after RoPE) and values for several sequences and computes attention
+// directly from its storage, so a quantized cache can dequantize in registers instead of widening pages.
+//
+// This implementation stores F32, F16 or BF16 rows: per layer, per sequence, [capacity, n_kv_heads*head_dim]
+// for K and the same for V, allocated up front.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace lowbit {
+
+enum class KvDtype { F32, F16, BF16 };
+KvDtype kv_dtype_from_string(const std::string& s);  // f32|f16|bf16; UsageError otherwise
+const char* kv_dtype_name(KvDtype d);
+
+class KvCache {
+ public:
+  KvCache(const ModelConfig& c, int n_seqs, int64_t capacity, KvDtype dtype);
+
+  int n_seqs() const { return n_seqs_; }
+  int64_t capacity() const { return capacity_; }
+  KvDtype dtype() const { return dtype_; }
+  // Exact bytes one token occupies across all layers: 2 * layers * kv_heads * head_dim * bytes per element.
+  int64_t bytes_per_token() const;
+  int64_t total_bytes() const { return bytes_per_token() * capacity_ * n_seqs_; }
+
+  // Stores k[kv_dim] and v[kv_dim] of `seq` at position `pos` in `layer`. pos < capacity (checked by callers).
+  void store(int layer, int seq, int64_t pos, const float* k, const float* v);
+
+  // Attention for the query heads that share kv head `kvh`:
+  //   q: [n_group, head_dim] (already rotated and scaled by 1/sqrt(head_dim)), out: [n_group, head_dim].
+  // Attends to positions [0, n_pos) of `seq`. scratch must hold n_group * n_pos floats.
+  void attend(int layer, int seq, int64_t n_pos, int64_t kvh, const float* q, int n_group, float* out,
+              float* scratch) const;
+
+  // Forget a sequence's tokens (its slots are reused from position 0).
+  void clear(int seq) { (void)seq; }
+
+ private:
+  const uint8_t* k_row(int layer, int seq, int64_t pos) const;
+  const uint8_t* v_row(int layer, int seq, int64_t pos) const;
+
+  int64_t n_layers_, kv_dim_, head_dim_;
+  int n_seqs_;
+  int64_t capacity_;
+  KvDtype dtype_;
+  size_t elem_;
+  std::shared_ptr<uint8_t> k_, v_;  // [layers, seqs, capacity, kv_dim]
+};
+
+}  // namespace lowbit

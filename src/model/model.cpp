@@ -1,0 +1,88 @@
+#include "model/model.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "io/gguf.h"
+#include "io/hf_checkpoint.h"
+#include "io/llama2c.h"
+#include "model/tokenizer.h"
+
+namespace fs = std::filesystem;
+
+namespace lowbit {
+
+std::string detect_model_format(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    if (fs::exists(fs::path(path) / "config.json")) return "hf";
+    fail("model", "directory '" + path + "' has no config.json; give a Hugging Face model directory, a .gguf "
+                  "file or a llama2.c .bin file");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("model", "cannot open model '" + path + "': no such file or directory");
+  char magic[4] = {0, 0, 0, 0};
+  in.read(magic, 4);
+  if (in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0) return "gguf";
+  if (fs::path(path).filename() == "config.json") return "hf";
+  if (fs::path(path).extension() == ".safetensors") return "hf";
+  return "llama2c";
+}
+
+namespace {
+
+std::string find_llama2c_tokenizer(const std::string& model_path, const std::string& given) {
+  if (!given.empty()) return given;
+  fs::path dir = fs::path(model_path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (fs::exists(dir / "tokenizer.bin")) return (dir / "tokenizer.bin").string();
+  std::vector<fs::path> cands;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(dir, ec)) {
+    auto n = e.path().filename().string();
+    if (n.rfind("tok", 0) == 0 && e.path().extension() == ".bin" && e.path() != fs::path(model_path))
+      cands.push_back(e.path());
+  }
+  if (cands.size() == 1) return cands[0].string();
+  return "";
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o) {
+  Timer timer;
+  auto m = std::make_unique<Model>();
+  m->path = path;
+  m->format = detect_model_format(path);
+  if (m->format == "hf") {
+    std::string dir = fs::is_directory(path) ? path : fs::path(path).parent_path().string();
+    auto ck = std::make_shared<io::HfCheckpoint>(io::HfCheckpoint::open(dir));
+    m->config = config_from_hf(ck->config);
+    m->weights = map_weights(m->config, ck->tensors, false, ck, o.dense, dir);
+    if (!ck->tokenizer.is_null()) m->tokenizer = std::make_shared<Tokenizer>(load_tokenizer_hf(ck->tokenizer, ck->tokenizer_config));
+    m->keep_alive.push_back(ck);
+  } else if (m->format == "gguf") {
+    auto g = std::make_shared<io::GgufFile>(io::GgufFile::open(path));
+    m->config = config_from_gguf(*g);
+    m->weights = map_weights(m->config, g->tensors, true, g, o.dense, path);
+    if (g->has("tokenizer.ggml.model")) m->tokenizer = std::make_shared<Tokenizer>(load_tokenizer_gguf(*g));
+    m->keep_alive.push_back(g);
+  } else {
+    auto ck = std::make_shared<io::Llama2cCheckpoint>(io::Llama2cCheckpoint::open(path));
+    m->config = config_from_llama2c(ck->header);
+    m->weights = map_weights(m->config, ck->tensors, false, ck, o.dense, path);
+    std::string tp = find_llama2c_tokenizer(path, o.tokenizer_path);
+    if (!tp.empty()) {
+      auto td = io::Llama2cTokenizerData::open(tp, static_cast<int32_t>(m->config.vocab_size));
+      m->tokenizer = std::make_shared<Tokenizer>(load_tokenizer_llama2c(td));
+    }
+    m->keep_alive.push_back(ck);
+  }
+  m->load_seconds = timer.seconds();
+  return m;
+}
+
+}  // namespace lowbit

@@ -1,0 +1,57 @@
+// The decoder's weights, by role, in their storage formats. Every source (HF safetensors, GGUF, llama2.c) is
+// mapped onto these fields; the decoder never sees file names.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/weight.h"
+#include "model/config.h"
+#include "tensor/tensor.h"
+
+namespace lowbit {
+
+struct LayerWeights {
+  std::vector<float> attn_norm;  // [dim]
+  std::vector<float> ffn_norm;   // [dim]
+  WeightMatrix wq;               // [n_heads*head_dim, dim]
+  WeightMatrix wk;               // [n_kv_heads*head_dim, dim]
+  WeightMatrix wv;               // [n_kv_heads*head_dim, dim]
+  WeightMatrix wo;               // [dim, n_heads*head_dim]
+  WeightMatrix w_gate;           // [ffn_dim, dim]
+  WeightMatrix w_up;             // [ffn_dim, dim]
+  WeightMatrix w_down;           // [dim, ffn_dim]
+  std::vector<float> bq, bk, bv; // [q_dim], [kv_dim], [kv_dim] when config.qkv_bias
+  std::vector<float> q_norm;     // [head_dim] when config.qk_norm
+  std::vector<float> k_norm;     // [head_dim] when config.qk_norm
+};
+
+struct ModelWeights {
+  WeightMatrix tok_embed;          // [vocab, dim]
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;   // [dim]
+  WeightMatrix lm_head;            // [vocab, dim]; shares storage with tok_embed when tied
+  std::vector<float> rope_freq_factors;  // [head_dim/2] divisors from GGUF rope_freqs.weight (llama3), or empty
+
+  // Every weight matrix with a stable name ("layers.3.wq", "lm_head", ...), for reports and quantization.
+  std::vector<std::pair<std::string, WeightMatrix*>> named_matrices();
+  size_t weight_bytes() const;  // bytes of all stored weights (tied embeddings counted once)
+};
+
+// How dense (F32/F16/BF16) source tensors are held in memory.
+enum class DenseMode {
+  Native,  // keep the stored dtype (zero-copy from the mmap where possible)
+  F32,     // widen everything to float32 (the reference path)
+  F16,     // store as IEEE half (e.g. an "F16 copy" for evaluation)
+  BF16,    // store as bfloat16
+};
+DenseMode dense_mode_from_string(const std::string& s);  // native|f32|f16|bf16; UsageError otherwise
+
+// Maps tensors named with Hugging Face Llama names (see io/llama2c.h) or GGUF names onto ModelWeights.
+// `gguf_names` selects the naming scheme. Missing tensors and shape mismatches give Error("model") naming the
+// tensor, its expected shape and the file. `owner` keeps the mapped files alive.
+ModelWeights map_weights(const ModelConfig& c, const std::map<std::string, TensorView>& tensors, bool gguf_names,
+                         std::shared_ptr<const void> owner, DenseMode mode, const std::string& source);
+
+}  // namespace lowbit

@@ -1,0 +1,89 @@
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/rope.h"
+
+using namespace lowbit;
+using nlohmann::json;
+
+namespace {
+json llama32_1b() {
+  return json::parse(R"({"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":2048,
+    "intermediate_size":8192,"num_hidden_layers":16,"num_attention_heads":32,"num_key_value_heads":8,
+    "vocab_size":128256,"max_position_embeddings":131072,"rms_norm_eps":1e-5,"rope_theta":500000.0,
+    "rope_scaling":{"factor":32.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
+    "original_max_position_embeddings":8192,"rope_type":"llama3"},"tie_word_embeddings":true,
+    "bos_token_id":128000,"eos_token_id":[128001,128008,128009],"torch_dtype":"bfloat16"})");
+}
+}  // namespace
+
+TEST(Config, Llama32FromHf) {
+  auto c = config_from_hf(llama32_1b());
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.kv_dim(), 512);
+  EXPECT_TRUE(c.tie_embeddings);
+  EXPECT_EQ(c.rope_scaling.type, "llama3");
+  EXPECT_EQ(c.eos_id, 128001);
+  EXPECT_EQ(c.rope_style, RopeStyle::Half);
+  EXPECT_EQ(c.n_params(), 1235814400);  // Llama-3.2-1B: 1.24 B parameters
+}
+
+TEST(Config, Qwen2HasBiasQwen3HasQkNorm) {
+  auto j = llama32_1b();
+  j["model_type"] = "qwen2";
+  j.erase("rope_scaling");
+  EXPECT_TRUE(config_from_hf(j).qkv_bias);
+  j["model_type"] = "qwen3";
+  auto c3 = config_from_hf(j);
+  EXPECT_TRUE(c3.qk_norm);
+  EXPECT_FALSE(c3.qkv_bias);
+}
+
+TEST(Config, RejectsBadConfigs) {
+  auto j = llama32_1b();
+  j["model_type"] = "gpt_neox";
+  EXPECT_THROW(config_from_hf(j), Error);
+  j = llama32_1b();
+  j.erase("hidden_size");
+  try {
+    config_from_hf(j);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hidden_size"), std::string::npos);
+  }
+  j = llama32_1b();
+  j["num_key_value_heads"] = 5;
+  EXPECT_THROW(config_from_hf(j), Error);
+  j = llama32_1b();
+  j["hidden_size"] = "big";
+  EXPECT_THROW(config_from_hf(j), Error);
+}
+
+TEST(Rope, Llama3ScalingMatchesFormula) {
+  auto c = config_from_hf(llama32_1b());
+  Rope r(c, {});
+  const auto& f = r.inv_freq();
+  // Highest frequency (wavelength 2*pi < 8192/4) is unchanged; lowest (wavelength > 8192) divided by 32.
+  EXPECT_DOUBLE_EQ(f[0], 1.0);
+  double base_last = 1.0 / std::pow(500000.0, 2.0 * 31 / 64);
+  EXPECT_NEAR(f[31], base_last / 32, 1e-15);
+}
+
+TEST(Rope, ConventionsRotatePairs) {
+  ModelConfig c;
+  c.head_dim = 4;
+  c.rope_theta = 10000;
+  c.rope_style = RopeStyle::Interleaved;
+  Rope ri(c, {});
+  float x[4] = {1, 0, 1, 0};
+  ri.apply(x, 1, 1);  // pair (0,1) rotated by 1 rad, pair (2,3) by 0.01 rad
+  EXPECT_NEAR(x[0], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(x[1], std::sin(1.0), 1e-6);
+  c.rope_style = RopeStyle::Half;
+  Rope rh(c, {});
+  float y[4] = {1, 1, 0, 0};
+  rh.apply(y, 1, 1);  // pairs (0,2) and (1,3)
+  EXPECT_NEAR(y[0], std::cos(1.0), 1e-6);
+  EXPECT_NEAR(y[2], std::sin(1.0), 1e-6);
+}
