@@ -12,11 +12,13 @@
 #include "model/generate.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "quant/quantizer.h"
+#include "quant/recipe.h"
 
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, tokenizer, dtype = "native", kv = "f32";
+  std::string model, prompt, tokenizer, dtype = "native", kv = "f32", kv_k, kv_v, kv_evict, quantize, calib;
   int n = 64, threads = 0;
   int64_t ctx = 0;
   float temp = 0.0f, top_p = 1.0f, min_p = 0.0f, repeat_penalty = 1.0f;
@@ -38,15 +40,33 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--repeat-penalty", a.repeat_penalty, "Penalise the last 64 tokens (1 = off)");
   cmd.add_option("--seed", a.seed, "Random seed for sampling (runs with the same seed are identical)");
   cmd.add_option("--ctx", a.ctx, "KV cache capacity in tokens (default: prompt + n, up to the model's context)");
-  cmd.add_option("--kv-cache", a.kv, "KV cache element format: f32 (default), f16, bf16");
+  cmd.add_option("--kv-cache", a.kv,
+                 "KV cache format: f32 (default), f16, bf16, e4m3, e5m2, int8, int4, int2, fp4, with options after "
+                 "':' or '+': windowN (recent N tokens kept in F16), rot (Hadamard rotation), prerope (keys before "
+                 "RoPE), keep:0,-1 (layers kept in F16), head|tensor|token (FP8 scales), scale=X (calibrated FP8), "
+                 "asym, pertoken, group=N, block=N, budget=N|64MiB, paged. See docs/kv_cache.md");
+  cmd.add_option("--kv-cache-k", a.kv_k, "Format and options for keys only (overrides --kv-cache), e.g. int4");
+  cmd.add_option("--kv-cache-v", a.kv_v, "Format and options for values only (overrides --kv-cache), e.g. int2");
+  cmd.add_option("--kv-evict", a.kv_evict,
+                 "KV eviction: streaming:SINKS+WINDOW (StreamingLLM) or h2o:BUDGET (tokens or %, heavy hitters + "
+                 "recent); lets generation run past --ctx");
   cmd.add_option("--dtype", a.dtype, "Dense weights in memory: native (as stored, default), f32, f16, bf16");
+  cmd.add_option("--quantize", a.quantize,
+                 "Quantize the weights at load time with a recipe (same forms as lowbit quantize --recipe: W4A16, "
+                 "W8A8, NF4, int4:g32, W4A16,algo=gptq, a .json file); reports the extra load time and peak memory");
+  cmd.add_option("--calib", a.calib, "Calibration text for --quantize recipes that need it (gptq, awq, imatrix, "
+                                     "smoothquant, static activation or KV scales)");
   cmd.add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer.bin (default: found next to the model)");
   cmd.add_option("-t,--threads", a.threads, "Threads (default: all cores)");
   cmd.add_flag("--no-bos", a.no_bos, "Do not prepend the BOS token");
   cmd.add_flag("--ignore-eos", a.ignore_eos, "Keep generating after the end-of-sequence token");
   cmd.add_flag("--kernels", a.kernels, "List the kernel that served each weight matrix");
   cmd.add_flag("--json", a.json, "Print one JSON object (text, token ids, timings) instead of streaming");
-  cmd.footer("Example: lowbit run -m ../shared/models/stories260K/stories260K.bin -p \"Once upon a time\" -n 32");
+  cmd.footer("Example: lowbit run -m ../shared/models/stories260K/stories260K.bin -p \"Once upon a time\" -n 32\n"
+             "Example: lowbit run -m ../shared/models/kjv-brown-6M/model.bin -p \"In the beginning\" --quantize "
+             "W4A16,group=32\n"
+             "Example: lowbit run -m ../shared/models/stories260K/stories260K.bin -p \"Once upon a time\" -n 300 "
+             "--ctx 128 --kv-cache int4:window32+rot --kv-evict streaming:4+124");
   cmd.callback([] {
     using namespace lowbit;
     app::apply_threads(a.threads);
@@ -54,6 +74,26 @@ void setup(CLI::App& cmd) {
     lo.dense = dense_mode_from_string(a.dtype);
     lo.tokenizer_path = a.tokenizer;
     auto m = load_model(a.model, lo);
+    nlohmann::json online = nullptr;
+    if (!a.quantize.empty()) {
+      quant::Recipe r = quant::parse_recipe_arg(a.quantize);
+      if (!a.calib.empty()) r.calib.file = a.calib;
+      std::vector<std::string> warnings;
+      auto calib = quant::load_recipe_calibration(*m, r, &warnings);
+      quant::QuantizeOptions qo;
+      qo.calib = calib ? &*calib : nullptr;
+      qo.progress = !a.json;
+      quant::QuantReport rep;
+      quant::quantize_model_online(*m, r, qo, &rep);
+      online = {{"recipe", r.name}, {"seconds", rep.seconds}, {"peak_rss_bytes", rep.peak_rss_bytes},
+                {"bits_per_weight_quantized", rep.bpw_quantized()}, {"warnings", rep.warnings}};
+      if (!a.json) {
+        std::fprintf(stderr, "quantized online with %s in %.3f s (%.3f bpw over quantized matrices, peak RSS %s)\n",
+                     r.name.c_str(), rep.seconds, rep.bpw_quantized(),
+                     app::human_bytes(static_cast<double>(rep.peak_rss_bytes)).c_str());
+        for (auto& w : rep.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+      }
+    }
     if (!m->tokenizer)
       throw UsageError("run", "no tokenizer found for '" + a.model + "'; pass --tokenizer PATH (tokenizer.bin)");
     const Tokenizer& tok = *m->tokenizer;
@@ -67,7 +107,14 @@ void setup(CLI::App& cmd) {
     go.sampler.seed = a.seed;
     go.sampler.validate();
     go.ctx = a.ctx;
-    go.kv_dtype = kv_dtype_from_string(a.kv);
+    go.kv_spec = parse_kv_spec(a.kv, a.kv_k, a.kv_v, a.kv_evict);
+    if (go.kv_spec->is_plain()) go.kv_dtype = kv_dtype_from_string(a.kv);
+    if (!a.json)
+      go.on_kv_cache = [](const KvCache& kv) {
+        std::fprintf(stderr, "kv cache: %s, %.2f bytes/token, capacity %lld tokens, %s allocated\n",
+                     kv.describe().c_str(), kv.bytes_per_token_exact(), (long long)kv.capacity_tokens(),
+                     app::human_bytes(static_cast<double>(kv.total_bytes())).c_str());
+      };
     go.stop_at_eos = !a.ignore_eos;
     auto prompt = tok.encode(a.prompt, !a.no_bos && tok.bos_id() >= 0);
     auto kr = app::kernel_report(*m);
@@ -106,12 +153,15 @@ void setup(CLI::App& cmd) {
                           {"ttft_seconds", st.ttft_seconds},
                           {"prefill_tokens_per_second", st.prefill_tps()},
                           {"decode_tokens_per_second", st.decode_tps()},
-                          {"kv_cache", {{"format", a.kv}, {"bytes_per_token", st.kv_bytes_per_token},
+                          {"kv_cache", {{"format", a.kv}, {"spec", st.kv_format}, {"evict", a.kv_evict},
+                                        {"bytes_per_token_exact", st.kv_bytes_per_token_exact},
+                                        {"bytes_per_token", st.kv_bytes_per_token},
                                         {"capacity_tokens", st.kv_capacity_tokens}, {"bytes", st.kv_total_bytes}}},
                           {"weight_bytes", m->weights.weight_bytes()},
                           {"peak_rss_bytes", peak},
                           {"threads", num_threads()},
-                          {"kernels", kr.to_json()}};
+                          {"kernels", kr.to_json()},
+                          {"online_quantization", online}};
       std::cout << j.dump(2) << "\n";
       return;
     }

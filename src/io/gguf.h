@@ -1,7 +1,10 @@
 // GGUF v2/v3 reader and writer (llama.cpp's single-file format).
 // Layout: magic "GGUF", u32 version, u64 tensor count, u64 kv count, kv pairs (string key, u32 type, value),
 // tensor infos (name, u32 n_dims, u64 dims[n_dims] innermost first, u32 ggml type, u64 offset), padding to
-// general.alignment (default 32), tensor data. All counts, lengths and offsets are checked (hostile input).
+// general.alignment (default 32), tensor data. All counts, lengths and offsets are checked (hostile input):
+// v1 and big-endian files are rejected; keys <= 64 KiB, strings <= 1 GiB, arrays nest <= 8 deep, counts must
+// fit the bytes left; tensors have <= 4 dims, each > 0, a known ggml type (formats/ggml_types.h), a row
+// length that is a multiple of the block size, and aligned, non-overlapping offsets inside the data section.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -16,8 +19,19 @@
 namespace lowbit::io {
 
 enum class GgufType : uint32_t {
-  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7, STRING = 8,
-  ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12
 };
 
 struct GgufValue;
@@ -40,13 +54,14 @@ struct GgufFile {
   uint32_t version = 3;
   uint64_t alignment = 32;
   std::shared_ptr<MappedFile> file;
-  std::vector<std::string> kv_order;          // keys in file order
+  std::vector<std::string> kv_order;  // keys in file order
   std::map<std::string, GgufValue> kv;
   std::vector<std::string> tensor_order;      // tensor names in file order
   std::map<std::string, TensorView> tensors;  // shapes outermost-first (reversed from the file); F32/F16/BF16
                                               // become those DTypes, block types are GGML_BLOCK + ggml_type
 
   static GgufFile open(const std::string& path);
+  // Parse from memory (fuzzing, tests); tensor views point into `bytes`, which must outlive the result.
   static GgufFile parse(const uint8_t* bytes, size_t n, const std::string& name_for_errors);
 
   bool has(const std::string& key) const { return kv.count(key) != 0; }
@@ -66,9 +81,15 @@ class GgufWriter {
   void set_array_string(const std::string& key, const std::vector<std::string>& v);
   void set_array_f32(const std::string& key, const std::vector<float>& v);
   void set_array_i32(const std::string& key, const std::vector<int32_t>& v);
-  // ggml_type: 0 F32, 1 F16, 30 BF16, or a block type id; data holds the exact bytes.
+  // Any value, including nested arrays (e.g. copied from a GgufFile). Setting a key again replaces it in
+  // place.
+  void set_value(const std::string& key, const GgufValue& v);
+  // ggml_type: 0 F32, 1 F16, 30 BF16, or a block type id; data holds the exact bytes. The writer keeps the
+  // pointer, not a copy: `data` must stay valid until write() returns. Checks the type id, the shape (dims >
+  // 0, at most 4, row a multiple of the block size) and nbytes, throwing Error("io") naming the tensor.
   void add_tensor(const std::string& name, int ggml_type, const std::vector<int64_t>& shape, const void* data,
                   size_t nbytes);
+  // Writes GGUF v3. An alignment other than 32 (power of two) is recorded as general.alignment.
   void write(const std::string& path, uint32_t alignment = 32) const;
 
  private:

@@ -1,7 +1,7 @@
 // llama2.c checkpoints (.bin) and tokenizers (tokenizer.bin).
 //
-// Checkpoint: 7 int32 header (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len); a negative
-// vocab_size means an untied classifier follows. Then float32 arrays: token_embedding [vocab, dim],
+// Checkpoint: 7 int32 header (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len); a
+// negative vocab_size means an untied classifier follows. Then float32 arrays: token_embedding [vocab, dim],
 // rms_att [L, dim], wq [L, dim, dim], wk [L, kv_dim, dim], wv [L, kv_dim, dim], wo [L, dim, dim],
 // rms_ffn [L, dim], w1 [L, hidden, dim], w2 [L, dim, hidden], w3 [L, hidden, dim], rms_final [dim],
 // freq_cis_real [seq_len, head_dim/2], freq_cis_imag [seq_len, head_dim/2] (legacy, skipped),
@@ -38,6 +38,9 @@ struct Llama2cCheckpoint {
   static Llama2cCheckpoint parse(const uint8_t* bytes, size_t n, const std::string& name_for_errors);
 };
 
+// tokenizer.bin: int32 max_token_length, then per token: float score, int32 length, bytes. With vocab_size > 0
+// the file must hold exactly that many tokens (a mismatch with the model is an error); vocab_size <= 0 reads
+// tokens until the end of the file.
 struct Llama2cTokenizerData {
   int32_t max_token_length = 0;
   std::vector<std::string> pieces;  // raw bytes of each token

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace lowbit::io {
 
@@ -16,6 +17,7 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // An empty file maps to a valid, non-null pointer with size() == 0.
 
  private:
   MappedFile() = default;
@@ -27,5 +29,14 @@ class MappedFile {
 // Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, then rename.
 // On any failure the temporary is removed and Error("io") is thrown; `path` is never left half-written.
 void write_file_atomic(const std::string& path, const void* bytes, size_t n);
+
+// Same, for a file made of several pieces written in order (header, then tensors straight from their owners'
+// memory), so that writers never need a second in-memory copy of a large checkpoint. A full disk gives an
+// Error that says so.
+struct ByteSpan {
+  const void* data;
+  size_t size;
+};
+void write_file_atomic(const std::string& path, const std::vector<ByteSpan>& pieces);
 
 }  // namespace lowbit::io

@@ -1,7 +1,9 @@
 // safetensors reader and writer.
-// Layout: u64 little-endian header length N, N bytes of JSON header {name: {dtype, shape, data_offsets:[b,e]},
-// "__metadata__": {str: str}}, then the data section. Every offset, shape and size is checked against the file
-// (hostile input): a lying header gives Error("io") naming the tensor and the file.
+// Layout: u64 little-endian header length N (<= 100 MB), N bytes of JSON header
+// {name: {dtype, shape, data_offsets: [b, e]}, "__metadata__": {str: str}}, then the data section. Every offset,
+// shape and size is checked against the file (hostile input): a lying header gives Error("io") naming the tensor
+// and the file. Overlapping tensors and duplicate names are rejected. Views may be unaligned when a foreign
+// writer did not pad its header: read them with memcpy.
 #pragma once
 #include <map>
 #include <memory>
@@ -15,9 +17,9 @@ namespace lowbit::io {
 
 struct SafetensorsFile {
   std::string path;
-  std::shared_ptr<MappedFile> file;              // keeps views alive
-  std::map<std::string, TensorView> tensors;     // name -> view into file
-  std::map<std::string, std::string> metadata;   // "__metadata__"
+  std::shared_ptr<MappedFile> file;             // keeps views alive
+  std::map<std::string, TensorView> tensors;    // name -> view into file
+  std::map<std::string, std::string> metadata;  // "__metadata__"
 
   static SafetensorsFile open(const std::string& path);
   // Parse from memory (used by fuzzing); views point into `bytes`, which must outlive the result.

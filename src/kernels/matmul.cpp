@@ -1,18 +1,23 @@
 #include "kernels/matmul.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "core/cpu.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/parallel.h"
+#include "formats/format.h"
+#include "kernels/dispatch.h"
+#include "kernels/kernel_plan.h"
 #include "kernels/matmul_avx512.h"
+#include "tensor/qtensor.h"
 
 namespace lowbit {
 
 void weight_row_f32(const WeightMatrix& w, int64_t r, float* out) {
-  const uint8_t* row = w.data + static_cast<size_t>(r) * w.row_bytes();
+  const uint8_t* row = w.kind == WeightKind::Quant ? nullptr : w.data + static_cast<size_t>(r) * w.row_bytes();
   switch (w.kind) {
     case WeightKind::F32: std::memcpy(out, row, w.cols * 4); return;
     case WeightKind::F16:
@@ -29,12 +34,76 @@ void weight_row_f32(const WeightMatrix& w, int64_t r, float* out) {
         out[i] = bf16_to_f32(h);
       }
       return;
-    case WeightKind::Ggml: break;
+    case WeightKind::Ggml: dequantize_row_ggml(w.ggml_type, row, out, w.cols); return;
+    case WeightKind::Quant: dequantize_row(*w.q, r, out); return;
   }
   fail("kernels", "no dequantizer for weight format " + w.format_name());
 }
 
+// ---- activation routes ----
+
+void quantize_activation_int8(const WeightMatrix& w, const float* x, int8_t* codes, float* scale) {
+  const int64_t n = w.cols;
+  if (w.act_static_scale > 0) {
+    const float s = w.act_static_scale;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      float qv = std::isnan(v) ? 0.0f : std::clamp(std::nearbyint(v / s), -127.0f, 127.0f);
+      codes[i] = static_cast<int8_t>(qv);
+    }
+    *scale = s;
+    return;
+  }
+  quantize_activation_row(FormatId::INT8, x, n, 0, reinterpret_cast<uint8_t*>(codes), scale);
+}
+
+void quantize_activations(const WeightMatrix& w, const float* x, int64_t T, float* xq) {
+  const int64_t n = w.cols;
+  if (w.act_format == FormatId::F32) {
+    std::memcpy(xq, x, static_cast<size_t>(T * n) * sizeof(float));
+    return;
+  }
+  std::vector<uint8_t> codes(static_cast<size_t>(n));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x + t * n;
+    float* ot = xq + t * n;
+    if (w.act_format == FormatId::INT8) {
+      float s = 0;
+      quantize_activation_int8(w, xt, reinterpret_cast<int8_t*>(codes.data()), &s);
+      for (int64_t i = 0; i < n; ++i) ot[i] = static_cast<float>(static_cast<int8_t>(codes[i])) * s;
+    } else if (w.act_static_scale > 0) {
+      const FormatInfo& fi = format_info(w.act_format);
+      const float s = w.act_static_scale;
+      for (int64_t i = 0; i < n; ++i) ot[i] = fi.decode(fi.encode(xt[i] / s, true)) * s;
+    } else {
+      float s = 0;
+      quantize_activation_row(w.act_format, xt, n, 0, codes.data(), &s);
+      dequantize_activation_row(w.act_format, codes.data(), &s, n, 0, ot);
+    }
+  }
+}
+
+void quantize_q8_blocks(const float* x, int64_t n, int8_t* q, float* d) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
+    const float db = amax / 127.0f;
+    d[b] = db;
+    const float id = db > 0 ? 1.0f / db : 0.0f;
+    for (int i = 0; i < 32; ++i) q[b * 32 + i] = static_cast<int8_t>(std::nearbyint(xb[i] * id));
+  }
+}
+
+// ---- reference ----
+
 void matmul_reference(const WeightMatrix& w, const float* x, int64_t T, float* y) {
+  std::vector<float> xq;
+  if (w.act_format != FormatId::F32) {
+    xq.resize(static_cast<size_t>(T * w.cols));
+    quantize_activations(w, x, T, xq.data());
+    x = xq.data();
+  }
   parallel_for(w.rows, 8, [&](int64_t r0, int64_t r1) {
     std::vector<float> row(w.cols);
     for (int64_t r = r0; r < r1; ++r) {
@@ -49,22 +118,216 @@ void matmul_reference(const WeightMatrix& w, const float* x, int64_t T, float* y
   });
 }
 
+// ---- dispatch ----
+
 namespace {
-bool use_avx512() { return cpu_features().avx512f; }
+
+enum class Path : uint8_t { Dense512, Vnni512, GgmlQ8_512, Nib512, Byte512, Deq };
+
+Path choose(const WeightMatrix& w, const KernelPlan& p, Isa isa) {
+  if (isa != Isa::Avx512) return Path::Deq;
+  if (w.act_format == FormatId::INT8 && p.int_codes && p.vnni_ok) return Path::Vnni512;
+  switch (p.route) {
+    case Route::Dense: return Path::Dense512;
+    case Route::GgmlQ8: return Path::GgmlQ8_512;
+    case Route::Nib: return Path::Nib512;
+    case Route::Byte: return Path::Byte512;
+    case Route::Deq: break;
+  }
+  return Path::Deq;
+}
+
+inline const uint8_t* row_ptr(const WeightMatrix& w, int64_t r) {
+  return w.kind == WeightKind::Quant ? w.q->row_data(r) : w.data + static_cast<size_t>(r) * w.row_bytes();
+}
+
+float dot_isa(Isa isa, const float* a, const float* b, int64_t n) {
+  switch (isa) {
+    case Isa::Avx512: return kern::dot_f32_avx512(a, b, n);
+    case Isa::Avx2: return kern::dot_f32_avx2(a, b, n);
+    case Isa::Generic: break;
+  }
+  return kern::dot_f32_generic(a, b, n);
+}
+
+// Rows per parallel work item: enough for the row block's weights to stay in L1/L2 across the tokens.
+constexpr int64_t kRowBlock = 16;
+// From this many tokens on, dequantizing a row block once and running the dense float GEMM tile beats
+// re-decoding the codes for every token.
+constexpr int64_t kPrefillTokens = 4;
+
+// Below this much weight traffic (bytes x tokens) a product runs on the calling thread: waking the pool costs
+// more than the work (small models decode ~50 such products per token).
+constexpr double kSerialBytes = 48 * 1024;
+
+template <typename Fn>
+void for_row_blocks(int64_t rows, Fn&& fn, double work_bytes = 1e30) {
+  const int64_t nb = (rows + kRowBlock - 1) / kRowBlock;
+  parallel_for(nb, work_bytes < kSerialBytes ? nb : 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) fn(b * kRowBlock, std::min(rows, (b + 1) * kRowBlock));
+  });
+}
+
+std::vector<float>& tls_floats(size_t n) {
+  thread_local std::vector<float> v;
+  if (v.size() < n) v.resize(n);
+  return v;
+}
+
+void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x, int64_t T, float* y) {
+  const int64_t rows = w.rows, cols = w.cols;
+  const double work = static_cast<double>(w.nbytes()) * static_cast<double>(T);
+  const bool direct = w.kind == WeightKind::F32;
+  if (isa == Isa::Avx512 && T >= kPrefillTokens) {
+    for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
+      float* buf = tls_floats(static_cast<size_t>(kRowBlock * cols)).data();
+      for (int64_t r = r0; r < r1; ++r) {
+        float* out = buf + (r - r0) * cols;
+        const uint8_t* row = row_ptr(w, r);
+        if (p.route == Route::Nib)
+          kern::nib_deq_avx512(row, cols, p.group, p.scale_row(r), p.zero_row(r), p.lut.data(), out);
+        else if (p.route == Route::Byte)
+          kern::byte_deq_avx512(row, cols, p.group, p.scale_row(r), p.zero_row(r), p.byte_dec, out);
+        else
+          deq_row_plan(w, p, r, out);
+      }
+      kern::gemm_rows_f32_avx512(buf, r1 - r0, cols, x, T, y + r0, rows);
+    }, work);
+    return;
+  }
+  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
+    float* buf = tls_floats(static_cast<size_t>(cols)).data();
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* wr = buf;
+      if (direct) wr = reinterpret_cast<const float*>(row_ptr(w, r));
+      else deq_row_plan(w, p, r, buf);
+      for (int64_t t = 0; t < T; ++t) y[t * rows + r] = dot_isa(isa, wr, x + t * cols, cols);
+    }
+  }, work);
+}
+
+void run_codes512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  if (T >= kPrefillTokens) return run_deq(w, p, Isa::Avx512, x, T, y);
+  const int64_t rows = w.rows, cols = w.cols;
+  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xt = x + t * cols;
+        y[t * rows + r] =
+            p.route == Route::Nib
+                ? kern::nib_dot_avx512(row_ptr(w, r), cols, p.group, p.scale_row(r), p.zero_row(r), p.lut.data(), xt)
+                : kern::byte_dot_avx512(row_ptr(w, r), cols, p.group, p.scale_row(r), p.zero_row(r), p.byte_dec, xt);
+      }
+  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+}
+
+void run_vnni512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  const int64_t rows = w.rows, cols = w.cols;
+  const int bits = p.bits;
+  const int64_t pad = kern::qx_padded(bits, cols), nch = kern::qx_chunks(bits, cols);
+  thread_local std::vector<int8_t> nat, qx;
+  thread_local std::vector<int32_t> ls;
+  thread_local std::vector<float> sx;
+  nat.resize(static_cast<size_t>(cols));
+  qx.resize(static_cast<size_t>(T * pad));
+  ls.resize(static_cast<size_t>(T * nch * 16));
+  sx.resize(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    quantize_activation_int8(w, x + t * cols, nat.data(), &sx[t]);
+    kern::qx_layout_avx512(bits, nat.data(), cols, qx.data() + t * pad, ls.data() + t * nch * 16);
+  }
+  const int8_t* qxp = qx.data();
+  const int32_t* lsp = ls.data();
+  const float* sxp = sx.data();
+  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t t = 0; t < T; ++t) {
+      kern::QxRow xr{qxp + t * pad, lsp + t * nch * 16, sxp[t]};
+      for (int64_t r = r0; r < r1; ++r)
+        y[t * rows + r] = kern::vnni_dot_avx512(bits, row_ptr(w, r), cols, p.group, p.scale_row(r), p.zero_row(r), xr);
+    }
+  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+}
+
+void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  const int64_t rows = w.rows, cols = w.cols, nb = cols / 32;
+  thread_local std::vector<int8_t> qx;
+  thread_local std::vector<float> dx;
+  qx.resize(static_cast<size_t>(T * cols));
+  dx.resize(static_cast<size_t>(T * nb));
+  for (int64_t t = 0; t < T; ++t) quantize_q8_blocks(x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nb);
+  const int8_t* qxp = qx.data();
+  const float* dxp = dx.data();
+  const int type = p.ggml_type;
+  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t r = r0; r < r1; ++r)
+        y[t * rows + r] = kern::ggml_q8_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nb);
+  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+}
+
 }  // namespace
 
 void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
-  if (use_avx512() && (w.kind == WeightKind::F32 || w.kind == WeightKind::F16 || w.kind == WeightKind::BF16)) {
-    matmul_dense_avx512(w, x, T, y);
-    return;
+  if (T <= 0 || w.rows <= 0) return;
+  const Isa isa = kernel_isa();
+  const KernelPlan& p = kernel_plan(w);
+  Path path = choose(w, p, isa);
+  // Prefill: the VNNI kernels are GEMV-shaped (no register tiling yet), so from kPrefillTokens on, the dense
+  // F32 tile over a dequantized row block is faster; the product is the same up to float rounding (x still goes
+  // through the activation route; GGUF activations are then not rounded to Q8 blocks).
+  if (T >= kPrefillTokens && (path == Path::Vnni512 || path == Path::GgmlQ8_512)) path = Path::Deq;
+  if (path == Path::Vnni512) return run_vnni512(w, p, x, T, y);
+  std::vector<float> xq_storage;
+  if (w.act_format != FormatId::F32) {
+    xq_storage.resize(static_cast<size_t>(T * w.cols));
+    quantize_activations(w, x, T, xq_storage.data());
+    x = xq_storage.data();
   }
-  matmul_reference(w, x, T, y);
+  switch (path) {
+    case Path::Dense512: return matmul_dense_avx512(w, x, T, y);
+    case Path::GgmlQ8_512: return run_ggml_q8_512(w, p, x, T, y);
+    case Path::Nib512:
+    case Path::Byte512: return run_codes512(w, p, x, T, y);
+    case Path::Vnni512:
+    case Path::Deq: break;
+  }
+  run_deq(w, p, isa, x, T, y);
 }
 
 std::string matmul_kernel_name(const WeightMatrix& w) {
-  if (use_avx512() && (w.kind == WeightKind::F32 || w.kind == WeightKind::F16 || w.kind == WeightKind::BF16))
-    return w.format_name() + ".avx512";
-  return w.format_name() + ".ref";
+  const Isa isa = kernel_isa();
+  const KernelPlan& p = kernel_plan(w);
+  const Path path = choose(w, p, isa);
+  std::string name = w.format_name();
+  if (w.act_format == FormatId::INT8) name += "+a8";
+  else if (w.act_format != FormatId::F32) name += std::string("+a_") + format_info(w.act_format).name;
+  switch (path) {
+    case Path::Dense512: return name + ".dense.avx512";
+    case Path::Vnni512: return name + ".vnni.avx512";
+    case Path::GgmlQ8_512: return name + ".q8vnni.avx512";
+    case Path::Nib512: return name + ".nib.avx512";
+    case Path::Byte512: return name + ".byte.avx512";
+    case Path::Deq: break;
+  }
+  return name + (w.kind == WeightKind::F32 ? ".dot." : ".deq.") + isa_name(isa);
 }
+
+float dot_f32(const float* a, const float* b, int64_t n) { return dot_isa(kernel_isa(), a, b, n); }
+
+bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {
+  return T < kPrefillTokens && choose(w, kernel_plan(w), kernel_isa()) == Path::GgmlQ8_512;
+}
+
+namespace kern {
+float dot_f32_generic(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+  float s = 0;
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+}  // namespace kern
 
 }  // namespace lowbit

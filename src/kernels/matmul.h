@@ -1,7 +1,17 @@
 // Matrix products with the weight in its storage format. y[t, :] = W · x[t, :] for t in [0, T).
 //   x: [T, cols] float32 (row stride cols), y: [T, rows] float32 (row stride rows).
-// The dispatch picks the best kernel for this CPU once (kernels/dispatch.h); every kernel is tested against
-// matmul_reference.
+// The kernel is picked per weight from the ISA tier chosen once at start-up (kernels/dispatch.h) and the weight's
+// kernel plan (kernels/kernel_plan.h); every kernel is tested against matmul_reference on every ISA tier.
+// Dequantization is fused: a kernel never widens more than one row block of the matrix.
+//
+// Activation routes (WeightMatrix::act_format):
+//   F32            weight-only: float activations.
+//   INT8           x is quantized per token (symmetric, absmax/127, or act_static_scale when > 0) and multiplied
+//                  as integers (AVX-512 VNNI) where the weight codes are INT4/INT8; otherwise emulated exactly.
+//   E4M3FN / E5M2 / FNUZ   x is quantized per token to FP8 and dequantized, then a float product (exact emulation).
+// GGUF Q4_0 / Q8_0 weights on AVX-512 additionally quantize activations to Q8 blocks of 32 (as llama.cpp does):
+// results then differ from matmul_reference by that rounding (see quantize_q8_blocks, matmul_rounds_to_q8 and
+// docs/kernels.md). From T = 4 tokens on (prefill) every format runs dequantize-row-block + dense F32 tiles.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,11 +21,25 @@
 namespace lowbit {
 
 void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y);
-// Plain scalar reference: widens each row to float32 and accumulates in double. The test oracle.
+// Plain scalar reference: applies the activation route to x (quantize_activations), widens each row to float32
+// and accumulates in double. The test oracle.
 void matmul_reference(const WeightMatrix& w, const float* x, int64_t T, float* y);
 // Widens row r of w to float32 (out[cols]).
 void weight_row_f32(const WeightMatrix& w, int64_t r, float* out);
-// The kernel that matmul() runs for this weight on this CPU, e.g. "f32.avx512", "bf16.avx512bf16", "q4_0.ref".
+// The kernel that matmul() runs for this weight on this CPU and the current ISA tier, "<format>.<kernel>.<isa>",
+// e.g. "f32.dense.avx512", "q4_0.q8vnni.avx512", "int4:g128:sym:f16.nib.avx512", "nf4:g64:f32.deq.generic",
+// "int8:channel:sym:f32+a8.vnni.avx512". A "*.ref" name would mean the scalar reference ran (none does now).
 std::string matmul_kernel_name(const WeightMatrix& w);
+
+// What the activation route does to x: xq[T, cols] = dequantize(quantize(x)) per w.act_format (copy for F32).
+void quantize_activations(const WeightMatrix& w, const float* x, int64_t T, float* xq);
+// INT8 route, one token: codes[cols] and the scale used (dynamic absmax/127 or w.act_static_scale).
+void quantize_activation_int8(const WeightMatrix& w, const float* x, int8_t* codes, float* scale);
+// llama.cpp-style Q8 blocks of 32 (n multiple of 32): d[b] = absmax/127, q = RNE(x/d) (0 when d == 0).
+void quantize_q8_blocks(const float* x, int64_t n, int8_t* q, float* d);
+// True when matmul(w, ., T, .) rounds activations to Q8 blocks (GGUF Q4_0/Q8_0 decode on AVX-512, T < 4).
+bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T);
+// Dot product of two float vectors with the current ISA tier (used by attention).
+float dot_f32(const float* a, const float* b, int64_t n);
 
 }  // namespace lowbit

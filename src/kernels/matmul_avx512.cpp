@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/parallel.h"
+#include "kernels/kernel_plan.h"
 
 namespace lowbit {
 namespace {
@@ -71,7 +72,10 @@ void run(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols;
   // Parallel over row blocks; within a block, all tokens, so each weight row is read from memory once per call.
   const int64_t rblock = 64;
-  parallel_for((rows + rblock - 1) / rblock, 1, [&](int64_t b0, int64_t b1) {
+  // Small products stay on the calling thread (waking the pool costs more than ~48 KiB of weight traffic).
+  const int64_t nblocks = (rows + rblock - 1) / rblock;
+  const bool serial = static_cast<double>(rb) * static_cast<double>(rows) * static_cast<double>(T) < 48 * 1024;
+  parallel_for(nblocks, serial ? nblocks : 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       int64_t r0 = b * rblock, r1 = std::min(rows, r0 + rblock);
       for (int64_t t0 = 0; t0 < T; t0 += 64) {
@@ -88,6 +92,40 @@ void run(const WeightMatrix& w, const float* x, int64_t T, float* y) {
 }
 
 }  // namespace
+
+namespace kern {
+float dot_f32_avx512(const float* a, const float* b, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), a0);
+    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), a1);
+    a2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(b + i + 32), a2);
+    a3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(b + i + 48), a3);
+  }
+  for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), a0);
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), a1);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+void gemm_rows_f32_avx512(const float* w, int64_t nr, int64_t cols, const float* x, int64_t T, float* y,
+                          int64_t ystride) {
+  const auto* wb = reinterpret_cast<const uint8_t*>(w);
+  const size_t rb = static_cast<size_t>(cols) * 4;
+  for (int64_t t0 = 0; t0 < T; t0 += 64) {
+    const int64_t t1 = std::min(T, t0 + 64);
+    for (int64_t r = 0; r < nr; r += 4) {
+      const int64_t n = std::min<int64_t>(4, nr - r);
+      int64_t t = t0;
+      for (; t + 4 <= t1; t += 4) tile<WeightKind::F32, 4>(wb, rb, cols, x, r, t, n, y, ystride);
+      for (; t < t1; ++t) tile<WeightKind::F32, 1>(wb, rb, cols, x, r, t, n, y, ystride);
+    }
+  }
+}
+}  // namespace kern
 
 void matmul_dense_avx512(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   switch (w.kind) {

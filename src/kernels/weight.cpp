@@ -1,5 +1,6 @@
 #include "kernels/weight.h"
 
+#include <cctype>
 #include <cstring>
 #include <vector>
 
@@ -7,6 +8,7 @@
 #include "core/half.h"
 #include "core/memory.h"
 #include "formats/ggml_types.h"
+#include "kernels/kernel_plan.h"
 
 namespace lowbit {
 
@@ -20,8 +22,14 @@ size_t WeightMatrix::row_bytes() const {
       if (!t) fail("kernels", "unknown ggml type " + std::to_string(ggml_type));
       return static_cast<size_t>(ggml_row_bytes(*t, cols));
     }
+    case WeightKind::Quant: return static_cast<size_t>(q->row_bytes);
   }
   return 0;
+}
+
+size_t WeightMatrix::nbytes() const {
+  const size_t base = kind == WeightKind::Quant ? q->storage_bytes() : row_bytes() * static_cast<size_t>(rows);
+  return base + (plan ? plan->bytes() : 0);
 }
 
 std::string WeightMatrix::format_name() const {
@@ -35,6 +43,7 @@ std::string WeightMatrix::format_name() const {
       for (auto& ch : s) ch = static_cast<char>(std::tolower(ch));
       return s;
     }
+    case WeightKind::Quant: return to_string(q->scheme);
   }
   return "?";
 }
@@ -71,6 +80,20 @@ WeightMatrix make_half_weight(const float* src, int64_t rows, int64_t cols, Weig
   w.data = buf.get();
   w.owner = buf;
   return w;
+}
+
+WeightMatrix make_quant_weight(std::shared_ptr<const QuantizedMatrix> q) {
+  WeightMatrix w;
+  w.kind = WeightKind::Quant;
+  w.rows = q->rows;
+  w.cols = q->cols;
+  w.q = std::move(q);
+  prepare_weight(w);
+  return w;
+}
+
+void prepare_weight(WeightMatrix& w) {
+  if (!w.plan) w.plan = build_kernel_plan(w);
 }
 
 }  // namespace lowbit

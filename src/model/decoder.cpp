@@ -1,5 +1,6 @@
 #include "model/decoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -61,11 +62,28 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
                                     " does not fit the KV cache (capacity " + std::to_string(kv.capacity()) +
                                     " tokens x " + std::to_string(kv.n_seqs()) + " sequences)");
   }
-  std::vector<float> x(T * D), xn(T * D), q(T * Q), k(T * KV), v(T * KV), att(T * Q), tmp(T * D);
-  std::vector<float> g(T * F), u(T * F);
+  // Activation buffers persist per thread across calls: decode calls forward() once per token, and fresh
+  // allocations (page faults on first touch) were a measurable share of a small model's step.
+  struct Scratch {
+    std::vector<float> x, xn, q, k, v, att, tmp, g, u;
+  };
+  thread_local Scratch sc;
+  auto grow = [](std::vector<float>& b, int64_t n) {
+    if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+  };
+  grow(sc.x, T * D), grow(sc.xn, T * D), grow(sc.q, T * Q), grow(sc.k, T * KV), grow(sc.v, T * KV);
+  grow(sc.att, T * Q), grow(sc.tmp, T * D), grow(sc.g, T * F), grow(sc.u, T * F);
+  auto &x = sc.x, &xn = sc.xn, &q = sc.q, &k = sc.k, &v = sc.v, &att = sc.att, &tmp = sc.tmp, &g = sc.g, &u = sc.u;
   for (int64_t t = 0; t < T; ++t) weight_row_f32(w_.tok_embed, batch[t].token, x.data() + t * D);
 
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  // KV cache inputs: per-row sequence/position, and (for caches that keep keys before RoPE) un-rotated keys.
+  kv.bind_rope(&rope_);
+  const bool kv_pre_rope = kv.keys_pre_rope();
+  std::vector<int32_t> kv_seq(T);
+  std::vector<int64_t> kv_pos(T);
+  for (int64_t t = 0; t < T; ++t) kv_seq[t] = batch[t].seq, kv_pos[t] = batch[t].pos;
+  std::vector<float> k_pre(kv_pre_rope ? T * KV : 0);
   for (int64_t l = 0; l < c_.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
     rms_norm(x.data(), L.attn_norm.data(), xn.data(), T, D, c_.norm_eps);
@@ -86,20 +104,25 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
         rms_norm(kt, L.k_norm.data(), kt, c_.n_kv_heads, hd, c_.norm_eps);
       }
       rope_.apply(qt, c_.n_heads, batch[t].pos);
+      if (kv_pre_rope) std::memcpy(k_pre.data() + t * KV, kt, KV * sizeof(float));
       rope_.apply(kt, c_.n_kv_heads, batch[t].pos);
     }
     if (observer_) {
       observer_->observe(static_cast<int>(l), ActSite::KeyOut, k.data(), T, KV);
       observer_->observe(static_cast<int>(l), ActSite::ValueOut, v.data(), T, KV);
     }
-    for (int64_t t = 0; t < T; ++t)
-      kv.store(static_cast<int>(l), batch[t].seq, batch[t].pos, k.data() + t * KV, v.data() + t * KV);
+    kv.store_rows(static_cast<int>(l), T, kv_seq.data(), kv_pos.data(), kv_pre_rope ? k_pre.data() : k.data(),
+                  v.data());
     // Every token attends to its own sequence's positions [0, pos]: entries of a sequence are stored before
     // attention runs, so causality holds inside a prefill batch too.
-    parallel_for(T * c_.n_kv_heads, 1, [&](int64_t a, int64_t b) {
-      int64_t max_pos = 0;
-      for (int64_t t = 0; t < T; ++t) max_pos = std::max(max_pos, batch[t].pos + 1);
-      std::vector<float> qs(group * hd), scratch(group * max_pos);
+    int64_t max_pos = 0;
+    for (int64_t t = 0; t < T; ++t) max_pos = std::max(max_pos, batch[t].pos + 1);
+    // Small attention (decode at short context) runs on the calling thread: waking the pool costs more.
+    const int64_t jobs = T * c_.n_kv_heads, work = jobs * max_pos * group * hd;
+    parallel_for(jobs, work < (int64_t{1} << 17) ? jobs : 1, [&](int64_t a, int64_t b) {
+      thread_local std::vector<float> qs, scratch;
+      if (qs.size() < static_cast<size_t>(group * hd)) qs.resize(static_cast<size_t>(group * hd));
+      if (scratch.size() < static_cast<size_t>(group * max_pos)) scratch.resize(static_cast<size_t>(group * max_pos));
       for (int64_t job = a; job < b; ++job) {
         int64_t t = job / c_.n_kv_heads, h = job % c_.n_kv_heads;
         const float* qt = q.data() + t * Q + h * group * hd;

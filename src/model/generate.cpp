@@ -17,14 +17,17 @@ std::vector<int32_t> generate(const Model& m, const std::vector<int32_t>& prompt
   if (static_cast<int64_t>(prompt.size()) > cap)
     throw UsageError("model", "the prompt has " + std::to_string(prompt.size()) + " tokens but the context is " +
                                   std::to_string(cap) + "; shorten the prompt or raise --ctx");
-  KvCache kv(c, 1, cap, o.kv_dtype);
+  KvCache kv = o.kv_spec ? KvCache(c, 1, cap, *o.kv_spec) : KvCache(c, 1, cap, o.kv_dtype);
   Decoder dec(c, m.weights);
   Sampler sampler(o.sampler);
   GenerateStats st;
   st.prompt_tokens = static_cast<int64_t>(prompt.size());
   st.kv_bytes_per_token = kv.bytes_per_token();
-  st.kv_capacity_tokens = kv.capacity();
+  st.kv_capacity_tokens = kv.capacity_tokens();
   st.kv_total_bytes = kv.total_bytes();
+  st.kv_bytes_per_token_exact = kv.bytes_per_token_exact();
+  st.kv_format = kv.describe();
+  if (o.on_kv_cache) o.on_kv_cache(kv);
   std::vector<float> logits(c.vocab_size);
   std::vector<int32_t> history(prompt), out;
 
@@ -52,7 +55,7 @@ std::vector<int32_t> generate(const Model& m, const std::vector<int32_t>& prompt
       break;
     }
     if (i + 1 == o.max_new_tokens) break;
-    if (pos >= cap) {
+    if (pos >= kv.capacity()) {  // with eviction the cache takes any position
       st.stop_reason = "context";
       break;
     }

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,8 @@ struct GenerateOptions {
   SamplerParams sampler;
   bool stop_at_eos = true;
   KvDtype kv_dtype = KvDtype::F32;
+  std::optional<KvCacheSpec> kv_spec;  // --kv-cache/--kv-evict (model/kv_formats.h); overrides kv_dtype
+  std::function<void(const KvCache&)> on_kv_cache;  // called once the cache is allocated (to report its size)
   int64_t ctx = 0;               // KV capacity; 0 = prompt + max_new_tokens (capped by the model's context)
   int prefill_chunk = 512;       // tokens per prefill batch
 };
@@ -29,6 +32,8 @@ struct GenerateStats {
     return decode_seconds > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_seconds : 0;
   }
   int64_t kv_bytes_per_token = 0, kv_capacity_tokens = 0, kv_total_bytes = 0;
+  double kv_bytes_per_token_exact = 0;
+  std::string kv_format;  // KvCache::describe()
   std::string stop_reason;  // "length", "eos", "context"
 };
 

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "core/half.h"
 #include "core/memory.h"
+#include "kernels/matmul.h"
+#include "model/kv_paged.h"
 
 namespace lowbit {
 
@@ -36,7 +39,49 @@ KvCache::KvCache(const ModelConfig& c, int n_seqs, int64_t capacity, KvDtype dty
   v_ = std::shared_ptr<uint8_t>(b.release(), AlignedFree{});
 }
 
-int64_t KvCache::bytes_per_token() const { return 2 * n_layers_ * kv_dim_ * static_cast<int64_t>(elem_); }
+int64_t KvCache::bytes_per_token() const {
+  if (paged_) return paged_->block_bytes() / paged_->block_tokens();
+  return 2 * n_layers_ * kv_dim_ * static_cast<int64_t>(elem_);
+}
+
+namespace {
+KvDtype plain_dtype(KvFormat f) {
+  return f == KvFormat::F16 ? KvDtype::F16 : f == KvFormat::BF16 ? KvDtype::BF16 : KvDtype::F32;
+}
+}  // namespace
+
+KvCache::KvCache(const ModelConfig& c, int n_seqs, int64_t capacity, const KvCacheSpec& spec)
+    : KvCache(c, spec.is_plain() ? n_seqs : 1, spec.is_plain() ? capacity : 1, plain_dtype(spec.k.format)) {
+  if (spec.is_plain()) return;
+  k_.reset(), v_.reset();
+  paged_ = std::make_shared<PagedKvCache>(c, n_seqs, capacity, spec);
+  n_seqs_ = n_seqs;
+  capacity_ = paged_->capacity();
+}
+
+bool KvCache::keys_pre_rope() const { return paged_ && paged_->keys_pre_rope(); }
+void KvCache::bind_rope(const Rope* r) {
+  if (paged_) paged_->bind_rope(r);
+}
+double KvCache::bytes_per_token_exact() const {
+  return paged_ ? paged_->bytes_per_token() : static_cast<double>(bytes_per_token());
+}
+int64_t KvCache::capacity_tokens() const { return paged_ ? paged_->capacity_tokens() : capacity_ * n_seqs_; }
+int64_t KvCache::total_bytes() const {
+  return paged_ ? paged_->allocated_bytes() : bytes_per_token() * capacity_ * n_seqs_;
+}
+std::string KvCache::describe() const {
+  return paged_ ? paged_->spec().describe() + " (paged)" : std::string(kv_dtype_name(dtype_));
+}
+void KvCache::clear(int seq) {
+  if (paged_) paged_->free_seq(seq);
+}
+
+void KvCache::store_rows(int layer, int64_t T, const int32_t* seqs, const int64_t* pos, const float* k,
+                         const float* v) {
+  if (paged_) return paged_->store_rows(layer, T, seqs, pos, k, v);
+  for (int64_t t = 0; t < T; ++t) store(layer, seqs[t], pos[t], k + t * kv_dim_, v + t * kv_dim_);
+}
 
 const uint8_t* KvCache::k_row(int layer, int seq, int64_t pos) const {
   return k_.get() + ((static_cast<size_t>(layer) * n_seqs_ + seq) * capacity_ + pos) * kv_dim_ * elem_;
@@ -62,24 +107,31 @@ inline float get(const uint8_t* p, int64_t i, KvDtype d) {
 }  // namespace
 
 void KvCache::store(int layer, int seq, int64_t pos, const float* k, const float* v) {
+  if (paged_) return paged_->store(layer, seq, pos, k, v);
   put(const_cast<uint8_t*>(k_row(layer, seq, pos)), k, kv_dim_, dtype_);
   put(const_cast<uint8_t*>(v_row(layer, seq, pos)), v, kv_dim_, dtype_);
 }
 
 void KvCache::attend(int layer, int seq, int64_t n_pos, int64_t kvh, const float* q, int n_group, float* out,
                      float* scratch) const {
+  if (paged_) return paged_->attend(layer, seq, n_pos, kvh, q, n_group, out, scratch);
   const int64_t hd = head_dim_, off = kvh * hd;
-  // scores[g, p] = q_g · k_p
-  std::vector<float> krow(hd);
+  // F16/BF16 rows are widened one at a time into a per-thread buffer; F32 rows are read in place.
+  thread_local std::vector<float> wide;
+  if (wide.size() < static_cast<size_t>(hd)) wide.resize(static_cast<size_t>(hd));
+  auto row_f32 = [&](const uint8_t* base) -> const float* {
+    if (dtype_ == KvDtype::F32) return reinterpret_cast<const float*>(base) + off;
+    const auto* h = reinterpret_cast<const uint16_t*>(base) + off;
+    if (dtype_ == KvDtype::F16)
+      for (int64_t i = 0; i < hd; ++i) wide[i] = f16_to_f32(h[i]);
+    else
+      for (int64_t i = 0; i < hd; ++i) wide[i] = bf16_to_f32(h[i]);
+    return wide.data();
+  };
+  // scores[g, p] = q_g · k_p  (SIMD dot from the kernels' ISA tier)
   for (int64_t p = 0; p < n_pos; ++p) {
-    const uint8_t* kp = k_row(layer, seq, p);
-    for (int64_t i = 0; i < hd; ++i) krow[i] = get(kp, off + i, dtype_);
-    for (int g = 0; g < n_group; ++g) {
-      const float* qg = q + g * hd;
-      float s = 0;
-      for (int64_t i = 0; i < hd; ++i) s += qg[i] * krow[i];
-      scratch[g * n_pos + p] = s;
-    }
+    const float* kr = row_f32(k_row(layer, seq, p));
+    for (int g = 0; g < n_group; ++g) scratch[g * n_pos + p] = dot_f32(q + g * hd, kr, hd);
   }
   for (int g = 0; g < n_group; ++g) {
     float* sc = scratch + g * n_pos;
@@ -91,12 +143,11 @@ void KvCache::attend(int layer, int seq, int64_t n_pos, int64_t kvh, const float
     std::fill(out + g * hd, out + (g + 1) * hd, 0.0f);
   }
   for (int64_t p = 0; p < n_pos; ++p) {
-    const uint8_t* vp = v_row(layer, seq, p);
-    for (int64_t i = 0; i < hd; ++i) krow[i] = get(vp, off + i, dtype_);
+    const float* vr = row_f32(v_row(layer, seq, p));
     for (int g = 0; g < n_group; ++g) {
-      float a = scratch[g * n_pos + p];
+      const float a = scratch[g * n_pos + p];
       float* o = out + g * hd;
-      for (int64_t i = 0; i < hd; ++i) o[i] += a * krow[i];
+      for (int64_t i = 0; i < hd; ++i) o[i] += a * vr[i];
     }
   }
 }

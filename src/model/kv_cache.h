@@ -10,8 +10,12 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/kv_formats.h"
 
 namespace lowbit {
+
+class PagedKvCache;
+class Rope;
 
 enum class KvDtype { F32, F16, BF16 };
 KvDtype kv_dtype_from_string(const std::string& s);  // f32|f16|bf16; UsageError otherwise
@@ -20,16 +24,28 @@ const char* kv_dtype_name(KvDtype d);
 class KvCache {
  public:
   KvCache(const ModelConfig& c, int n_seqs, int64_t capacity, KvDtype dtype);
+  // From a parsed --kv-cache/--kv-evict spec (model/kv_formats.h). A plain spec (f32/f16/bf16, no option) uses the
+  // contiguous storage; anything else the paged, quantized cache (model/kv_paged.h), which this class forwards to.
+  KvCache(const ModelConfig& c, int n_seqs, int64_t capacity, const KvCacheSpec& spec);
+  bool paged() const { return paged_ != nullptr; }
+  PagedKvCache* paged_cache() const { return paged_.get(); }
+  bool keys_pre_rope() const;           // the decoder must store keys before RoPE
+  void bind_rope(const Rope* r);        // RoPE used at attention time for pre-RoPE keys
+  double bytes_per_token_exact() const; // scales included (may be fractional for odd shapes)
+  int64_t capacity_tokens() const;      // tokens the cache holds over all sequences
+  std::string describe() const;         // e.g. "k=int4/channel v=int4/group32 window=128 (paged)"
 
   int n_seqs() const { return n_seqs_; }
   int64_t capacity() const { return capacity_; }
   KvDtype dtype() const { return dtype_; }
   // Exact bytes one token occupies across all layers: 2 * layers * kv_heads * head_dim * bytes per element.
   int64_t bytes_per_token() const;
-  int64_t total_bytes() const { return bytes_per_token() * capacity_ * n_seqs_; }
+  int64_t total_bytes() const;  // everything allocated (pages, staging)
 
   // Stores k[kv_dim] and v[kv_dim] of `seq` at position `pos` in `layer`. pos < capacity (checked by callers).
   void store(int layer, int seq, int64_t pos, const float* k, const float* v);
+  // T rows of one layer: seqs[T], pos[T], k/v [T, kv_dim] (the paged cache takes dynamic scales from the first).
+  void store_rows(int layer, int64_t T, const int32_t* seqs, const int64_t* pos, const float* k, const float* v);
 
   // Attention for the query heads that share kv head `kvh`:
   //   q: [n_group, head_dim] (already rotated and scaled by 1/sqrt(head_dim)), out: [n_group, head_dim].
@@ -38,7 +54,7 @@ class KvCache {
               float* scratch) const;
 
   // Forget a sequence's tokens (its slots are reused from position 0).
-  void clear(int seq) { (void)seq; }
+  void clear(int seq);
 
  private:
   const uint8_t* k_row(int layer, int seq, int64_t pos) const;
@@ -50,6 +66,7 @@ class KvCache {
   KvDtype dtype_;
   size_t elem_;
   std::shared_ptr<uint8_t> k_, v_;  // [layers, seqs, capacity, kv_dim]
+  std::shared_ptr<PagedKvCache> paged_;
 };
 
 }  // namespace lowbit

@@ -9,6 +9,7 @@
 #include "io/gguf.h"
 #include "io/hf_checkpoint.h"
 #include "io/llama2c.h"
+#include "model/quantized_checkpoint.h"
 #include "model/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -61,8 +62,21 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
     std::string dir = fs::is_directory(path) ? path : fs::path(path).parent_path().string();
     auto ck = std::make_shared<io::HfCheckpoint>(io::HfCheckpoint::open(dir));
     m->config = config_from_hf(ck->config);
-    m->weights = map_weights(m->config, ck->tensors, false, ck, o.dense, dir);
-    if (!ck->tokenizer.is_null()) m->tokenizer = std::make_shared<Tokenizer>(load_tokenizer_hf(ck->tokenizer, ck->tokenizer_config));
+    apply_lowbit_config_keys(ck->config, &m->config);
+    if (is_quantized_config(ck->config))
+      m->weights = load_quantized_weights(*ck, m->config, ck, o.dense);
+    else
+      m->weights = map_weights(m->config, ck->tensors, false, ck, o.dense, dir);
+    if (!ck->tokenizer.is_null()) {
+      m->tokenizer = std::make_shared<Tokenizer>(load_tokenizer_hf(ck->tokenizer, ck->tokenizer_config));
+    } else {
+      // Checkpoints exported from llama2.c sources carry the original tokenizer.bin (see lowbit quantize).
+      std::string tp = !o.tokenizer_path.empty() ? o.tokenizer_path : (fs::path(dir) / "tokenizer.bin").string();
+      if (fs::exists(tp)) {
+        auto td = io::Llama2cTokenizerData::open(tp, static_cast<int32_t>(m->config.vocab_size));
+        m->tokenizer = std::make_shared<Tokenizer>(load_tokenizer_llama2c(td));
+      }
+    }
     m->keep_alive.push_back(ck);
   } else if (m->format == "gguf") {
     auto g = std::make_shared<io::GgufFile>(io::GgufFile::open(path));

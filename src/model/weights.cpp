@@ -38,7 +38,9 @@ std::vector<std::pair<std::string, WeightMatrix*>> ModelWeights::named_matrices(
 
 size_t ModelWeights::weight_bytes() const {
   size_t b = tok_embed.nbytes();
-  if (lm_head.data != tok_embed.data) b += lm_head.nbytes();
+  // Tied: the same storage (dense data pointer, or the same QuantizedMatrix).
+  const bool tied = lm_head.data == tok_embed.data && lm_head.q == tok_embed.q;
+  if (!tied) b += lm_head.nbytes();
   auto vec = [](const std::vector<float>& v) { return v.size() * sizeof(float); };
   b += vec(final_norm);
   for (auto& L : layers) {
@@ -58,6 +60,7 @@ struct Mapper {
   std::shared_ptr<const void> owner;
   DenseMode mode;
   std::string source;
+  const WeightHook* hook = nullptr;
 
   std::string name(const std::string& hf, int layer) const {
     // hf role names -> GGUF names (llama.cpp tensor naming).
@@ -121,6 +124,7 @@ struct Mapper {
   WeightMatrix mat(const std::string& n, int64_t rows, int64_t cols) const {
     const TensorView& v = get(n, {rows, cols});
     WeightMatrix w;
+    if (hook && *hook && (*hook)(n, v, &w)) return w;
     w.rows = rows;
     w.cols = cols;
     if (v.dtype == DType::GGML_BLOCK) {
@@ -158,8 +162,9 @@ struct Mapper {
 }  // namespace
 
 ModelWeights map_weights(const ModelConfig& c, const std::map<std::string, TensorView>& tensors, bool gguf_names,
-                         std::shared_ptr<const void> owner, DenseMode mode, const std::string& source) {
-  Mapper m{c, tensors, gguf_names, std::move(owner), mode, source};
+                         std::shared_ptr<const void> owner, DenseMode mode, const std::string& source,
+                         const WeightHook& hook) {
+  Mapper m{c, tensors, gguf_names, std::move(owner), mode, source, &hook};
   ModelWeights w;
   const int64_t D = c.dim, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_dim, V = c.vocab_size;
   bool has_embed = tensors.count(m.name("embed", -1)) != 0;
@@ -169,7 +174,7 @@ ModelWeights map_weights(const ModelConfig& c, const std::map<std::string, Tenso
   if (has_head && (!c.tie_embeddings || !has_embed)) w.lm_head = m.mat(m.name("lm_head", -1), V, D);
   if (!has_embed && has_head) w.tok_embed = w.lm_head;
   if (!has_embed && !has_head) m.mat(m.name("embed", -1), V, D);  // throws the missing-tensor error
-  if (w.lm_head.data == nullptr) w.lm_head = w.tok_embed;
+  if (w.lm_head.rows == 0) w.lm_head = w.tok_embed;
   w.final_norm = m.vec(m.name("norm", -1), D);
   w.layers.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {

@@ -1,6 +1,7 @@
 // The decoder's weights, by role, in their storage formats. Every source (HF safetensors, GGUF, llama2.c) is
 // mapped onto these fields; the decoder never sees file names.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,6 +26,9 @@ struct LayerWeights {
   std::vector<float> bq, bk, bv; // [q_dim], [kv_dim], [kv_dim] when config.qkv_bias
   std::vector<float> q_norm;     // [head_dim] when config.qk_norm
   std::vector<float> k_norm;     // [head_dim] when config.qk_norm
+  // Calibrated KV-cache scales (absmax / format max of K after RoPE and of V) from a quantized checkpoint:
+  // [1] per tensor or [n_kv_heads] per head; empty when none were calibrated.
+  std::vector<float> k_scale, v_scale;
 };
 
 struct ModelWeights {
@@ -51,7 +55,11 @@ DenseMode dense_mode_from_string(const std::string& s);  // native|f32|f16|bf16;
 // Maps tensors named with Hugging Face Llama names (see io/llama2c.h) or GGUF names onto ModelWeights.
 // `gguf_names` selects the naming scheme. Missing tensors and shape mismatches give Error("model") naming the
 // tensor, its expected shape and the file. `owner` keeps the mapped files alive.
+// `hook` (optional) is asked first for every 2-D weight: it returns true when it filled `out` itself (quantized
+// checkpoints map their packed tensors this way, see model/quantized_checkpoint.h).
+using WeightHook = std::function<bool(const std::string& name, const TensorView& view, WeightMatrix* out)>;
 ModelWeights map_weights(const ModelConfig& c, const std::map<std::string, TensorView>& tensors, bool gguf_names,
-                         std::shared_ptr<const void> owner, DenseMode mode, const std::string& source);
+                         std::shared_ptr<const void> owner, DenseMode mode, const std::string& source,
+                         const WeightHook& hook = {});
 
 }  // namespace lowbit

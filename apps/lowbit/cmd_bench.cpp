@@ -1,0 +1,217 @@
+// `lowbit bench`: llama-bench-style speed measurement (load, prefill ppN, decode tgN, peak RSS, fraction of the
+// memory-bandwidth bound) and `--bandwidth`: this machine's streaming read bandwidth.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <vector>
+
+#include "apps/lowbit/cli_common.h"
+#include "apps/lowbit/command.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/parallel.h"
+#include "formats/scheme.h"
+#include "kernels/dispatch.h"
+#include "kernels/requantize.h"
+#include "model/decoder.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct BenchArgs {
+  std::string model, quantize, kv = "f32", dtype = "native";
+  int p = 512, n = 128, threads = 0, reps = 3;
+  double bw_gbs = 0;
+  bool json = false, bandwidth = false;
+};
+
+// Streaming read of a buffer much larger than the last-level cache, split over the worker threads; best of
+// `reps` passes, in bytes per second.
+double measure_read_bandwidth(size_t bytes, int reps) {
+  const size_t n = bytes / sizeof(uint64_t);
+  std::vector<uint64_t> buf(n);
+  lowbit::parallel_for(static_cast<int64_t>(n), 1 << 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) buf[i] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+  });
+  double best = 0;
+  volatile uint64_t sink = 0;
+  for (int r = 0; r < reps; ++r) {
+    const int nt = lowbit::num_threads();
+    std::vector<uint64_t> part(static_cast<size_t>(nt) * 8, 0);
+    auto t0 = Clock::now();
+    lowbit::parallel_for(static_cast<int64_t>(n), 1 << 16, [&](int64_t b, int64_t e) {
+      uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+      int64_t i = b;
+      for (; i + 4 <= e; i += 4) {
+        a0 += buf[i];
+        a1 += buf[i + 1];
+        a2 += buf[i + 2];
+        a3 += buf[i + 3];
+      }
+      for (; i < e; ++i) a0 += buf[i];
+      part[static_cast<size_t>(lowbit::thread_index()) * 8] += a0 + a1 + a2 + a3;
+    });
+    const double s = seconds_since(t0);
+    for (auto v : part) sink = sink + v;
+    best = std::max(best, static_cast<double>(n * sizeof(uint64_t)) / s);
+  }
+  return best;
+}
+
+struct Stat {
+  double mean = 0, sd = 0;
+};
+Stat stats(const std::vector<double>& v) {
+  Stat s;
+  if (v.empty()) return s;
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(v.size());
+  if (v.size() > 1) {
+    for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+    s.sd = std::sqrt(s.sd / static_cast<double>(v.size() - 1));
+  }
+  return s;
+}
+
+void run_bandwidth(const BenchArgs& a) {
+  const size_t bytes = size_t{1} << 30;  // 1 GiB >> any L3 here
+  nlohmann::json rows = nlohmann::json::array();
+  const int maxt = lowbit::num_threads();
+  if (!a.json) std::printf("| threads | read GB/s |\n|---:|---:|\n");
+  for (int t = 1; t <= maxt; ++t) {
+    lowbit::set_num_threads(t);
+    const double bw = measure_read_bandwidth(bytes, 5);
+    rows.push_back({{"threads", t}, {"read_bytes_per_second", bw}});
+    if (!a.json) std::printf("| %d | %.1f |\n", t, bw / 1e9);
+  }
+  lowbit::set_num_threads(maxt);
+  if (a.json) std::cout << nlohmann::json{{"bandwidth", rows}, {"buffer_bytes", bytes}}.dump(2) << "\n";
+}
+
+void run_model(const BenchArgs& a) {
+  using namespace lowbit;
+  if (a.model.empty()) throw UsageError("bench", "--model is required (or pass --bandwidth)");
+  if (a.p < 0 || a.n < 0 || a.reps < 1) throw UsageError("bench", "-p and -n must be >= 0 and --repetitions >= 1");
+  LoadOptions lo;
+  lo.dense = dense_mode_from_string(a.dtype);
+  auto t0 = Clock::now();
+  auto m = load_model(a.model, lo);
+  if (!a.quantize.empty()) {
+    const QuantScheme s = parse_scheme(a.quantize);
+    for (auto& [name, w] : m->weights.named_matrices()) {
+      if (name == "tok_embed" || name == "lm_head") continue;  // embeddings and classifier stay as loaded
+      *w = requantize_weight_rtn(*w, s);
+    }
+  }
+  for (auto& [name, w] : m->weights.named_matrices()) prepare_weight(*w);
+  const double load_s = seconds_since(t0);
+  const ModelConfig& c = m->config;
+  const KvDtype kvd = kv_dtype_from_string(a.kv);
+  Decoder dec(c, m->weights);
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
+  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+
+  // Bytes a decode step reads: every matrix except the embedding table (one row of it) + the KV read.
+  size_t wbytes = 0;
+  for (auto& [name, w] : m->weights.named_matrices())
+    if (name != "tok_embed") wbytes += w->nbytes();
+
+  std::vector<double> pp, tg;
+  const int64_t cap = std::max<int64_t>(1, std::max(a.p, a.n));
+  for (int r = 0; r < a.reps + 1; ++r) {  // repetition 0 warms up (page faults, plans) and is not counted
+    if (a.p > 0) {
+      KvCache kv(c, 1, cap, kvd);
+      std::vector<BatchEntry> batch;
+      for (int i = 0; i < a.p; ++i) batch.push_back({tok(rng), 0, i, i == a.p - 1});
+      auto t1 = Clock::now();
+      dec.forward(batch, kv, logits.data());
+      if (r > 0) pp.push_back(a.p / seconds_since(t1));
+    }
+    if (a.n > 0) {
+      KvCache kv(c, 1, cap, kvd);
+      auto t1 = Clock::now();
+      for (int i = 0; i < a.n; ++i) dec.forward({{tok(rng), 0, i, true}}, kv, logits.data());
+      if (r > 0) tg.push_back(a.n / seconds_since(t1));
+    }
+  }
+  const uint64_t peak = peak_rss_bytes();
+  KvCache kv1(c, 1, 1, kvd);
+  const double kv_read = static_cast<double>(kv1.bytes_per_token()) * (a.n - 1) / 2.0;  // mean positions read
+  const double bytes_per_token = static_cast<double>(wbytes) + kv_read;
+  double bw = a.bw_gbs * 1e9;
+  if (a.n > 0 && bw <= 0) bw = measure_read_bandwidth(size_t{1} << 29, 3);
+  const Stat sp = stats(pp), sg = stats(tg);
+  const double bound = bw > 0 ? bw / bytes_per_token : 0;
+  const std::string wname = a.quantize.empty() ? m->format : a.quantize;
+  const std::string backend = std::string("CPU ") + isa_name(kernel_isa());
+  if (a.json) {
+    nlohmann::json j = {{"model", a.model},
+                        {"weights", wname},
+                        {"size_bytes", wbytes},
+                        {"params", c.n_params()},
+                        {"backend", backend},
+                        {"threads", num_threads()},
+                        {"load_seconds", load_s},
+                        {"peak_rss_bytes", peak},
+                        {"kv_cache", a.kv},
+                        {"repetitions", a.reps}};
+    if (a.p > 0) j["prefill"] = {{"test", "pp" + std::to_string(a.p)}, {"tokens_per_second", sp.mean}, {"sd", sp.sd}};
+    if (a.n > 0)
+      j["decode"] = {{"test", "tg" + std::to_string(a.n)}, {"tokens_per_second", sg.mean}, {"sd", sg.sd},
+                     {"bytes_per_token", bytes_per_token}, {"read_bandwidth_bytes_per_second", bw},
+                     {"bound_tokens_per_second", bound}, {"fraction_of_bound", bound > 0 ? sg.mean / bound : 0}};
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::printf("| model | size | params | backend | threads | test | t/s | of bound |\n");
+  std::printf("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n");
+  const std::string size = app::human_bytes(static_cast<double>(wbytes));
+  const double params = static_cast<double>(c.n_params()) / 1e6;
+  if (a.p > 0)
+    std::printf("| %s | %s | %.1f M | %s | %d | pp%d | %.2f ± %.2f | |\n", wname.c_str(), size.c_str(), params,
+                backend.c_str(), num_threads(), a.p, sp.mean, sp.sd);
+  if (a.n > 0)
+    std::printf("| %s | %s | %.1f M | %s | %d | tg%d | %.2f ± %.2f | %.0f %% |\n", wname.c_str(), size.c_str(), params,
+                backend.c_str(), num_threads(), a.n, sg.mean, sg.sd, bound > 0 ? 100.0 * sg.mean / bound : 0.0);
+  std::printf("\nload %.3f s | peak RSS %s | decode reads %s/token, bound %.1f t/s at %.1f GB/s | KV %s\n", load_s,
+              app::human_bytes(static_cast<double>(peak)).c_str(), app::human_bytes(bytes_per_token).c_str(), bound,
+              bw / 1e9, a.kv.c_str());
+}
+
+void setup(CLI::App& cmd) {
+  static BenchArgs a;
+  cmd.add_option("-m,--model", a.model, "Model: a Hugging Face directory, a .gguf file or a llama2.c .bin");
+  cmd.add_option("--quantize", a.quantize,
+                 "Quantize every linear layer (not embeddings / lm_head) at load with RTN, e.g. int4:g128, q4_0, nf4");
+  cmd.add_option("-p,--n-prompt", a.p, "Prefill test: tokens in one batch (0 = skip; default 512)");
+  cmd.add_option("-n,--n-gen", a.n, "Decode test: tokens generated one by one from an empty cache (0 = skip; 128)");
+  cmd.add_option("-t,--threads", a.threads, "Threads (default: all cores)");
+  cmd.add_option("-r,--repetitions", a.reps, "Repetitions per test (mean ± sd; one extra warm-up run)");
+  cmd.add_option("--kv-cache", a.kv, "KV cache element format: f32 (default), f16, bf16");
+  cmd.add_option("--dtype", a.dtype, "Dense weights in memory: native (default), f32, f16, bf16");
+  cmd.add_option("--bw", a.bw_gbs, "Read bandwidth in GB/s for the decode bound (default: measured, ~1 s)");
+  cmd.add_flag("--bandwidth", a.bandwidth, "Only measure this machine's read bandwidth for 1..threads threads");
+  cmd.add_flag("--json", a.json, "Print one JSON object");
+  cmd.footer("Example: lowbit bench -m /tmp/qwen05-q4_0.gguf -p 128 -n 32 -r 3 --threads 2\n"
+             "         lowbit bench --bandwidth\n"
+             "The ISA tier can be lowered with LOWBIT_ISA=generic|avx2|avx512.");
+  cmd.callback([] {
+    lowbit::app::apply_threads(a.threads);
+    if (a.bandwidth) run_bandwidth(a);
+    else run_model(a);
+  });
+}
+
+}  // namespace
+
+LOWBIT_COMMAND("bench", 35, "Measure load, prefill and decode speed (llama-bench style) or memory bandwidth.", setup);

@@ -1,0 +1,70 @@
+// Google Benchmark microbenchmarks of the matmul kernels per weight format and shape (Qwen2.5-0.5B projections).
+// Counters: weight GB/s (bytes of the stored weight read per second; the decode roofline) and GFLOP/s (2*rows*cols*T).
+//   build-*/bench/bench_kernels --benchmark_filter='int4' --benchmark_min_time=0.2
+// LOWBIT_ISA=generic|avx2|avx512 selects the tier; LOWBIT_THREADS the threads.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/format.h"
+#include "formats/scheme.h"
+#include "kernels/matmul.h"
+#include "tensor/qtensor.h"
+
+namespace {
+using namespace lowbit;
+
+WeightMatrix make(const std::string& fmt, const std::string& act, int64_t rows, int64_t cols) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (auto& v : w) v = nd(rng);
+  WeightMatrix m;
+  if (fmt == "f32") m = make_f32_weight(w.data(), rows, cols);
+  else if (fmt == "bf16") m = make_half_weight(w.data(), rows, cols, WeightKind::BF16);
+  else if (fmt == "f16") m = make_half_weight(w.data(), rows, cols, WeightKind::F16);
+  else m = make_quant_weight(std::make_shared<QuantizedMatrix>(quantize_matrix(w.data(), rows, cols, parse_scheme(fmt))));
+  if (act == "a8") m.act_format = FormatId::INT8;
+  return m;
+}
+
+void BM_Matmul(benchmark::State& st, std::string fmt, std::string act, int64_t rows, int64_t cols, int64_t T) {
+  WeightMatrix w = make(fmt, act, rows, cols);
+  std::vector<float> x(static_cast<size_t>(T * cols), 0.5f), y(static_cast<size_t>(T * rows));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+  for (auto _ : st) {
+    matmul(w, x.data(), T, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double n = static_cast<double>(st.iterations());
+  st.counters["weight_GBps"] = benchmark::Counter(static_cast<double>(w.nbytes()) * n, benchmark::Counter::kIsRate,
+                                                  benchmark::Counter::kIs1000);
+  st.counters["GFLOPs"] = benchmark::Counter(2.0 * rows * cols * T * n / 1e9, benchmark::Counter::kIsRate);
+  st.SetLabel(matmul_kernel_name(w));
+}
+
+int register_all() {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{896, 896}, {4864, 896}, {896, 4864}};
+  const std::vector<std::pair<std::string, std::string>> fmts = {
+      {"f32", ""},          {"bf16", ""},           {"int8:channel", ""}, {"int8:channel", "a8"},
+      {"int4:g128", ""},    {"int4:g128", "a8"},    {"int4:g32:asym", ""}, {"int4:g32:asym", "a8"},
+      {"nf4:g64", ""},      {"mxfp4", ""},          {"nvfp4", ""},        {"e4m3:channel", ""},
+      {"q4_0", ""},         {"q8_0", ""},           {"q4_k", ""}};
+  for (const auto& [f, a] : fmts)
+    for (const auto& [r, c] : shapes)
+      for (int64_t T : {int64_t{1}, int64_t{64}}) {
+        if (f == "q4_k" && c % 256 != 0) continue;  // K-quant rows are whole 256-element super-blocks
+        const std::string name = "matmul/" + f + (a.empty() ? "" : "+" + a) + "/" + std::to_string(r) + "x" +
+                                 std::to_string(c) + "/T" + std::to_string(T);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, f, a, r, c, T)->UseRealTime()->Unit(benchmark::kMicrosecond);
+      }
+  return 0;
+}
+const int registered = register_all();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,266 @@
+#include "eval/compare_runner.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/cpu.h"
+#include "core/error.h"
+#include "core/hash.h"
+#include "core/timer.h"
+#include "core/version.h"
+#include "io/mapped_file.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace lowbit::compare {
+
+json StepRecord::to_json() const {
+  return {{"variant", variant}, {"step", step},     {"argv", argv},     {"command", shell_join(argv)},
+          {"exit_code", exit_code}, {"seconds", seconds}, {"reused", reused}, {"output", output},
+          {"error", error}};
+}
+
+std::string shell_join(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& a : argv) {
+    bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                                   "-_./:=,+%@") == std::string::npos;
+    if (!s.empty()) s += ' ';
+    if (plain) {
+      s += a;
+    } else {
+      s += '\'';
+      for (char c : a) s += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      s += '\'';
+    }
+  }
+  return s;
+}
+
+namespace {
+
+std::string read_file(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_json_atomic(const std::string& path, const json& j) {
+  std::string s = j.dump(2);
+  io::write_file_atomic(path, s.data(), s.size());
+}
+
+// Runs argv with stdout captured and stderr captured to a file (and echoed when it is a progress line).
+StepRecord run_step(const std::string& variant, const std::string& step, const std::vector<std::string>& argv,
+                    const std::string& dir) {
+  StepRecord r;
+  r.variant = variant;
+  r.step = step;
+  r.argv = argv;
+  std::string err_path = dir + "/" + step + ".stderr";
+  std::string cmd = shell_join(argv) + " 2>" + shell_join({err_path});
+  std::fprintf(stderr, "compare: [%s] %s\n", variant.c_str(), step.c_str());
+  Timer t;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) fail("compare", "cannot start '" + argv[0] + "'");
+  std::string out;
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int status = pclose(p);
+  r.seconds = t.seconds();
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  if (r.exit_code == 0) {
+    try {
+      r.output = json::parse(out);
+    } catch (const std::exception&) {
+      r.exit_code = 1;
+      r.error = "the command did not print valid JSON";
+    }
+  } else {
+    std::string e = read_file(err_path);
+    // Keep the last few lines: the [module] error is at the end.
+    size_t pos = e.size();
+    for (int lines = 0; lines < 4 && pos > 0; ++lines) {
+      pos = e.rfind('\n', pos > 1 ? pos - 2 : 0);
+      if (pos == std::string::npos) {
+        pos = 0;
+        break;
+      }
+    }
+    r.error = e.substr(pos);
+    while (!r.error.empty() && (r.error.back() == '\n' || r.error.back() == '\r')) r.error.pop_back();
+    std::fprintf(stderr, "compare: [%s] %s failed (exit %d): %s\n", variant.c_str(), step.c_str(), r.exit_code,
+                 r.error.c_str());
+  }
+  return r;
+}
+
+std::string model_hash(const std::string& model) {
+  // Hash of what defines the weights: config + tensor files (or the single checkpoint file).
+  std::vector<std::string> files;
+  if (fs::is_directory(model)) {
+    for (auto& e : fs::directory_iterator(model)) {
+      auto n = e.path().filename().string();
+      if (n == "config.json" || e.path().extension() == ".safetensors") files.push_back(e.path().string());
+    }
+  } else {
+    files.push_back(model);
+  }
+  std::sort(files.begin(), files.end());
+  std::string acc;
+  for (auto& f : files) acc += fs::path(f).filename().string() + ":" + sha256_file_hex(f) + ";";
+  return sha256_hex(acc);
+}
+
+}  // namespace
+
+json run_experiment(const Experiment& e, const RunnerOptions& o) {
+  fs::create_directories(o.out_dir + "/results");
+  fs::create_directories(o.cache_dir);
+  const std::string mhash = model_hash(e.model);
+  const std::string text_hash = sha256_file_hex(e.eval_text);
+  const std::string calib_hash = e.calib_text.empty() ? "" : sha256_file_hex(e.calib_text);
+  const std::string baseline_file = fs::absolute(o.out_dir + "/results/" + e.baseline.name + "/baseline.lbb").string();
+  std::vector<std::string> threads;
+  if (o.threads > 0) threads = {"--threads", std::to_string(o.threads)};
+
+  json variants = json::array();
+  std::vector<const VariantSpec*> all = {&e.baseline};
+  for (auto& v : e.variants) all.push_back(&v);
+  for (const VariantSpec* vp : all) {
+    const VariantSpec& v = *vp;
+    const bool is_base = vp == &e.baseline;
+    const std::string dir = o.out_dir + "/results/" + v.name;
+    fs::create_directories(dir);
+    json steps = json::object();
+    auto step = [&](const std::string& name, std::vector<std::string> argv) -> const json& {
+      const std::string path = dir + "/" + name + ".json";
+      if (!o.fresh && fs::exists(path)) {
+        try {
+          json prev = json::parse(read_file(path));
+          if (prev.value("argv", std::vector<std::string>{}) == argv && prev.value("exit_code", 1) == 0) {
+            prev["reused"] = true;
+            steps[name] = prev;
+            return steps[name];
+          }
+        } catch (const std::exception&) {
+          // A damaged result is recomputed.
+        }
+      }
+      StepRecord r = run_step(v.name, name, argv, dir);
+      write_json_atomic(path, r.to_json());
+      steps[name] = r.to_json();
+      return steps[name];
+    };
+
+    // 1. The weights this variant runs with: an offline checkpoint (cached) or the source model.
+    std::string model = e.model;
+    std::vector<std::string> wflags = {"--dtype", v.dtype};
+    if (!v.recipe.empty() && !v.online) {
+      std::string key = sha256_hex(mhash + "|" + v.recipe + "|" + calib_hash).substr(0, 16);
+      std::string ck = fs::absolute(o.cache_dir + "/ck-" + key).string();
+      std::vector<std::string> q = {o.exe, "quantize", "-m", e.model, "-r", v.recipe, "-o", ck};
+      if (!e.calib_text.empty()) q.insert(q.end(), {"-c", e.calib_text});
+      q.insert(q.end(), threads.begin(), threads.end());
+      if (fs::exists(ck + "/config.json")) {
+        steps["quantize"] = {{"step", "quantize"}, {"argv", q}, {"command", shell_join(q)}, {"exit_code", 0},
+                             {"reused", true}, {"checkpoint", ck}, {"cached", true}};
+      } else {
+        // quantize prints a table, not JSON: run it and then read the checkpoint with inspect.
+        StepRecord r = run_step(v.name, "quantize", q, dir);
+        json rec = r.to_json();
+        if (r.error == "the command did not print valid JSON") rec["exit_code"] = 0, rec["error"] = "";
+        rec["checkpoint"] = ck;
+        steps["quantize"] = rec;
+      }
+      if (steps["quantize"].value("exit_code", 1) == 0)
+        step("inspect", {o.exe, "inspect", ck, "--json"});
+      model = ck;
+      wflags.clear();
+    } else if (!v.recipe.empty()) {
+      wflags.insert(wflags.end(), {"--quantize", v.recipe});
+    }
+    std::vector<std::string> kvflags = {"--kv-cache", v.kv_cache};
+    if (!v.kv_evict.empty()) kvflags.insert(kvflags.end(), {"--kv-evict", v.kv_evict});
+    auto with = [&](std::vector<std::string> a, bool kv) {
+      a.insert(a.end(), {"-m", model});
+      a.insert(a.end(), wflags.begin(), wflags.end());
+      if (kv) a.insert(a.end(), kvflags.begin(), kvflags.end());
+      a.insert(a.end(), threads.begin(), threads.end());
+      return a;
+    };
+    const bool model_ok = !steps.contains("quantize") || steps["quantize"].value("exit_code", 1) == 0;
+    if (model_ok) {
+      std::vector<std::string> text = {"--text", e.eval_text, "--chunks", std::to_string(e.chunks),
+                                       "--no-progress"};
+      if (e.ctx > 0) text.insert(text.end(), {"--ctx", std::to_string(e.ctx)});
+      // 2. Quality: the baseline saves its distributions; variants are scored against them.
+      if (is_base) {
+        auto a = with({o.exe, "eval", "ppl", "--position-curve", "--save-baseline", baseline_file, "--json"}, true);
+        a.insert(a.end(), text.begin(), text.end());
+        step("quality", a);
+      } else {
+        auto a = with({o.exe, "eval", "kld", "--baseline", baseline_file, "--json"}, true);
+        a.insert(a.end(), {"--no-progress"});
+        step("quality", a);
+        auto p = with({o.exe, "eval", "ppl", "--position-curve", "--json"}, true);
+        p.insert(p.end(), text.begin(), text.end());
+        step("positions", p);
+      }
+      // 3. Speed and memory.
+      step("bench", with({o.exe, "bench", "-p", std::to_string(e.bench_prompt), "-n", std::to_string(e.bench_gen),
+                          "-r", std::to_string(e.bench_reps), "--json"},
+                         true));
+      std::string levels;
+      for (int c : e.concurrency) levels += (levels.empty() ? "" : ",") + std::to_string(c);
+      step("throughput", with({o.exe, "throughput", "-c", levels, "-p", std::to_string(e.tp_prompt), "-n",
+                               std::to_string(e.tp_gen), "--json"},
+                              true));
+      // 4. Greedy outputs on the fixed prompts, and batch consistency.
+      for (size_t i = 0; i < e.prompts.size(); ++i)
+        step("generate-" + std::to_string(i),
+             with({o.exe, "run", "-p", e.prompts[i], "-n", std::to_string(e.gen_tokens), "--ignore-eos", "--json"},
+                  true));
+      step("batch", with({o.exe, "eval", "batch", "--text", e.eval_text, "--json"}, true));
+    }
+    variants.push_back({{"name", v.name},
+                        {"spec", v.to_json()},
+                        {"baseline", is_base},
+                        {"model", model},
+                        {"changed", is_base ? json::array() : json(changed_variables(e.baseline, v))},
+                        {"steps", steps}});
+  }
+  const auto& cpu = cpu_features_hw();
+  json manifest = {{"model", e.model},
+                   {"model_sha256", mhash},
+                   {"eval_text", e.eval_text},
+                   {"eval_text_sha256", text_hash},
+                   {"calib_text", e.calib_text},
+                   {"calib_text_sha256", calib_hash},
+                   {"prompts", e.prompts},
+                   {"prompts_sha256", sha256_hex(json(e.prompts).dump())},
+                   {"sampling", {{"temperature", 0}, {"method", "greedy"}}},
+                   {"ctx", e.ctx},
+                   {"concurrency", e.concurrency},
+                   {"output_cap", e.gen_tokens},
+                   {"hardware", {{"cpu", cpu.model_name}, {"features", cpu.summary()},
+                                 {"cores", cpu.logical_cores}, {"ram_bytes", total_ram_bytes()}}},
+                   {"tool", {{"version", version()}, {"commit", git_commit()}, {"compiler", compiler_id()}}},
+                   {"baseline_file", baseline_file},
+                   {"cache_dir", fs::absolute(o.cache_dir).string()}};
+  std::ifstream osr("/etc/os-release");
+  std::string line;
+  while (std::getline(osr, line))
+    if (line.rfind("PRETTY_NAME=", 0) == 0) manifest["os"] = line.substr(13, line.size() - 14);
+  return {{"experiment", e.to_json()}, {"variants", variants}, {"manifest", manifest}};
+}
+
+}  // namespace lowbit::compare

@@ -1,2 +1,0 @@
-// eval rung
-namespace lowbit {}

@@ -1,0 +1,147 @@
+// The formats table: one row (FormatInfo) per number format lowbit knows. Add data, not branches: a new
+// format is one file (layout diagram + scalar reference) plus one row in format_table.cpp; tests sweep the
+// table.
+//
+// Three kinds of rows:
+//  - element formats (F32/F16/BF16, FP8, FP6, FP4, E8M0, INT*, NF4): `decode`/`encode` map one code to one
+//  value
+//    in *element units* (before any external scale). Scales live outside (see formats/scheme.h,
+//    tensor/qtensor.h).
+//  - microscaled formats (MXFP8/6/4, MXINT8, NVFP4): an element format + a block size + a native scale type;
+//  the
+//    row's decode/encode are those of the element codes. quantize_matrix stores them as codes + per-block
+//    scales.
+//  - GGUF block formats (Q4_0 ... Q6_K, IQ4_NL, ggml MXFP4): self-contained blocks; `dequantize_row` (and for
+//  a
+//    few `quantize_row`) work on whole rows of blocks, byte-compatible with llama.cpp.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lowbit {
+
+enum class FormatId : uint8_t {
+  F32,
+  F16,
+  BF16,
+  E4M3FN,
+  E5M2,
+  E4M3FNUZ,
+  E5M2FNUZ,  // FP8
+  E2M3,
+  E3M2,  // FP6
+  E2M1,  // FP4
+  E8M0,  // scale-only: 2^(E-127)
+  INT8,
+  INT4,
+  INT3,
+  INT2,
+  NF4,
+  MXFP8_E4M3,
+  MXFP8_E5M2,
+  MXFP6_E2M3,
+  MXFP6_E3M2,
+  MXFP4,
+  MXINT8,
+  NVFP4,
+  Q4_0,
+  Q4_1,
+  Q5_0,
+  Q5_1,
+  Q8_0,
+  Q2_K,
+  Q3_K,
+  Q4_K,
+  Q5_K,
+  Q6_K,
+  IQ4_NL,
+  GGML_MXFP4,
+  kCount
+};
+constexpr int kNumFormats = static_cast<int>(FormatId::kCount);
+
+enum class FormatKind : uint8_t {
+  Float,        // IEEE-like minifloat (sign, exponent, mantissa)
+  Int,          // two's-complement integer grid; codes stored offset-binary (see int_formats.cpp)
+  Lut,          // codes index a value table (NF4)
+  Scale,        // scale-only type (E8M0)
+  Microscaled,  // element format + block + native scale (MX, NVFP4)
+  GgmlBlock,    // self-contained llama.cpp block
+};
+
+// Types a scale (or zero-free step size) can be stored in. E4M3 here is "UE4M3": E4M3FN with the sign bit 0.
+enum class ScaleType : uint8_t { None, F32, F16, BF16, E4M3, E8M0 };
+
+// Routes a format can serve in the engine (bit mask).
+enum RouteBits : int { kRouteWeights = 1, kRouteActivations = 2, kRouteKv = 4 };
+
+struct FormatInfo {
+  FormatId id;
+  const char* name;  // lowbit spelling: "e4m3fn", "int4", "nf4", "mxfp4", "nvfp4", "q4_k", ...
+  FormatKind kind;
+  int bits;                // bits per element code (GGUF: nominal bits of the quants, e.g. 4 for Q4_K)
+  int block_elems;         // elements sharing one in-format scale; 1 = scales external or none
+  int block_bytes;         // GGUF: bytes per self-contained block; 0 otherwise
+  ScaleType native_scale;  // MX: E8M0, NVFP4: E4M3, others None (the scheme chooses)
+  int routes;              // RouteBits mask
+  FormatId elem;        // element code format (MXFP4 -> E2M1, NVFP4 -> E2M1, MXINT8 -> MXINT8, else itself)
+  double max_finite;    // largest finite |value| of one element code, in element units (before scaling)
+  double min_positive;  // smallest positive |value| (min subnormal for floats; 1 for ints)
+  bool has_inf, has_nan, has_neg_zero;
+  int ggml_type;                   // ggml type id, -1 if none
+  int exp_bits = 0, man_bits = 0;  // Float kind: field widths (sign bit = 1 + exp + man - 1); 0 otherwise
+  const char* description;         // one line for `lowbit formats`
+
+  // Element codec (element / microscaled rows; nullptr for GGUF rows). `encode` rounds to nearest, ties to
+  // even; saturate=true clamps finite overflow (and +-Inf) to +-max_finite, false overflows to Inf/NaN where
+  // the format has them (formats without either always saturate). NaN -> the format's NaN code; for formats
+  // without NaN it encodes +0 (quantize_matrix rejects non-finite input before this happens).
+  float (*decode)(uint32_t code) = nullptr;
+  uint32_t (*encode)(float x, bool saturate) = nullptr;
+
+  // Row codecs for GGUF block rows (n = multiple of block_elems); quantize_row is nullptr where unsupported.
+  void (*dequantize_row)(const void* src, float* dst, int64_t n) = nullptr;
+  void (*quantize_row)(const float* src, void* dst, int64_t n) = nullptr;
+
+  bool is_element() const {
+    return kind == FormatKind::Float || kind == FormatKind::Int || kind == FormatKind::Lut;
+  }
+  bool is_gguf() const { return kind == FormatKind::GgmlBlock; }
+  bool is_microscaled() const { return kind == FormatKind::Microscaled; }
+};
+
+// All rows, in FormatId order (format_table()[i].id == FormatId(i)).
+const std::vector<FormatInfo>& format_table();
+const FormatInfo& format_info(FormatId id);
+// Case-insensitive; accepts aliases ("e4m3" -> e4m3fn, "fp8" -> e4m3fn, "fp4" -> e2m1, "mxfp8" -> mxfp8_e4m3,
+// "mxfp6" -> mxfp6_e2m3, "q4_K" any case). Throws UsageError "[formats] unknown format 'int5'; did you mean
+// 'int4'? (run lowbit formats for the list)".
+const FormatInfo& format_by_name(std::string_view name);
+const FormatInfo* find_format(std::string_view name);  // nullptr when unknown
+// Row for a ggml type id, nullptr if lowbit has no codec for it (F32/F16/BF16 map to the plain rows).
+const FormatInfo* format_by_ggml_type(int ggml_type);
+
+// ---- scale types ----
+const char* scale_type_name(ScaleType t);  // "f32", "f16", "bf16", "e4m3", "e8m0", "none"
+bool scale_type_from_name(std::string_view s, ScaleType* out);
+int scale_type_bits(ScaleType t);  // 32, 16, 16, 8, 8, 0
+// Round a positive scale to what the type stores. F16/BF16/E4M3: round to nearest even (E4M3 saturates at
+// 448, tiny values may become 0). E8M0: rounds UP to a power of two (a smaller scale would clip the group
+// max), clamped to [2^-127, 2^127]. F32: identity.
+float scale_round(ScaleType t, float s);
+uint32_t scale_encode(ScaleType t, float s);  // code as stored (same rounding as scale_round)
+float scale_decode(ScaleType t, uint32_t code);
+// Store / load a scale code of `t` at p (little-endian, scale_type_bits/8 bytes).
+void scale_store(ScaleType t, uint32_t code, uint8_t* p);
+uint32_t scale_load(ScaleType t, const uint8_t* p);
+
+// ---- GGUF row codecs (throw Error for types without a codec) ----
+void dequantize_row_ggml(int ggml_type, const void* src, float* dst, int64_t n);
+void quantize_row_ggml(int ggml_type, const float* src, void* dst, int64_t n);
+
+// Edit distance helper used for "did you mean" messages (also used by scheme parsing).
+std::string closest_name(std::string_view name, const std::vector<std::string>& candidates);
+
+}  // namespace lowbit

@@ -1,2 +1,0 @@
-// io rung
-namespace lowbit {}

@@ -1,0 +1,57 @@
+#include "kernels/dispatch.h"
+
+#include <atomic>
+#include <string>
+
+#include "core/cpu.h"
+#include "core/error.h"
+
+namespace lowbit {
+namespace {
+Isa detect() {
+  const CpuFeatures& f = cpu_features();
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.fma && f.f16c) return Isa::Avx512;
+  if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
+  return Isa::Generic;
+}
+std::atomic<int>& active() {
+  static std::atomic<int> a{static_cast<int>(best_isa())};
+  return a;
+}
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Generic: return "generic";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+Isa isa_from_string(std::string_view s) {
+  if (s == "generic") return Isa::Generic;
+  if (s == "avx2") return Isa::Avx2;
+  if (s == "avx512") return Isa::Avx512;
+  throw UsageError("kernels", "unknown ISA '" + std::string(s) + "'; use generic, avx2 or avx512");
+}
+
+Isa best_isa() {
+  static const Isa b = detect();
+  return b;
+}
+
+Isa kernel_isa() { return static_cast<Isa>(active().load(std::memory_order_relaxed)); }
+
+void set_kernel_isa(Isa isa) {
+  if (static_cast<int>(isa) > static_cast<int>(best_isa())) isa = best_isa();
+  active().store(static_cast<int>(isa), std::memory_order_relaxed);
+}
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> v;
+  for (int i = 0; i <= static_cast<int>(best_isa()); ++i) v.push_back(static_cast<Isa>(i));
+  return v;
+}
+
+}  // namespace lowbit

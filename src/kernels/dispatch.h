@@ -1,0 +1,24 @@
+// Kernel ISA selection. The ISA tier is chosen once at start-up from cpu_features() (which honours the
+// LOWBIT_ISA=generic|avx2|avx512 mask), and can be lowered at run time (tests, benchmarks) with set_kernel_isa.
+//   Generic: portable C++ (no intrinsics)         Avx2: AVX2 + FMA + F16C float dot products
+//   Avx512:  AVX-512 F/BW/VL/DQ + VNNI: fused dequantize-and-multiply kernels, VNNI integer products
+// There is no AMX path: the development machine (AMD EPYC) has none, so it could not be tested (docs/kernels.md).
+#pragma once
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace lowbit {
+
+enum class Isa : uint8_t { Generic, Avx2, Avx512 };
+
+const char* isa_name(Isa isa);                // "generic", "avx2", "avx512"
+Isa isa_from_string(std::string_view s);      // UsageError for unknown names
+Isa best_isa();                               // the best tier this CPU (masked by LOWBIT_ISA) supports
+Isa kernel_isa();                             // the tier matmul() uses now (default best_isa())
+// Selects the tier for subsequent calls (process-wide; clamped to best_isa()). Not for use while another thread
+// is inside matmul().
+void set_kernel_isa(Isa isa);
+std::vector<Isa> available_isas();            // Generic .. best_isa()
+
+}  // namespace lowbit

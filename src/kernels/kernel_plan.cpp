@@ -1,0 +1,157 @@
+#include "kernels/kernel_plan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "core/error.h"
+#include "formats/format.h"
+#include "kernels/matmul.h"
+
+namespace lowbit {
+namespace {
+
+constexpr int kGgmlQ4_0 = 2, kGgmlQ8_0 = 8;
+
+std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
+  auto p = std::make_shared<KernelPlan>();
+  const FormatInfo& fi = q.scheme.info();
+  if (fi.is_gguf()) {
+    p->ggml_type = fi.ggml_type;
+    p->route = (fi.ggml_type == kGgmlQ4_0 || fi.ggml_type == kGgmlQ8_0) ? Route::GgmlQ8 : Route::Deq;
+    p->kernel = p->route == Route::GgmlQ8 ? "q8vnni" : "deq";
+    return p;
+  }
+  if (q.is_plain()) {
+    p->kernel = "deq";
+    return p;
+  }
+  const FormatInfo& ei = format_info(q.elem);
+  const bool is_int = ei.kind == FormatKind::Int;
+  p->bits = q.bits;
+  p->group = q.grid.col_block;
+  p->row_block = q.grid.row_block;
+  p->gcols = q.grid.cols;
+  p->scales = q.decoded_scales();
+  p->asym = is_int && !q.scheme.symmetric;
+  p->int_codes = is_int && (q.bits == 4 || q.bits == 8);
+  if (p->asym) {
+    p->zeros.resize(q.zeros.size());
+    for (size_t i = 0; i < q.zeros.size(); ++i) p->zeros[i] = static_cast<float>(q.zeros[i]);
+  }
+  if (q.bits <= 8) {
+    p->lut.resize(size_t{1} << q.bits);
+    for (uint32_t u = 0; u < p->lut.size(); ++u) {
+      if (is_int) p->lut[u] = static_cast<float>(static_cast<int>(u) - (p->asym ? 0 : 1 << (q.bits - 1)));
+      else p->lut[u] = ei.decode(u);
+    }
+  }
+  const int64_t G = p->group, cols = q.cols;
+  const bool one_group = G >= cols;
+  p->route = Route::Deq;
+  p->kernel = "deq";
+  if (q.bits == 4 && (one_group || G % 16 == 0)) {
+    p->route = Route::Nib;
+    p->kernel = "nib";
+  } else if (q.bits == 8 && (one_group || G % 16 == 0)) {
+    const FormatId e = q.elem;
+    bool ok = true;
+    if (is_int) p->byte_dec = p->asym ? ByteDec::Int8Asym : ByteDec::Int8Sym;
+    else if (e == FormatId::E4M3FN) p->byte_dec = ByteDec::E4M3;
+    else if (e == FormatId::E5M2) p->byte_dec = ByteDec::E5M2;
+    else ok = false;
+    if (ok) {
+      p->route = Route::Byte;
+      p->kernel = "byte";
+    }
+  }
+  // VNNI lane mapping: a chunk is 128 (INT4) or 64 (INT8) elements; lane l covers 8 (INT4) or 4 (INT8)
+  // consecutive elements, so each lane must lie inside one scale cell.
+  if (p->int_codes) {
+    const int64_t ch = q.bits == 4 ? 128 : 64, le = q.bits == 4 ? 8 : 4;
+    p->vnni_ok = one_group || G % ch == 0 || (ch % G == 0 && G % le == 0);
+  }
+  return p;
+}
+
+const KernelPlan& static_plan(Route r, const char* name, int ggml_type = -1) {
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, std::unique_ptr<KernelPlan>> plans;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = plans[{static_cast<int>(r), ggml_type}];
+  if (!slot) {
+    slot = std::make_unique<KernelPlan>();
+    slot->route = r;
+    slot->kernel = name;
+    slot->ggml_type = ggml_type;
+  }
+  return *slot;
+}
+
+}  // namespace
+
+std::shared_ptr<const KernelPlan> build_kernel_plan(const WeightMatrix& w) {
+  if (w.kind == WeightKind::Quant) return plan_for_quant(*w.q);
+  auto p = std::make_shared<KernelPlan>(kernel_plan(w));
+  return p;
+}
+
+const KernelPlan& kernel_plan(const WeightMatrix& w) {
+  if (w.plan) return *w.plan;
+  switch (w.kind) {
+    case WeightKind::F32:
+    case WeightKind::F16:
+    case WeightKind::BF16: return static_plan(Route::Dense, "dense");
+    case WeightKind::Ggml:
+      if (w.ggml_type == kGgmlQ4_0 || w.ggml_type == kGgmlQ8_0)
+        return static_plan(Route::GgmlQ8, "q8vnni", w.ggml_type);
+      return static_plan(Route::Deq, "deq", w.ggml_type);
+    case WeightKind::Quant: break;
+  }
+  // A Quant weight built without make_quant_weight: cache its plan keyed by the QuantizedMatrix, checking
+  // (weak_ptr) that the matrix at that address is still the one the plan was built for.
+  struct Entry {
+    std::weak_ptr<const QuantizedMatrix> q;
+    std::shared_ptr<const KernelPlan> plan;
+  };
+  static std::mutex mu;
+  static std::map<const QuantizedMatrix*, Entry> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  Entry& e = cache[w.q.get()];
+  auto live = e.q.lock();
+  if (!e.plan || live != w.q) {
+    e.q = w.q;
+    e.plan = plan_for_quant(*w.q);
+  }
+  return *e.plan;
+}
+
+void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* out) {
+  if (w.kind != WeightKind::Quant || p.lut.empty()) {
+    weight_row_f32(w, r, out);
+    return;
+  }
+  const QuantizedMatrix& q = *w.q;
+  const uint8_t* row = q.row_data(r);
+  const float* s = p.scale_row(r);
+  const float* z = p.zero_row(r);
+  const float* lut = p.lut.data();
+  const int bits = p.bits;
+  for (int64_t j = 0; j < p.gcols; ++j) {
+    const int64_t c0 = j * p.group, c1 = std::min(q.cols, c0 + p.group);
+    const float sj = s[j];
+    if (z) {
+      const float zj = z[j];
+      for (int64_t c = c0; c < c1; ++c) out[c] = (lut[unpack_code(row, c, bits)] - zj) * sj;
+    } else if (bits == 8) {
+      for (int64_t c = c0; c < c1; ++c) out[c] = lut[row[c]] * sj;
+    } else if (bits == 4) {
+      for (int64_t c = c0; c < c1; ++c) out[c] = lut[(row[c >> 1] >> ((c & 1) * 4)) & 15] * sj;
+    } else {
+      for (int64_t c = c0; c < c1; ++c) out[c] = lut[unpack_code(row, c, bits)] * sj;
+    }
+  }
+}
+
+}  // namespace lowbit

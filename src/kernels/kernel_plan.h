@@ -1,0 +1,92 @@
+// Internal to src/kernels: the per-weight kernel plan (which fused kernel serves a WeightMatrix, plus the small
+// side tables it needs) and the ISA-specific kernel entry points. Not part of the public API.
+//
+// Side tables are built once per weight (make_quant_weight, or lazily on the first matmul) and counted in
+// WeightMatrix::nbytes(): decoded FP32 scales [grid.rows, grid.cols] (one 4-byte float per group; this turns the
+// scale formats E8M0/E4M3/F16/NF4-dq/NVFP4-global into one multiply) and a code -> value table.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/weight.h"
+
+namespace lowbit {
+
+enum class Route : uint8_t {
+  Dense,    // F32/F16/BF16 WeightKind: dense SIMD tiles
+  Deq,      // any format: dequantize one row into L1 (scalar decoder), SIMD dot with every token
+  Nib,      // 4-bit codes (INT4 sym/asym, NF4, FP4 E2M1, MXFP4, NVFP4): in-register LUT decode + FMA
+  Byte,     // 8-bit codes (INT8 sym/asym, FP8 E4M3FN/E5M2, MXFP8): in-register decode + FMA
+  GgmlQ8,   // GGUF Q4_0 / Q8_0: activations to Q8 blocks of 32, VNNI integer dots (llama.cpp's scheme)
+};
+
+enum class ByteDec : uint8_t { Int8Sym, Int8Asym, E4M3, E5M2 };
+
+struct KernelPlan {
+  Route route = Route::Deq;
+  int bits = 0;
+  int ggml_type = -1;             // GgmlQ8: 2 = Q4_0, 8 = Q8_0
+  ByteDec byte_dec = ByteDec::Int8Sym;
+  bool int_codes = false;         // INT4 / INT8 codes: eligible for INT8-activation VNNI products
+  bool asym = false;              // INT with stored zero points
+  bool vnni_ok = false;           // group layout fits the VNNI lane mapping (see matmul_avx512.cpp)
+  int64_t group = 0;              // columns per scale cell (grid.col_block)
+  int64_t row_block = 1;          // rows per scale cell
+  int64_t gcols = 0;              // scale cells per grid row
+  std::vector<float> scales;      // [grid.rows, gcols] effective scales
+  std::vector<float> zeros;       // [grid.rows, gcols] zero points as float (INT asym), empty otherwise
+  std::vector<float> lut;         // [2^bits] code -> element value (INT sym: u - 2^(b-1); INT asym: u)
+  std::string kernel;             // "nib", "byte", "q8vnni", "deq", "dense"
+
+  size_t bytes() const { return (scales.size() + zeros.size() + lut.size()) * sizeof(float); }
+  const float* scale_row(int64_t r) const { return scales.data() + (r / row_block) * gcols; }
+  const float* zero_row(int64_t r) const { return zeros.empty() ? nullptr : zeros.data() + (r / row_block) * gcols; }
+};
+
+std::shared_ptr<const KernelPlan> build_kernel_plan(const WeightMatrix& w);
+const KernelPlan& kernel_plan(const WeightMatrix& w);  // w.plan, or a cached plan built on first use
+
+// Fast scalar dequantization of row r using the plan's tables (all routes; bit-identical to weight_row_f32).
+void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* out);
+
+namespace kern {
+// ---- generic / AVX2 ----
+float dot_f32_generic(const float* a, const float* b, int64_t n);
+float dot_f32_avx2(const float* a, const float* b, int64_t n);
+
+// ---- AVX-512 (matmul_avx512.cpp / matmul_avx512_q.cpp) ----
+float dot_f32_avx512(const float* a, const float* b, int64_t n);
+// y[t*ystride + i] = w[i,:] . x[t,:] for i < nr, t < T; w: [nr, cols] float rows (stride cols).
+void gemm_rows_f32_avx512(const float* w, int64_t nr, int64_t cols, const float* x, int64_t T, float* y,
+                          int64_t ystride);
+// Fused dot products of one code row with one float token x[cols]. s / z: the row's scale (zero) cells.
+float nib_dot_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                     const float* lut16, const float* x);
+float byte_dot_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                      ByteDec dec, const float* x);
+void nib_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                    const float* lut16, float* out);
+void byte_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                     ByteDec dec, float* out);
+
+// INT8 activations for the VNNI kernels, one token: codes laid out for the weight's bits (bits 8: natural
+// order padded to 64; bits 4: per 128-element chunk the 64 even then the 64 odd elements), plus per-chunk
+// lane sums (16 int32 per chunk: lane l sums the activation codes that meet weight lane l).
+struct QxRow {
+  const int8_t* q = nullptr;
+  const int32_t* lanesum = nullptr;
+  float scale = 0.0f;
+};
+int64_t qx_padded(int bits, int64_t cols);  // bytes of q per token
+int64_t qx_chunks(int bits, int64_t cols);  // chunks per token (16 lane sums each)
+void qx_layout_avx512(int bits, const int8_t* natural, int64_t cols, int8_t* q, int32_t* lanesum);
+float vnni_dot_avx512(int bits, const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                      const QxRow& x);
+
+// GGUF Q4_0 / Q8_0 against activations quantized to Q8 blocks of 32 (qx int8, dx one scale per block).
+float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx);
+}  // namespace kern
+
+}  // namespace lowbit

@@ -1,0 +1,272 @@
+// AVX-512 fused dequantize-and-multiply kernels for quantized weights (compiled with -mavx512* -mavx512vnni;
+// called only when the Avx512 tier is active, see dispatch.h).
+//
+//  nib:  4-bit codes. 16 code bytes -> 32 nibbles in element order (and/shift/unpack) -> vpermps through a
+//        16-entry float LUT (INT4 sym: u-8, INT4 asym: u, NF4, E2M1) -> FMA with x; one scale multiply per group.
+//  byte: 8-bit codes. INT8 via sign-extend/convert; FP8 E4M3FN/E5M2 by moving the bits into an IEEE half and
+//        converting (E4M3FN: exact up to the 2^8 bias difference, folded into the group scale).
+//  vnni: INT4/INT8 weight codes (unsigned, offset-binary) x INT8 activation codes with vpdpbusd; the zero point
+//        is removed exactly in int32 with per-lane activation sums; int32 -> float once per chunk.
+//  q8:   GGUF Q4_0 / Q8_0 x activations in Q8 blocks of 32 (llama.cpp's vec_dot_q4_0_q8_0 scheme).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/kernel_plan.h"
+
+namespace lowbit::kern {
+namespace {
+
+inline __mmask16 mask16(int64_t n) { return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1); }
+inline __mmask64 mask64(int64_t n) { return n >= 64 ? ~__mmask64{0} : ((__mmask64{1} << n) - 1); }
+
+// 16 code bytes (n valid, <= 16) -> 32 floats in element order through the LUT.
+inline void nib32(const uint8_t* p, int64_t nbytes, __m512 lut, __m512& w0, __m512& w1) {
+  const __m128i b = nbytes >= 16 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))
+                                 : _mm_maskz_loadu_epi8(mask16(nbytes), p);
+  const __m128i m = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+  w0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), lut);
+  w1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi)), lut);
+}
+
+// 16 code bytes (n valid) -> 16 floats in element units (E4M3: times 2^-8, see byte_scale).
+inline __m512 byte16(const uint8_t* p, int64_t n, ByteDec dec) {
+  const __m128i b = n >= 16 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)) : _mm_maskz_loadu_epi8(mask16(n), p);
+  switch (dec) {
+    case ByteDec::Int8Sym: return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_xor_si128(b, _mm_set1_epi8(-128))));
+    case ByteDec::Int8Asym: return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
+    case ByteDec::E4M3: {
+      const __m256i h = _mm256_cvtepu8_epi16(b);
+      const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8);
+      const __m256i mag = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7F)), 7);
+      return _mm512_cvtph_ps(_mm256_or_si256(sign, mag));
+    }
+    case ByteDec::E5M2: return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8));
+  }
+  return _mm512_setzero_ps();
+}
+inline float byte_scale(ByteDec dec, float s) { return dec == ByteDec::E4M3 ? s * 256.0f : s; }
+
+}  // namespace
+
+float nib_dot_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                     const float* lut16, const float* x) {
+  const __m512 lut = _mm512_loadu_ps(lut16);
+  const int64_t G = std::min(group, cols);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t c0 = 0, j = 0; c0 < cols; c0 += G, ++j) {
+    const int64_t c1 = std::min(cols, c0 + G);
+    __m512 ga = _mm512_setzero_ps(), gb = _mm512_setzero_ps();
+    const __m512 zv = _mm512_set1_ps(z ? z[j] : 0.0f);
+    for (int64_t c = c0; c < c1; c += 32) {
+      const int64_t n = std::min<int64_t>(32, c1 - c);
+      __m512 w0, w1;
+      nib32(row + c / 2, (n + 1) / 2, lut, w0, w1);
+      if (z) {
+        w0 = _mm512_sub_ps(w0, zv);
+        w1 = _mm512_sub_ps(w1, zv);
+      }
+      if (n == 32) {
+        ga = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + c), ga);
+        gb = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + c + 16), gb);
+      } else {
+        ga = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(mask16(n), x + c), ga);
+        if (n > 16) gb = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(mask16(n - 16), x + c + 16), gb);
+      }
+    }
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(s[j]), _mm512_add_ps(ga, gb), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+void nib_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                    const float* lut16, float* out) {
+  const __m512 lut = _mm512_loadu_ps(lut16);
+  const int64_t G = std::min(group, cols);
+  for (int64_t c0 = 0, j = 0; c0 < cols; c0 += G, ++j) {
+    const int64_t c1 = std::min(cols, c0 + G);
+    const __m512 sv = _mm512_set1_ps(s[j]), zv = _mm512_set1_ps(z ? z[j] : 0.0f);
+    for (int64_t c = c0; c < c1; c += 32) {
+      const int64_t n = std::min<int64_t>(32, c1 - c);
+      __m512 w0, w1;
+      nib32(row + c / 2, (n + 1) / 2, lut, w0, w1);
+      if (z) {
+        w0 = _mm512_sub_ps(w0, zv);
+        w1 = _mm512_sub_ps(w1, zv);
+      }
+      _mm512_mask_storeu_ps(out + c, mask16(n), _mm512_mul_ps(w0, sv));
+      if (n > 16) _mm512_mask_storeu_ps(out + c + 16, mask16(n - 16), _mm512_mul_ps(w1, sv));
+    }
+  }
+}
+
+float byte_dot_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                      ByteDec dec, const float* x) {
+  const int64_t G = std::min(group, cols);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t c0 = 0, j = 0; c0 < cols; c0 += G, ++j) {
+    const int64_t c1 = std::min(cols, c0 + G);
+    __m512 ga = _mm512_setzero_ps(), gb = _mm512_setzero_ps();
+    const __m512 zv = _mm512_set1_ps(z ? z[j] : 0.0f);
+    int64_t c = c0;
+    for (; c + 32 <= c1; c += 32) {
+      __m512 w0 = byte16(row + c, 16, dec), w1 = byte16(row + c + 16, 16, dec);
+      if (z) {
+        w0 = _mm512_sub_ps(w0, zv);
+        w1 = _mm512_sub_ps(w1, zv);
+      }
+      ga = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + c), ga);
+      gb = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + c + 16), gb);
+    }
+    for (; c < c1; c += 16) {
+      const int64_t n = std::min<int64_t>(16, c1 - c);
+      __m512 w0 = byte16(row + c, n, dec);
+      if (z) w0 = _mm512_sub_ps(w0, zv);
+      ga = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(mask16(n), x + c), ga);
+    }
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(byte_scale(dec, s[j])), _mm512_add_ps(ga, gb), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+void byte_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                     ByteDec dec, float* out) {
+  const int64_t G = std::min(group, cols);
+  for (int64_t c0 = 0, j = 0; c0 < cols; c0 += G, ++j) {
+    const int64_t c1 = std::min(cols, c0 + G);
+    const __m512 sv = _mm512_set1_ps(byte_scale(dec, s[j])), zv = _mm512_set1_ps(z ? z[j] : 0.0f);
+    for (int64_t c = c0; c < c1; c += 16) {
+      const int64_t n = std::min<int64_t>(16, c1 - c);
+      __m512 w0 = byte16(row + c, n, dec);
+      if (z) w0 = _mm512_sub_ps(w0, zv);
+      _mm512_mask_storeu_ps(out + c, mask16(n), _mm512_mul_ps(w0, sv));
+    }
+  }
+}
+
+// ---- INT8 activations (VNNI) ----
+
+int64_t qx_padded(int bits, int64_t cols) {
+  const int64_t ch = bits == 4 ? 128 : 64;
+  return (cols + ch - 1) / ch * ch;
+}
+int64_t qx_chunks(int bits, int64_t cols) { return qx_padded(bits, cols) / (bits == 4 ? 128 : 64); }
+
+void qx_layout_avx512(int bits, const int8_t* nat, int64_t cols, int8_t* q, int32_t* lanesum) {
+  const int64_t pad = qx_padded(bits, cols), nch = qx_chunks(bits, cols);
+  auto at = [&](int64_t i) -> int8_t { return i < cols ? nat[i] : int8_t{0}; };
+  if (bits == 4) {
+    for (int64_t c = 0; c < nch; ++c)
+      for (int64_t k = 0; k < 64; ++k) {
+        q[128 * c + k] = at(128 * c + 2 * k);
+        q[128 * c + 64 + k] = at(128 * c + 2 * k + 1);
+      }
+  } else {
+    for (int64_t i = 0; i < pad; ++i) q[i] = at(i);
+  }
+  const int64_t le = bits == 4 ? 8 : 4;
+  for (int64_t c = 0; c < nch; ++c)
+    for (int64_t l = 0; l < 16; ++l) {
+      int32_t sum = 0;
+      for (int64_t e = 0; e < le; ++e) sum += at(c * 16 * le + l * le + e);
+      lanesum[c * 16 + l] = sum;
+    }
+}
+
+float vnni_dot_avx512(int bits, const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                      const QxRow& x) {
+  const int64_t ch = bits == 4 ? 128 : 64, le = bits == 4 ? 8 : 4;
+  const int64_t nch = qx_chunks(bits, cols), rbytes = bits == 4 ? (cols + 1) / 2 : cols;
+  const int64_t gcols = (cols + group - 1) / group;
+  const bool one = group >= cols, big = !one && group % ch == 0;
+  const int64_t chunks_per_group = big ? group / ch : 1, groups_per_chunk = (!one && !big) ? ch / group : 0;
+  alignas(64) int32_t idx_arr[16];
+  for (int l = 0; l < 16; ++l) idx_arr[l] = groups_per_chunk ? static_cast<int32_t>(l * le / group) : 0;
+  const __m512i idx = _mm512_load_si512(idx_arr);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const int zshift = bits == 4 ? 3 : 7;
+  __m512 acc = _mm512_setzero_ps();
+  int64_t gi = 0, cnt = 0;
+  for (int64_t c = 0; c < nch; ++c) {
+    const uint8_t* p = row + c * 64;
+    const int64_t left = rbytes - c * 64;
+    const __m512i b = left >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(mask64(left), p);
+    __m512i isum;
+    if (bits == 4) {
+      const __m512i lo = _mm512_and_si512(b, m4), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+      isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(x.q + 128 * c));
+      isum = _mm512_dpbusd_epi32(isum, hi, _mm512_loadu_si512(x.q + 128 * c + 64));
+    } else {
+      isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), b, _mm512_loadu_si512(x.q + 64 * c));
+    }
+    const __m512i ls = _mm512_loadu_si512(x.lanesum + 16 * c);
+    __m512 sv;
+    if (groups_per_chunk) {
+      const int64_t base = c * groups_per_chunk;
+      const __mmask16 m = mask16(gcols - base);
+      sv = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(m, s + base));
+      if (z) {
+        const __m512i zv = _mm512_cvtps_epi32(_mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(m, z + base)));
+        isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(zv, ls));
+      } else {
+        isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(ls, zshift));
+      }
+    } else {
+      sv = _mm512_set1_ps(s[gi]);
+      if (z) isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(_mm512_set1_epi32(static_cast<int>(z[gi])), ls));
+      else isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(ls, zshift));
+      if (big && ++cnt == chunks_per_group) {
+        cnt = 0;
+        ++gi;
+      }
+    }
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sv, acc);
+  }
+  return x.scale * _mm512_reduce_add_ps(acc);
+}
+
+// ---- GGUF Q4_0 / Q8_0 x Q8 activations ----
+
+float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx) {
+  const int64_t nb = cols / 32;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const __m256i zero = _mm256_setzero_si256();
+  if (ggml_type == 2) {  // Q4_0: d (f16), qs[16]; x = d * (q - 8)
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m256i eight = _mm256_set1_epi8(8);
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = row + 18 * b;
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
+      const __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+      const __m256i wq = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + 32 * b));
+      const __m256i is = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, wq, xq), _mm256_dpbusd_epi32(zero, eight, xq));
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(h) * dx[b]);
+      if (b & 1) acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc1);
+      else acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc0);
+    }
+  } else {  // Q8_0: d (f16), qs[32] int8
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = row + 34 * b;
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + 32 * b));
+      const __m256i is = _mm256_dpbusd_epi32(zero, _mm256_abs_epi8(w), _mm256_sign_epi8(xq, w));
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(h) * dx[b]);
+      if (b & 1) acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc1);
+      else acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc0);
+    }
+  }
+  const __m256 a = _mm256_add_ps(acc0, acc1);
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+}  // namespace lowbit::kern

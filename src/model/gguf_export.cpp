@@ -1,0 +1,201 @@
+#include "model/gguf_export.h"
+
+#include <algorithm>
+#include <cstring>
+#include <cctype>
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "formats/format.h"
+#include "formats/ggml_types.h"
+#include "io/gguf.h"
+
+using nlohmann::json;
+
+namespace lowbit {
+namespace {
+
+// llama.cpp's converter reorders each head's rows from HF's [first halves | second halves] to interleaved
+// pairs: GGUF row 2i = HF row i, row 2i+1 = HF row i + head_dim/2.
+std::vector<float> permute_qk(const std::vector<float>& w, int64_t n_heads, int64_t head_dim, int64_t cols) {
+  std::vector<float> out(w.size());
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h)
+    for (int64_t i = 0; i < half; ++i)
+      for (int s = 0; s < 2; ++s) {
+        const float* src = w.data() + (h * head_dim + i + s * half) * cols;
+        std::copy(src, src + cols, out.data() + (h * head_dim + 2 * i + s) * cols);
+      }
+  return out;
+}
+
+std::string gguf_name(const std::string& hf) {
+  static const std::vector<std::pair<std::string, std::string>> kMap = {
+      {"self_attn.q_proj.weight", "attn_q.weight"},   {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},   {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},       {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},       {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},        {"mlp.down_proj.weight", "ffn_down.weight"},
+      {"input_layernorm.weight", "attn_norm.weight"}, {"post_attention_layernorm.weight", "ffn_norm.weight"}};
+  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf == "model.norm.weight") return "output_norm.weight";
+  if (hf == "lm_head.weight") return "output.weight";
+  const std::string p = "model.layers.";
+  if (hf.rfind(p, 0) == 0) {
+    size_t dot = hf.find('.', p.size());
+    std::string layer = hf.substr(p.size(), dot - p.size());
+    std::string rest = hf.substr(dot + 1);
+    for (auto& [a, b] : kMap)
+      if (rest == a) return "blk." + layer + "." + b;
+  }
+  return "";
+}
+
+int type_id(const std::string& t) {
+  // The types lowbit can write (dense, and the block types the formats library quantizes to).
+  static const std::map<std::string, int> kTypes = {{"f32", 0}, {"f16", 1}, {"bf16", 30}, {"q4_0", 2},
+                                                    {"q8_0", 8}, {"q4_k", 12}};
+  auto it = kTypes.find(t);
+  if (it == kTypes.end())
+    throw UsageError("model", "unsupported GGUF tensor type '" + t + "'; use f32, f16, bf16, q8_0, q4_0 or q4_k");
+  return it->second;
+}
+
+void tokenizer_metadata(io::GgufWriter& w, const json& tj, const ModelConfig& c) {
+  if (tj.is_null()) return;
+  const json& m = tj.at("model");
+  if (m.value("type", "") != "BPE") fail("model", "GGUF export supports BPE tokenizer.json only");
+  std::vector<std::string> tokens(static_cast<size_t>(c.vocab_size));
+  std::vector<int32_t> types(tokens.size(), 1);
+  for (auto& [piece, id] : m.at("vocab").items()) {
+    int64_t i = id.get<int64_t>();
+    if (i >= 0 && i < c.vocab_size) tokens[i] = piece;
+  }
+  if (tj.contains("added_tokens"))
+    for (const auto& a : tj["added_tokens"]) {
+      int64_t i = a.at("id").get<int64_t>();
+      if (i < 0 || i >= c.vocab_size) continue;
+      tokens[i] = a.at("content").get<std::string>();
+      types[i] = a.value("special", false) ? 3 : 4;
+    }
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i].empty()) tokens[i] = "[PAD" + std::to_string(i) + "]", types[i] = 5;
+  std::vector<std::string> merges;
+  for (const auto& mg : m.value("merges", json::array()))
+    merges.push_back(mg.is_string() ? mg.get<std::string>() : mg[0].get<std::string>() + " " + mg[1].get<std::string>());
+  bool bytelevel = tj.dump().find("\"ByteLevel\"") != std::string::npos;
+  if (bytelevel) {
+    w.set_string("tokenizer.ggml.model", "gpt2");
+    std::string d = tj.dump();
+    // llama.cpp's pre-tokenizer names: the Llama-3 regex, the Qwen2 regex, GPT-2's regex after individual
+    // digits (SmolLM), or plain GPT-2.
+    std::string pre = d.find("\\\\p{N}{1,3}") != std::string::npos ? "llama-bpe"
+                      : d.find("Split") != std::string::npos     ? "qwen2"
+                      : d.find("\"Digits\"") != std::string::npos ? "smollm"
+                                                                 : "default";
+    w.set_string("tokenizer.ggml.pre", pre);
+    w.set_array_string("tokenizer.ggml.merges", merges);
+  } else {
+    // SentencePiece-style BPE: llama.cpp's SPM merges by score, so score = -(rank of the merge creating it).
+    w.set_string("tokenizer.ggml.model", "llama");
+    std::vector<float> scores(tokens.size(), 0.0f);
+    for (size_t r = 0; r < merges.size(); ++r) {
+      auto sp = merges[r].find(' ');
+      std::string merged = merges[r].substr(0, sp) + merges[r].substr(sp + 1);
+      auto it = m.at("vocab").find(merged);
+      if (it != m.at("vocab").end()) scores[it->get<int64_t>()] = -static_cast<float>(r + 1);
+    }
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (tokens[i].size() == 6 && tokens[i].rfind("<0x", 0) == 0) types[i] = 6;
+    w.set_array_f32("tokenizer.ggml.scores", scores);
+  }
+  w.set_array_string("tokenizer.ggml.tokens", tokens);
+  w.set_array_i32("tokenizer.ggml.token_type", types);
+  w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(c.bos_id));
+  w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_id));
+}
+
+}  // namespace
+
+void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& hf, const json& tokenizer_json,
+                 const GgufExportOptions& o, const std::string& path) {
+  const int mat_type = type_id(o.type);
+  const std::string arch = c.arch == "mistral" ? "llama" : c.arch;
+  io::GgufWriter w;
+  w.set_string("general.architecture", arch);
+  w.set_string("general.name", o.name);
+  w.set_u32("general.file_type", static_cast<uint32_t>(mat_type));
+  auto k = [&](const std::string& s) { return arch + "." + s; };
+  w.set_u32(k("context_length"), static_cast<uint32_t>(c.max_seq_len));
+  w.set_u32(k("embedding_length"), static_cast<uint32_t>(c.dim));
+  w.set_u32(k("block_count"), static_cast<uint32_t>(c.n_layers));
+  w.set_u32(k("feed_forward_length"), static_cast<uint32_t>(c.ffn_dim));
+  w.set_u32(k("attention.head_count"), static_cast<uint32_t>(c.n_heads));
+  w.set_u32(k("attention.head_count_kv"), static_cast<uint32_t>(c.n_kv_heads));
+  w.set_u32(k("attention.key_length"), static_cast<uint32_t>(c.head_dim));
+  w.set_u32(k("attention.value_length"), static_cast<uint32_t>(c.head_dim));
+  w.set_f32(k("attention.layer_norm_rms_epsilon"), static_cast<float>(c.norm_eps));
+  w.set_f32(k("rope.freq_base"), static_cast<float>(c.rope_theta));
+  w.set_u32(k("vocab_size"), static_cast<uint32_t>(c.vocab_size));
+  if (c.rope_scaling.type == "linear") {
+    w.set_string(k("rope.scaling.type"), "linear");
+    w.set_f32(k("rope.scaling.factor"), static_cast<float>(c.rope_scaling.factor));
+  }
+  tokenizer_metadata(w, tokenizer_json, c);
+
+  // Tensor payloads must outlive write(): keep them here.
+  std::vector<std::vector<uint8_t>> store;
+  store.reserve(hf.size() + 2);
+  const bool interleave = arch == "llama";  // qwen2/qwen3 keep HF order and use NEOX rope in llama.cpp
+  auto add = [&](const std::string& name, const std::vector<int64_t>& shape, std::vector<float> f, bool matrix) {
+    int t = matrix ? mat_type : 0;
+    std::vector<uint8_t> bytes;
+    if (t == 0) {
+      bytes.resize(f.size() * 4);
+      std::memcpy(bytes.data(), f.data(), bytes.size());
+    } else if (t == 1 || t == 30) {
+      bytes.resize(f.size() * 2);
+      auto* h = reinterpret_cast<uint16_t*>(bytes.data());
+      for (size_t i = 0; i < f.size(); ++i) h[i] = t == 1 ? f32_to_f16(f[i]) : f32_to_bf16(f[i]);
+    } else {
+      const GgmlTypeInfo* info = ggml_type_info(t);
+      const int64_t cols = shape.back(), rows = static_cast<int64_t>(f.size()) / cols;
+      if (cols % info->block_elems)
+        throw UsageError("model", "tensor '" + name + "' has rows of " + std::to_string(cols) + " elements, not a "
+                                  "multiple of the " + std::string(info->name) + " block (" +
+                                  std::to_string(info->block_elems) + "); pick another --type");
+      const int64_t rb = ggml_row_bytes(*info, cols);
+      bytes.resize(static_cast<size_t>(rb * rows));
+      for (int64_t r = 0; r < rows; ++r) quantize_row_ggml(t, f.data() + r * cols, bytes.data() + r * rb, cols);
+    }
+    store.push_back(std::move(bytes));
+    w.add_tensor(name, t, shape, store.back().data(), store.back().size());
+  };
+  bool has_embed = hf.count("model.embed_tokens.weight") != 0;
+  for (const auto& [name, v] : hf) {
+    std::string g = gguf_name(name);
+    if (g.empty()) fail("model", "GGUF export: no llama.cpp name for tensor '" + name + "'");
+    if (v.dtype == DType::GGML_BLOCK) fail("model", "GGUF export wants dense source tensors");
+    std::vector<float> f(static_cast<size_t>(v.numel()));
+    to_f32(v, f.data());
+    bool matrix = v.shape.size() == 2;
+    if (interleave && name.find("q_proj.weight") != std::string::npos)
+      f = permute_qk(f, c.n_heads, c.head_dim, v.shape[1]);
+    if (interleave && name.find("k_proj.weight") != std::string::npos)
+      f = permute_qk(f, c.n_kv_heads, c.head_dim, v.shape[1]);
+    if (interleave && name.find("q_proj.bias") != std::string::npos) f = permute_qk(f, c.n_heads, c.head_dim, 1);
+    if (interleave && name.find("k_proj.bias") != std::string::npos) f = permute_qk(f, c.n_kv_heads, c.head_dim, 1);
+    // A tied checkpoint that stores only lm_head.weight: GGUF wants token_embd.weight (output.weight absent).
+    if (name == "lm_head.weight" && c.tie_embeddings) {
+      if (has_embed) continue;
+      g = "token_embd.weight";
+    }
+    add(g, v.shape, std::move(f), matrix);
+  }
+  w.write(path);
+}
+
+}  // namespace lowbit

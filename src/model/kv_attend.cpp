@@ -1,0 +1,179 @@
+// Attention over the paged, quantized KV cache: one head row at a time is dequantized into a head-sized tile
+// (AVX-512 for the common formats, scalar otherwise), so the cache is never widened. The scalar reference is
+// PagedKvCache::attend_reference (kv_paged.cpp), the oracle of tests/kv.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/cpu.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "kernels/matmul.h"
+#include "model/kv_paged.h"
+#include "model/kv_rotation.h"
+#include "model/rope.h"
+
+namespace lowbit {
+
+namespace {
+
+inline uint16_t ld16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+bool use_avx512() {
+  static const bool ok = [] {
+    const auto& f = cpu_features();
+    return f.avx512f && f.avx512bw && f.avx512vl && f.f16c;
+  }();
+  return ok;
+}
+
+// ---- AVX-512 decoders for 16 elements at a time (n % 16 == 0) ----
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void f16_row_avx512(const uint16_t* src, int64_t n,
+                                                                             float* out) {
+  for (int64_t i = 0; i < n; i += 16)
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void int8_row_avx512(const int8_t* src, int64_t n, float s,
+                                                                          float* out) {
+  const __m512 vs = _mm512_set1_ps(s);
+  for (int64_t i = 0; i < n; i += 16) {
+    __m512i x = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_cvtepi32_ps(x), vs));
+  }
+}
+
+// INT4 symmetric per-channel keys: codes (2 per byte, low nibble first) from element `off` (even), scales f16.
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void int4ch_row_avx512(const uint8_t* codes,
+                                                                                const uint16_t* scales, int64_t n,
+                                                                                float* out) {
+  const __m512i eight = _mm512_set1_epi32(8), mask = _mm512_set1_epi32(15);
+  const __m512i shifts = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+  for (int64_t i = 0; i < n; i += 16) {
+    // 8 bytes -> 16 lanes: lane 2j <- byte j low nibble, lane 2j+1 <- byte j high nibble.
+    __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i / 2));
+    __m512i bytes = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b8, b8));
+    __m512i u = _mm512_and_si512(_mm512_srlv_epi32(bytes, shifts), mask);
+    __m512 q = _mm512_cvtepi32_ps(_mm512_sub_epi32(u, eight));
+    __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + i)));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(q, sc));
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void axpy_avx512(float a, const float* x, int64_t n,
+                                                                           float* y) {
+  const __m512 va = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+inline void axpy(float a, const float* x, int64_t n, float* y) {
+  if (use_avx512() && n >= 16) return axpy_avx512(a, x, n, y);
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace
+
+// Fast head-row decode. Falls back to the reference codec for the less common layouts.
+void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_t off, float* out) const {
+  const int64_t hd = head_dim_;
+  const bool simd = use_avx512() && hd % 16 == 0;
+  if (e.slot < 0) {
+    const uint16_t* s = (key ? staged_k(seq, layer, -(e.slot + 1)) : staged_v(seq, layer, -(e.slot + 1))) + off;
+    if (simd) return f16_row_avx512(s, hd, out);
+    for (int64_t i = 0; i < hd; ++i) out[i] = f16_to_f32(s[i]);
+    return;
+  }
+  const LayerInfo& L = layers_[layer];
+  const KvSideLayout& S = key ? L.k : L.v;
+  const uint8_t* base = page_layer(e.slot / B_, layer);
+  const int slot = e.slot % B_;
+  const uint8_t* row = key ? base + slot * S.row_bytes : base + L.v_off + slot * S.row_bytes;
+  const uint8_t* extra = key ? base + L.k_extra : base + L.v_extra;
+  switch (S.format) {
+    case KvFormat::F32: std::memcpy(out, row + off * 4, hd * 4); return;
+    case KvFormat::F16: {
+      const auto* h = reinterpret_cast<const uint16_t*>(row) + off;
+      if (simd) return f16_row_avx512(h, hd, out);
+      for (int64_t i = 0; i < hd; ++i) out[i] = f16_to_f32(h[i]);
+      return;
+    }
+    case KvFormat::INT8: {
+      const float s = f16_to_f32(ld16(row + S.kv_dim + 2 * (off / hd)));
+      const auto* c = reinterpret_cast<const int8_t*>(row) + off;
+      if (simd) return int8_row_avx512(c, hd, s, out);
+      for (int64_t i = 0; i < hd; ++i) out[i] = static_cast<float>(c[i]) * s;
+      return;
+    }
+    case KvFormat::INT4:
+      if (S.per_channel && !S.asym && simd)
+        return int4ch_row_avx512(row + off / 2, reinterpret_cast<const uint16_t*>(extra) + off, hd, out);
+      break;
+    default: break;
+  }
+  kv_decode_range(S, row, extra, key ? L.kls : L.vls, off, hd, out);
+}
+
+void PagedKvCache::attend(int layer, int seq, int64_t n_pos, int64_t kvh, const float* q, int n_group, float* out,
+                          float* scratch) const {
+  const LayerState& st = seqs_[seq].layers[layer];
+  const int64_t hd = head_dim_, off = kvh * hd;
+  const auto end = std::lower_bound(st.entries.begin(), st.entries.end(), n_pos,
+                                    [](const Entry& e, int64_t p) { return e.pos < p; });
+  const int64_t n = end - st.entries.begin();
+  thread_local std::vector<float> qbuf, tile;
+  qbuf.resize(static_cast<size_t>(n_group * hd));
+  tile.resize(static_cast<size_t>(hd));
+  const float* qq = q;
+  if (spec_.rotate && !spec_.pre_rope) {
+    std::memcpy(qbuf.data(), q, n_group * hd * sizeof(float));
+    rotate_heads(qbuf.data(), n_group, hd);
+    qq = qbuf.data();
+  }
+  if (spec_.pre_rope && !rope_) fail("model", "KV cache with pre-RoPE keys has no RoPE bound (bind_rope)");
+  for (int64_t p = 0; p < n; ++p) {
+    const Entry& e = st.entries[p];
+    head_row(layer, seq, e, true, off, tile.data());
+    if (spec_.pre_rope) {
+      if (spec_.rotate) fwht_normalized(tile.data(), hd);
+      rope_->apply(tile.data(), 1, e.pos);
+    }
+    for (int g = 0; g < n_group; ++g) scratch[g * n + p] = dot_f32(qq + g * hd, tile.data(), hd);
+  }
+  for (int g = 0; g < n_group; ++g) {
+    float* sc = scratch + g * n;
+    std::fill(out + g * hd, out + (g + 1) * hd, 0.0f);
+    if (n == 0) continue;
+    const float mx = *std::max_element(sc, sc + n);
+    float sum = 0;
+    for (int64_t p = 0; p < n; ++p) sum += (sc[p] = std::exp(sc[p] - mx));
+    const float inv = 1.0f / sum;
+    for (int64_t p = 0; p < n; ++p) sc[p] *= inv;
+  }
+  if (spec_.evict.policy == KvEvictPolicy::H2O) {
+    // Heavy-hitter statistics: attention probability summed over the query heads; attend() runs concurrently for
+    // different (token, kv head) jobs of the same layer, hence the atomic adds.
+    for (int64_t p = 0; p < n; ++p) {
+      float a = 0;
+      for (int g = 0; g < n_group; ++g) a += scratch[g * n + p];
+      std::atomic_ref<float>(st.score[p]).fetch_add(a, std::memory_order_relaxed);
+    }
+  }
+  for (int64_t p = 0; p < n; ++p) {
+    head_row(layer, seq, st.entries[p], false, off, tile.data());
+    for (int g = 0; g < n_group; ++g) axpy(scratch[g * n + p], tile.data(), hd, out + g * hd);
+  }
+  if (spec_.rotate) rotate_heads(out, n_group, hd);
+}
+
+}  // namespace lowbit

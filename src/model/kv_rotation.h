@@ -1,0 +1,16 @@
+// Hadamard rotation of KV heads: x <- H x / sqrt(n) per head, with H the Sylvester (Walsh-Hadamard) matrix.
+// The normalised transform is orthonormal and its own inverse, so q.k is unchanged in exact arithmetic when both
+// sides are rotated, and sum_p a_p (H v_p) = H (sum_p a_p v_p) lets the cache rotate the attention output back.
+// Rotation spreads a channel outlier over the whole head before quantization (QuaRot / llama.cpp's KV rotation).
+#pragma once
+#include <cstdint>
+
+namespace lowbit {
+
+bool kv_rotation_supported(int64_t head_dim);  // power of two
+// In-place normalised fast Walsh-Hadamard transform of n = 2^k floats.
+void fwht_normalized(float* x, int64_t n);
+// Rotates n_heads consecutive heads of head_dim in place.
+void rotate_heads(float* x, int64_t n_heads, int64_t head_dim);
+
+}  // namespace lowbit

@@ -1,2 +1,0 @@
-// model rung
-namespace lowbit {}

@@ -1,0 +1,148 @@
+// AWQ scale search, SmoothQuant scales and exact scale folding (see awq.h).
+#include "quant/awq.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "kernels/matmul.h"
+#include "quant/gptq.h"
+#include "tensor/qtensor.h"
+
+namespace lowbit::quant {
+
+void scale_columns(float* w, int64_t rows, int64_t cols, const std::vector<float>& s) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) w[r * cols + j] *= s[j];
+}
+
+void divide_rows(float* w, int64_t rows, int64_t cols, const std::vector<float>& s) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) w[r * cols + j] /= s[r];
+}
+
+void divide_elements(std::vector<float>& v, const std::vector<float>& s) {
+  for (size_t j = 0; j < v.size(); ++j) v[j] /= s[j];
+}
+
+AwqResult awq_search(const std::vector<AwqTarget>& targets, int64_t cols, const std::vector<float>& mean_abs,
+                     const Eigen::MatrixXf& gram, int grid) {
+  // One task per alpha (independent), so quantize_matrix's inner parallel loops run inline.
+  std::vector<std::vector<float>> scales(static_cast<size_t>(grid + 1));
+  std::vector<double> losses(static_cast<size_t>(grid + 1), 0.0);
+  parallel_for(grid + 1, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> ws, wq;
+    for (int64_t k = b; k < e; ++k) {
+      const float alpha = static_cast<float>(k) / static_cast<float>(grid);
+      std::vector<float>& s = scales[k];
+      s.assign(static_cast<size_t>(cols), 1.0f);
+      if (k > 0) {
+        float mx = 0, mn = INFINITY;
+        for (int64_t j = 0; j < cols; ++j) {
+          s[j] = std::max(1e-4f, std::pow(std::max(mean_abs[j], 0.0f), alpha));
+          mx = std::max(mx, s[j]);
+          mn = std::min(mn, s[j]);
+        }
+        const float norm = std::sqrt(mx * mn);
+        for (auto& v : s) v /= norm;
+      }
+      double loss = 0;
+      for (const auto& t : targets) {
+        const int64_t n = t.rows * cols;
+        ws.assign(t.w, t.w + n);
+        scale_columns(ws.data(), t.rows, cols, s);
+        QuantizedMatrix q = quantize_matrix(ws.data(), t.rows, cols, t.scheme);
+        wq.resize(static_cast<size_t>(n));
+        dequantize_matrix(q, wq.data());
+        for (int64_t r = 0; r < t.rows; ++r)
+          for (int64_t j = 0; j < cols; ++j) wq[r * cols + j] /= s[j];
+        loss += output_error(t.w, wq.data(), t.rows, cols, gram);
+      }
+      losses[k] = loss;
+    }
+  });
+  AwqResult best;
+  best.loss = INFINITY;
+  best.loss_plain = losses[0];
+  for (int k = 0; k <= grid; ++k)
+    if (losses[k] < best.loss) {
+      best.loss = losses[k];
+      best.alpha = static_cast<float>(k) / static_cast<float>(grid);
+      best.scales = scales[k];
+    }
+  return best;
+}
+
+std::vector<float> smoothquant_scales(const std::vector<float>& act_max,
+                                      const std::vector<AwqTarget>& targets, int64_t cols, float alpha) {
+  std::vector<float> wmax(static_cast<size_t>(cols), 0.0f), s(static_cast<size_t>(cols), 1.0f);
+  for (const auto& t : targets)
+    for (int64_t r = 0; r < t.rows; ++r)
+      for (int64_t j = 0; j < cols; ++j) wmax[j] = std::max(wmax[j], std::fabs(t.w[r * cols + j]));
+  for (int64_t j = 0; j < cols; ++j) {
+    if (!(act_max[j] > 0) || !(wmax[j] > 0)) continue;
+    const double v = std::pow(static_cast<double>(act_max[j]), alpha) /
+                     std::pow(static_cast<double>(wmax[j]), 1.0 - alpha);
+    s[j] = static_cast<float>(std::clamp(v, 1e-5, 1e5));
+  }
+  return s;
+}
+
+namespace {
+
+// Dense float copy of a weight, or UsageError if it is quantized (scales must be folded before quantizing).
+std::vector<float> dense_copy(const WeightMatrix& w, const std::string& what) {
+  if (w.kind == WeightKind::Quant || w.kind == WeightKind::Ggml)
+    throw UsageError("quant", "cannot fold scales into " + what + ": it is already quantized");
+  std::vector<float> out(static_cast<size_t>(w.rows * w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) weight_row_f32(w, r, out.data() + r * w.cols);
+  return out;
+}
+
+void scale_cols_of(WeightMatrix& w, const std::vector<float>& s, const std::string& what) {
+  auto f = dense_copy(w, what);
+  scale_columns(f.data(), w.rows, w.cols, s);
+  w = make_f32_weight(f.data(), w.rows, w.cols);
+}
+
+void divide_rows_of(WeightMatrix& w, const std::vector<float>& s, const std::string& what) {
+  auto f = dense_copy(w, what);
+  divide_rows(f.data(), w.rows, w.cols, s);
+  w = make_f32_weight(f.data(), w.rows, w.cols);
+}
+
+}  // namespace
+
+void fold_layer_scales(Model& m, int layer, const LayerScales& s) {
+  if (layer < 0 || layer >= m.config.n_layers)
+    fail("quant", "fold_layer_scales: no layer " + std::to_string(layer));
+  LayerWeights& L = m.weights.layers[layer];
+  const std::string p = "layers." + std::to_string(layer) + ".";
+  if (!s.attn.empty()) {
+    divide_elements(L.attn_norm, s.attn);
+    scale_cols_of(L.wq, s.attn, p + "wq");
+    scale_cols_of(L.wk, s.attn, p + "wk");
+    scale_cols_of(L.wv, s.attn, p + "wv");
+  }
+  if (!s.o.empty()) {
+    if (m.config.n_heads != m.config.n_kv_heads || m.config.qkv_bias)
+      throw UsageError("quant",
+                       "o_proj scales cannot be folded into v_proj with grouped-query attention or a "
+                       "v bias (" +
+                           p + "wo)");
+    divide_rows_of(L.wv, s.o, p + "wv");
+    scale_cols_of(L.wo, s.o, p + "wo");
+  }
+  if (!s.mlp.empty()) {
+    divide_elements(L.ffn_norm, s.mlp);
+    scale_cols_of(L.w_gate, s.mlp, p + "w_gate");
+    scale_cols_of(L.w_up, s.mlp, p + "w_up");
+  }
+  if (!s.down.empty()) {
+    divide_rows_of(L.w_up, s.down, p + "w_up");
+    scale_cols_of(L.w_down, s.down, p + "w_down");
+  }
+}
+
+}  // namespace lowbit::quant

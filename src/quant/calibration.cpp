@@ -1,0 +1,222 @@
+// Calibration windows and activation statistics (see calibration.h).
+#include "quant/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/hash.h"
+#include "model/decoder.h"
+#include "model/kv_cache.h"
+#include "model/tokenizer.h"
+
+namespace lowbit::quant {
+
+nlohmann::json CalibData::to_json() const {
+  return {{"file", file},
+          {"sha256", sha256},
+          {"samples", samples},
+          {"length", length},
+          {"seed", seed},
+          {"text_tokens", text_tokens},
+          {"tokens", static_cast<int64_t>(samples) * length}};
+}
+
+CalibData load_calibration(const CalibSpec& spec, const Tokenizer& tok, int64_t max_ctx, int32_t bos_id,
+                           std::vector<std::string>* warnings) {
+  if (spec.file.empty())
+    throw UsageError("quant",
+                     "this recipe needs calibration text; pass --calib FILE (any text file, e.g. "
+                     "../shared/data/tinystories/tinystories_train_head.txt)");
+  std::ifstream in(spec.file, std::ios::binary);
+  if (!in)
+    throw UsageError("quant", "cannot open calibration file '" + spec.file + "'; check the --calib path");
+  // Calibration needs a few thousand tokens: read at most 16 MiB so a huge corpus does not stall
+  // tokenization.
+  constexpr size_t kMaxBytes = 16u << 20;
+  std::string text(kMaxBytes, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(kMaxBytes));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.empty())
+    throw UsageError("quant", "calibration file '" + spec.file + "' is empty; give a text file");
+  CalibData d;
+  d.file = spec.file;
+  d.sha256 = sha256_file_hex(spec.file);
+  d.seed = spec.seed;
+  std::vector<int32_t> ids = tok.encode(text, false);
+  d.text_tokens = static_cast<int64_t>(ids.size());
+  int64_t len = std::min<int64_t>(spec.length, max_ctx);
+  if (len < spec.length && warnings)
+    warnings->push_back("calibration length " + std::to_string(spec.length) +
+                        " capped at the model context " + std::to_string(max_ctx));
+  const bool bos = bos_id >= 0;
+  int64_t body = len - (bos ? 1 : 0);
+  if (static_cast<int64_t>(ids.size()) < body) {
+    body = static_cast<int64_t>(ids.size());
+    len = body + (bos ? 1 : 0);
+    if (warnings)
+      warnings->push_back("calibration file '" + spec.file + "' has only " + std::to_string(ids.size()) +
+                          " tokens; windows shortened to " + std::to_string(len));
+  }
+  if (body < 1) throw UsageError("quant", "calibration file '" + spec.file + "' has no tokens");
+  std::mt19937_64 rng(spec.seed);
+  const int64_t span = static_cast<int64_t>(ids.size()) - body;
+  for (int i = 0; i < spec.samples; ++i) {
+    const int64_t start = span > 0 ? static_cast<int64_t>(rng() % static_cast<uint64_t>(span + 1)) : 0;
+    std::vector<int32_t> s;
+    s.reserve(static_cast<size_t>(len));
+    if (bos) s.push_back(bos_id);
+    s.insert(s.end(), ids.begin() + start, ids.begin() + start + body);
+    d.seqs.push_back(std::move(s));
+  }
+  d.samples = spec.samples;
+  d.length = static_cast<int>(len);
+  return d;
+}
+
+int site_index(ActSite s) {
+  switch (s) {
+    case ActSite::AttnIn:
+      return 0;
+    case ActSite::OIn:
+      return 1;
+    case ActSite::MlpIn:
+      return 2;
+    case ActSite::DownIn:
+      return 3;
+    case ActSite::KeyOut:
+      return 4;
+    case ActSite::ValueOut:
+      return 5;
+    case ActSite::LayerOut:
+      return -1;
+  }
+  return -1;
+}
+
+void SiteStats::add(const float* x, int64_t T, int64_t c) {
+  if (cols == 0) {
+    cols = c;
+    sum_abs.assign(static_cast<size_t>(c), 0.0);
+    sum_sq.assign(static_cast<size_t>(c), 0.0);
+    max_abs.assign(static_cast<size_t>(c), 0.0f);
+    if (want_gram) gram = Eigen::MatrixXf::Zero(c, c);
+  }
+  if (c != cols)
+    fail("quant", "activation width changed between batches (" + std::to_string(cols) + " -> " +
+                      std::to_string(c) + ")");
+  for (int64_t t = 0; t < T; ++t) {
+    const float* r = x + t * c;
+    for (int64_t j = 0; j < c; ++j) {
+      const float a = std::fabs(r[j]);
+      sum_abs[j] += a;
+      sum_sq[j] += static_cast<double>(r[j]) * r[j];
+      if (a > max_abs[j]) max_abs[j] = a;
+    }
+  }
+  if (want_gram) {
+    Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> X(x, T, c);
+    gram.selfadjointView<Eigen::Lower>().rankUpdate(X.transpose());
+  }
+  n += T;
+}
+
+std::vector<float> SiteStats::mean_abs() const {
+  std::vector<float> m(static_cast<size_t>(cols));
+  for (int64_t j = 0; j < cols; ++j)
+    m[j] = n ? static_cast<float>(sum_abs[j] / static_cast<double>(n)) : 0.0f;
+  return m;
+}
+
+std::vector<float> SiteStats::mean_sq() const {
+  std::vector<float> m(static_cast<size_t>(cols));
+  for (int64_t j = 0; j < cols; ++j) m[j] = n ? static_cast<float>(sum_sq[j] / static_cast<double>(n)) : 0.0f;
+  return m;
+}
+
+float SiteStats::absmax() const {
+  float a = 0.0f;
+  for (float v : max_abs) a = std::max(a, v);
+  return a;
+}
+
+void SiteStats::divide_channels(const std::vector<float>& s) {
+  for (int64_t j = 0; j < cols; ++j) {
+    sum_abs[j] /= s[j];
+    sum_sq[j] /= static_cast<double>(s[j]) * s[j];
+    max_abs[j] /= s[j];
+  }
+  if (gram.size() > 0) {
+    // Only the lower triangle is accumulated (rankUpdate); symmetrise before scaling.
+    Eigen::MatrixXf full = gram.selfadjointView<Eigen::Lower>();
+    gram = full;
+    for (int64_t a = 0; a < cols; ++a)
+      for (int64_t b = 0; b < cols; ++b) gram(a, b) /= s[a] * s[b];
+  }
+}
+
+namespace {
+
+struct StopForward {};
+
+class StatsObserver : public ActivationObserver {
+ public:
+  StatsObserver(std::vector<LayerStats>* out, int first, int last) : out_(out), first_(first), last_(last) {}
+  void observe(int layer, ActSite site, const float* x, int64_t T, int64_t cols) override {
+    if (site == ActSite::LayerOut) {
+      if (layer >= last_) throw StopForward{};
+      return;
+    }
+    if (layer < first_ || layer > last_) return;
+    const int i = site_index(site);
+    if (i >= 0) (*out_)[layer - first_].sites[i].add(x, T, cols);
+  }
+
+ private:
+  std::vector<LayerStats>* out_;
+  int first_, last_;
+};
+
+}  // namespace
+
+std::vector<LayerStats> collect_stats(const Model& m, const CalibData& d, int first, int last, bool gram,
+                                      int batch_seqs) {
+  if (first < 0 || last >= m.config.n_layers || first > last)
+    fail("quant",
+         "collect_stats: bad layer range [" + std::to_string(first) + ", " + std::to_string(last) + "]");
+  std::vector<LayerStats> out(static_cast<size_t>(last - first + 1));
+  for (auto& L : out)
+    for (int s = 0; s < 4; ++s) L.sites[s].want_gram = gram;
+  StatsObserver obs(&out, first, last);
+  Decoder dec(m.config, m.weights);
+  dec.set_observer(&obs);
+  const int n = static_cast<int>(d.seqs.size());
+  std::vector<float> logits(static_cast<size_t>(m.config.vocab_size));
+  for (int b0 = 0; b0 < n; b0 += batch_seqs) {
+    const int nb = std::min(batch_seqs, n - b0);
+    int64_t cap = 1;
+    std::vector<BatchEntry> batch;
+    for (int s = 0; s < nb; ++s) {
+      const auto& seq = d.seqs[b0 + s];
+      cap = std::max<int64_t>(cap, static_cast<int64_t>(seq.size()));
+      for (size_t p = 0; p < seq.size(); ++p) batch.push_back({seq[p], s, static_cast<int64_t>(p), false});
+    }
+    KvCache kv(m.config, nb, cap, KvDtype::F32);
+    try {
+      dec.forward(batch, kv, logits.data());
+    } catch (const StopForward&) {
+    }
+  }
+  for (auto& L : out)
+    for (auto& s : L.sites)
+      if (s.gram.size() > 0) {
+        Eigen::MatrixXf full = s.gram.selfadjointView<Eigen::Lower>();  // full symmetric matrix
+        s.gram = full;
+      }
+  return out;
+}
+
+}  // namespace lowbit::quant

@@ -1,0 +1,64 @@
+// Calibration: token windows sampled from any text file, and the statistics of every linear layer's input
+// gathered through the decoder's ActivationObserver (per-channel |x| mean / max, mean x^2, and optionally the
+// Gram matrix X^T X that GPTQ and AWQ need).
+#pragma once
+#include <Eigen/Dense>
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "model/observer.h"
+#include "quant/recipe.h"
+
+namespace lowbit::quant {
+
+struct CalibData {
+  std::string file, sha256;
+  int samples = 0, length = 0;
+  uint64_t seed = 0;
+  int64_t text_tokens = 0;                 // tokens in the whole file
+  std::vector<std::vector<int32_t>> seqs;  // [samples][length]: BOS + a window of the text
+  nlohmann::json to_json() const;
+};
+
+// Tokenizes the file and draws `samples` windows of `length` tokens (BOS first) at seeded random offsets.
+// The length is capped at the model's context; short files give fewer/shorter windows (with a warning).
+// Throws UsageError("quant") for a missing/empty file.
+CalibData load_calibration(const CalibSpec& spec, const Tokenizer& tok, int64_t max_ctx, int32_t bos_id,
+                           std::vector<std::string>* warnings);
+
+// Running statistics of one activation site, over n tokens of `cols` channels.
+struct SiteStats {
+  int64_t cols = 0, n = 0;
+  std::vector<double> sum_abs, sum_sq;  // [cols]
+  std::vector<float> max_abs;           // [cols]
+  Eigen::MatrixXf gram;                 // [cols, cols] sum over tokens of x x^T, when requested (else empty)
+  bool want_gram = false;
+
+  void add(const float* x, int64_t T, int64_t c);
+  std::vector<float> mean_abs() const;
+  std::vector<float> mean_sq() const;
+  float absmax() const;
+  // The input is divided per channel by s (a scale folded into the layer before): update every statistic.
+  void divide_channels(const std::vector<float>& s);
+};
+
+// Sites of a layer in this order: AttnIn, OIn, MlpIn, DownIn, KeyOut, ValueOut.
+constexpr int kNumSites = 6;
+int site_index(ActSite s);  // -1 for sites not collected (LayerOut)
+struct LayerStats {
+  std::array<SiteStats, kNumSites> sites;
+  SiteStats& at(ActSite s) { return sites[site_index(s)]; }
+  const SiteStats& at(ActSite s) const { return sites[site_index(s)]; }
+};
+
+// Runs the calibration windows through the model (batches of `batch_seqs` sequences) and returns statistics
+// for layers [first, last]; the forward pass stops after layer `last` (cheap for early layers). `gram` adds
+// X^T X for the four linear-input sites.
+std::vector<LayerStats> collect_stats(const Model& m, const CalibData& d, int first, int last, bool gram,
+                                      int batch_seqs = 8);
+
+}  // namespace lowbit::quant

@@ -1,0 +1,414 @@
+// Quantized checkpoint writer (see checkpoint_writer.h).
+#include "quant/checkpoint_writer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "core/hash.h"
+#include "core/version.h"
+#include "io/safetensors.h"
+#include "kernels/matmul.h"
+#include "model/quantized_checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace lowbit::quant {
+namespace {
+
+using nlohmann::json;
+
+struct Files {
+  std::string dir;
+  int written = 0;
+  int fail_after = -1;
+  std::vector<std::string> names;
+  void done(const std::string& name) {
+    names.push_back(name);
+    if (fail_after >= 0 && ++written >= fail_after)
+      fail("quant", "injected failure after writing " + name + " (test hook WriteOptions::fail_after_files)");
+  }
+  void write_json(const std::string& name, const json& j) {
+    std::ofstream out(fs::path(dir) / name);
+    out << j.dump(2) << "\n";
+    if (!out)
+      fail("quant", "cannot write " + (fs::path(dir) / name).string() + "; check disk space and permissions");
+    out.close();
+    done(name);
+  }
+  void copy(const fs::path& src, const std::string& name) {
+    std::error_code ec;
+    fs::copy_file(src, fs::path(dir) / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) fail("quant", "cannot copy " + src.string() + " to " + dir + ": " + ec.message());
+    done(name);
+  }
+};
+
+// Tensors to write; `store` owns the bytes that do not live in the model.
+struct TensorSet {
+  std::deque<std::vector<uint8_t>> store;
+  std::vector<io::TensorToWrite> list;
+  void add_bytes(const std::string& name, DType dt, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
+    store.push_back(std::move(bytes));
+    list.push_back({name, dt, std::move(shape), store.back().data(), store.back().size()});
+  }
+  void add_floats(const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape = {}) {
+    std::vector<uint8_t> b(v.size() * 4);
+    if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+    if (shape.empty()) shape = {static_cast<int64_t>(v.size())};
+    add_bytes(name, DType::F32, std::move(shape), std::move(b));
+  }
+};
+
+void add_matrix(TensorSet& ts, const std::string& module, const WeightMatrix& w) {
+  if (w.kind == WeightKind::Quant) {
+    for (auto& p : pack_quantized(*w.q))
+      ts.add_bytes(module + "." + p.suffix, p.dtype, p.shape, std::move(p.bytes));
+    if (w.act_format != FormatId::F32 && w.act_static_scale > 0)
+      ts.add_floats(module + ".input_scale", {w.act_static_scale}, {1});
+    return;
+  }
+  if (w.kind == WeightKind::F32 || w.kind == WeightKind::F16 || w.kind == WeightKind::BF16) {
+    const DType dt = w.kind == WeightKind::F32   ? DType::F32
+                     : w.kind == WeightKind::F16 ? DType::F16
+                                                 : DType::BF16;
+    const size_t n = w.row_bytes() * static_cast<size_t>(w.rows);
+    ts.add_bytes(module + ".weight", dt, {w.rows, w.cols}, std::vector<uint8_t>(w.data, w.data + n));
+    return;
+  }
+  // GGUF blocks kept unquantized by the recipe: widen to float32 (safetensors has no ggml block dtype).
+  std::vector<float> f(static_cast<size_t>(w.rows * w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) weight_row_f32(w, r, f.data() + r * w.cols);
+  ts.add_floats(module + ".weight", f, {w.rows, w.cols});
+}
+
+json hf_config(const Model& m, bool tied) {
+  json cfg;
+  const fs::path src_cfg = fs::path(m.path).filename() == "config.json" ? fs::path(m.path)
+                           : fs::is_directory(m.path)                   ? fs::path(m.path) / "config.json"
+                                                      : fs::path(m.path).parent_path() / "config.json";
+  if (m.format == "hf" && fs::exists(src_cfg)) {
+    std::ifstream in(src_cfg);
+    cfg = json::parse(in, nullptr, false);
+    if (cfg.is_discarded()) cfg = json::object();
+    cfg.erase("quantization_config");
+  }
+  const ModelConfig& c = m.config;
+  if (!cfg.contains("model_type")) {
+    const std::string mt = c.arch == "smollm" ? "llama" : c.arch;
+    static const std::map<std::string, std::string> archs = {{"llama", "LlamaForCausalLM"},
+                                                             {"mistral", "MistralForCausalLM"},
+                                                             {"qwen2", "Qwen2ForCausalLM"},
+                                                             {"qwen3", "Qwen3ForCausalLM"}};
+    cfg["architectures"] = {archs.count(mt) ? archs.at(mt) : "LlamaForCausalLM"};
+    cfg["model_type"] = mt;
+    cfg["hidden_size"] = c.dim;
+    cfg["intermediate_size"] = c.ffn_dim;
+    cfg["num_attention_heads"] = c.n_heads;
+    cfg["num_key_value_heads"] = c.n_kv_heads;
+    cfg["num_hidden_layers"] = c.n_layers;
+    cfg["head_dim"] = c.head_dim;
+    cfg["vocab_size"] = c.vocab_size;
+    cfg["max_position_embeddings"] = c.max_seq_len;
+    cfg["rms_norm_eps"] = c.norm_eps;
+    cfg["rope_theta"] = c.rope_theta;
+    cfg["hidden_act"] = "silu";
+    cfg["bos_token_id"] = c.bos_id;
+    cfg["eos_token_id"] = c.eos_id;
+    cfg["torch_dtype"] = "float32";
+    if (c.qkv_bias && mt != "qwen2") cfg["attention_bias"] = true;
+    if (c.rope_scaling.type != "none") {
+      cfg["rope_scaling"] = {{"rope_type", c.rope_scaling.type}, {"factor", c.rope_scaling.factor}};
+      if (c.rope_scaling.type == "llama3") {
+        cfg["rope_scaling"]["low_freq_factor"] = c.rope_scaling.low_freq_factor;
+        cfg["rope_scaling"]["high_freq_factor"] = c.rope_scaling.high_freq_factor;
+        cfg["rope_scaling"]["original_max_position_embeddings"] = c.rope_scaling.original_max_position;
+      }
+    }
+    cfg["lowbit_source_format"] = m.format;
+  }
+  // Hugging Face llama/mistral assume the "half" RoPE pairing; llama2.c and GGUF llama rows are interleaved
+  // and are kept as they are (permuting rows would change 2-D block scales), so the pairing is recorded
+  // explicitly.
+  if (c.rope_style == RopeStyle::Interleaved) cfg["lowbit_rope_style"] = "interleaved";
+  cfg["tie_word_embeddings"] = tied;
+  return cfg;
+}
+
+json quantization_config(const Model& m, const QuantReport& rep,
+                         std::vector<std::pair<std::string, const WeightMatrix*>>& mats) {
+  struct Group {
+    QuantScheme s;
+    FormatId act;
+    bool st;
+    std::vector<std::string> modules;
+  };
+  std::map<std::string, Group> groups;
+  std::vector<std::string> ignore;
+  bool embed_quantized = false;
+  for (auto& [name, w] : mats) {
+    const std::string hf = hf_module_name(name);
+    if (w->kind != WeightKind::Quant) {
+      if (name != "tok_embed") ignore.push_back(hf);
+      continue;
+    }
+    if (name == "tok_embed") embed_quantized = true;
+    const bool st = w->act_format != FormatId::F32 && w->act_static_scale > 0;
+    const std::string key =
+        to_string(w->q->scheme) + "|" + format_info(w->act_format).name + "|" + (st ? "s" : "d");
+    auto& g = groups[key];
+    g.s = w->q->scheme;
+    g.act = w->act_format;
+    g.st = st;
+    g.modules.push_back(hf);
+  }
+  json cg = json::object();
+  std::set<std::string> layouts;
+  int i = 0;
+  const bool single = groups.size() == 1 && !embed_quantized;
+  for (auto& [key, g] : groups) {
+    json w = ct_args_from_scheme(g.s);
+    if (rep.recipe.algorithm == Algorithm::Gptq && rep.recipe.gptq_act_order &&
+        g.s.gran == Granularity::Group)
+      w["actorder"] = "static";
+    else
+      w["actorder"] = nullptr;
+    json act = nullptr;
+    if (g.act != FormatId::F32) {
+      const FormatInfo& fi = format_info(g.act);
+      act = {{"num_bits", fi.bits},     {"type", fi.kind == FormatKind::Int ? "int" : "float"},
+             {"symmetric", true},       {"strategy", g.st ? "tensor" : "token"},
+             {"dynamic", !g.st},        {"observer", g.st ? json("minmax") : json(nullptr)},
+             {"lowbit_format", fi.name}};
+    }
+    const std::string layout = layout_name(checkpoint_layout(g.s, 2));
+    layouts.insert(layout);
+    json targets = single ? json::array({"Linear"}) : json(g.modules);
+    cg["group_" + std::to_string(i++)] = {{"targets", targets},       {"weights", w},
+                                          {"input_activations", act}, {"output_activations", nullptr},
+                                          {"format", layout},         {"lowbit_scheme", to_string(g.s)}};
+  }
+  json kv = nullptr;
+  if (rep.recipe.kv.enabled()) {
+    const FormatInfo& fi = format_info(rep.recipe.kv.format);
+    kv = {{"num_bits", fi.bits}, {"type", fi.kind == FormatKind::Int ? "int" : "float"},
+          {"symmetric", true},   {"strategy", rep.recipe.kv.per_head ? "attn_head" : "tensor"},
+          {"dynamic", false},    {"lowbit_format", fi.name}};
+  }
+  (void)m;
+  return {{"quant_method", "compressed-tensors"},
+          {"format", layouts.size() == 1 ? *layouts.begin() : std::string("mixed-precision")},
+          {"quantization_status", "compressed"},
+          {"config_groups", cg},
+          {"ignore", ignore},
+          {"kv_cache_scheme", kv},
+          {"lowbit_version", version()},
+          {"lowbit_recipe", rep.recipe.name}};
+}
+
+std::string find_llama2c_tokenizer(const std::string& model_path, const std::string& given) {
+  if (!given.empty()) return given;
+  fs::path dir = fs::path(model_path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (fs::exists(dir / "tokenizer.bin")) return (dir / "tokenizer.bin").string();
+  std::vector<fs::path> cands;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(dir, ec)) {
+    auto n = e.path().filename().string();
+    if (n.rfind("tok", 0) == 0 && e.path().extension() == ".bin" && e.path() != fs::path(model_path))
+      cands.push_back(e.path());
+  }
+  return cands.size() == 1 ? cands[0].string() : "";
+}
+
+json source_files(const Model& m) {
+  json files = json::array();
+  std::error_code ec;
+  if (fs::is_directory(m.path, ec)) {
+    std::vector<fs::path> ps;
+    for (auto& e : fs::directory_iterator(m.path, ec))
+      if (e.path().extension() == ".safetensors" || e.path().filename() == "config.json")
+        ps.push_back(e.path());
+    std::sort(ps.begin(), ps.end());
+    for (auto& p : ps)
+      files.push_back({{"file", p.filename().string()}, {"sha256", sha256_file_hex(p.string())}});
+  } else if (fs::is_regular_file(m.path, ec)) {
+    files.push_back({{"file", fs::path(m.path).filename().string()}, {"sha256", sha256_file_hex(m.path)}});
+  }
+  return files;
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, const std::string& out_dir,
+                                       const WriteOptions& o) {
+  if (out_dir.empty()) throw UsageError("quant", "no output directory; pass --out DIR");
+  const fs::path out = fs::absolute(fs::path(out_dir)).lexically_normal();
+  std::error_code ec;
+  if (fs::exists(out, ec) && !o.force)
+    throw UsageError("quant", "output directory '" + out_dir +
+                                  "' already exists; choose another --out or pass "
+                                  "--force to replace it");
+  if (!out.parent_path().empty()) fs::create_directories(out.parent_path(), ec);
+  std::string tmpl = out.string() + ".tmp-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data()))
+    fail("quant", "cannot create a temporary directory next to '" + out_dir + "': " + std::strerror(errno));
+  const std::string tmp(buf.data());
+  WriteResult res;
+  try {
+    Files files;
+    files.dir = tmp;
+    files.fail_after = o.fail_after_files;
+    ModelWeights& W =
+        const_cast<ModelWeights&>(m.weights);  // named_matrices() is non-const; nothing is modified
+    auto named = W.named_matrices();
+    const bool tied =
+        m.weights.lm_head.data == m.weights.tok_embed.data && m.weights.lm_head.q == m.weights.tok_embed.q;
+    std::vector<std::pair<std::string, const WeightMatrix*>> mats;
+    for (auto& [n, w] : named)
+      if (!(n == "lm_head" && tied)) mats.push_back({n, w});
+    // ---- tensors ----
+    TensorSet ts;
+    for (auto& [n, w] : mats) add_matrix(ts, hf_module_name(n), *w);
+    const ModelConfig& c = m.config;
+    ts.add_floats("model.norm.weight", m.weights.final_norm);
+    for (int64_t i = 0; i < c.n_layers; ++i) {
+      const LayerWeights& L = m.weights.layers[i];
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      ts.add_floats(p + "input_layernorm.weight", L.attn_norm);
+      ts.add_floats(p + "post_attention_layernorm.weight", L.ffn_norm);
+      if (c.qkv_bias) {
+        ts.add_floats(p + "self_attn.q_proj.bias", L.bq);
+        ts.add_floats(p + "self_attn.k_proj.bias", L.bk);
+        ts.add_floats(p + "self_attn.v_proj.bias", L.bv);
+      }
+      if (c.qk_norm) {
+        ts.add_floats(p + "self_attn.q_norm.weight", L.q_norm);
+        ts.add_floats(p + "self_attn.k_norm.weight", L.k_norm);
+      }
+      if (!L.k_scale.empty()) ts.add_floats(p + "self_attn.k_scale", L.k_scale);
+      if (!L.v_scale.empty()) ts.add_floats(p + "self_attn.v_scale", L.v_scale);
+    }
+    if (!m.weights.rope_freq_factors.empty())
+      fail("quant",
+           "this model uses GGUF rope_freqs factors, which an HF checkpoint cannot carry; quantize the "
+           "Hugging Face original instead");
+    // ---- config ----
+    json cfg = hf_config(m, tied);
+    cfg["quantization_config"] = quantization_config(m, rep, mats);
+    files.write_json("config.json", cfg);
+    // ---- safetensors (sharded above o.shard_bytes) ----
+    std::sort(ts.list.begin(), ts.list.end(), [](auto& a, auto& b) { return a.name < b.name; });
+    int64_t total = 0;
+    for (auto& t : ts.list) total += static_cast<int64_t>(t.nbytes);
+    std::vector<std::vector<io::TensorToWrite>> shards(1);
+    int64_t cur = 0;
+    for (auto& t : ts.list) {
+      if (cur > 0 && cur + static_cast<int64_t>(t.nbytes) > o.shard_bytes && total > o.shard_bytes) {
+        shards.emplace_back();
+        cur = 0;
+      }
+      shards.back().push_back(t);
+      cur += static_cast<int64_t>(t.nbytes);
+    }
+    const std::map<std::string, std::string> meta = {{"format", "pt"}, {"lowbit_version", version()}};
+    if (shards.size() == 1) {
+      io::write_safetensors((fs::path(tmp) / "model.safetensors").string(), shards[0], meta);
+      files.done("model.safetensors");
+    } else {
+      json wm = json::object();
+      for (size_t s = 0; s < shards.size(); ++s) {
+        char name[64];
+        std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+        io::write_safetensors((fs::path(tmp) / name).string(), shards[s], meta);
+        for (auto& t : shards[s]) wm[t.name] = name;
+        files.done(name);
+      }
+      files.write_json("model.safetensors.index.json",
+                       {{"metadata", {{"total_size", total}}}, {"weight_map", wm}});
+    }
+    res.shards = static_cast<int>(shards.size());
+    // ---- tokenizer ----
+    json tok = {{"files", json::array()}};
+    if (m.format == "hf") {
+      fs::path sdir = fs::is_directory(m.path) ? fs::path(m.path) : fs::path(m.path).parent_path();
+      for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                            "generation_config.json", "tokenizer.model", "tokenizer.bin"})
+        if (fs::exists(sdir / f)) {
+          files.copy(sdir / f, f);
+          tok["files"].push_back(f);
+        }
+    } else if (m.format == "llama2c") {
+      const std::string tp = find_llama2c_tokenizer(m.path, o.tokenizer_path);
+      if (!tp.empty()) {
+        files.copy(tp, "tokenizer.bin");
+        tok["files"].push_back("tokenizer.bin");
+        tok["source"] = tp;
+        tok["note"] =
+            "llama2.c tokenizer.bin copied as is (lowbit loads it; Hugging Face tools need a conversion)";
+      }
+      fs::path spm = fs::path(m.path).parent_path() / "tokenizer.model";
+      if (fs::exists(spm)) {
+        files.copy(spm, "tokenizer.model");
+        tok["files"].push_back("tokenizer.model");
+      }
+    } else {
+      tok["note"] = m.format == "gguf"
+                        ? "GGUF source: the tokenizer lives in the GGUF metadata and was not exported"
+                        : "the source has no tokenizer files to copy";
+    }
+    // ---- manifest ----
+    json manifest = rep.to_json();
+    manifest["tool"] = {
+        {"name", "lowbit"}, {"version", version()}, {"commit", git_commit()}, {"compiler", compiler_id()}};
+    manifest["created_utc"] = utc_now();
+    manifest["source"] = {
+        {"path", m.path}, {"format", m.format}, {"files", source_files(m)}, {"config", c.to_json()}};
+    manifest["tokenizer"] = tok;
+    manifest["unquantized"] = json::array();
+    for (auto& t : rep.tensors)
+      if (!t.quantized)
+        manifest["unquantized"].push_back({{"name", t.name}, {"dtype", t.scheme}, {"reason", t.reason}});
+    files.write_json("lowbit_manifest.json", manifest);
+    // ---- publish ---- (mkdtemp makes the directory 0700 and copies keep read-only source modes)
+    const auto rw =
+        fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read;
+    for (auto& f : files.names) fs::permissions(fs::path(tmp) / f, rw, ec);
+    fs::permissions(tmp, rw | fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, ec);
+    for (auto& f : files.names) res.bytes += static_cast<int64_t>(fs::file_size(fs::path(tmp) / f));
+    res.files = files.names;
+    if (fs::exists(out, ec)) {
+      // --force: move the old directory aside first so a failed rename never loses both.
+      const std::string old = out.string() + ".old-" + std::to_string(std::time(nullptr));
+      fs::rename(out, old);
+      fs::rename(tmp, out);
+      fs::remove_all(old, ec);
+    } else {
+      fs::rename(tmp, out);
+    }
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  res.dir = out.string();
+  return res;
+}
+
+}  // namespace lowbit::quant

@@ -1,0 +1,36 @@
+// Writes a quantized model as a Hugging Face style directory (layouts: model/quantized_checkpoint.h):
+//   config.json                 the model config + quantization_config (compressed-tensors; lowbit_*
+//   extension keys) model.safetensors           or model-0000i-of-0000n.safetensors +
+//   model.safetensors.index.json when large tokenizer files             copied from the source (HF:
+//   tokenizer.json & co; llama2.c: tokenizer.bin) lowbit_manifest.json        provenance: source + sha256,
+//   recipe, calibration + sha256, per-tensor formats and
+//                               errors, unquantized tensors with reasons, warnings, tool version/commit
+// Atomic: everything is written into DIR.tmp-XXXXXX next to DIR and renamed at the end; an existing DIR is
+// refused unless force; any failure removes the temporary directory, so DIR is either complete or absent.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "model/model.h"
+#include "quant/quantizer.h"
+
+namespace lowbit::quant {
+
+struct WriteOptions {
+  bool force = false;                      // replace an existing output directory
+  int64_t shard_bytes = int64_t{2} << 30;  // shard model.safetensors above this size
+  std::string tokenizer_path;              // llama2.c tokenizer (default: found next to the source model)
+  int fail_after_files = -1;               // test hook: throw after writing this many files (atomicity tests)
+};
+
+struct WriteResult {
+  std::string dir;
+  int64_t bytes = 0;  // all files written
+  int shards = 0;
+  std::vector<std::string> files;
+};
+
+WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, const std::string& out_dir,
+                                       const WriteOptions& o = {});
+
+}  // namespace lowbit::quant

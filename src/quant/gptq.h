@@ -1,0 +1,45 @@
+// GPTQ (Frantar et al. 2022): quantize the columns of W one at a time and push each column's rounding error
+// onto the columns not yet quantized, weighted by the inverse Hessian H = 2 X^T X of the layer's calibration
+// inputs, so the layer OUTPUT error ||X W^T - X Q^T|| is minimised rather than the weight error.
+//
+//   damping      H += damp * mean(diag H) * I (dead inputs with H_ii = 0 get H_ii = 1 and W[:, i] = 0)
+//   lazy blocks  columns in blocks of `block` (128): the error is propagated inside the block column by
+//   column,
+//                and to the rest of the matrix once per block (one GEMM)
+//   Cholesky     the upper Cholesky factor U of H^-1 gives the update rows (U_ii the denominators)
+//   act-order    columns in order of decreasing H_ii, with STATIC groups: every scale is computed up front
+//   from
+//                the original W, so the group of column c stays c / group_size (no g_idx needed)
+//   scales       without act-order, per-group INT/FP scales are computed when the group's first column is
+//                reached, from the error-updated weights (as reference GPTQ); channel / tensor / block /
+//                NVFP4 / NF4 double-quant scales are fixed up front. Non-uniform grids (NF4, FP4, FP8)
+//                quantize each element to the nearest grid point under the fixed group scale.
+#pragma once
+#include <Eigen/Dense>
+#include <cstdint>
+
+#include "tensor/qtensor.h"
+
+namespace lowbit::quant {
+
+struct GptqOptions {
+  int block = 128;
+  float damp = 0.01f;
+  bool act_order = true;
+};
+
+// w: [rows, cols] row-major; gram: [cols, cols] symmetric, sum over calibration tokens of x x^T (any positive
+// multiple works: GPTQ is invariant to the scale of H). The scheme must be code-based (not GGUF / plain).
+// damp_used (optional) receives the damping actually applied (it grows x10 if H + damp is not positive
+// definite).
+QuantizedMatrix gptq_quantize(const float* w, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram,
+                              const QuantScheme& s, const GptqOptions& o, double* damp_used = nullptr);
+
+// Output error of replacing w by wq on inputs with Gram matrix `gram`: trace((W-Wq) G (W-Wq)^T); `base`
+// (optional) receives trace(W G W^T), so err/base is the relative squared output error.
+double output_error(const float* w, const float* wq, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram,
+                    double* base = nullptr);
+// ||w - wq||_F / ||w||_F.
+double relative_frobenius(const float* w, const float* wq, int64_t n);
+
+}  // namespace lowbit::quant

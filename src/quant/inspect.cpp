@@ -1,0 +1,238 @@
+// Checkpoint inspection (see inspect.h).
+#include "quant/inspect.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/hf_checkpoint.h"
+#include "model/model.h"
+#include "model/quantized_checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace lowbit::quant {
+
+using nlohmann::json;
+
+json inspect_checkpoint(const std::string& path) {
+  LoadOptions lo;
+  auto m = load_model(path, lo);
+  json rep;
+  rep["path"] = path;
+  rep["format"] = m->format;
+  rep["config"] = m->config.to_json();
+  // Manifest and quantization_config (HF directories).
+  json manifest = nullptr, qc = nullptr;
+  std::map<std::string, std::vector<json>> tensor_files;  // module -> stored tensors
+  if (m->format == "hf") {
+    fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+    if (fs::exists(dir / "lowbit_manifest.json")) {
+      std::ifstream in(dir / "lowbit_manifest.json");
+      manifest = json::parse(in, nullptr, false);
+      if (manifest.is_discarded()) manifest = nullptr;
+    }
+    auto ck = io::HfCheckpoint::open(dir.string());
+    if (is_quantized_config(ck.config)) qc = ck.config["quantization_config"];
+    for (auto& [name, v] : ck.tensors) {
+      auto dot = name.rfind('.');
+      std::string module = dot == std::string::npos ? name : name.substr(0, dot);
+      tensor_files[module].push_back(
+          {{"name", name.substr(dot + 1)}, {"dtype", dtype_name(v.dtype)}, {"shape", v.shape}});
+    }
+  }
+  std::map<std::string, json> man_t;
+  if (manifest.is_object() && manifest.contains("tensors"))
+    for (auto& t : manifest["tensors"]) man_t[t.value("name", "")] = t;
+  json tensors = json::array(), unq = json::array();
+  double qbits = 0, qn = 0, abits = 0, an = 0;
+  const bool tied =
+      m->weights.lm_head.data == m->weights.tok_embed.data && m->weights.lm_head.q == m->weights.tok_embed.q;
+  for (auto& [name, w] : m->weights.named_matrices()) {
+    const double n = static_cast<double>(w->rows * w->cols);
+    json t = {{"name", name}, {"hf_name", hf_module_name(name)}, {"shape", {w->rows, w->cols}}};
+    double bpw;
+    if (w->kind == WeightKind::Quant) {
+      bpw = w->q->bits_per_weight();
+      t["quantized"] = true;
+      t["scheme"] = to_string(w->q->scheme);
+      t["layout"] = layout_name(checkpoint_layout(w->q->scheme, w->cols));
+      t["scale_grid"] = {w->q->grid.rows, w->q->grid.cols};
+      auto sc = w->q->decoded_scales();
+      if (!sc.empty()) {
+        float mn = sc[0], mx = sc[0];
+        for (float s : sc) mn = std::min(mn, s), mx = std::max(mx, s);
+        t["scale_range"] = {mn, mx};
+      }
+      if (w->act_format != FormatId::F32)
+        t["activations"] = {
+            {"format", format_info(w->act_format).name},
+            {"dynamic", !(w->act_static_scale > 0)},
+            {"static_scale", w->act_static_scale > 0 ? json(w->act_static_scale) : json(nullptr)}};
+      qbits += bpw * n;
+      qn += n;
+    } else if (w->kind == WeightKind::Ggml) {
+      bpw = 8.0 * static_cast<double>(w->nbytes()) / n;
+      t["quantized"] = true;
+      t["scheme"] = w->format_name();
+      t["layout"] = "gguf";
+      qbits += bpw * n;
+      qn += n;
+    } else {
+      bpw = 8.0 * static_cast<double>(w->nbytes()) / n;
+      t["quantized"] = false;
+      t["scheme"] = w->format_name();
+    }
+    t["bits_per_weight"] = bpw;
+    t["bytes"] = w->nbytes();
+    if (name == "lm_head" && tied) t["tied_to"] = "tok_embed";
+    auto mt = man_t.find(name);
+    if (mt != man_t.end()) {
+      for (const char* k : {"algorithm", "scale_source", "rel_error_weight", "rel_error_output",
+                            "rel_error_output_rtn", "reason"})
+        if (mt->second.contains(k)) t[k] = mt->second[k];
+    }
+    auto tf = tensor_files.find(hf_module_name(name));
+    if (tf != tensor_files.end()) t["stored_tensors"] = tf->second;
+    if (!t["quantized"].get<bool>()) {
+      unq.push_back({{"name", name},
+                     {"dtype", t["scheme"]},
+                     {"reason", t.value("reason", std::string("not quantized"))}});
+    }
+    if (!(name == "lm_head" && tied)) abits += bpw * n, an += n;
+    tensors.push_back(t);
+  }
+  rep["tensors"] = tensors;
+  rep["unquantized"] = unq;
+  json kv = json::array();
+  for (size_t i = 0; i < m->weights.layers.size(); ++i) {
+    const auto& L = m->weights.layers[i];
+    if (!L.k_scale.empty() || !L.v_scale.empty())
+      kv.push_back({{"layer", i}, {"k_scale", L.k_scale}, {"v_scale", L.v_scale}});
+  }
+  rep["kv_scales"] = kv;
+  rep["summary"] = {{"bits_per_weight_quantized", qn > 0 ? qbits / qn : 0.0},
+                    {"bits_per_weight_all_matrices", an > 0 ? abits / an : 0.0},
+                    {"quantized_params", static_cast<int64_t>(qn)},
+                    {"matrix_params", static_cast<int64_t>(an)},
+                    {"weight_bytes", m->weights.weight_bytes()}};
+  rep["quantization_config"] = qc;
+  if (manifest.is_object()) {
+    json prov;
+    for (const char* k :
+         {"tool", "created_utc", "source", "recipe", "calibration", "warnings", "requantized", "tokenizer"})
+      if (manifest.contains(k)) prov[k] = manifest[k];
+    if (prov.contains("source")) prov["source"].erase("config");
+    rep["provenance"] = prov;
+  } else {
+    rep["provenance"] = nullptr;
+  }
+  return rep;
+}
+
+std::string inspect_table(const json& r, bool per_tensor) {
+  std::ostringstream os;
+  char buf[512];
+  const json& c = r["config"];
+  os << "model: " << r["path"].get<std::string>() << " (" << r["format"].get<std::string>() << ", "
+     << c.value("arch", "?") << ", hidden " << c.value("hidden_size", 0) << ", "
+     << c.value("num_hidden_layers", 0) << " layers)\n";
+  const json& s = r["summary"];
+  std::snprintf(buf, sizeof buf,
+                "bits per weight: %.4f over quantized matrices, %.4f over all matrices; weights %lld bytes\n",
+                s["bits_per_weight_quantized"].get<double>(), s["bits_per_weight_all_matrices"].get<double>(),
+                static_cast<long long>(s["weight_bytes"].get<int64_t>()));
+  os << buf;
+  if (!r["quantization_config"].is_null()) {
+    const json& q = r["quantization_config"];
+    os << "quantization_config: " << q.value("quant_method", "?") << ", format " << q.value("format", "?")
+       << ", " << q["config_groups"].size() << " group(s)";
+    if (!q["kv_cache_scheme"].is_null()) os << ", kv_cache_scheme " << q["kv_cache_scheme"].dump();
+    os << "\n";
+  }
+  // Per format summary, then per tensor.
+  std::map<std::string, std::pair<int, double>> by;
+  for (auto& t : r["tensors"]) {
+    auto& b = by[t["scheme"].get<std::string>() +
+                 (t.contains("scale_source") ? "  [" + t["scale_source"].get<std::string>() + "]" : "")];
+    b.first++;
+    b.second = t["bits_per_weight"].get<double>();
+  }
+  os << "formats:\n";
+  for (auto& [k, v] : by) {
+    std::snprintf(buf, sizeof buf, "  %-60s x%-3d %.4f bpw\n", k.c_str(), v.first, v.second);
+    os << buf;
+  }
+  if (per_tensor) {
+    std::snprintf(buf, sizeof buf, "%-18s %-14s %-26s %-22s %8s %9s %9s %s\n", "tensor", "shape", "scheme",
+                  "layout", "bpw", "errW", "errOut", "activations");
+    os << buf;
+    for (auto& t : r["tensors"]) {
+      std::string shape =
+          std::to_string(t["shape"][0].get<int64_t>()) + "x" + std::to_string(t["shape"][1].get<int64_t>());
+      auto num = [&](const char* k) {
+        if (!t.contains(k) || t[k].is_null()) return std::string("-");
+        char b[32];
+        std::snprintf(b, sizeof b, "%.4f", t[k].get<double>());
+        return std::string(b);
+      };
+      std::string act = t.contains("activations")
+                            ? t["activations"]["format"].get<std::string>() +
+                                  (t["activations"]["dynamic"].get<bool>() ? " dyn" : " static")
+                            : "-";
+      std::snprintf(buf, sizeof buf, "%-18s %-14s %-26s %-22s %8.4f %9s %9s %s\n",
+                    t["name"].get<std::string>().c_str(), shape.c_str(),
+                    t["scheme"].get<std::string>().c_str(), t.value("layout", "dense").c_str(),
+                    t["bits_per_weight"].get<double>(), num("rel_error_weight").c_str(),
+                    num("rel_error_output").c_str(), act.c_str());
+      os << buf;
+    }
+  }
+  if (!r["unquantized"].empty()) {
+    os << "unquantized:\n";
+    for (auto& u : r["unquantized"])
+      os << "  " << u["name"].get<std::string>() << " (" << u["dtype"].get<std::string>()
+         << "): " << u["reason"].get<std::string>() << "\n";
+  }
+  if (!r["kv_scales"].empty()) {
+    os << "kv-cache scales:\n";
+    for (auto& k : r["kv_scales"])
+      os << "  layer " << k["layer"] << ": k " << k["k_scale"].dump() << ", v " << k["v_scale"].dump()
+         << "\n";
+  }
+  const json& p = r["provenance"];
+  if (p.is_object()) {
+    os << "provenance:\n";
+    if (p.contains("tool"))
+      os << "  tool: lowbit " << p["tool"].value("version", "?") << " (" << p["tool"].value("commit", "?")
+         << ")\n";
+    if (p.contains("created_utc")) os << "  created: " << p["created_utc"].get<std::string>() << "\n";
+    if (p.contains("source")) {
+      os << "  source: " << p["source"].value("path", "?") << " (" << p["source"].value("format", "?") << ")";
+      if (p["source"].contains("files"))
+        for (auto& f : p["source"]["files"])
+          os << "\n    " << f.value("file", "") << " sha256 " << f.value("sha256", "");
+      os << "\n";
+    }
+    if (p.contains("recipe"))
+      os << "  recipe: " << p["recipe"].value("name", "?") << " (" << p["recipe"].value("scheme", "?") << ", "
+         << p["recipe"].value("algorithm", "?") << ")\n";
+    if (p.contains("calibration") && p["calibration"].is_object())
+      os << "  calibration: " << p["calibration"].value("file", "") << " sha256 "
+         << p["calibration"].value("sha256", "") << ", " << p["calibration"].value("samples", 0) << " x "
+         << p["calibration"].value("length", 0) << " tokens, seed " << p["calibration"].value("seed", 0)
+         << "\n";
+    if (p.contains("requantized") && p["requantized"].get<bool>())
+      os << "  REQUANTIZED from an already-quantized model\n";
+    if (p.contains("warnings"))
+      for (auto& w : p["warnings"]) os << "  warning: " << w.get<std::string>() << "\n";
+  } else {
+    os << "provenance: none recorded (no lowbit_manifest.json)\n";
+  }
+  return os.str();
+}
+
+}  // namespace lowbit::quant

@@ -1,2 +1,0 @@
-// quant rung
-namespace lowbit {}

@@ -1,0 +1,665 @@
+// Recipe presets, the W/A/KV notation, JSON recipes and their validation against a model (see recipe.h).
+#include "quant/recipe.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/quantized_checkpoint.h"
+
+namespace lowbit::quant {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void usage(const std::string& msg) {
+  throw UsageError("quant", msg);
+}
+
+std::string upper(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+QuantScheme scheme_or_usage(const std::string& s, const std::string& where) {
+  try {
+    return parse_scheme(s);
+  } catch (const UsageError& e) {
+    usage(where + ": " + e.what());
+  }
+}
+
+bool is_fp8(FormatId f) {
+  return f == FormatId::E4M3FN || f == FormatId::E5M2 || f == FormatId::E4M3FNUZ || f == FormatId::E5M2FNUZ;
+}
+
+FormatId act_format_from_name(const std::string& s, const std::string& where) {
+  std::string l = lower(s);
+  if (l == "none" || l == "f16" || l == "bf16" || l == "f32" || l == "16" || l.empty()) return FormatId::F32;
+  const FormatInfo* fi = find_format(l);
+  if (!fi) usage(where + ": unknown activation format '" + s + "'; use int8, e4m3 (fp8), e5m2 or none");
+  return fi->id;
+}
+
+Algorithm algorithm_from_name(const std::string& s, bool* smooth, const std::string& where) {
+  std::string l = lower(s);
+  *smooth = false;
+  const std::string sq = "smoothquant+";
+  if (l.rfind(sq, 0) == 0) {
+    *smooth = true;
+    l = l.substr(sq.size());
+  } else if (l == "smoothquant") {
+    *smooth = true;
+    l = "rtn";
+  }
+  if (l == "rtn") return Algorithm::Rtn;
+  if (l == "rtn-mse" || l == "mse") return Algorithm::RtnMse;
+  if (l == "imatrix" || l == "imatrix-rtn") return Algorithm::Imatrix;
+  if (l == "gptq") return Algorithm::Gptq;
+  if (l == "awq") {
+    if (*smooth) usage(where + ": smoothquant+awq is not a combination; AWQ already migrates scales");
+    return Algorithm::Awq;
+  }
+  usage(where + ": unknown algorithm '" + s +
+        "'; use rtn, rtn-mse, imatrix, gptq, awq, smoothquant+rtn or smoothquant+gptq");
+}
+
+Recipe base_recipe(const std::string& name, const std::string& scheme) {
+  Recipe r;
+  r.name = name;
+  r.weights = parse_scheme(scheme);
+  return r;
+}
+
+void default_ignore(Recipe* r) {
+  r->ignore = {
+      {"tok_embed", {}, "embedding: a gather, not a matmul; kept in source precision (default ignore)"},
+      {"lm_head",
+       {},
+       "lm_head: the most sensitive layer (logits); kept in source precision (default ignore)"}};
+}
+
+void check_keys(const json& j, const std::set<std::string>& allowed, const std::string& where) {
+  if (!j.is_object()) usage(where + " must be a JSON object");
+  std::vector<std::string> bad;
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!allowed.count(it.key())) bad.push_back(it.key());
+  if (!bad.empty()) {
+    std::string list, known;
+    for (auto& b : bad) list += (list.empty() ? "'" : ", '") + b + "'";
+    for (auto& a : allowed) known += (known.empty() ? "" : ", ") + a;
+    usage(where + ": unknown key" + (bad.size() > 1 ? "s " : " ") + list + "; known keys: " + known);
+  }
+}
+
+template <class T>
+T get_as(const json& j, const std::string& key, const std::string& where) {
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception&) {
+    usage(where + "." + key + " has the wrong type (" + std::string(j.at(key).type_name()) + ")");
+  }
+}
+
+std::string glob_to_regex(const std::string& g) {
+  std::string r;
+  for (char c : g) {
+    if (c == '*')
+      r += ".*";
+    else if (c == '?')
+      r += '.';
+    else if (std::string("\\^$.|+()[]{}").find(c) != std::string::npos)
+      r += std::string("\\") + c;
+    else
+      r += c;
+  }
+  return r;
+}
+
+}  // namespace
+
+const char* algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::Rtn:
+      return "rtn";
+    case Algorithm::RtnMse:
+      return "rtn-mse";
+    case Algorithm::Imatrix:
+      return "imatrix";
+    case Algorithm::Gptq:
+      return "gptq";
+    case Algorithm::Awq:
+      return "awq";
+  }
+  return "?";
+}
+
+bool Recipe::needs_calibration() const {
+  return algorithm == Algorithm::Gptq || algorithm == Algorithm::Awq || algorithm == Algorithm::Imatrix ||
+         smoothquant || (act.enabled() && !act.dynamic) || kv.enabled();
+}
+
+std::vector<std::string> preset_names() {
+  return {"W4A16",     "W4A16_ASYM", "W8A16", "W8A8",     "W4A8",  "FP8",  "FP8_DYNAMIC",
+          "FP8_BLOCK", "NF4",        "NVFP4", "NVFP4A16", "MXFP4", "MXFP8"};
+}
+
+std::optional<Recipe> preset_recipe(const std::string& name_in) {
+  const std::string n = upper(name_in);
+  Recipe r;
+  if (n == "W4A16")
+    r = base_recipe(n, "int4:g128:sym:f16");
+  else if (n == "W4A16_ASYM")
+    r = base_recipe(n, "int4:g128:asym:f16");
+  else if (n == "W8A16")
+    r = base_recipe(n, "int8:channel:sym:f16");
+  else if (n == "W8A8" || n == "W8A8_INT8") {
+    r = base_recipe("W8A8", "int8:channel:sym:f32");
+    r.act = {FormatId::INT8, true};
+  } else if (n == "W4A8") {
+    r = base_recipe(n, "int4:g128:sym:f16");
+    r.act = {FormatId::INT8, true};
+  } else if (n == "FP8") {
+    r = base_recipe(n, "e4m3:tensor:f32");
+    r.act = {FormatId::E4M3FN, false};
+  } else if (n == "FP8_DYNAMIC") {
+    r = base_recipe(n, "e4m3:channel:f32");
+    r.act = {FormatId::E4M3FN, true};
+  } else if (n == "FP8_BLOCK") {
+    r = base_recipe(n, "e4m3:block128x128:f32");
+    r.act = {FormatId::E4M3FN, true};
+    r.notes.push_back(
+        "FP8_BLOCK: compressed-tensors quantizes activations per token in groups of 128; lowbit "
+        "kernels use one scale per token");
+  } else if (n == "NF4")
+    r = base_recipe(n, "nf4:g64:f32");
+  else if (n == "NVFP4" || n == "NVFP4A16") {
+    r = base_recipe(n, "nvfp4");
+    if (n == "NVFP4")
+      r.notes.push_back(
+          "NVFP4: compressed-tensors' NVFP4 also quantizes activations to FP4; lowbit kernels "
+          "quantize activations only to int8/fp8, so this runs as NVFP4A16 (weight-only)");
+  } else if (n == "MXFP4" || n == "MXFP4A16")
+    r = base_recipe(n, "mxfp4");
+  else if (n == "MXFP8" || n == "MXFP8A16")
+    r = base_recipe(n, "mxfp8");
+  else
+    return std::nullopt;
+  default_ignore(&r);
+  return r;
+}
+
+std::optional<Recipe> parse_wakv(const std::string& s_in) {
+  static const std::regex re("^W(\\d+)A(\\d+)(?:KV(\\d+))?$", std::regex::icase);
+  std::smatch m;
+  std::string s = s_in;
+  if (!std::regex_match(s, m, re)) return std::nullopt;
+  const int wb = std::stoi(m[1].str()), ab = std::stoi(m[2].str());
+  const int kb = m[3].matched ? std::stoi(m[3].str()) : 16;
+  Recipe r;
+  r.name = upper(s);
+  if (wb == 8) {
+    r.weights = parse_scheme("int8:channel:sym:f16");
+    r.notes.push_back(
+        "W8: weight format not stated: int8, per-channel symmetric scales (compressed-tensors W8A8)");
+  } else if (wb >= 2 && wb <= 4) {
+    r.weights = parse_scheme("int" + std::to_string(wb) + ":g128:sym:f16");
+    r.notes.push_back("W" + std::to_string(wb) + ": weight format not stated: int" + std::to_string(wb) +
+                      ", groups of 128, symmetric, f16 scales");
+  } else if (wb == 16) {
+    r.weights = parse_scheme("f16");
+    r.notes.push_back("W16: weights stay 16-bit");
+  } else {
+    usage("'" + s + "': W" + std::to_string(wb) +
+          " is not a weight width lowbit quantizes (2, 3, 4, 8 or 16)");
+  }
+  if (ab == 16) {
+    r.notes.push_back("A16: activations stay 16-bit (weight-only quantization)");
+  } else if (ab == 8) {
+    r.act = {FormatId::INT8, true};
+    r.notes.push_back("A8: activation format not stated: int8, dynamic per-token scales");
+  } else if (ab == 4) {
+    r.act = {FormatId::INT4, true};
+    r.notes.push_back("A4: int4 activations, dynamic per-token scales");
+  } else {
+    usage("'" + s + "': A" + std::to_string(ab) + " is not an activation width (4, 8 or 16)");
+  }
+  if (!m[3].matched) {
+    r.notes.push_back("KV format not stated: KV stays 16-bit");
+  } else if (kb == 16) {
+    r.notes.push_back("KV16: KV cache stays 16-bit");
+  } else if (kb == 8) {
+    r.kv = {FormatId::E4M3FN, false};
+    r.notes.push_back(
+        "KV8: 8-bit KV format not stated: e4m3 (FP8, as vLLM stores it) with calibrated "
+        "per-tensor k_scale/v_scale");
+  } else if (kb == 4) {
+    r.kv = {FormatId::INT4, true};
+    r.notes.push_back("KV4: int4 KV cache with calibrated per-head k_scale/v_scale");
+  } else {
+    usage("'" + s + "': KV" + std::to_string(kb) + " is not a KV width (4, 8 or 16)");
+  }
+  default_ignore(&r);
+  return r;
+}
+
+nlohmann::json Recipe::to_json() const {
+  json j;
+  j["name"] = name;
+  j["scheme"] = to_string(weights);
+  j["algorithm"] = (smoothquant ? std::string("smoothquant+") : std::string()) + algorithm_name(algorithm);
+  j["activations"] = act.enabled() ? json{{"format", format_info(act.format).name}, {"dynamic", act.dynamic}}
+                                   : json(nullptr);
+  j["kv_cache"] = kv.enabled() ? json{{"format", format_info(kv.format).name},
+                                      {"strategy", kv.per_head ? "head" : "tensor"}}
+                               : json(nullptr);
+  json ov = json::array();
+  for (auto& o : overrides) ov.push_back({{"pattern", o.pattern}, {"scheme", to_string(o.scheme)}});
+  j["overrides"] = ov;
+  json ig = json::array();
+  for (auto& o : ignore) ig.push_back({{"pattern", o.pattern}, {"reason", o.reason}});
+  j["ignore"] = ig;
+  j["calibration"] = {
+      {"file", calib.file}, {"samples", calib.samples}, {"length", calib.length}, {"seed", calib.seed}};
+  j["gptq"] = {{"block_size", gptq_block}, {"damp", gptq_damp}, {"act_order", gptq_act_order}};
+  j["awq"] = {{"grid", awq_grid}, {"clip", awq_clip}};
+  j["smoothquant"] = {{"alpha", smoothquant_alpha}};
+  j["unquantized_dtype"] = unquantized_dtype;
+  j["rotation"] = rotation ? json("requested") : json(nullptr);
+  if (!notes.empty()) j["notes"] = notes;
+  return j;
+}
+
+Recipe recipe_from_json(const json& j, const std::string& where) {
+  check_keys(j,
+             {"name", "preset", "scheme", "algorithm", "activations", "kv_cache", "overrides", "ignore",
+              "calibration", "gptq", "awq", "smoothquant", "unquantized_dtype", "rotation", "notes"},
+             where);
+  Recipe r;
+  bool have_scheme = false;
+  if (j.contains("preset")) {
+    std::string p = get_as<std::string>(j, "preset", where);
+    auto pr = preset_recipe(p);
+    if (!pr) pr = parse_wakv(p);
+    if (!pr) {
+      std::string names;
+      for (auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+      usage(where + ".preset: unknown preset '" + p + "'; known: " + names + " or the WxAy[KVz] notation");
+    }
+    r = *pr;
+    have_scheme = true;
+  } else {
+    default_ignore(&r);
+  }
+  if (j.contains("name")) r.name = get_as<std::string>(j, "name", where);
+  if (j.contains("scheme")) {
+    r.weights = scheme_or_usage(get_as<std::string>(j, "scheme", where), where + ".scheme");
+    have_scheme = true;
+  }
+  if (!have_scheme)
+    usage(where + ": no weight scheme; give \"scheme\" (e.g. \"int4:g128:sym:f16\") or \"preset\"");
+  if (j.contains("algorithm"))
+    r.algorithm =
+        algorithm_from_name(get_as<std::string>(j, "algorithm", where), &r.smoothquant, where + ".algorithm");
+  if (j.contains("activations")) {
+    const json& a = j["activations"];
+    if (a.is_null()) {
+      r.act = {};
+    } else if (a.is_string()) {
+      r.act = {act_format_from_name(a.get<std::string>(), where + ".activations"), true};
+    } else {
+      check_keys(a, {"format", "dynamic"}, where + ".activations");
+      if (a.contains("format"))
+        r.act.format = act_format_from_name(get_as<std::string>(a, "format", where + ".activations"),
+                                            where + ".activations");
+      if (a.contains("dynamic")) r.act.dynamic = get_as<bool>(a, "dynamic", where + ".activations");
+    }
+  }
+  if (j.contains("kv_cache")) {
+    const json& k = j["kv_cache"];
+    if (k.is_null()) {
+      r.kv = {};
+    } else {
+      check_keys(k, {"format", "strategy"}, where + ".kv_cache");
+      if (k.contains("format"))
+        r.kv.format =
+            act_format_from_name(get_as<std::string>(k, "format", where + ".kv_cache"), where + ".kv_cache");
+      if (k.contains("strategy")) {
+        std::string st = get_as<std::string>(k, "strategy", where + ".kv_cache");
+        if (st != "tensor" && st != "head" && st != "attn_head")
+          usage(where + ".kv_cache.strategy: '" + st + "' is not tensor or head");
+        r.kv.per_head = st != "tensor";
+      }
+    }
+  }
+  if (j.contains("overrides")) {
+    if (!j["overrides"].is_array()) usage(where + ".overrides must be an array of {pattern, scheme}");
+    r.overrides.clear();
+    int i = 0;
+    for (const auto& o : j["overrides"]) {
+      std::string w = where + ".overrides[" + std::to_string(i++) + "]";
+      check_keys(o, {"pattern", "scheme"}, w);
+      if (!o.contains("pattern") || !o.contains("scheme"))
+        usage(w + " needs both \"pattern\" and \"scheme\"");
+      TensorRule t;
+      t.pattern = get_as<std::string>(o, "pattern", w);
+      t.scheme = scheme_or_usage(get_as<std::string>(o, "scheme", w), w + ".scheme");
+      r.overrides.push_back(t);
+    }
+  }
+  if (j.contains("ignore")) {
+    if (!j["ignore"].is_array()) usage(where + ".ignore must be an array of patterns or {pattern, reason}");
+    r.ignore.clear();
+    int i = 0;
+    for (const auto& o : j["ignore"]) {
+      std::string w = where + ".ignore[" + std::to_string(i++) + "]";
+      TensorRule t;
+      if (o.is_string()) {
+        t.pattern = o.get<std::string>();
+        t.reason = "ignored by the recipe";
+      } else {
+        check_keys(o, {"pattern", "reason"}, w);
+        if (!o.contains("pattern")) usage(w + " needs \"pattern\"");
+        t.pattern = get_as<std::string>(o, "pattern", w);
+        t.reason = o.contains("reason") ? get_as<std::string>(o, "reason", w) : "ignored by the recipe";
+      }
+      r.ignore.push_back(t);
+    }
+  }
+  if (j.contains("calibration")) {
+    const json& c = j["calibration"];
+    std::string w = where + ".calibration";
+    check_keys(c, {"file", "samples", "length", "seed"}, w);
+    if (c.contains("file")) r.calib.file = get_as<std::string>(c, "file", w);
+    if (c.contains("samples")) r.calib.samples = get_as<int>(c, "samples", w);
+    if (c.contains("length")) r.calib.length = get_as<int>(c, "length", w);
+    if (c.contains("seed")) r.calib.seed = get_as<uint64_t>(c, "seed", w);
+  }
+  if (j.contains("gptq")) {
+    const json& g = j["gptq"];
+    std::string w = where + ".gptq";
+    check_keys(g, {"block_size", "damp", "act_order"}, w);
+    if (g.contains("block_size")) r.gptq_block = get_as<int>(g, "block_size", w);
+    if (g.contains("damp")) r.gptq_damp = get_as<float>(g, "damp", w);
+    if (g.contains("act_order")) r.gptq_act_order = get_as<bool>(g, "act_order", w);
+  }
+  if (j.contains("awq")) {
+    const json& a = j["awq"];
+    std::string w = where + ".awq";
+    check_keys(a, {"grid", "clip"}, w);
+    if (a.contains("grid")) r.awq_grid = get_as<int>(a, "grid", w);
+    if (a.contains("clip")) r.awq_clip = get_as<bool>(a, "clip", w);
+  }
+  if (j.contains("smoothquant")) {
+    const json& a = j["smoothquant"];
+    check_keys(a, {"alpha"}, where + ".smoothquant");
+    if (a.contains("alpha")) r.smoothquant_alpha = get_as<float>(a, "alpha", where + ".smoothquant");
+  }
+  if (j.contains("unquantized_dtype"))
+    r.unquantized_dtype = get_as<std::string>(j, "unquantized_dtype", where);
+  if (j.contains("rotation"))
+    r.rotation = !j["rotation"].is_null() && !(j["rotation"].is_boolean() && !j["rotation"].get<bool>());
+  if (j.contains("notes") && j["notes"].is_array())
+    for (auto& n : j["notes"])
+      if (n.is_string()) r.notes.push_back(n.get<std::string>());
+  // Range checks that do not need the model.
+  if (r.calib.samples < 1 || r.calib.samples > 100000)
+    usage(where + ".calibration.samples = " + std::to_string(r.calib.samples) +
+          " is out of range [1, 100000]");
+  if (r.calib.length < 2 || r.calib.length > 1 << 20)
+    usage(where + ".calibration.length = " + std::to_string(r.calib.length) +
+          " is out of range [2, 1048576]");
+  if (r.gptq_block < 1 || r.gptq_block > 4096) usage(where + ".gptq.block_size must be in [1, 4096]");
+  if (!(r.gptq_damp > 0 && r.gptq_damp < 1)) usage(where + ".gptq.damp must be in (0, 1), e.g. 0.01");
+  if (r.awq_grid < 1 || r.awq_grid > 1000) usage(where + ".awq.grid must be in [1, 1000]");
+  if (!(r.smoothquant_alpha >= 0 && r.smoothquant_alpha <= 1))
+    usage(where + ".smoothquant.alpha must be in [0, 1] (0.5 is the usual migration strength)");
+  const std::string& ud = r.unquantized_dtype;
+  if (ud != "source" && ud != "f32" && ud != "f16" && ud != "bf16")
+    usage(where + ".unquantized_dtype '" + ud + "' is not one of source, f32, f16, bf16");
+  return r;
+}
+
+Recipe parse_recipe_arg(const std::string& arg) {
+  if (arg.empty())
+    usage("empty --recipe; give a preset (W4A16, W8A8, FP8, NF4, ...), a scheme or a .json file");
+  bool looks_file = arg.size() > 5 && arg.compare(arg.size() - 5, 5, ".json") == 0;
+  if (looks_file || arg.find('/') != std::string::npos) {
+    std::ifstream in(arg);
+    if (!in) usage("cannot open recipe file '" + arg + "'; give an existing .json file or a preset name");
+    json j;
+    try {
+      j = json::parse(in);
+    } catch (const json::exception& e) {
+      usage("recipe file '" + arg + "' is not valid JSON: " + e.what());
+    }
+    Recipe r = recipe_from_json(j, arg);
+    if (r.name.empty()) r.name = arg;
+    return r;
+  }
+  // Shorthand: HEAD[,key=value...]
+  std::vector<std::string> parts;
+  {
+    std::stringstream ss(arg);
+    std::string p;
+    while (std::getline(ss, p, ',')) parts.push_back(p);
+  }
+  const std::string head = parts.empty() ? arg : parts[0];
+  std::optional<Recipe> r = preset_recipe(head);
+  if (!r) r = parse_wakv(head);
+  if (!r) {
+    if (head.find(':') != std::string::npos || find_format(head)) {
+      Recipe x;
+      x.name = head;
+      x.weights = scheme_or_usage(head, "--recipe");
+      default_ignore(&x);
+      r = x;
+    } else {
+      std::string names;
+      for (auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+      usage("unknown recipe '" + head + "'; give a preset (" + names +
+            "), the WxAy[KVz] notation, a scheme such as int4:g32:sym, or a .json recipe file");
+    }
+  }
+  int group_override = -1;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string& p = parts[i];
+    auto eq = p.find('=');
+    if (eq == std::string::npos) usage("--recipe '" + arg + "': '" + p + "' is not key=value");
+    std::string k = lower(p.substr(0, eq)), v = p.substr(eq + 1);
+    auto num = [&](const std::string& what) {
+      try {
+        size_t used = 0;
+        double d = std::stod(v, &used);
+        if (used != v.size()) throw std::invalid_argument("x");
+        return d;
+      } catch (const std::exception&) {
+        usage("--recipe '" + arg + "': " + what + " '" + v + "' is not a number");
+      }
+    };
+    if (k == "algo" || k == "algorithm")
+      r->algorithm = algorithm_from_name(v, &r->smoothquant, "--recipe");
+    else if (k == "scheme")
+      r->weights = scheme_or_usage(v, "--recipe scheme");
+    else if (k == "group")
+      group_override = static_cast<int>(num("group"));
+    else if (k == "act")
+      r->act = {act_format_from_name(v, "--recipe act"), r->act.dynamic};
+    else if (k == "act_static")
+      r->act.dynamic = num("act_static") == 0;
+    else if (k == "kv")
+      r->kv.format = act_format_from_name(v, "--recipe kv");
+    else if (k == "kv_strategy")
+      r->kv.per_head = v != "tensor";
+    else if (k == "alpha")
+      r->smoothquant_alpha = static_cast<float>(num("alpha"));
+    else if (k == "samples")
+      r->calib.samples = static_cast<int>(num("samples"));
+    else if (k == "length")
+      r->calib.length = static_cast<int>(num("length"));
+    else if (k == "seed")
+      r->calib.seed = static_cast<uint64_t>(num("seed"));
+    else if (k == "calib")
+      r->calib.file = v;
+    else if (k == "act_order")
+      r->gptq_act_order = num("act_order") != 0;
+    else if (k == "damp")
+      r->gptq_damp = static_cast<float>(num("damp"));
+    else if (k == "clip")
+      r->awq_clip = num("clip") != 0;
+    else if (k == "ignore")
+      r->ignore.push_back({v, {}, "ignored by the recipe"});
+    else if (k == "dtype")
+      r->unquantized_dtype = v;
+    else
+      usage("--recipe '" + arg + "': unknown key '" + k +
+            "'; known: algo, scheme, group, act, act_static, kv, kv_strategy, alpha, samples, length, seed, "
+            "calib, act_order, damp, clip, ignore, dtype");
+  }
+  if (group_override > 0) {
+    if (r->weights.gran != Granularity::Group)
+      usage("--recipe '" + arg + "': group=" + std::to_string(group_override) + " given but scheme " +
+            to_string(r->weights) + " is not per-group");
+    r->weights.group_size = group_override;
+  }
+  if (parts.size() > 1) r->name = arg;
+  // Re-run the range checks through the JSON path so both forms validate the same way.
+  json j = r->to_json();
+  j.erase("notes");
+  Recipe out = recipe_from_json(j, "--recipe '" + arg + "'");
+  out.notes = r->notes;
+  return out;
+}
+
+bool pattern_matches(const std::string& pattern, const std::string& name) {
+  if (pattern.rfind("re:", 0) == 0) {
+    try {
+      return std::regex_match(name, std::regex(pattern.substr(3)));
+    } catch (const std::regex_error&) {
+      usage("pattern '" + pattern + "' is not a valid regular expression");
+    }
+  }
+  return std::regex_match(name, std::regex(glob_to_regex(pattern)));
+}
+
+std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> matrix_shapes(const ModelConfig& c) {
+  std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> out;
+  const int64_t D = c.dim, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_dim;
+  out.push_back({"tok_embed", {c.vocab_size, D}});
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    std::string p = "layers." + std::to_string(i) + ".";
+    out.push_back({p + "wq", {Q, D}});
+    out.push_back({p + "wk", {KV, D}});
+    out.push_back({p + "wv", {KV, D}});
+    out.push_back({p + "wo", {D, Q}});
+    out.push_back({p + "w_gate", {F, D}});
+    out.push_back({p + "w_up", {F, D}});
+    out.push_back({p + "w_down", {D, F}});
+  }
+  out.push_back({"lm_head", {c.vocab_size, D}});
+  return out;
+}
+
+std::vector<TensorPlan> plan_recipe(const Recipe& r, const ModelConfig& c,
+                                    std::vector<std::string>* warnings) {
+  std::vector<std::string> warn;
+  std::vector<std::string> errors;
+  // Activation route checks (model independent).
+  if (r.act.enabled()) {
+    const FormatId f = r.act.format;
+    if (f != FormatId::INT8 && !is_fp8(f))
+      errors.push_back(
+          std::string("activation format '") + format_info(f).name +
+          "' cannot serve activations: lowbit kernels quantize activations to int8 or an FP8 format "
+          "(e4m3fn, e5m2); use act=int8 or act=e4m3, or drop activation quantization (A16)");
+    const int wb = r.weights.elem_info().bits;
+    if (wb <= 4 && format_info(f).bits <= 4 && !r.rotation)
+      warn.push_back(
+          "W4A4 without rotation: 4-bit activations collapse on outlier channels (SmoothQuant W4A4KV4 "
+          "PPL 83 vs QuaRot 6.1 on LLaMA-2-7B); add a Hadamard rotation");
+  }
+  if (r.kv.enabled()) {
+    const FormatId f = r.kv.format;
+    if (f != FormatId::INT8 && f != FormatId::INT4 && !is_fp8(f))
+      errors.push_back(std::string("KV format '") + format_info(f).name +
+                       "' is not a KV-cache format; use e4m3, e5m2, int8 or int4");
+    if (c.n_kv_heads <= 0) errors.push_back("the model has no KV heads");
+  }
+  if (r.smoothquant && !r.act.enabled())
+    warn.push_back(
+        "smoothquant without activation quantization only moves scale into the weights; it helps "
+        "W8A8-style recipes");
+  if (r.rotation) warn.push_back("rotation requested but not implemented yet; the recipe runs without it");
+
+  std::vector<TensorPlan> plans;
+  std::map<std::string, int> ragged;  // role -> count
+  for (auto& [name, shape] : matrix_shapes(c)) {
+    TensorPlan p;
+    p.name = name;
+    p.hf_name = hf_module_name(name);
+    p.rows = shape.first;
+    p.cols = shape.second;
+    p.quantize = true;
+    p.scheme = r.weights;
+    for (const auto& o : r.overrides)
+      if (pattern_matches(o.pattern, name) || pattern_matches(o.pattern, p.hf_name)) p.scheme = o.scheme;
+    for (const auto& ig : r.ignore)
+      if (pattern_matches(ig.pattern, name) || pattern_matches(ig.pattern, p.hf_name)) {
+        p.quantize = false;
+        p.reason = ig.reason;
+      }
+    if (p.quantize && p.scheme.gran == Granularity::Native && !p.scheme.info().is_gguf()) {
+      p.quantize = false;
+      p.reason = std::string("scheme '") + p.scheme.info().name + "' keeps the tensor dense";
+    }
+    if (p.quantize) {
+      try {
+        validate(p.scheme, p.rows, p.cols);
+      } catch (const UsageError& e) {
+        errors.push_back(name + " (" + p.hf_name + ", [" + std::to_string(p.rows) + ", " +
+                         std::to_string(p.cols) + "]): " + e.what() + "; add an override or ignore it");
+        plans.push_back(p);
+        continue;
+      }
+      if (p.scheme.gran == Granularity::Group && p.cols % p.scheme.group_size != 0) {
+        std::string role = name.substr(name.rfind('.') + 1);
+        ragged[role + " (" + std::to_string(p.cols) + " columns, group " +
+               std::to_string(p.scheme.group_size) + ")"]++;
+      }
+      const bool is_linear = name != "tok_embed";
+      if (is_linear) p.act = r.act;
+      if (name == "tok_embed" && r.act.enabled()) p.act = {};
+      if (r.algorithm == Algorithm::Gptq && p.scheme.info().is_gguf())
+        errors.push_back(name + ": GPTQ cannot produce GGUF block formats (" +
+                         std::string(p.scheme.info().name) + "); use rtn or an int/nf4/fp scheme");
+      if (r.algorithm == Algorithm::Gptq && name == "tok_embed")
+        errors.push_back(
+            "tok_embed: GPTQ needs a matmul input; the embedding is a gather. Ignore it or use rtn");
+    }
+    plans.push_back(p);
+  }
+  for (auto& [role, n] : ragged)
+    warn.push_back(
+        "group size does not divide " + role + " in " + std::to_string(n) +
+        " matrices: the last group of each row is shorter (lowbit handles it; vLLM needs divisible "
+        "groups)");
+  if (!errors.empty()) {
+    std::string msg = "recipe '" + r.name + "' does not fit this model:";
+    for (auto& e : errors) msg += "\n  - " + e;
+    usage(msg);
+  }
+  if (warnings)
+    for (auto& w : warn) warnings->push_back(w);
+  return plans;
+}
+
+}  // namespace lowbit::quant

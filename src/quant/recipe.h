@@ -1,0 +1,123 @@
+// Quantization recipes: what to quantize, to which format, with which algorithm, and with which calibration.
+//
+// A recipe comes from a JSON file or a CLI shorthand (parse_recipe_arg):
+//   W4A16 | W4A16_ASYM | W8A16 | W8A8 | W4A8 | FP8 | FP8_DYNAMIC | FP8_BLOCK | NF4 | NVFP4 | MXFP4 ...
+//   presets W4A16KV8, W4A4KV4, W3A16 ...                                   W/A/KV notation, parsed into its
+//   parts int4:g32:sym:f16                                               a bare QuantScheme (weight-only)
+// each optionally followed by ",key=value" refinements: algo=gptq, scheme=int4:g32, group=32, act=int8,
+// act_static=1, kv=e4m3, kv_strategy=head, alpha=0.5, samples=32, length=256, seed=0, calib=FILE,
+// ignore=PATTERN.
+//
+// JSON form (every key optional except that some scheme must result; unknown keys are named in the error):
+//   { "name": "...", "preset": "W4A16", "scheme": "int4:g32:sym:f16", "algorithm": "gptq",
+//     "activations": {"format": "int8", "dynamic": true} | null,
+//     "kv_cache": {"format": "e4m3", "strategy": "tensor"|"head"} | null,
+//     "overrides": [{"pattern": "*.w_down", "scheme": "int8:channel"}],
+//     "ignore": ["lm_head", {"pattern": "re:.*embed.*", "reason": "..."}],
+//     "calibration": {"file": "...", "samples": 32, "length": 256, "seed": 0},
+//     "gptq": {"block_size": 128, "damp": 0.01, "act_order": true},
+//     "awq": {"grid": 20, "clip": false}, "smoothquant": {"alpha": 0.5},
+//     "unquantized_dtype": "source"|"f32"|"f16"|"bf16", "rotation": null }
+// Patterns match a matrix's lowbit name ("layers.3.wq", "lm_head", "tok_embed") or its Hugging Face module
+// name
+// ("model.layers.3.self_attn.q_proj"); "re:" prefix = regular expression (compressed-tensors style),
+// otherwise a glob (* and ?). Later overrides win over earlier ones; ignore wins over overrides.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "formats/scheme.h"
+#include "model/config.h"
+
+namespace lowbit::quant {
+
+enum class Algorithm { Rtn, RtnMse, Imatrix, Gptq, Awq };
+const char* algorithm_name(Algorithm a);  // "rtn", "rtn-mse", "imatrix", "gptq", "awq"
+
+struct ActivationSpec {
+  FormatId format = FormatId::F32;  // F32 = not quantized (A16); INT8 or an FP8 format otherwise
+  bool dynamic = true;              // true: per-token scales at run time; false: calibrated static per-tensor
+  bool enabled() const { return format != FormatId::F32; }
+};
+
+struct KvSpec {
+  FormatId format = FormatId::F32;  // F32 = KV cache stays 16-bit (no scales calibrated)
+  bool per_head = false;            // k_scale/v_scale of shape [n_kv_heads] instead of [1]
+  bool enabled() const { return format != FormatId::F32; }
+};
+
+struct CalibSpec {
+  std::string file;   // any text file; empty = none given
+  int samples = 32;   // number of windows
+  int length = 256;   // tokens per window (BOS + length-1 tokens of text), capped at the model context
+  uint64_t seed = 0;  // window start positions
+};
+
+struct TensorRule {
+  std::string pattern;  // glob, or "re:REGEX"
+  QuantScheme scheme;   // overrides only
+  std::string reason;   // ignore rules: why the tensor stays unquantized
+};
+
+struct Recipe {
+  std::string name;     // preset or file name, for reports
+  QuantScheme weights;  // default scheme for every decoder linear layer
+  Algorithm algorithm = Algorithm::Rtn;
+  bool smoothquant = false;  // "smoothquant+rtn" / "smoothquant+gptq"
+  float smoothquant_alpha = 0.5f;
+  int gptq_block = 128;
+  float gptq_damp = 0.01f;     // fraction of the mean Hessian diagonal added to the diagonal
+  bool gptq_act_order = true;  // columns by decreasing Hessian diagonal, with static groups
+  int awq_grid = 20;           // alpha in {0, 1/grid, ..., 1}
+  bool awq_clip = false;       // MSE clip search weighted by the (scaled) input energy after the scaling
+  ActivationSpec act;
+  KvSpec kv;
+  CalibSpec calib;
+  std::vector<TensorRule> overrides;
+  std::vector<TensorRule> ignore;            // default: tok_embed and lm_head
+  std::string unquantized_dtype = "source";  // source | f32 | f16 | bf16
+  bool rotation = false;           // reserved: rotations are not implemented; recorded so W4A4 can warn
+  std::vector<std::string> notes;  // what the shorthand left unstated and how it was filled in
+
+  bool needs_calibration() const;  // algorithm / smoothquant / static activations / KV scales / imatrix
+  nlohmann::json to_json() const;  // normalised, complete form (round-trips through recipe_from_json)
+};
+
+// Presets by name (case-insensitive); nullopt when unknown.
+std::optional<Recipe> preset_recipe(const std::string& name);
+std::vector<std::string> preset_names();
+
+// Parses the W/A/KV notation ("W4A16", "W8A8", "W4A16KV8", "W4A4KV4"); nullopt if `s` is not in it. Fills
+// weights/activations/KV and records in `notes` every choice the notation leaves open.
+std::optional<Recipe> parse_wakv(const std::string& s);
+
+// JSON recipe; UsageError("quant", ...) naming unknown keys, bad values and where they are.
+Recipe recipe_from_json(const nlohmann::json& j, const std::string& where = "recipe");
+// A path to a .json file, or a shorthand (see top of file).
+Recipe parse_recipe_arg(const std::string& arg);
+
+// How one weight matrix is treated under a recipe.
+struct TensorPlan {
+  std::string name;     // lowbit name: "layers.0.wq"
+  std::string hf_name;  // "model.layers.0.self_attn.q_proj"
+  int64_t rows = 0, cols = 0;
+  bool quantize = false;
+  QuantScheme scheme;  // when quantize
+  std::string reason;  // when !quantize
+  ActivationSpec act;  // activation route for this matrix (none for unquantized ones)
+};
+
+// Lowbit matrix names ("tok_embed", "layers.{i}.wq", ..., "lm_head") for a config, in named_matrices() order.
+std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> matrix_shapes(const ModelConfig& c);
+bool pattern_matches(const std::string& pattern, const std::string& name);
+
+// Resolves the recipe against a model: one plan per matrix. Throws UsageError("quant") explaining every
+// problem (a group that does not fit a matrix, an activation format the kernels cannot serve, ...). Warnings
+// that do not stop the run (ragged last groups, W4A4 without rotation, ...) are appended to `warnings`.
+std::vector<TensorPlan> plan_recipe(const Recipe& r, const ModelConfig& c,
+                                    std::vector<std::string>* warnings);
+
+}  // namespace lowbit::quant

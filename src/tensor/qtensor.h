@@ -1,0 +1,109 @@
+// QuantizedMatrix: a weight matrix [rows = out_features, cols = in_features] quantized under a QuantScheme,
+// in a simple kernel-friendly layout, plus the scalar reference quantizer / dequantizer (the oracle for every
+// optimised kernel) and a per-token activation quantizer.
+//
+// Layout (all little-endian):
+//   codes   [rows, row_bytes]  Each row starts on a byte boundary. Code-based schemes (INT*, NF4,
+//   FP8/FP6/FP4,
+//           MX*, NVFP4): the row is an LSB-first bit stream, element c occupies bits [c*b, c*b + b) of the
+//           row, so for b = 4 element 2i is the LOW nibble of byte i and 2i+1 the high nibble; b = 8 is one
+//           byte per element; b = 2 packs 4 per byte from the low bits; b = 3 / 6 straddle bytes. row_bytes =
+//           ceil(cols*b/8). GGUF schemes: the row's ggml blocks, byte-identical to llama.cpp (row_bytes =
+//           cols/block*block_bytes). F32/F16/BF16: the raw values.
+//   scales  [grid.rows, grid.cols] scale codes in scheme.scale_type (4/2/1 bytes each), row-major.
+//           Cell (i, j) covers rows [i*grid.row_block, ...) x cols [j*grid.col_block, ...) (see ScaleGrid).
+//           Per-group: grid = [rows, ceil(cols/group)]; per-channel [rows, 1]; per-tensor [1, 1];
+//           2-D block [ceil(rows/R), ceil(cols/C)]; MX: E8M0 [rows, ceil(cols/32)]; NVFP4: E4M3 [rows,
+//           cols/16].
+//   zeros   [grid.rows, grid.cols] uint8 zero points (asymmetric INT only; empty otherwise).
+//
+// Value of element (r, c) with cell (i, j) and code u:
+//   INT (sym or asym):     (u - z) * s          z = zeros[i, j], or 2^(b-1) when symmetric
+//   every other code fmt:  decode_elem(u) * s   decode_elem = format_info(scheme.elem).decode
+//   where s = scale(i, j): the decoded scale; NVFP4: decoded E4M3 / global_scale; NF4+dq: second level
+//   applied.
+// Quantization always uses the ROUNDED (stored) scale, so dequantization reproduces exactly what was decided.
+//
+// Non-finite input: quantize_matrix throws Error naming the first NaN/Inf (row, col): weights with NaN/Inf
+// are a bug upstream. Activations: see quantize_activation_row.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "formats/scheme.h"
+#include "tensor/tensor.h"
+
+namespace lowbit {
+
+struct QuantizedMatrix {
+  QuantScheme scheme;
+  int64_t rows = 0, cols = 0;
+  FormatId elem = FormatId::F32;  // code format: INT4, NF4, E2M1 (MXFP4/NVFP4), E4M3FN, ..., or the GGUF type
+  int bits = 0;                   // bits per code (GGUF: 0, codes are blocks)
+  int64_t row_bytes = 0;          // bytes per row of `codes`
+  std::vector<uint8_t> codes;     // [rows, row_bytes]
+  ScaleGrid grid;                 // empty for Native schemes
+  std::vector<uint8_t> scales;    // [grid.rows, grid.cols] x scale bytes (NF4 dq: int8 codes, 1 byte each)
+  std::vector<uint8_t> zeros;     // [grid.rows, grid.cols] (asymmetric INT), else empty
+  float global_scale = 1.0f;      // NVFP4 second level: s = e4m3(block) / global_scale; 1 otherwise
+  // NF4 double quantization: s(cell k) = dq_scales[k / 256] * int8(scales[k]) / 127 + dq_offset
+  std::vector<float> dq_scales;  // [ceil(grid.cells() / 256)]
+  float dq_offset = 0.0f;
+
+  bool is_gguf() const { return scheme.info().is_gguf(); }
+  bool is_plain() const;                       // F32/F16/BF16 stored as is
+  float scale(int64_t i, int64_t j) const;     // effective decoded scale of cell (i, j)
+  int zero_point(int64_t i, int64_t j) const;  // INT: stored or 2^(b-1); other formats 0
+  std::vector<float> decoded_scales() const;   // [grid.rows, grid.cols], effective scales (for kernels)
+  uint32_t code(int64_t r, int64_t c) const;   // code-based schemes only
+  const uint8_t* row_data(int64_t r) const { return codes.data() + r * row_bytes; }
+  size_t storage_bytes() const;  // bytes held in memory (codes + scales + zeros + dq + global)
+  double bits_per_weight() const { return lowbit::bits_per_weight(scheme, rows, cols); }
+};
+
+// Quantizes w [rows, cols] (row-major). importance: optional [cols] per-input-column weights for the Mse
+// scale search (GPTQ/AWQ/imatrix statistics); ignored by Absmax. Parallel over scale rows and then over rows.
+// Throws UsageError (validate) for impossible shapes and Error for non-finite input.
+QuantizedMatrix quantize_matrix(const float* w, int64_t rows, int64_t cols, const QuantScheme& scheme,
+                                const float* importance = nullptr);
+
+// Wraps existing llama.cpp blocks (e.g. from a GGUF file) without copying semantics changes: copies
+// rows*cols/block*block_bytes bytes from data. Throws if cols is not a multiple of the block.
+QuantizedMatrix quantized_from_gguf(int ggml_type, int64_t rows, int64_t cols, const uint8_t* data,
+                                    size_t nbytes);
+
+// Scalar reference dequantization of row r into out[cols].
+void dequantize_row(const QuantizedMatrix& q, int64_t r, float* out);
+void dequantize_matrix(const QuantizedMatrix& q, float* out);  // out[rows*cols], parallel over rows
+Matrix dequantize_matrix(const QuantizedMatrix& q);
+
+// Bit-stream packing used by codes (LSB-first, see above).
+inline uint32_t unpack_code(const uint8_t* row, int64_t i, int bits) {
+  const int64_t bit = i * bits;
+  const uint8_t* p = row + (bit >> 3);
+  const int sh = static_cast<int>(bit & 7);
+  uint32_t v = p[0] >> sh;
+  if (sh + bits > 8) v |= static_cast<uint32_t>(p[1]) << (8 - sh);
+  return v & ((1u << bits) - 1);
+}
+inline void pack_code(uint8_t* row, int64_t i, int bits, uint32_t code) {  // row must be zero-initialised
+  const int64_t bit = i * bits;
+  uint8_t* p = row + (bit >> 3);
+  const int sh = static_cast<int>(bit & 7);
+  p[0] = static_cast<uint8_t>(p[0] | (code << sh));
+  if (sh + bits > 8) p[1] = static_cast<uint8_t>(p[1] | (code >> (8 - sh)));
+}
+
+// ---- per-token (dynamic) activation quantization ----
+// fmt: INT8 (codes are int8 two's complement bytes, symmetric, s = absmax/127, q = clamp(RNE(x/s), -127,
+// 127)) or an FP8 format (E4M3FN, E5M2, FNUZ variants; s = absmax / max_finite, code = saturating RNE cast of
+// x/s). group_size 0 = one scale per row; otherwise ceil(n/group_size) scales (last group may be ragged).
+// scales are FP32 and not rounded. Non-finite input never causes UB: absmax is taken over finite values;
+// +-Inf saturates to the largest code; NaN -> NaN code for FP8, and for INT8 the group's scale is set to NaN
+// so the whole group dequantizes to NaN (it stays visible to NaN checks downstream).
+void quantize_activation_row(FormatId fmt, const float* x, int64_t n, int group_size, uint8_t* codes,
+                             float* scales);
+void dequantize_activation_row(FormatId fmt, const uint8_t* codes, const float* scales, int64_t n,
+                               int group_size, float* out);
+
+}  // namespace lowbit

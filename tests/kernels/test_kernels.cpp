@@ -1,0 +1,262 @@
+// Every matmul kernel against matmul_reference, on every ISA tier this machine has, over formats, shapes
+// (ragged groups, odd sizes) and token counts T = 1, 3, 17, 64.
+//
+// Tolerance (documented in docs/kernels.md): |y - y_ref| <= 2e-5 * sum_i |w_i x_i| + 1e-6 per output, where
+// x is the activation the kernel is specified to see: x itself (weight-only), quantize_activations(x) for the
+// INT8 / FP8 activation routes, and the Q8-block-rounded x for GGUF Q4_0 / Q8_0 decode on AVX-512
+// (matmul_rounds_to_q8).
+// The bound is float accumulation-order noise; a wrong code, scale or zero point in any group exceeds it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "formats/format.h"
+#include "formats/scheme.h"
+#include "kernels/dispatch.h"
+#include "kernels/matmul.h"
+#include "tensor/qtensor.h"
+
+namespace lowbit {
+namespace {
+
+std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (auto& v : w) v = nd(rng);
+  // A few outliers so groups differ in range (and asymmetric zero points are not all 2^(b-1)).
+  for (int64_t r = 0; r < rows; ++r) w[static_cast<size_t>(r * cols + (r * 7) % cols)] += 0.4f;
+  return w;
+}
+
+struct Case {
+  std::string weight;  // scheme string, or "ggml:<type>", or "f32"/"f16"/"bf16"
+  std::string act;     // "" (weight-only), "int8", "int8s" (static scale), "e4m3fn", "e5m2"
+};
+
+WeightMatrix make_weight(const Case& c, int64_t rows, int64_t cols, uint32_t seed) {
+  auto w = random_matrix(rows, cols, seed);
+  WeightMatrix m;
+  if (c.weight == "f32") m = make_f32_weight(w.data(), rows, cols);
+  else if (c.weight == "f16") m = make_half_weight(w.data(), rows, cols, WeightKind::F16);
+  else if (c.weight == "bf16") m = make_half_weight(w.data(), rows, cols, WeightKind::BF16);
+  else if (c.weight.rfind("ggml:", 0) == 0) {
+    // Zero-copy GGUF weight (WeightKind::Ggml) from the llama.cpp-compatible row quantizer.
+    const FormatInfo& fi = format_by_name(c.weight.substr(5));
+    QuantScheme s = default_scheme(fi.id);
+    validate(s, rows, cols);
+    auto q = std::make_shared<QuantizedMatrix>(quantize_matrix(w.data(), rows, cols, s));
+    m.kind = WeightKind::Ggml;
+    m.rows = rows;
+    m.cols = cols;
+    m.ggml_type = fi.ggml_type;
+    m.data = q->codes.data();
+    m.owner = q;
+  } else {
+    QuantScheme s = parse_scheme(c.weight);
+    validate(s, rows, cols);
+    m = make_quant_weight(std::make_shared<QuantizedMatrix>(quantize_matrix(w.data(), rows, cols, s)));
+  }
+  if (c.act == "int8") m.act_format = FormatId::INT8;
+  if (c.act == "int8s") {
+    m.act_format = FormatId::INT8;
+    m.act_static_scale = 0.9f / 127.0f;  // clips the largest activations on purpose
+  }
+  if (c.act == "e4m3fn") m.act_format = FormatId::E4M3FN;
+  if (c.act == "e5m2") m.act_format = FormatId::E5M2;
+  return m;
+}
+
+using Param = std::tuple<Isa, Case, std::pair<int64_t, int64_t>, int64_t>;
+
+class MatmulVsReference : public ::testing::TestWithParam<Param> {};
+
+TEST_P(MatmulVsReference, WithinTolerance) {
+  const auto& [isa, c, shape, T] = GetParam();
+  const auto [rows, cols] = shape;
+  WeightMatrix w;
+  try {
+    w = make_weight(c, rows, cols, static_cast<uint32_t>(rows * 131 + cols));
+  } catch (const UsageError& e) {
+    GTEST_SKIP() << "scheme does not apply to this shape: " << e.what();
+  }
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(T * cols));
+  for (auto& v : x) v = nd(rng);
+  x[0] = 6.0f;  // an activation outlier
+
+  set_kernel_isa(isa);
+  const std::string kname = matmul_kernel_name(w);
+  std::vector<float> y(static_cast<size_t>(T * rows), -1.0f), ref(static_cast<size_t>(T * rows));
+  matmul(w, x.data(), T, y.data());
+
+  // The activations the kernel is specified to see.
+  std::vector<float> xe(x.size());
+  quantize_activations(w, x.data(), T, xe.data());
+  if (matmul_rounds_to_q8(w, T)) {
+    std::vector<int8_t> q(static_cast<size_t>(cols));
+    std::vector<float> d(static_cast<size_t>(cols / 32));
+    for (int64_t t = 0; t < T; ++t) {
+      quantize_q8_blocks(xe.data() + t * cols, cols, q.data(), d.data());
+      for (int64_t i = 0; i < cols; ++i) xe[t * cols + i] = static_cast<float>(q[i]) * d[i / 32];
+    }
+  }
+  WeightMatrix wref = w;
+  wref.act_format = FormatId::F32;
+  matmul_reference(wref, xe.data(), T, ref.data());
+  set_kernel_isa(best_isa());
+
+  std::vector<float> row(static_cast<size_t>(cols));
+  int bad = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    weight_row_f32(w, r, row.data());
+    for (int64_t t = 0; t < T; ++t) {
+      double mag = 0;
+      for (int64_t i = 0; i < cols; ++i) mag += std::fabs(static_cast<double>(row[i]) * xe[t * cols + i]);
+      const double err = std::fabs(static_cast<double>(y[t * rows + r]) - ref[t * rows + r]);
+      if (!(err <= 2e-5 * mag + 1e-6) && bad++ < 5)
+        ADD_FAILURE() << kname << " row " << r << " token " << t << ": got " << y[t * rows + r] << ", reference "
+                      << ref[t * rows + r] << " (|err| " << err << ", bound " << 2e-5 * mag + 1e-6 << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0) << kname;
+}
+
+std::vector<Case> weight_cases() {
+  std::vector<Case> v;
+  for (const char* s : {"f32", "f16", "bf16", "int4:g32:sym", "int4:g128:sym", "int4:g32:asym", "int4:g128:asym",
+                        "int4:g64:asym:bf16", "int4:channel", "int4:g48", "int8:channel", "int8:g32", "int8:g128:asym",
+                        "int8:tensor", "int3:g64", "int2:g32:asym", "nf4:g64", "nf4:g64:dq", "e2m1:g32", "mxfp4",
+                        "mxfp8", "nvfp4", "e4m3:channel", "e4m3:tensor", "e4m3:block32x64", "e5m2:channel",
+                        "e3m2:g32", "q4_0", "q8_0", "q4_k", "ggml:q4_0", "ggml:q8_0", "ggml:q4_k", "ggml:q4_1",
+                        "ggml:q5_0", "ggml:q5_k", "ggml:q6_k", "ggml:iq4_nl"})
+    v.push_back({s, ""});
+  return v;
+}
+
+std::vector<Case> act_cases() {
+  std::vector<Case> v;
+  for (const char* s : {"int8:channel", "int8:g32", "int8:g128:asym", "int8:g64:asym", "int4:g128", "int4:g32",
+                        "int4:g32:asym", "int4:g64", "int4:channel", "int4:g48", "nf4:g64", "f32", "ggml:q4_0"})
+    for (const char* a : {"int8", "int8s"}) v.push_back({s, a});
+  for (const char* s : {"e4m3:channel", "f16", "int4:g128"})
+    for (const char* a : {"e4m3fn", "e5m2"}) v.push_back({s, a});
+  return v;
+}
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  const auto& [isa, c, shape, T] = info.param;
+  std::string s = std::string(isa_name(isa)) + "_" + c.weight + (c.act.empty() ? "" : "_a" + c.act) + "_" +
+                  std::to_string(shape.first) + "x" + std::to_string(shape.second) + "_T" + std::to_string(T);
+  for (auto& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {{37, 256}, {16, 200}, {24, 896}};
+
+INSTANTIATE_TEST_SUITE_P(Formats, MatmulVsReference,
+                         ::testing::Combine(::testing::ValuesIn(available_isas()), ::testing::ValuesIn(weight_cases()),
+                                            ::testing::ValuesIn(kShapes), ::testing::Values(1, 3, 17, 64)),
+                         param_name);
+INSTANTIATE_TEST_SUITE_P(Activations, MatmulVsReference,
+                         ::testing::Combine(::testing::ValuesIn(available_isas()), ::testing::ValuesIn(act_cases()),
+                                            ::testing::ValuesIn(kShapes), ::testing::Values(1, 3, 17)),
+                         param_name);
+
+// The fast kernels must actually be selected on AVX-512 (a silent fallback would pass the accuracy tests).
+TEST(KernelNames, FastPathsSelected) {
+  if (best_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
+  set_kernel_isa(Isa::Avx512);
+  auto name = [](const std::string& s, FormatId act = FormatId::F32) {
+    WeightMatrix w = make_weight({s, ""}, 8, 256, 1);
+    w.act_format = act;
+    return matmul_kernel_name(w);
+  };
+  EXPECT_EQ(name("int4:g128"), "int4:g128:sym:f16.nib.avx512");
+  EXPECT_NE(name("nf4:g64:dq").find(".nib.avx512"), std::string::npos);
+  EXPECT_NE(name("nvfp4").find(".nib.avx512"), std::string::npos);
+  EXPECT_NE(name("mxfp4").find(".nib.avx512"), std::string::npos);
+  EXPECT_NE(name("e4m3:channel").find(".byte.avx512"), std::string::npos);
+  EXPECT_NE(name("int8:channel", FormatId::INT8).find("+a8.vnni.avx512"), std::string::npos);
+  EXPECT_NE(name("int4:g32:asym", FormatId::INT8).find("+a8.vnni.avx512"), std::string::npos);
+  EXPECT_EQ(name("ggml:q4_0"), "q4_0.q8vnni.avx512");
+  EXPECT_EQ(name("q8_0").find(".q8vnni.avx512") != std::string::npos, true);
+  EXPECT_EQ(name("f32"), "f32.dense.avx512");
+  set_kernel_isa(Isa::Generic);
+  EXPECT_EQ(name("int4:g128"), "int4:g128:sym:f16.deq.generic");
+  set_kernel_isa(best_isa());
+}
+
+// GGUF block types lowbit can read but not write: random blocks with sane f16 scale fields.
+TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
+  struct T {
+    const char* name;
+    std::vector<int> f16_offsets;
+  };
+  const std::vector<T> types = {{"q4_1", {0, 2}}, {"q5_0", {0}},     {"q5_1", {0, 2}},   {"iq4_nl", {0}},
+                                {"q5_k", {0, 2}}, {"q6_k", {208}},   {"q2_k", {80, 82}}, {"q3_k", {108}}};
+  const int64_t rows = 9, cols = 512, ntok = 3;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> ud(0.001f, 0.01f);
+  std::vector<float> x(static_cast<size_t>(ntok * cols));
+  for (auto& v : x) v = ud(rng) * 100 - 0.5f;
+  for (const auto& t : types) {
+    const FormatInfo& fi = format_by_name(t.name);
+    const int64_t nblk = rows * cols / fi.block_elems;
+    auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(nblk * fi.block_bytes));
+    for (auto& b : *buf) b = static_cast<uint8_t>(rng());
+    for (int64_t k = 0; k < nblk; ++k)
+      for (int off : t.f16_offsets) {
+        const uint16_t h = f32_to_f16(ud(rng));
+        std::memcpy(buf->data() + k * fi.block_bytes + off, &h, 2);
+      }
+    WeightMatrix w;
+    w.kind = WeightKind::Ggml;
+    w.rows = rows;
+    w.cols = cols;
+    w.ggml_type = fi.ggml_type;
+    w.data = buf->data();
+    w.owner = buf;
+    std::vector<float> ref(static_cast<size_t>(ntok * rows)), y(ref.size()), row(static_cast<size_t>(cols));
+    matmul_reference(w, x.data(), ntok, ref.data());
+    for (Isa isa : available_isas()) {
+      set_kernel_isa(isa);
+      matmul(w, x.data(), ntok, y.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        weight_row_f32(w, r, row.data());
+        for (int64_t tk = 0; tk < ntok; ++tk) {
+          double mag = 0;
+          for (int64_t i = 0; i < cols; ++i) mag += std::fabs(static_cast<double>(row[i]) * x[tk * cols + i]);
+          EXPECT_NEAR(y[tk * rows + r], ref[tk * rows + r], 2e-5 * mag + 1e-6)
+              << t.name << " " << matmul_kernel_name(w) << " row " << r;
+        }
+      }
+    }
+    set_kernel_isa(best_isa());
+  }
+}
+
+TEST(KernelPlan, SideTablesCountedInNbytes) {
+  WeightMatrix w = make_weight({"int4:g32", ""}, 64, 256, 3);
+  // codes 64*128 + f16 scales 64*8*2; decoded float scales 64*8*4 + 16-entry LUT.
+  EXPECT_EQ(w.q->storage_bytes(), 64u * 128 + 64 * 8 * 2);
+  EXPECT_EQ(w.nbytes(), w.q->storage_bytes() + 64 * 8 * 4 + 16 * 4);
+}
+
+TEST(Dispatch, IsaNames) {
+  EXPECT_EQ(isa_from_string("avx2"), Isa::Avx2);
+  EXPECT_THROW(isa_from_string("sse9"), UsageError);
+  EXPECT_FALSE(available_isas().empty());
+  EXPECT_EQ(available_isas().back(), best_isa());
+}
+
+}  // namespace
+}  // namespace lowbit

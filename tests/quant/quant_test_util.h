@@ -1,0 +1,121 @@
+// Helpers for the quant tests: a tiny random Llama-style model held in memory, logits of a token sequence,
+// and random calibration windows.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "model/decoder.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "quant/calibration.h"
+
+namespace lowbit::quant::testing {
+
+inline std::vector<float> randn(size_t n, std::mt19937_64& rng, float sd) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// dim 64, 2 layers, 4 heads of 16 (kv_heads 4, or 2 with gqa), ffn 96, vocab 80, interleaved RoPE, untied
+// head. A few input channels carry large activations (outliers) so scale migration has something to do.
+inline std::unique_ptr<Model> make_random_model(uint64_t seed, bool gqa = false, int64_t ffn = 96) {
+  std::mt19937_64 rng(seed);
+  auto m = std::make_unique<Model>();
+  ModelConfig& c = m->config;
+  c.arch = "llama";
+  c.source_format = "synthetic";
+  c.dim = 64;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = gqa ? 2 : 4;
+  c.head_dim = 16;
+  c.ffn_dim = ffn;
+  c.vocab_size = 80;
+  c.max_seq_len = 128;
+  c.rope_style = RopeStyle::Interleaved;
+  c.tie_embeddings = false;
+  c.validate();
+  m->path = "synthetic";
+  m->format = "synthetic";
+  auto mat = [&](int64_t r, int64_t k) {
+    auto v = randn(static_cast<size_t>(r * k), rng, 1.0f / std::sqrt(static_cast<float>(k)));
+    return make_f32_weight(v.data(), r, k);
+  };
+  auto norm = [&](int64_t n) {
+    std::vector<float> v = randn(static_cast<size_t>(n), rng, 0.1f);
+    for (size_t i = 0; i < v.size(); ++i) v[i] += (i % 17 == 3) ? 6.0f : 1.0f;  // outlier channels
+    return v;
+  };
+  const int64_t D = c.dim, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_dim;
+  auto emb = randn(static_cast<size_t>(c.vocab_size * D), rng, 1.0f);
+  m->weights.tok_embed = make_f32_weight(emb.data(), c.vocab_size, D);
+  m->weights.lm_head = mat(c.vocab_size, D);
+  m->weights.final_norm = norm(D);
+  m->weights.layers.resize(static_cast<size_t>(c.n_layers));
+  for (auto& L : m->weights.layers) {
+    L.attn_norm = norm(D);
+    L.ffn_norm = norm(D);
+    L.wq = mat(Q, D);
+    L.wk = mat(KV, D);
+    L.wv = mat(KV, D);
+    L.wo = mat(D, Q);
+    L.w_gate = mat(F, D);
+    L.w_up = mat(F, D);
+    L.w_down = mat(D, F);
+  }
+  return m;
+}
+
+inline std::vector<int32_t> test_tokens(int64_t vocab, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+  return t;
+}
+
+// Logits [T, vocab] for one sequence.
+inline std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& toks) {
+  Decoder dec(m.config, m.weights);
+  KvCache kv(m.config, 1, static_cast<int64_t>(toks.size()), KvDtype::F32);
+  std::vector<BatchEntry> b;
+  for (size_t i = 0; i < toks.size(); ++i) b.push_back({toks[i], 0, static_cast<int64_t>(i), true});
+  std::vector<float> out(toks.size() * static_cast<size_t>(m.config.vocab_size));
+  dec.forward(b, kv, out.data());
+  return out;
+}
+
+inline CalibData random_calib(const Model& m, int samples, int length, uint64_t seed) {
+  CalibData d;
+  d.file = "random";
+  d.samples = samples;
+  d.length = length;
+  d.seed = seed;
+  for (int s = 0; s < samples; ++s)
+    d.seqs.push_back(test_tokens(m.config.vocab_size, length, seed * 1000 + s));
+  return d;
+}
+
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return d;
+}
+
+// A fresh path under the build tree's temp area (removed first).
+inline std::string temp_path(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() /
+           ("lowbit_quant_test_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(p);
+  return p.string();
+}
+
+}  // namespace lowbit::quant::testing
