@@ -179,8 +179,9 @@ Recommendation recommend(const Plan& p, const CtxPlan& cp) {
   // The experiments to run next, one variable at a time against the baseline.
   // Flags that `lowbit compare` takes: the evaluation context, the concurrency levels of its throughput test,
   // and the generation length. (Compare measures on lowbit's CPU engine; the device only shapes this plan.)
-  std::string common = " --ctx " + std::to_string(cp.ctx) + " --concurrency 1," +
-                       std::to_string(std::max<int64_t>(1, p.req.concurrency));
+  const int64_t conc = std::max<int64_t>(1, p.req.concurrency);
+  std::string common = " --ctx " + std::to_string(cp.ctx) + " --concurrency " +
+                       (conc == 1 ? std::string("1") : "1," + std::to_string(conc));
   if (p.req.output > 0) common += " --output " + std::to_string(p.req.output);
   const std::string m = "lowbit compare --model " + p.model.compare_model;
   const std::string first = K > W ? "kv-first" : "weights-first";

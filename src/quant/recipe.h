@@ -16,7 +16,7 @@
 //     "ignore": ["lm_head", {"pattern": "re:.*embed.*", "reason": "..."}],
 //     "calibration": {"file": "...", "samples": 32, "length": 256, "seed": 0},
 //     "gptq": {"block_size": 128, "damp": 0.01, "act_order": true},
-//     "awq": {"grid": 20, "clip": false}, "smoothquant": {"alpha": 0.5},
+//     "awq": {"grid": 20, "clip": true}, "smoothquant": {"alpha": 0.5},
 //     "unquantized_dtype": "source"|"f32"|"f16"|"bf16", "rotation": null }
 // Patterns match a matrix's lowbit name ("layers.3.wq", "lm_head", "tok_embed") or its Hugging Face module
 // name
@@ -72,7 +72,7 @@ struct Recipe {
   float gptq_damp = 0.01f;     // fraction of the mean Hessian diagonal added to the diagonal
   bool gptq_act_order = true;  // columns by decreasing Hessian diagonal, with static groups
   int awq_grid = 20;           // alpha in {0, 1/grid, ..., 1}
-  bool awq_clip = false;       // MSE clip search weighted by the (scaled) input energy after the scaling
+  bool awq_clip = true;        // MSE clip search weighted by the (scaled) input energy after the scaling
   ActivationSpec act;
   KvSpec kv;
   CalibSpec calib;

@@ -1,0 +1,102 @@
+// `lowbit eval` end to end: --json output, baseline round trip through the CLI, and the exit codes
+// (0 ok, 1 bad input such as an empty text or a truncated baseline, 2 bad flags, 3 a failed health check).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace {
+const std::string kShared = LOWBIT_SHARED_DIR;
+const std::string kLowbit = std::string(LOWBIT_BINARY_DIR) + "/apps/lowbit/lowbit";
+const std::string kModel = kShared + "/models/stories260K/stories260K.bin";
+const std::string kTok = kShared + "/models/stories260K/tok512.bin";
+const std::string kText = kShared + "/data/tinystories/tinystories_train_head.txt";
+
+struct Result {
+  int rc;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  std::string cmd = kLowbit + " " + args + " --no-progress 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  Result r{-1, ""};
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = pclose(p);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("lowbit_cli_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+}  // namespace
+
+TEST(EvalCli, PplJsonAndKldAgainstOwnBaseline) {
+  ASSERT_TRUE(std::filesystem::exists(kLowbit)) << kLowbit;
+  const std::string base = temp_path("b.lbbase");
+  Result r = run("eval ppl -m " + kModel + " --text " + kText + " --method first-window --dtype f32 --json "
+                 "--position-curve --buckets 4 --save-baseline " + base);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j["perplexity"]["ppl"].get<double>(), 4.34636, 4.34636e-3);
+  EXPECT_EQ(j["tokens_scored"].get<int>(), 511);
+  EXPECT_EQ(j["position_curve"]["tokens"].size(), 4u);
+  EXPECT_EQ(j["baseline"]["topk"].get<int>(), 32);
+
+  r = run("eval kld --baseline " + base + " -m " + kModel + " --dtype f32 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_LT(j["comparison"]["kld"]["max"].get<double>(), 1e-6);
+  EXPECT_EQ(j["comparison"]["top1_agreement"]["value"].get<double>(), 1.0);
+
+  r = run("eval kld --baseline " + base + " -m " + kModel + " --dtype f16 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["comparison"]["kld"]["mean"].get<double>(), 0.0);
+  EXPECT_LT(j["comparison"]["kld"]["mean"].get<double>(), 1e-3);
+
+  // Truncated baseline: clear error, exit 1. Another ctx: refused, exit 1.
+  {
+    std::ifstream in(base, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(base, std::ios::binary | std::ios::trunc).write(bytes.data(), 1000);
+  }
+  EXPECT_EQ(run("eval kld --baseline " + base + " -m " + kModel).rc, 1);
+  std::filesystem::remove(base);
+}
+
+TEST(EvalCli, ExitCodes) {
+  const std::string empty = temp_path("empty.txt");
+  { std::ofstream(empty).flush(); }
+  EXPECT_EQ(run("eval ppl -m " + kModel + " --text " + empty).rc, 1);
+  std::filesystem::remove(empty);
+  EXPECT_EQ(run("eval ppl -m " + kModel + " --text " + kText + " --method sliding").rc, 2);
+  EXPECT_EQ(run("eval ppl -m " + kModel + " --text " + kText + " --ctx 100000").rc, 2);
+
+  // A checkpoint with one NaN weight in layer 0's wq: exit 3, with and without --check-layers.
+  const std::string bad = temp_path("nan.bin");
+  std::filesystem::copy_file(kModel, bad);
+  std::filesystem::permissions(bad, std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
+  {
+    std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
+    const float nan = std::nanf("");
+    f.seekp(28 + (512 * 64 + 5 * 64 + 10) * 4);  // header, embedding, attention norms, then wq[0][10]
+    f.write(reinterpret_cast<const char*>(&nan), 4);
+  }
+  Result r = run("eval ppl -m " + bad + " --tokenizer " + kTok + " --text " + kText + " --chunks 1 --check-layers");
+  EXPECT_EQ(r.rc, 3);
+  EXPECT_EQ(run("eval ppl -m " + bad + " --tokenizer " + kTok + " --text " + kText + " --chunks 1").rc, 3);
+  std::filesystem::remove(bad);
+  EXPECT_EQ(run("eval batch -m " + kModel + " --text " + kText + " --seqs 2 --len 32").rc, 0);
+}
