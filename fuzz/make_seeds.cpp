@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   fs::path dir = argv[1];
-  for (const char* sub : {"safetensors", "gguf", "llama2c", "llama2c_tokenizer"})
+  for (const char* sub : {"safetensors", "gguf", "llama2c", "llama2c_tokenizer", "tokenizer_json"})
     fs::create_directories(dir / sub);
 
   std::vector<float> f(64);
@@ -72,5 +72,24 @@ int main(int argc, char** argv) {
     t.insert(t.end(), p, p + std::strlen(p));
   }
   write_file_atomic((dir / "llama2c_tokenizer/seed1").string(), t.data(), t.size());
+
+  // tokenizer.json: a byte-level BPE and a SentencePiece-style (Prepend/Replace normalizer, byte fallback)
+  // one.
+  const std::string bpe =
+      R"({"version":"1.0","added_tokens":[{"id":0,"content":"<|endoftext|>","special":true}],)"
+      R"("normalizer":null,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"use_regex":true},)"
+      R"("decoder":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{"<|endoftext|>":0,"a":1,"b":2,)"
+      R"("ab":3,"Ġ":4,"Ġab":5},"merges":["a b","Ġ ab"]}})";
+  const std::string spm =
+      R"({"version":"1.0","added_tokens":[{"id":0,"content":"<unk>","special":true},)"
+      R"({"id":1,"content":"<s>","special":true}],"normalizer":{"type":"Sequence","normalizers":[)"
+      R"({"type":"Prepend","prepend":"▁"},{"type":"Replace","pattern":{"String":" "},"content":"▁"}]},)"
+      R"("pre_tokenizer":null,"decoder":{"type":"Sequence","decoders":[{"type":"Replace","pattern":)"
+      R"({"String":"▁"},"content":" "},{"type":"ByteFallback"},{"type":"Fuse"}]},)"
+      R"("model":{"type":"BPE","byte_fallback":true,"unk_token":"<unk>","vocab":{"<unk>":0,"<s>":1,)"
+      R"("<0x41>":2,"▁":3,"a":4,"▁a":5},"merges":["▁ a"]}})";
+  std::string bpe_text = bpe + std::string(1, '\0') + "ab ab a";
+  write_file_atomic((dir / "tokenizer_json/seed1").string(), bpe_text.data(), bpe_text.size());
+  write_file_atomic((dir / "tokenizer_json/seed2").string(), spm.data(), spm.size());
   return 0;
 }

@@ -2,14 +2,15 @@
 # Builds the libFuzzer targets with clang-16 in build-fuzz/ and runs each for N seconds (default 30) from a
 # generated seed corpus. Crashes are written to build-fuzz/crashes/<target>/ and make the script exit non-zero.
 #
-# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]     (targets: safetensors gguf llama2c llama2c_tokenizer)
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
+#   targets: safetensors gguf llama2c llama2c_tokenizer tokenizer_json (default: all)
 # Example: scripts/fuzz.sh 60 gguf
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET="${1:-30}"
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(safetensors gguf llama2c llama2c_tokenizer)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(safetensors gguf llama2c llama2c_tokenizer tokenizer_json)
 BUILD="${LOWBIT_FUZZ_BUILD:-build-fuzz}"
 JOBS="${LOWBIT_FUZZ_JOBS:-2}"
 SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
@@ -35,7 +36,7 @@ status=0
 for t in "${TARGETS[@]}"; do
   corpus="$BUILD/corpus/$t"
   crashes="$BUILD/crashes/$t"
-  mkdir -p "$corpus" "$crashes"
+  mkdir -p "$corpus" "$crashes" "$SEEDS/$t"
   echo "== fuzz_$t for ${SECONDS_PER_TARGET}s"
   if ! "$BUILD/fuzz/fuzz_$t" "$corpus" "$SEEDS/$t" -max_total_time="$SECONDS_PER_TARGET" -max_len=65536 \
       -rss_limit_mb=2048 -timeout=10 -artifact_prefix="$crashes/" -print_final_stats=1 2>"$BUILD/fuzz_$t.log"; then

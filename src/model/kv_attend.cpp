@@ -118,7 +118,43 @@ void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_
     case KvFormat::INT4:
       if (S.per_channel && !S.asym && simd)
         return int4ch_row_avx512(row + off / 2, reinterpret_cast<const uint16_t*>(extra) + off, hd, out);
+      [[fallthrough]];
+    case KvFormat::INT2:
+      if (!S.per_channel) {
+        // Per-token asymmetric groups: one scale/minimum per group, codes unpacked a byte at a time.
+        const int64_t G = S.group, ng = S.kv_dim / G, bits = S.bits, per = 8 / bits, mask = (1 << bits) - 1;
+        const uint8_t* sc = row + S.code_bytes;
+        for (int64_t c0 = off; c0 < off + hd;) {
+          const int64_t g = c0 / G, c1 = std::min(off + hd, (g + 1) * G);
+          const float s = f16_to_f32(ld16(sc + 2 * g)), m = f16_to_f32(ld16(sc + 2 * (ng + g)));
+          for (int64_t c = c0; c < c1; ++c)
+            out[c - off] = m + static_cast<float>((row[c / per] >> ((c % per) * bits)) & mask) * s;
+          c0 = c1;
+        }
+        return;
+      }
       break;
+    case KvFormat::E4M3:
+    case KvFormat::E5M2: {
+      const float* lut = kv_fp8_lut(S.format == KvFormat::E4M3);
+      const int64_t h = off / hd;
+      const float s = S.fp8_scale == KvScaleMode::Token ? f16_to_f32(ld16(row + S.kv_dim + 2 * h))
+                                                        : (key ? L.kls : L.vls).s[h];
+      for (int64_t i = 0; i < hd; ++i) out[i] = lut[row[off + i]] * s;
+      return;
+    }
+    case KvFormat::FP4: {
+      const float* lut = kv_fp4_lut();
+      const auto& ls = key ? L.kls : L.vls;
+      const float g = ls.s.empty() ? 1.0f : ls.s[0];
+      const float* e4 = kv_fp8_lut(true);
+      for (int64_t c0 = off; c0 < off + hd; c0 += 16) {
+        const int64_t c1 = std::min(off + hd, c0 + 16);
+        const float s = e4[row[S.code_bytes + c0 / 16]] / g;
+        for (int64_t c = c0; c < c1; ++c) out[c - off] = lut[(row[c / 2] >> ((c & 1) * 4)) & 15] * s;
+      }
+      return;
+    }
     default: break;
   }
   kv_decode_range(S, row, extra, key ? L.kls : L.vls, off, hd, out);

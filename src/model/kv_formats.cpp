@@ -289,6 +289,9 @@ inline float amax_of(const float* x, int64_t n) {
 
 }  // namespace
 
+const float* kv_fp8_lut(bool e4m3) { return e4m3 ? luts().e4m3.data() : luts().e5m2.data(); }
+const float* kv_fp4_lut() { return luts().e2m1.data(); }
+
 // Dynamic FP8 scales come from the first batch only, so later tokens may be larger: leave 16x (4 binades) of
 // headroom. FP8 is floating point, so this costs no relative precision until values fall 2^11 (E4M3) below the
 // calibration maximum (with 2x headroom, per-tensor E4M3 lost 0.18 PPL on stories260K vs 0.04 per token).

@@ -17,7 +17,8 @@
 //                             row (F16 scale + F16 minimum per group).
 //   fp4                       NVFP4-style E2M1 codes, 16-element blocks along the row with an E4M3 block scale;
 //                             an F32 global factor per layer, from the first batch (default) or `:scale=X`.
-//                             Without it small blocks' scales fall into E4M3 subnormals (stories260K: +6.6 PPL).
+//                             Like int4:pertoken, FP4 keys are quantized along channels, which channel outliers
+//                             ruin on small models (stories260K +6.3 PPL): prefer --kv-cache-k int4 there.
 // Cache options: `window=N`/`windowN` (the most recent >= N tokens stay in F16, KIVI's residual), `rot` (Hadamard
 // rotation of q/k and v per head), `prerope` (keys stored before RoPE; RoPE applied at attention time),
 // `keep=0,-1` or `keep:0,-1` (layers kept in F16; negative = from the end), `block=16` (tokens per page),
@@ -103,6 +104,9 @@ void kv_decode_range(const KvSideLayout& L, const uint8_t* row, const uint8_t* e
 // Per-channel keys: quantizes the n rows x [n, kv_dim] (n <= block) into rows (stride row_stride) and extra.
 void kv_encode_block(const KvSideLayout& L, const float* x, int64_t n, uint8_t* rows, int64_t row_stride,
                      uint8_t* extra);
+// Decoding tables: FP8 (E4M3FN if e4m3, else E5M2) code -> value [256]; E2M1 code -> value [16].
+const float* kv_fp8_lut(bool e4m3);
+const float* kv_fp4_lut();
 // Sets dynamic layer scales from rows x [n, kv_dim] when not ready (FP8 tensor/head: amax*16/max; FP4 dyn).
 void kv_calibrate(const KvSideLayout& L, const KvSideSpec& s, const float* x, int64_t n, KvLayerScales& ls);
 

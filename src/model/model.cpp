@@ -33,8 +33,6 @@ std::string detect_model_format(const std::string& path) {
   return "llama2c";
 }
 
-namespace {
-
 std::string find_llama2c_tokenizer(const std::string& model_path, const std::string& given) {
   if (!given.empty()) return given;
   fs::path dir = fs::path(model_path).parent_path();
@@ -50,8 +48,6 @@ std::string find_llama2c_tokenizer(const std::string& model_path, const std::str
   if (cands.size() == 1) return cands[0].string();
   return "";
 }
-
-}  // namespace
 
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o) {
   Timer timer;

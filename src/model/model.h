@@ -30,6 +30,10 @@ struct Model {
 // Throws Error("io"/"model") with what is wrong and where; never returns a half-loaded model.
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o = {});
 
+// llama2.c: the tokenizer for a checkpoint: `given` if set, else tokenizer.bin beside it, else the single
+// tok*.bin beside it; "" when none is found.
+std::string find_llama2c_tokenizer(const std::string& model_path, const std::string& given);
+
 // "hf", "gguf" or "llama2c" for a path, by directory contents and magic bytes; Error("model") if none fits.
 std::string detect_model_format(const std::string& path);
 

@@ -214,21 +214,6 @@ json quantization_config(const Model& m, const QuantReport& rep,
           {"lowbit_recipe", rep.recipe.name}};
 }
 
-std::string find_llama2c_tokenizer(const std::string& model_path, const std::string& given) {
-  if (!given.empty()) return given;
-  fs::path dir = fs::path(model_path).parent_path();
-  if (dir.empty()) dir = ".";
-  if (fs::exists(dir / "tokenizer.bin")) return (dir / "tokenizer.bin").string();
-  std::vector<fs::path> cands;
-  std::error_code ec;
-  for (auto& e : fs::directory_iterator(dir, ec)) {
-    auto n = e.path().filename().string();
-    if (n.rfind("tok", 0) == 0 && e.path().extension() == ".bin" && e.path() != fs::path(model_path))
-      cands.push_back(e.path());
-  }
-  return cands.size() == 1 ? cands[0].string() : "";
-}
-
 json source_files(const Model& m) {
   json files = json::array();
   std::error_code ec;
