@@ -185,10 +185,11 @@ void do_ppl(const EvalArgs& a, bool positions) {
       base.meta.dtype = a.dtype;
       base.meta.kv_cache = a.kv;
       base.meta.variant = a.variant;
-      base.table = std::move(r.scores);
+      base.table = r.scores;  // copied: run_json below still reports tokens_scored from r
       save_baseline(a.save_baseline, base);
       bj = {{"path", a.save_baseline}, {"topk", base.table.k}, {"rows", base.table.size()},
             {"model_sha256", base.meta.model_sha256}};
+      r.scores = std::move(base.table);  // the table moved in only to be written
     }
     if (a.json) {
       json j = run_json(a, *m, t, r);
