@@ -1,6 +1,10 @@
 #include "apps/lowbit/cli_common.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
 
 #include "core/parallel.h"
 #include "kernels/matmul.h"
@@ -41,6 +45,21 @@ KernelReport kernel_report(Model& m) {
     if (k.size() > 4 && k.compare(k.size() - 4, 4, ".ref") == 0) r.fallback = true;
   }
   return r;
+}
+
+std::vector<int> parse_concurrency_list(const std::string& s, const std::string& module, const std::string& flag) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    long c = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != 0 || c < 1 || c > 4096)
+      throw UsageError(module, flag + " wants positive integers separated by commas, got '" + s + "' (example: 1,4,8)");
+    v.push_back(static_cast<int>(c));
+  }
+  if (v.empty()) throw UsageError(module, flag + " is empty (example: 1,4,8)");
+  return v;
 }
 
 void apply_threads(int threads) {

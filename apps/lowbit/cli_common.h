@@ -4,6 +4,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "model/model.h"
 
@@ -21,6 +22,10 @@ struct KernelReport {
   void print(bool per_tensor) const;                   // to stderr
 };
 KernelReport kernel_report(Model& m);
+
+// Parses a comma-separated list of concurrency levels ("1,4,8"), each in [1, 4096]; UsageError naming the flag
+// and an example otherwise.
+std::vector<int> parse_concurrency_list(const std::string& s, const std::string& module, const std::string& flag);
 
 // Applies --threads (0 = all cores).
 void apply_threads(int threads);

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "apps/lowbit/cli_common.h"
 #include "apps/lowbit/command.h"
 #include "core/error.h"
 #include "eval/compare_experiment.h"
@@ -92,18 +93,7 @@ void setup(CLI::App& cmd) {
     if (a.ctx > 0) e.ctx = a.ctx;
     if (a.chunks > 0) e.chunks = a.chunks;
     if (a.output >= 0) e.gen_tokens = a.output;
-    if (!a.concurrency.empty()) {
-      e.concurrency.clear();
-      std::stringstream cs(a.concurrency);
-      std::string item;
-      while (std::getline(cs, item, ',')) {
-        char* end = nullptr;
-        long c = std::strtol(item.c_str(), &end, 10);
-        if (item.empty() || *end != 0 || c < 1 || c > 4096)
-          throw UsageError("compare", "--concurrency wants positive integers separated by commas (e.g. 1,4,8)");
-        e.concurrency.push_back(static_cast<int>(c));
-      }
-    }
+    if (!a.concurrency.empty()) e.concurrency = app::parse_concurrency_list(a.concurrency, "compare", "--concurrency");
     fill_defaults(e, LOWBIT_SHARED_DIR);
     if (!a.variants.empty()) {
       std::vector<VariantSpec> keep;

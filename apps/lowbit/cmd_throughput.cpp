@@ -21,25 +21,6 @@ struct Args {
   bool json = false;
 };
 
-std::vector<int> parse_levels(const std::string& s) {
-  std::vector<int> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t used = 0;
-      int x = std::stoi(item, &used);
-      if (used != item.size() || x < 1 || x > 4096) throw std::invalid_argument(item);
-      v.push_back(x);
-    } catch (const std::exception&) {
-      throw lowbit::UsageError("throughput", "--concurrency wants positive integers separated by commas, got '" +
-                                                 s + "' (example: 1,4,8)");
-    }
-  }
-  if (v.empty()) throw lowbit::UsageError("throughput", "--concurrency is empty (example: 1,4,8)");
-  return v;
-}
-
 void setup(CLI::App& cmd) {
   static Args a;
   cmd.add_option("-m,--model", a.model, "Model: a Hugging Face directory, a .gguf file or a llama2.c .bin")
@@ -57,7 +38,7 @@ void setup(CLI::App& cmd) {
   cmd.callback([] {
     using namespace lowbit;
     app::apply_threads(a.threads);
-    auto levels = parse_levels(a.levels);
+    auto levels = app::parse_concurrency_list(a.levels, "throughput", "--concurrency");
     LoadOptions lo;
     lo.dense = dense_mode_from_string(a.dtype);
     auto m = load_model(a.model, lo);
