@@ -27,7 +27,8 @@ using namespace lowbit::eval;
 using nlohmann::json;
 
 struct EvalArgs {
-  std::string model, tokenizer, text, dtype = "native", kv = "f32", method = "chunks", save_baseline, baseline;
+  std::string model, tokenizer, text, dtype = "native", kv = "f32", method = "chunks", save_baseline,
+                                      baseline;
   std::string variant;
   int64_t ctx = 0, chunks = 0, first_chars = 4000, len = 0;
   int batch = 0, threads = 0, topk = 32, buckets = 16, seqs = 4;
@@ -36,14 +37,16 @@ struct EvalArgs {
 };
 
 void add_model_options(CLI::App* c, EvalArgs& a, bool model_required) {
-  auto* m = c->add_option("-m,--model", a.model, "Model: a Hugging Face directory, a .gguf file or a llama2.c .bin");
+  auto* m = c->add_option("-m,--model", a.model,
+                          "Model: a Hugging Face directory, a .gguf file or a llama2.c .bin");
   if (model_required) m->required();
   c->add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer.bin (default: found next to the model)");
   c->add_option("--dtype", a.dtype, "Dense weights in memory: native (as stored, default), f32, f16, bf16");
   c->add_option("--kv-cache", a.kv, "KV cache element format: f32 (default), f16, bf16");
   c->add_option("-t,--threads", a.threads, "Threads (default: all cores)");
-  c->add_flag("--check-layers", a.check_layers,
-              "Check every layer's activations for NaN/Inf (the logits are always checked); exit code 3 on failure");
+  c->add_flag(
+      "--check-layers", a.check_layers,
+      "Check every layer's activations for NaN/Inf (the logits are always checked); exit code 3 on failure");
   c->add_flag("--no-progress", a.no_progress, "Do not draw the progress bar on stderr");
   c->add_flag("--json", a.json, "Print one JSON object with every number instead of tables");
 }
@@ -52,9 +55,12 @@ void add_text_options(CLI::App* c, EvalArgs& a, bool text_required, const std::s
   auto* t = c->add_option("--text", a.text, "Text file to evaluate on (UTF-8)");
   if (text_required) t->required();
   c->add_option("--ctx", a.ctx, ctx_help);
-  c->add_option("--chunks", a.chunks, "Evaluate at most this many windows (0 = every whole window of the text)");
-  c->add_option("--first-chars", a.first_chars, "first-window method: characters of the text used (default 4000)");
-  c->add_option("--batch", a.batch, "Windows per forward call, as separate sequences (0 = auto: ~2048 tokens)");
+  c->add_option("--chunks", a.chunks,
+                "Evaluate at most this many windows (0 = every whole window of the text)");
+  c->add_option("--first-chars", a.first_chars,
+                "first-window method: characters of the text used (default 4000)");
+  c->add_option("--batch", a.batch,
+                "Windows per forward call, as separate sequences (0 = auto: ~2048 tokens)");
 }
 
 std::unique_ptr<Model> load(const EvalArgs& a) {
@@ -65,7 +71,8 @@ std::unique_ptr<Model> load(const EvalArgs& a) {
   lo.tokenizer_path = a.tokenizer;
   auto m = load_model(a.model, lo);
   if (!m->tokenizer)
-    throw UsageError("eval", "no tokenizer found for '" + a.model + "'; pass --tokenizer PATH (tokenizer.bin)");
+    throw UsageError("eval",
+                     "no tokenizer found for '" + a.model + "'; pass --tokenizer PATH (tokenizer.bin)");
   return m;
 }
 
@@ -95,13 +102,21 @@ EvalText prepare(const Model& m, const std::string& path, const PplOptions& o) {
 }
 
 json ppl_json(const Perplexity& p) {
-  return {{"ppl", p.ppl}, {"ppl_stderr", p.ppl_stderr}, {"mean_nll", p.mean_nll},
-          {"mean_nll_stderr", p.mean_nll_stderr}, {"tokens", p.tokens}};
+  return {{"ppl", p.ppl},
+          {"ppl_stderr", p.ppl_stderr},
+          {"mean_nll", p.mean_nll},
+          {"mean_nll_stderr", p.mean_nll_stderr},
+          {"tokens", p.tokens}};
 }
 
 json run_json(const EvalArgs& a, const Model& m, const EvalText& t, const EvalRun& r) {
-  return {{"model", {{"path", m.path}, {"format", m.format}, {"dtype", a.dtype}, {"kv_cache", a.kv},
-                     {"vocab_size", m.config.vocab_size}, {"context", m.config.max_seq_len}}},
+  return {{"model",
+           {{"path", m.path},
+            {"format", m.format},
+            {"dtype", a.dtype},
+            {"kv_cache", a.kv},
+            {"vocab_size", m.config.vocab_size},
+            {"context", m.config.max_seq_len}}},
           {"text", {{"path", t.path}, {"sha256", t.text_sha256}, {"tokens", t.text_tokens}}},
           {"method", ppl_method_name(t.method)},
           {"ctx", t.ctx},
@@ -125,22 +140,23 @@ void print_run_header(const EvalArgs& a, const Model& m, const EvalText& t) {
 }
 
 void print_speed(const EvalRun& r) {
-  std::printf("speed    %lld tokens in %.3f s = %.1f tokens/s (%d window(s) per forward), peak RSS %s, %d threads\n",
-              (long long)r.tokens_forwarded, r.seconds, r.tokens_per_second(), r.windows_per_call,
-              app::human_bytes(static_cast<double>(peak_rss_bytes())).c_str(), num_threads());
+  std::printf(
+      "speed    %lld tokens in %.3f s = %.1f tokens/s (%d window(s) per forward), peak RSS %s, %d threads\n",
+      (long long)r.tokens_forwarded, r.seconds, r.tokens_per_second(), r.windows_per_call,
+      app::human_bytes(static_cast<double>(peak_rss_bytes())).c_str(), num_threads());
 }
 
 void print_curve(const std::vector<PositionBucket>& c) {
-  std::printf("\nmean NLL by position in the window\n  %-14s %8s %10s %10s %10s\n", "positions", "tokens", "mean NLL",
-              "± stderr", "PPL");
+  std::printf("\nmean NLL by position in the window\n  %-14s %8s %10s %10s %10s\n", "positions", "tokens",
+              "mean NLL", "± stderr", "PPL");
   for (const auto& b : c) {
     char range[32];
     std::snprintf(range, sizeof range, "[%lld, %lld)", (long long)b.begin, (long long)b.end);
     if (b.tokens == 0)
       std::printf("  %-14s %8s\n", range, "-");
     else
-      std::printf("  %-14s %8lld %10.4f %10.4f %10.3f\n", range, (long long)b.tokens, b.mean_nll, b.mean_nll_stderr,
-                  b.ppl);
+      std::printf("  %-14s %8lld %10.4f %10.4f %10.3f\n", range, (long long)b.tokens, b.mean_nll,
+                  b.mean_nll_stderr, b.ppl);
   }
 }
 
@@ -161,7 +177,8 @@ void do_ppl(const EvalArgs& a, bool positions) {
     EvalArgs b = a;
     if (positions && a.ctx == 0) {
       // As long a window as the model allows and the text fills.
-      auto n = static_cast<int64_t>(m->tokenizer->encode(read_text_file(a.text), m->tokenizer->bos_id() >= 0).size());
+      auto n = static_cast<int64_t>(
+          m->tokenizer->encode(read_text_file(a.text), m->tokenizer->bos_id() >= 0).size());
       b.ctx = std::max<int64_t>(2, std::min<int64_t>(m->config.max_seq_len, n));
     }
     PplOptions o = ppl_options(b, *m);
@@ -187,7 +204,9 @@ void do_ppl(const EvalArgs& a, bool positions) {
       base.meta.variant = a.variant;
       base.table = r.scores;  // copied: run_json below still reports tokens_scored from r
       save_baseline(a.save_baseline, base);
-      bj = {{"path", a.save_baseline}, {"topk", base.table.k}, {"rows", base.table.size()},
+      bj = {{"path", a.save_baseline},
+            {"topk", base.table.k},
+            {"rows", base.table.size()},
             {"model_sha256", base.meta.model_sha256}};
       r.scores = std::move(base.table);  // the table moved in only to be written
     }
@@ -201,8 +220,8 @@ void do_ppl(const EvalArgs& a, bool positions) {
       return;
     }
     print_run_header(a, *m, t);
-    std::printf("PPL      %.5f ± %.5f   (mean NLL %.6f ± %.6f over %lld scored tokens)\n", p.ppl, p.ppl_stderr,
-                p.mean_nll, p.mean_nll_stderr, (long long)p.tokens);
+    std::printf("PPL      %.5f ± %.5f   (mean NLL %.6f ± %.6f over %lld scored tokens)\n", p.ppl,
+                p.ppl_stderr, p.mean_nll, p.mean_nll_stderr, (long long)p.tokens);
     print_speed(r);
     if (curve) print_curve(buckets);
     if (!bj.is_null())
@@ -229,7 +248,8 @@ void do_kld(const EvalArgs& a) {
     const BaselineMeta& bm = base.meta;
     auto m = load(a);
     EvalArgs b = a;
-    // Unset text options come from the baseline; explicit ones must agree (check_baseline_matches says which not).
+    // Unset text options come from the baseline; explicit ones must agree (check_baseline_matches says which
+    // not).
     if (b.text.empty()) b.text = bm.text_path;
     if (b.ctx == 0) b.ctx = bm.ctx;
     if (b.method.empty()) b.method = ppl_method_name(bm.method);
@@ -242,8 +262,9 @@ void do_kld(const EvalArgs& a) {
     KldSummary s = summarize_kld(base, r, m->config.vocab_size);
     if (a.json) {
       json j = run_json(b, *m, t, r);
-      j["baseline"] = {{"path", a.baseline}, {"model", bm.model_path}, {"model_sha256", bm.model_sha256},
-                       {"dtype", bm.dtype}, {"kv_cache", bm.kv_cache}, {"variant", bm.variant}, {"tool", bm.tool}};
+      j["baseline"] = {{"path", a.baseline}, {"model", bm.model_path},  {"model_sha256", bm.model_sha256},
+                       {"dtype", bm.dtype},  {"kv_cache", bm.kv_cache}, {"variant", bm.variant},
+                       {"tool", bm.tool}};
       j["comparison"] = s.to_json();
       std::cout << j.dump(2) << "\n";
       return;
@@ -252,14 +273,15 @@ void do_kld(const EvalArgs& a) {
     std::printf("baseline %s (model %s, weights %s, KV cache %s, top-%d, %s)\n", a.baseline.c_str(),
                 bm.model_path.c_str(), bm.dtype.c_str(), bm.kv_cache.c_str(), bm.k, bm.tool.c_str());
     std::printf("\nKL divergence KL(baseline || variant), %lld tokens, nats\n", (long long)s.tokens);
-    std::printf("  mean     %.6g ± %.2g\n  median   %.6g\n  90 %%     %.6g\n  99 %%     %.6g\n  99.9 %%   %.6g\n"
-                "  max      %.6g\n",
-                s.kl_mean, s.kl_mean_stderr, s.kl_median, s.kl_p90, s.kl_p99, s.kl_p999, s.kl_max);
+    std::printf(
+        "  mean     %.6g ± %.2g\n  median   %.6g\n  90 %%     %.6g\n  99 %%     %.6g\n  99.9 %%   %.6g\n"
+        "  max      %.6g\n",
+        s.kl_mean, s.kl_mean_stderr, s.kl_median, s.kl_p90, s.kl_p99, s.kl_p999, s.kl_max);
     if (s.k < bm.vocab_size)
-      std::printf("  (top-%d + tail approximation; baseline mass outside the top-%d: mean %.3g, max %.3g)\n", s.k, s.k,
-                  s.tail_mean, s.tail_max);
-    std::printf("\nPPL baseline     %.5f ± %.5f\nPPL variant      %.5f ± %.5f\n", s.base.ppl, s.base.ppl_stderr,
-                s.variant.ppl, s.variant.ppl_stderr);
+      std::printf("  (top-%d + tail approximation; baseline mass outside the top-%d: mean %.3g, max %.3g)\n",
+                  s.k, s.k, s.tail_mean, s.tail_max);
+    std::printf("\nPPL baseline     %.5f ± %.5f\nPPL variant      %.5f ± %.5f\n", s.base.ppl,
+                s.base.ppl_stderr, s.variant.ppl, s.variant.ppl_stderr);
     std::printf("ΔPPL             %+.5f ± %.5f   (ln ratio %+.6f ± %.6f, NLL correlation %.4f)\n", s.dppl,
                 s.dppl_stderr, s.ln_ratio, s.ln_ratio_stderr, s.nll_correlation);
     std::printf("top-1 agreement  %.3f %% ± %.3f %%\n", 100 * s.top1_agree, 100 * s.top1_agree_stderr);
@@ -306,61 +328,79 @@ void do_batch(const EvalArgs& a) {
 void setup(CLI::App& cmd) {
   static EvalArgs ppl, pos, kld, bat;
   cmd.require_subcommand(1, 1);
-  cmd.footer("Example: lowbit eval ppl -m ../shared/models/stories260K/stories260K.bin "
-             "--text ../shared/data/tinystories/tinystories_train_head.txt");
+  cmd.footer(
+      "Example: lowbit eval ppl -m ../shared/models/stories260K/stories260K.bin "
+      "--text ../shared/data/tinystories/tinystories_train_head.txt");
 
-  auto* p = cmd.add_subcommand("ppl", "Perplexity with its standard error; optionally save a baseline for kld");
+  auto* p =
+      cmd.add_subcommand("ppl", "Perplexity with its standard error; optionally save a baseline for kld");
   add_model_options(p, ppl, true);
   add_text_options(p, ppl, true, "Tokens per window (default: min(512, model context))");
-  p->add_option("--method", ppl.method,
-                "chunks (llama.cpp: BOS-led windows, second half scored, default) | window (every token after the "
-                "first) | first-window (GOLDEN.md: first --first-chars characters, one window)");
-  p->add_option("--save-baseline", ppl.save_baseline, "Write a baseline file for `lowbit eval kld` (docs/eval.md)");
-  p->add_option("--topk", ppl.topk, "Top-k log-probs per token kept in the baseline (default 32; = vocab: exact KL)");
-  p->add_option("--variant", ppl.variant, "Free-text description stored in the baseline header (e.g. a recipe)");
+  p->add_option(
+      "--method", ppl.method,
+      "chunks (llama.cpp: BOS-led windows, second half scored, default) | window (every token after the "
+      "first) | first-window (GOLDEN.md: first --first-chars characters, one window)");
+  p->add_option("--save-baseline", ppl.save_baseline,
+                "Write a baseline file for `lowbit eval kld` (docs/eval.md)");
+  p->add_option("--topk", ppl.topk,
+                "Top-k log-probs per token kept in the baseline (default 32; = vocab: exact KL)");
+  p->add_option("--variant", ppl.variant,
+                "Free-text description stored in the baseline header (e.g. a recipe)");
   p->add_flag("--position-curve", ppl.position_curve, "Also report mean NLL by position inside the window");
   p->add_option("--buckets", ppl.buckets, "Position buckets for --position-curve (default 16)");
-  p->footer("Example: lowbit eval ppl -m ../shared/models/kjv-brown-6M/model.bin --text "
-            "../shared/data/kjv-brown/val.txt --ctx 256 --save-baseline kjv.lbbase");
+  p->footer(
+      "Example: lowbit eval ppl -m ../shared/models/kjv-brown-6M/model.bin --text "
+      "../shared/data/kjv-brown/val.txt --ctx 256 --save-baseline kjv.lbbase");
   p->callback([] { do_ppl(ppl, false); });
 
-  auto* q = cmd.add_subcommand("positions", "Mean NLL by token position over the longest context the model allows");
+  auto* q =
+      cmd.add_subcommand("positions", "Mean NLL by token position over the longest context the model allows");
   add_model_options(q, pos, true);
   add_text_options(q, pos, true, "Tokens per window (default: the model's full context)");
   q->add_option("--buckets", pos.buckets, "Position buckets (default 16)");
-  q->footer("Example: lowbit eval positions -m ../shared/models/stories260K/stories260K.bin --text "
-            "../shared/data/tinystories/tinystories_train_head.txt --buckets 16");
+  q->footer(
+      "Example: lowbit eval positions -m ../shared/models/stories260K/stories260K.bin --text "
+      "../shared/data/tinystories/tinystories_train_head.txt --buckets 16");
   q->callback([] {
     pos.method = "window";
     do_ppl(pos, true);
   });
 
-  auto* k = cmd.add_subcommand("kld", "KL divergence, ΔPPL and top-1 agreement of a model against a saved baseline");
-  k->add_option("--baseline", kld.baseline, "Baseline file written by `lowbit eval ppl --save-baseline`")->required();
+  auto* k = cmd.add_subcommand("kld",
+                               "KL divergence, ΔPPL and top-1 agreement of a model against a saved baseline");
+  k->add_option("--baseline", kld.baseline, "Baseline file written by `lowbit eval ppl --save-baseline`")
+      ->required();
   add_model_options(k, kld, true);
   add_text_options(k, kld, false,
                    "Tokens per window (default: the baseline's; a different value is refused)");
   kld.method.clear();
   kld.first_chars = 0;
-  k->add_option("--method", kld.method, "Scoring method (default: the baseline's; a different one is refused)");
-  k->footer("Example: lowbit eval kld --baseline kjv.lbbase -m ../shared/models/kjv-brown-6M/model.bin --dtype f16\n"
-            "(--text defaults to the baseline's text path; its sha256 must match)");
+  k->add_option("--method", kld.method,
+                "Scoring method (default: the baseline's; a different one is refused)");
+  k->footer(
+      "Example: lowbit eval kld --baseline kjv.lbbase -m ../shared/models/kjv-brown-6M/model.bin --dtype "
+      "f16\n"
+      "(--text defaults to the baseline's text path; its sha256 must match)");
   k->callback([] { do_kld(kld); });
 
-  auto* b = cmd.add_subcommand("batch", "Batch consistency: sequences alone vs in a mixed batch vs fed in pieces");
+  auto* b =
+      cmd.add_subcommand("batch", "Batch consistency: sequences alone vs in a mixed batch vs fed in pieces");
   add_model_options(b, bat, true);
   b->add_option("--text", bat.text, "Text file the sequences are cut from")->required();
   b->add_option("--seqs", bat.seqs, "Sequences in the mixed batch (default 4)");
   b->add_option("--len", bat.len, "Tokens of the longest sequence (default: min(128, model context))");
-  b->add_option("--tolerance", bat.tolerance, "Largest |Δlogit| that passes (default 1e-4); exit code 3 above");
-  b->footer("Example: lowbit eval batch -m ../shared/models/stories260K/stories260K.bin --text "
-            "../shared/data/tinystories/tinystories_train_head.txt");
+  b->add_option("--tolerance", bat.tolerance,
+                "Largest |Δlogit| that passes (default 1e-4); exit code 3 above");
+  b->footer(
+      "Example: lowbit eval batch -m ../shared/models/stories260K/stories260K.bin --text "
+      "../shared/data/tinystories/tinystories_train_head.txt");
   b->callback([] { do_batch(bat); });
 }
 
 }  // namespace
 
-LOWBIT_COMMAND("eval", 50,
-               "Evaluate a model: perplexity, KL divergence / top-1 agreement against a baseline, NLL by position, "
-               "batch consistency, NaN/Inf checks.\nExample: lowbit eval ppl -m MODEL --text FILE",
-               setup);
+LOWBIT_COMMAND(
+    "eval", 50,
+    "Evaluate a model: perplexity, KL divergence / top-1 agreement against a baseline, NLL by position, "
+    "batch consistency, NaN/Inf checks.\nExample: lowbit eval ppl -m MODEL --text FILE",
+    setup);

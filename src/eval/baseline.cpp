@@ -21,7 +21,9 @@ constexpr char kEndMagic[8] = {'L', 'B', 'E', 'N', 'D', 0, 0, 0};
 constexpr uint32_t kMaxHeader = 1u << 20;
 constexpr size_t kRecordFixed = 56;
 
-size_t record_bytes(int k) { return kRecordFixed + 12 * static_cast<size_t>(k); }
+size_t record_bytes(int k) {
+  return kRecordFixed + 12 * static_cast<size_t>(k);
+}
 
 template <typename T>
 void put(std::string& out, T v) {
@@ -37,13 +39,17 @@ T get(const uint8_t* p) {
 
 std::string hex_to_raw(const std::string& hex) {
   std::string raw(hex.size() / 2, '\0');
-  for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  for (size_t i = 0; i < raw.size(); ++i)
+    raw[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
   return raw;
 }
 
 nlohmann::json ppl_json(const Perplexity& p) {
-  return {{"ppl", p.ppl}, {"ppl_stderr", p.ppl_stderr}, {"mean_nll", p.mean_nll},
-          {"mean_nll_stderr", p.mean_nll_stderr}, {"tokens", p.tokens}};
+  return {{"ppl", p.ppl},
+          {"ppl_stderr", p.ppl_stderr},
+          {"mean_nll", p.mean_nll},
+          {"mean_nll_stderr", p.mean_nll_stderr},
+          {"tokens", p.tokens}};
 }
 
 }  // namespace
@@ -52,10 +58,18 @@ nlohmann::json BaselineMeta::to_json() const {
   return {{"format", "lowbit-eval-baseline"},
           {"format_version", kBaselineVersion},
           {"tool", tool},
-          {"model", {{"path", model_path}, {"format", model_format}, {"sha256", model_sha256}, {"dtype", dtype},
-                     {"kv_cache", kv_cache}, {"variant", variant}}},
-          {"text", {{"path", text_path}, {"sha256", text_sha256}, {"tokens_sha256", tokens_sha256},
-                    {"text_tokens", text_tokens}}},
+          {"model",
+           {{"path", model_path},
+            {"format", model_format},
+            {"sha256", model_sha256},
+            {"dtype", dtype},
+            {"kv_cache", kv_cache},
+            {"variant", variant}}},
+          {"text",
+           {{"path", text_path},
+            {"sha256", text_sha256},
+            {"tokens_sha256", tokens_sha256},
+            {"text_tokens", text_tokens}}},
           {"method", ppl_method_name(method)},
           {"ctx", ctx},
           {"windows", windows},
@@ -103,13 +117,14 @@ BaselineMeta BaselineMeta::from_json(const nlohmann::json& j) {
     m.histograms.top1_prob = Histogram::from_json(j.at("histograms").at("top1_prob"));
     m.histograms.entropy = Histogram::from_json(j.at("histograms").at("entropy"));
   } catch (const nlohmann::json::exception& e) {
-    throw Error("eval", std::string("baseline header is missing a field or has a wrong type (") + e.what() + ")");
+    throw Error("eval",
+                std::string("baseline header is missing a field or has a wrong type (") + e.what() + ")");
   } catch (const UsageError& e) {
     throw Error("eval", std::string("baseline header has a bad value: ") + e.what());
   }
   if (m.ctx < 2 || m.ctx > (int64_t{1} << 24) || m.windows > (int64_t{1} << 31) || m.vocab_size < 1 ||
-      m.vocab_size > (int64_t{1} << 31) || m.k < 1 || m.k > kBaselineMaxK || m.k > m.vocab_size || m.rows < 1 ||
-      m.windows < 1 || m.rows > m.windows * m.ctx)
+      m.vocab_size > (int64_t{1} << 31) || m.k < 1 || m.k > kBaselineMaxK || m.k > m.vocab_size ||
+      m.rows < 1 || m.windows < 1 || m.rows > m.windows * m.ctx)
     throw Error("eval", "baseline header has inconsistent sizes (ctx " + std::to_string(m.ctx) + ", vocab " +
                             std::to_string(m.vocab_size) + ", topk " + std::to_string(m.k) + ", rows " +
                             std::to_string(m.rows) + ", windows " + std::to_string(m.windows) + ")");
@@ -196,17 +211,21 @@ void save_baseline(const std::string& path, const Baseline& b) {
 
 Baseline load_baseline(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("eval", "cannot open baseline '" + path + "'; create one with lowbit eval ppl --save-baseline");
+  if (!f)
+    throw Error("eval",
+                "cannot open baseline '" + path + "'; create one with lowbit eval ppl --save-baseline");
   std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   return parse_baseline(reinterpret_cast<const uint8_t*>(data.data()), data.size(), path);
 }
 
 Baseline parse_baseline(const uint8_t* p, size_t n, const std::string& name) {
   auto bad = [&](const std::string& what) -> Error {
-    return Error("eval", "baseline '" + name + "' " + what + "; re-create it with lowbit eval ppl --save-baseline");
+    return Error("eval",
+                 "baseline '" + name + "' " + what + "; re-create it with lowbit eval ppl --save-baseline");
   };
   if (n < 16) {
-    if (n >= 1 && std::memcmp(p, kMagic, std::min<size_t>(n, 8)) != 0) throw bad("is not a lowbit baseline file");
+    if (n >= 1 && std::memcmp(p, kMagic, std::min<size_t>(n, 8)) != 0)
+      throw bad("is not a lowbit baseline file");
     throw bad("is truncated (" + std::to_string(n) + " bytes)");
   }
   if (std::memcmp(p, kMagic, 8) != 0) throw bad("is not a lowbit baseline file (bad magic)");
@@ -232,7 +251,8 @@ Baseline parse_baseline(const uint8_t* p, size_t n, const std::string& name) {
   const uint8_t* q = p + 16 + hl;
   const uint64_t rows = get<uint64_t>(q);
   const uint32_t k = get<uint32_t>(q + 8), rb = get<uint32_t>(q + 12);
-  if (rows != static_cast<uint64_t>(b.meta.rows) || k != static_cast<uint32_t>(b.meta.k) || rb != record_bytes(b.meta.k))
+  if (rows != static_cast<uint64_t>(b.meta.rows) || k != static_cast<uint32_t>(b.meta.k) ||
+      rb != record_bytes(b.meta.k))
     throw bad("is corrupt: the record table (rows " + std::to_string(rows) + ", k " + std::to_string(k) +
               ", record " + std::to_string(rb) + " bytes) disagrees with the header");
   const size_t table_off = 16 + hl + 16;
@@ -241,7 +261,8 @@ Baseline parse_baseline(const uint8_t* p, size_t n, const std::string& name) {
       __builtin_add_overflow(expected, static_cast<uint64_t>(table_off + 40), &expected))
     throw bad("is corrupt: its row count " + std::to_string(rows) + " is impossibly large");
   if (n < expected)
-    throw bad("is truncated: expected " + std::to_string(expected) + " bytes, the file has " + std::to_string(n));
+    throw bad("is truncated: expected " + std::to_string(expected) + " bytes, the file has " +
+              std::to_string(n));
   if (n > expected)
     throw bad("has " + std::to_string(n - expected) + " unexpected trailing bytes (expected " +
               std::to_string(expected) + ")");
@@ -269,9 +290,10 @@ Baseline parse_baseline(const uint8_t* p, size_t n, const std::string& name) {
     s.entropy = get<float>(r + 48);
     std::memcpy(t.top_ids.data() + i * k, r + kRecordFixed, 4 * static_cast<size_t>(k));
     std::memcpy(t.top_lp.data() + i * k, r + kRecordFixed + 4 * k, 8 * static_cast<size_t>(k));
-    bool ok = s.target >= 0 && s.target < V && s.top1 >= 0 && s.top1 < V && s.pos >= 1 && s.pos < b.meta.ctx &&
-              s.chunk >= 0 && s.chunk < b.meta.windows && std::isfinite(s.lse) && s.tail >= 0 && s.tail <= 1 &&
-              s.logprob <= 0 && std::isfinite(s.logprob) && s.top1_logprob <= 0 && std::isfinite(s.entropy);
+    bool ok = s.target >= 0 && s.target < V && s.top1 >= 0 && s.top1 < V && s.pos >= 1 &&
+              s.pos < b.meta.ctx && s.chunk >= 0 && s.chunk < b.meta.windows && std::isfinite(s.lse) &&
+              s.tail >= 0 && s.tail <= 1 && s.logprob <= 0 && std::isfinite(s.logprob) &&
+              s.top1_logprob <= 0 && std::isfinite(s.entropy);
     for (uint32_t c = 0; ok && c < k; ++c) {
       int32_t id = t.top_ids[i * k + c];
       double lp = t.top_lp[i * k + c];
@@ -291,7 +313,8 @@ void check_baseline_matches(const BaselineMeta& b, const EvalText& t, int64_t vo
     diffs.push_back(std::string("method differs (baseline ") + ppl_method_name(b.method) + ", now " +
                     ppl_method_name(t.method) + ")");
   if (b.ctx != t.ctx)
-    diffs.push_back("ctx differs (baseline " + std::to_string(b.ctx) + ", now " + std::to_string(t.ctx) + ")");
+    diffs.push_back("ctx differs (baseline " + std::to_string(b.ctx) + ", now " + std::to_string(t.ctx) +
+                    ")");
   if (b.windows != static_cast<int64_t>(t.chunks.size()))
     diffs.push_back("number of windows differs (baseline " + std::to_string(b.windows) + ", now " +
                     std::to_string(t.chunks.size()) + "; --chunks)");
@@ -302,9 +325,11 @@ void check_baseline_matches(const BaselineMeta& b, const EvalText& t, int64_t vo
     diffs.push_back("vocabulary differs (baseline " + std::to_string(b.vocab_size) + " tokens, now " +
                     std::to_string(vocab_size) + "): another model family");
   if (diffs.empty() && b.tokens_sha256 != t.tokens_sha256)
-    diffs.push_back("the text tokenizes differently (token-id sha256 mismatch): another tokenizer or BOS setting");
+    diffs.push_back(
+        "the text tokenizes differently (token-id sha256 mismatch): another tokenizer or BOS setting");
   if (diffs.empty()) return;
-  std::string msg = "baseline made by " + b.tool + " on model '" + b.model_path + "' does not match this run: ";
+  std::string msg =
+      "baseline made by " + b.tool + " on model '" + b.model_path + "' does not match this run: ";
   for (size_t i = 0; i < diffs.size(); ++i) msg += (i ? "; " : "") + diffs[i];
   msg += ". Use the same --text/--ctx/--method/--chunks as the baseline, or re-create it";
   throw Error("eval", msg);

@@ -6,8 +6,8 @@
 //
 // File layout (little endian; docs/eval.md has the full description and the error bound of the top-k KL):
 //   "LBBASE01" | u32 version=1 | u32 header_len | header JSON (UTF-8, <= 1 MiB)
-//   | u64 rows | u32 k | u32 record_bytes (= 56 + 12k) | rows x record | sha256 of all previous bytes (32 raw)
-//   | "LBEND\0\0\0"
+//   | u64 rows | u32 k | u32 record_bytes (= 56 + 12k) | rows x record | sha256 of all previous bytes (32
+//   raw) | "LBEND\0\0\0"
 // record: i32 target, i32 pos, i32 window, i32 top1, f64 lse, f64 tail, f64 logprob, f64 top1_logprob,
 //         f32 entropy, f32 reserved(0), i32 ids[k], f64 logprobs[k]
 #pragma once
@@ -28,14 +28,14 @@ constexpr int kBaselineMaxK = 4096;
 struct BaselineMeta {
   std::string model_path, model_format, model_sha256;
   std::string dtype = "f32", kv_cache = "f32";  // how the reference was run
-  std::string variant;                           // free text (e.g. a quantization recipe), may be empty
+  std::string variant;                          // free text (e.g. a quantization recipe), may be empty
   std::string text_path, text_sha256, tokens_sha256;
   int64_t text_tokens = 0;
   PplMethod method = PplMethod::Chunks;
   int64_t ctx = 0, windows = 0, first_chars = 4000, vocab_size = 0, rows = 0;
   bool bos = false;
   int k = 0;
-  std::string tool;                              // "lowbit 0.1.0 (commit abc)"
+  std::string tool;  // "lowbit 0.1.0 (commit abc)"
   Perplexity ppl;
   ScoreHistograms histograms;
 

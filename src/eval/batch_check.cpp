@@ -32,8 +32,9 @@ BatchCheckResult check_batch_consistency(const Model& m, const std::vector<int32
                                  std::to_string(m.config.max_seq_len) + "] (the model's context)");
   const int64_t need = o.seqs * len;
   if (static_cast<int64_t>(tokens.size()) < need)
-    throw Error("eval", "the text has " + std::to_string(tokens.size()) + " tokens but " + std::to_string(o.seqs) +
-                            " sequences of up to " + std::to_string(len) + " tokens need " + std::to_string(need) +
+    throw Error("eval", "the text has " + std::to_string(tokens.size()) + " tokens but " +
+                            std::to_string(o.seqs) + " sequences of up to " + std::to_string(len) +
+                            " tokens need " + std::to_string(need) +
                             "; use a longer text, fewer --seqs or a smaller --len");
   BatchCheckResult r;
   r.seqs = o.seqs;

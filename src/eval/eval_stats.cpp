@@ -59,7 +59,9 @@ void score_logits(const float* logits, int64_t V, int32_t target, int k, TokenSc
   }
   scratch.resize(static_cast<size_t>(V));
   std::iota(scratch.begin(), scratch.end(), 0);
-  auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  auto better = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
   if (k < V) std::nth_element(scratch.begin(), scratch.begin() + k, scratch.end(), better);
   std::sort(scratch.begin(), scratch.begin() + k, better);
   double in = 0;
@@ -112,9 +114,13 @@ void Histogram::add(double x) {
   counts[static_cast<size_t>(b)]++;
 }
 
-int64_t Histogram::total() const { return std::accumulate(counts.begin(), counts.end(), int64_t{0}); }
+int64_t Histogram::total() const {
+  return std::accumulate(counts.begin(), counts.end(), int64_t{0});
+}
 
-nlohmann::json Histogram::to_json() const { return {{"lo", lo}, {"hi", hi}, {"counts", counts}}; }
+nlohmann::json Histogram::to_json() const {
+  return {{"lo", lo}, {"hi", hi}, {"counts", counts}};
+}
 
 Histogram Histogram::from_json(const nlohmann::json& j) {
   Histogram h;

@@ -3,9 +3,10 @@
 // variant's row against a stored top-k baseline row, percentiles and histograms.
 //
 // Everything here is plain scalar code on one row or one sample vector; the runners in perplexity.h and kld.h
-// call it in parallel over rows. Accumulations are in double; values that are stored (log-probs) are rounded to
-// double, so a model compared with its own baseline gives bit-identical numbers (KLD exactly 0) and the KL of
-// nearly identical models is not drowned in rounding noise (float log-probs would add ~1e-7 nats per token).
+// call it in parallel over rows. Accumulations are in double; values that are stored (log-probs) are rounded
+// to double, so a model compared with its own baseline gives bit-identical numbers (KLD exactly 0) and the KL
+// of nearly identical models is not drowned in rounding noise (float log-probs would add ~1e-7 nats per
+// token).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,8 +16,9 @@
 
 namespace lowbit::eval {
 
-// Running sums of a sample (NLL per token, KL per token, ...). Mean and standard error as llama.cpp's perplexity
-// tool computes them: var = E[x^2] - E[x]^2 (population), stderr of the mean = sqrt(var / (n - 1)).
+// Running sums of a sample (NLL per token, KL per token, ...). Mean and standard error as llama.cpp's
+// perplexity tool computes them: var = E[x^2] - E[x]^2 (population), stderr of the mean = sqrt(var / (n -
+// 1)).
 struct SampleStats {
   double sum = 0, sum2 = 0;
   int64_t n = 0;
@@ -31,8 +33,8 @@ struct SampleStats {
     n += o.n;
   }
   double mean() const { return n > 0 ? sum / static_cast<double>(n) : 0.0; }
-  double variance() const;      // population variance, >= 0
-  double stderr_mean() const;   // 0 when n < 2
+  double variance() const;     // population variance, >= 0
+  double stderr_mean() const;  // 0 when n < 2
 };
 
 // Perplexity from NLL samples: PPL = exp(mean NLL), its uncertainty PPL * stderr(mean NLL) (first-order).
@@ -44,14 +46,14 @@ Perplexity perplexity_from(const SampleStats& nll);
 
 // What is kept of one scored position: the model's distribution over the next token, reduced.
 struct TokenScore {
-  int32_t target = 0;     // the correct next token
-  int32_t pos = 0;        // position of the target token inside its chunk (1..ctx-1)
-  int32_t chunk = 0;      // chunk index
-  double lse = 0;         // log-sum-exp of the logits row (double: log-probs are derived from it)
-  double logprob = 0;     // log p(target)
-  float entropy = 0;      // entropy of the full distribution, nats
-  double tail = 0;        // probability mass outside the top-k: 1 - sum_{i in top-k} exp(top_lp[i])
-  int32_t top1 = 0;       // argmax (lowest id on ties)
+  int32_t target = 0;       // the correct next token
+  int32_t pos = 0;          // position of the target token inside its chunk (1..ctx-1)
+  int32_t chunk = 0;        // chunk index
+  double lse = 0;           // log-sum-exp of the logits row (double: log-probs are derived from it)
+  double logprob = 0;       // log p(target)
+  float entropy = 0;        // entropy of the full distribution, nats
+  double tail = 0;          // probability mass outside the top-k: 1 - sum_{i in top-k} exp(top_lp[i])
+  int32_t top1 = 0;         // argmax (lowest id on ties)
   double top1_logprob = 0;  // log p(top1)
 };
 
@@ -63,8 +65,8 @@ void score_logits(const float* logits, int64_t V, int32_t target, int k, TokenSc
 
 // Comparison of one variant row with the baseline's stored row for the same position.
 struct RowCompare {
-  double kl = 0;        // KL(baseline || variant), nats (top-k + tail approximation, see docs/eval.md)
-  double dp = 0;        // p_variant(target) - p_baseline(target)
+  double kl = 0;  // KL(baseline || variant), nats (top-k + tail approximation, see docs/eval.md)
+  double dp = 0;  // p_variant(target) - p_baseline(target)
   bool same_top1 = false;
 };
 

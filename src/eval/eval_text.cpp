@@ -17,9 +17,12 @@ PplMethod ppl_method_from_string(const std::string& s) {
 
 const char* ppl_method_name(PplMethod m) {
   switch (m) {
-    case PplMethod::Chunks: return "chunks";
-    case PplMethod::Window: return "window";
-    case PplMethod::FirstWindow: return "first-window";
+    case PplMethod::Chunks:
+      return "chunks";
+    case PplMethod::Window:
+      return "window";
+    case PplMethod::FirstWindow:
+      return "first-window";
   }
   return "?";
 }
@@ -31,8 +34,10 @@ std::string read_text_file(const std::string& path) {
   ss << f.rdbuf();
   if (f.bad()) throw Error("eval", "error while reading text file '" + path + "'");
   std::string s = ss.str();
-  if (s.empty()) throw Error("eval", "text file '" + path + "' is empty; give a text with at least one window of "
-                                     "--ctx tokens");
+  if (s.empty())
+    throw Error("eval", "text file '" + path +
+                            "' is empty; give a text with at least one window of "
+                            "--ctx tokens");
   return s;
 }
 

@@ -9,8 +9,11 @@ namespace lowbit::eval {
 
 namespace {
 nlohmann::json ppl_json(const Perplexity& p) {
-  return {{"ppl", p.ppl}, {"ppl_stderr", p.ppl_stderr}, {"mean_nll", p.mean_nll},
-          {"mean_nll_stderr", p.mean_nll_stderr}, {"tokens", p.tokens}};
+  return {{"ppl", p.ppl},
+          {"ppl_stderr", p.ppl_stderr},
+          {"mean_nll", p.mean_nll},
+          {"mean_nll_stderr", p.mean_nll_stderr},
+          {"tokens", p.tokens}};
 }
 }  // namespace
 
@@ -79,8 +82,15 @@ KldSummary summarize_kld(const Baseline& base, const EvalRun& run, int64_t vocab
 nlohmann::json KldSummary::to_json() const {
   return {{"tokens", tokens},
           {"baseline_topk", k},
-          {"kld", {{"mean", kl_mean}, {"mean_stderr", kl_mean_stderr}, {"median", kl_median}, {"p90", kl_p90},
-                   {"p99", kl_p99}, {"p99_9", kl_p999}, {"max", kl_max}, {"min", kl_min}}},
+          {"kld",
+           {{"mean", kl_mean},
+            {"mean_stderr", kl_mean_stderr},
+            {"median", kl_median},
+            {"p90", kl_p90},
+            {"p99", kl_p99},
+            {"p99_9", kl_p999},
+            {"max", kl_max},
+            {"min", kl_min}}},
           {"baseline_tail_mass", {{"mean", tail_mean}, {"max", tail_max}}},
           {"ppl_baseline", ppl_json(base)},
           {"ppl_variant", ppl_json(variant)},

@@ -74,19 +74,25 @@ EvalRun evaluate(const Model& m, const EvalText& text, const PplOptions& o, cons
       throw Error("eval", "inconsistent windows in '" + text.path + "' (internal error)");
     for (int32_t id : c.tokens)
       if (id < 0 || id >= V)
-        throw Error("eval", "token id " + std::to_string(id) + " from the tokenizer is outside the model's "
-                            "vocabulary of " + std::to_string(V) + "; the tokenizer does not belong to this model");
+        throw Error("eval", "token id " + std::to_string(id) +
+                                " from the tokenizer is outside the model's "
+                                "vocabulary of " +
+                                std::to_string(V) + "; the tokenizer does not belong to this model");
   }
   const int64_t n_rows = n_windows * scored;
   if (baseline) {
     if (baseline->size() != n_rows)
-      throw Error("eval", "the baseline holds " + std::to_string(baseline->size()) + " scored tokens but this run "
-                          "scores " + std::to_string(n_rows) + "; it was made with other windows");
+      throw Error("eval", "the baseline holds " + std::to_string(baseline->size()) +
+                              " scored tokens but this run "
+                              "scores " +
+                              std::to_string(n_rows) + "; it was made with other windows");
     for (int64_t w = 0, r = 0; w < n_windows; ++w)
       for (int64_t j = score_from; j < ctx - 1; ++j, ++r)
-        if (baseline->rows[static_cast<size_t>(r)].target != text.chunks[static_cast<size_t>(w)].tokens[j + 1])
+        if (baseline->rows[static_cast<size_t>(r)].target !=
+            text.chunks[static_cast<size_t>(w)].tokens[j + 1])
           throw Error("eval", "the baseline's target token at window " + std::to_string(w) + " position " +
-                              std::to_string(j + 1) + " differs from this run's; the text or tokenizer differ");
+                                  std::to_string(j + 1) +
+                                  " differs from this run's; the text or tokenizer differ");
   }
 
   EvalRun run;
@@ -109,7 +115,8 @@ EvalRun evaluate(const Model& m, const EvalText& text, const PplOptions& o, cons
   fo.check_layers = o.check_layers;
 
   std::unique_ptr<Progress> prog;
-  if (o.progress) prog = std::make_unique<Progress>(std::string("eval ") + ppl_method_name(text.method), n_windows);
+  if (o.progress)
+    prog = std::make_unique<Progress>(std::string("eval ") + ppl_method_name(text.method), n_windows);
   std::vector<float> logits;
   std::vector<BatchEntry> batch;
   SampleStats nll_so_far;
@@ -120,7 +127,8 @@ EvalRun evaluate(const Model& m, const EvalText& text, const PplOptions& o, cons
     for (int64_t s = 0; s < nb; ++s) {
       const auto& toks = text.chunks[static_cast<size_t>(c0 + s)].tokens;
       for (int64_t j = 0; j < ctx; ++j)
-        batch.push_back({toks[static_cast<size_t>(j)], static_cast<int32_t>(s), j, j >= score_from && j < ctx - 1});
+        batch.push_back(
+            {toks[static_cast<size_t>(j)], static_cast<int32_t>(s), j, j >= score_from && j < ctx - 1});
     }
     logits.resize(static_cast<size_t>(nb * scored * V));
     health.batch = &batch;
@@ -136,8 +144,8 @@ EvalRun evaluate(const Model& m, const EvalText& text, const PplOptions& o, cons
       // The decoder names the sequence slot and position; say which window (and text tokens) that slot holds.
       throw CheckFailed("health check failed: " + std::string(e.what()) + " [sequence slot s holds window " +
                         std::to_string(c0) + "+s, text tokens from " +
-                        std::to_string(text.chunks[static_cast<size_t>(c0)].start) + " + s*" + std::to_string(ctx) +
-                        "]");
+                        std::to_string(text.chunks[static_cast<size_t>(c0)].start) + " + s*" +
+                        std::to_string(ctx) + "]");
     }
     ++run.forward_calls;
     run.tokens_forwarded += nb * ctx;
@@ -151,8 +159,8 @@ EvalRun evaluate(const Model& m, const EvalText& text, const PplOptions& o, cons
         const auto& chunk = text.chunks[static_cast<size_t>(c0 + s)];
         TokenScore& ts = run.scores.rows[static_cast<size_t>(idx)];
         const float* row = logits.data() + r * V;
-        score_logits(row, V, chunk.tokens[static_cast<size_t>(j + 1)], k, &ts, run.scores.top_ids.data() + idx * k,
-                     run.scores.top_lp.data() + idx * k, scratch);
+        score_logits(row, V, chunk.tokens[static_cast<size_t>(j + 1)], k, &ts,
+                     run.scores.top_ids.data() + idx * k, run.scores.top_lp.data() + idx * k, scratch);
         ts.pos = static_cast<int32_t>(j + 1);
         ts.chunk = static_cast<int32_t>(c0 + s);
         if (baseline) {
@@ -203,8 +211,8 @@ std::vector<PositionBucket> position_curve(const ScoreTable& t, int64_t ctx, int
 }
 
 nlohmann::json position_curve_json(const std::vector<PositionBucket>& c) {
-  nlohmann::json j = {{"begin", nlohmann::json::array()}, {"end", nlohmann::json::array()},
-                      {"tokens", nlohmann::json::array()}, {"mean_nll", nlohmann::json::array()},
+  nlohmann::json j = {{"begin", nlohmann::json::array()},           {"end", nlohmann::json::array()},
+                      {"tokens", nlohmann::json::array()},          {"mean_nll", nlohmann::json::array()},
                       {"mean_nll_stderr", nlohmann::json::array()}, {"ppl", nlohmann::json::array()}};
   for (const auto& b : c) {
     j["begin"].push_back(b.begin);

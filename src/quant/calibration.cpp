@@ -195,16 +195,19 @@ std::vector<LayerStats> collect_stats(const Model& m, const CalibData& d, int fi
   dec.set_observer(&obs);
   const int n = static_cast<int>(d.seqs.size());
   std::vector<float> logits(static_cast<size_t>(m.config.vocab_size));
+  // One KV cache for all batches: every batch rewrites positions [0, len) of its sequences before attending to
+  // them, so nothing stale is ever read, and the memory is allocated once.
+  int64_t cap = 1;
+  for (const auto& seq : d.seqs) cap = std::max<int64_t>(cap, static_cast<int64_t>(seq.size()));
+  KvCache kv(m.config, std::max(1, std::min(batch_seqs, n)), cap, KvDtype::F32);
+  std::vector<BatchEntry> batch;
   for (int b0 = 0; b0 < n; b0 += batch_seqs) {
     const int nb = std::min(batch_seqs, n - b0);
-    int64_t cap = 1;
-    std::vector<BatchEntry> batch;
+    batch.clear();
     for (int s = 0; s < nb; ++s) {
       const auto& seq = d.seqs[b0 + s];
-      cap = std::max<int64_t>(cap, static_cast<int64_t>(seq.size()));
       for (size_t p = 0; p < seq.size(); ++p) batch.push_back({seq[p], s, static_cast<int64_t>(p), false});
     }
-    KvCache kv(m.config, nb, cap, KvDtype::F32);
     try {
       dec.forward(batch, kv, logits.data());
     } catch (const StopForward&) {

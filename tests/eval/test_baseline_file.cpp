@@ -3,11 +3,11 @@
 // Also the header comparison that refuses a baseline made on other text / ctx / method / vocabulary.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <unistd.h>
 
 #include "eval/baseline.h"
 

@@ -2,14 +2,14 @@
 // (0 ok, 1 bad input such as an empty text or a truncated baseline, 2 bad flags, 3 a failed health check).
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace {
 const std::string kShared = LOWBIT_SHARED_DIR;
@@ -45,8 +45,10 @@ std::string temp_path(const std::string& name) {
 TEST(EvalCli, PplJsonAndKldAgainstOwnBaseline) {
   ASSERT_TRUE(std::filesystem::exists(kLowbit)) << kLowbit;
   const std::string base = temp_path("b.lbbase");
-  Result r = run("eval ppl -m " + kModel + " --text " + kText + " --method first-window --dtype f32 --json "
-                 "--position-curve --buckets 4 --save-baseline " + base);
+  Result r = run("eval ppl -m " + kModel + " --text " + kText +
+                 " --method first-window --dtype f32 --json "
+                 "--position-curve --buckets 4 --save-baseline " +
+                 base);
   ASSERT_EQ(r.rc, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_NEAR(j["perplexity"]["ppl"].get<double>(), 4.34636, 4.34636e-3);
@@ -94,7 +96,8 @@ TEST(EvalCli, ExitCodes) {
     f.seekp(28 + (512 * 64 + 5 * 64 + 10) * 4);  // header, embedding, attention norms, then wq[0][10]
     f.write(reinterpret_cast<const char*>(&nan), 4);
   }
-  Result r = run("eval ppl -m " + bad + " --tokenizer " + kTok + " --text " + kText + " --chunks 1 --check-layers");
+  Result r =
+      run("eval ppl -m " + bad + " --tokenizer " + kTok + " --text " + kText + " --chunks 1 --check-layers");
   EXPECT_EQ(r.rc, 3);
   EXPECT_EQ(run("eval ppl -m " + bad + " --tokenizer " + kTok + " --text " + kText + " --chunks 1").rc, 3);
   std::filesystem::remove(bad);

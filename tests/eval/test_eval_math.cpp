@@ -16,7 +16,7 @@ TEST(SampleStats, MeanStderrAndPerplexity) {
   SampleStats s;
   for (double x : {1.0, 2.0, 3.0, 4.0}) s.add(x);
   EXPECT_DOUBLE_EQ(s.mean(), 2.5);
-  EXPECT_DOUBLE_EQ(s.variance(), 1.25);                   // E[x^2] - E[x]^2 = 7.5 - 6.25
+  EXPECT_DOUBLE_EQ(s.variance(), 1.25);                      // E[x^2] - E[x]^2 = 7.5 - 6.25
   EXPECT_NEAR(s.stderr_mean(), std::sqrt(1.25 / 3), 1e-15);  // llama.cpp: sqrt(var / (n - 1))
   Perplexity p = perplexity_from(s);
   EXPECT_NEAR(p.ppl, std::exp(2.5), 1e-12);
@@ -106,7 +106,7 @@ TEST(CompareRow, ExactWithFullTopKAndLowerBoundWithTail) {
   RowCompare exact = compare_row(sp, ids, plp, 4, lq.data(), 4, sq);
   EXPECT_NEAR(exact.kl, kl_full(P, Q), 1e-6);  // 0.1064...
   EXPECT_NEAR(exact.dp, 0.25 - 0.2, 1e-6);
-  EXPECT_FALSE(exact.same_top1);                // P: 3, Q: 0 (ties -> lowest id)
+  EXPECT_FALSE(exact.same_top1);  // P: 3, Q: 0 (ties -> lowest id)
 
   // k = 2: the 3-bin coarse-graining {3, 2, rest}: 0.4 ln(0.4/0.25) + 0.3 ln(0.3/0.25) + 0.3 ln(0.3/0.5).
   score_logits(lp.data(), 4, 1, 2, &sp, ids, plp, scratch);
@@ -115,7 +115,8 @@ TEST(CompareRow, ExactWithFullTopKAndLowerBoundWithTail) {
   EXPECT_NEAR(approx.kl, want, 1e-6);
   EXPECT_LE(approx.kl, exact.kl + 1e-9);
   // The missing part is p_tail * KL(P_tail || Q_tail) = 0.3 * KL({1/3, 2/3} || {1/2, 1/2}).
-  const double missing = 0.3 * ((1.0 / 3) * std::log((1.0 / 3) / 0.5) + (2.0 / 3) * std::log((2.0 / 3) / 0.5));
+  const double missing =
+      0.3 * ((1.0 / 3) * std::log((1.0 / 3) / 0.5) + (2.0 / 3) * std::log((2.0 / 3) / 0.5));
   EXPECT_NEAR(exact.kl - approx.kl, missing, 1e-6);
 }
 
@@ -154,7 +155,9 @@ TEST(Histogram, BinsAndClamping) {
 }
 
 TEST(EvalText, FirstCharsCountsCodePoints) {
-  const std::string s = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80" "bc";  // a é € 😀 b c
+  const std::string s =
+      "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"
+      "bc";  // a é € 😀 b c
   EXPECT_EQ(first_chars(s, 4), "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80");
   EXPECT_EQ(first_chars(s, 2), "a\xc3\xa9");
   EXPECT_EQ(first_chars(s, 100), s);

@@ -3,11 +3,12 @@
 // invariance, batch consistency, NaN/Inf health checks naming the layer, and clear errors for bad input.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <unistd.h>
+#include <ostream>
 
 #include "core/hash.h"
 #include "eval/baseline.h"
@@ -54,6 +55,10 @@ struct GoldenPpl {
   double mean_nll, ppl;
 };
 
+void PrintTo(const GoldenPpl& g, std::ostream* os) {
+  *os << g.model << " ctx " << g.ctx;
+}
+
 class GoldenFirstWindow : public ::testing::TestWithParam<GoldenPpl> {};
 
 TEST_P(GoldenFirstWindow, ReproducesGoldenPerplexity) {
@@ -75,7 +80,7 @@ INSTANTIATE_TEST_SUITE_P(RealModels, GoldenFirstWindow,
                                            GoldenPpl{kTiny, kTinyText, 512, 3.485902, 32.65187},
                                            GoldenPpl{kKjv, kKjvText, 256, 3.884980, 48.66596}),
                          [](const auto& info) {
-                           return info.index == 0 ? std::string("stories260K")
+                           return info.index == 0   ? std::string("stories260K")
                                   : info.index == 1 ? std::string("tinystories656K")
                                                     : std::string("kjv_brown_6M");
                          });
@@ -144,8 +149,9 @@ TEST(Kld, OwnBaselineIsZeroAndF16CopyIsSmallButPositive) {
   auto h = load_model(kStories, {DenseMode::F16});
   EvalRun var = evaluate(*h, t, quiet(), &loaded.table);
   KldSummary f = summarize_kld(loaded, var, h->config.vocab_size);
-  std::printf("stories260K F16 copy vs F32 baseline: mean KLD %.3g ± %.2g, max %.3g, top-1 %.2f %%, dPPL %+.5f\n",
-              f.kl_mean, f.kl_mean_stderr, f.kl_max, 100 * f.top1_agree, f.dppl);
+  std::printf(
+      "stories260K F16 copy vs F32 baseline: mean KLD %.3g ± %.2g, max %.3g, top-1 %.2f %%, dPPL %+.5f\n",
+      f.kl_mean, f.kl_mean_stderr, f.kl_max, 100 * f.top1_agree, f.dppl);
   EXPECT_GT(f.kl_mean, 0.0);
   EXPECT_LT(f.kl_mean, 1e-3);
   EXPECT_GT(f.top1_agree, 0.95);

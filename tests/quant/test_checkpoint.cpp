@@ -2,6 +2,7 @@
 // and inspection.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 
@@ -94,7 +95,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"e4m3:block32x32:f32", true}, Case{"e5m2:channel:bf16", false},
                       Case{"nvfp4", false}, Case{"mxfp4", false}, Case{"mxfp8", false},
                       Case{"e2m1:g32:f16", false}, Case{"int4:g32:e8m0", false}, Case{"q4_0", false},
-                      Case{"int4:g32:sym,algo=gptq,kv=int8,kv_strategy=head", true}));
+                      Case{"int4:g32:sym,algo=gptq,kv=int8,kv_strategy=head", true}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string n = std::string(info.param.recipe) + (info.param.gqa ? "_gqa" : "");
+      for (auto& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return n;
+    });
 
 TEST(Checkpoint, QuantizedEmbeddingAndHeadAndMixedGroups) {
   auto m = make_random_model(22);
