@@ -11,6 +11,42 @@
 
 namespace lowbit::app {
 
+std::string KvFlags::text() const {
+  std::string s = cache;
+  if (!k.empty()) s += " k=" + k;
+  if (!v.empty()) s += " v=" + v;
+  if (!evict.empty()) s += " evict=" + evict;
+  return s;
+}
+
+void add_kv_options(CLI::App* cmd, KvFlags& f, bool with_evict) {
+  cmd->add_option("--kv-cache", f.cache,
+                  "KV cache format: f32 (default), f16, bf16, e4m3, e5m2, int8, int4, int2, fp4, with options after "
+                  "':' or '+': windowN (recent N tokens kept in F16), rot (Hadamard rotation), prerope (keys "
+                  "before RoPE), keep:0,-1 (layers kept in F16), head|tensor|token (FP8 scales), scale=X "
+                  "(calibrated FP8), asym, pertoken, group=N, block=N, budget=N|64MiB, paged. Example: "
+                  "--kv-cache int4:window32+rot. See docs/kv_cache.md");
+  cmd->add_option("--kv-cache-k", f.k, "Format and options for keys only (overrides --kv-cache), e.g. int4");
+  cmd->add_option("--kv-cache-v", f.v, "Format and options for values only (overrides --kv-cache), e.g. int2");
+  if (with_evict)
+    cmd->add_option("--kv-evict", f.evict,
+                    "KV eviction: streaming:SINKS+WINDOW (StreamingLLM) or h2o:BUDGET (tokens or %, heavy "
+                    "hitters + recent). Example: --kv-evict h2o:25%");
+}
+
+void print_kv_cache(const KvCache& kv) {
+  std::fprintf(stderr, "kv cache: %s, %.2f bytes/token, capacity %lld tokens, %s allocated\n",
+               kv.describe().c_str(), kv.bytes_per_token_exact(), (long long)kv.capacity_tokens(),
+               human_bytes(static_cast<double>(kv.total_bytes())).c_str());
+}
+
+nlohmann::json kv_cache_json(const KvCache& kv) {
+  return {{"format", kv.describe()},
+          {"bytes_per_token_exact", kv.bytes_per_token_exact()},
+          {"capacity_tokens", kv.capacity_tokens()},
+          {"bytes", kv.total_bytes()}};
+}
+
 std::string human_bytes(double b) {
   const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int i = 0;

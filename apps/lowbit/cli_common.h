@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "model/kv_cache.h"
+#include "model/kv_formats.h"
 #include "model/model.h"
 
 namespace lowbit::app {
@@ -26,6 +28,18 @@ KernelReport kernel_report(Model& m);
 // Parses a comma-separated list of concurrency levels ("1,4,8"), each in [1, 4096]; UsageError naming the flag
 // and an example otherwise.
 std::vector<int> parse_concurrency_list(const std::string& s, const std::string& module, const std::string& flag);
+
+// The KV-cache flags every command that runs the model shares: --kv-cache, --kv-cache-k, --kv-cache-v and
+// (where the command can honour it) --kv-evict. spec() parses them once (UsageError naming the bad token).
+struct KvFlags {
+  std::string cache = "f32", k, v, evict;
+  KvCacheSpec spec() const { return parse_kv_spec(cache, k, v, evict); }
+  std::string text() const;  // what the user asked for, for reports: "int4:window32 k=int8 evict=h2o:50%"
+};
+void add_kv_options(CLI::App* cmd, KvFlags& f, bool with_evict = true);
+// One line on stderr: the cache's format, exact bytes per token, capacity in tokens and bytes allocated.
+void print_kv_cache(const KvCache& kv);
+nlohmann::json kv_cache_json(const KvCache& kv);
 
 // Applies --threads (0 = all cores).
 void apply_threads(int threads);

@@ -20,6 +20,7 @@
 #include "kernels/requantize.h"
 #include "model/decoder.h"
 #include "model/kv_cache.h"
+#include "model/kv_paged.h"
 #include "model/model.h"
 
 namespace {
@@ -28,8 +29,10 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct BenchArgs {
-  std::string model, quantize, kv = "f32", dtype = "native";
+  std::string model, quantize, dtype = "native";
+  lowbit::app::KvFlags kv;
   int p = 512, n = 128, threads = 0, reps = 3;
+  int64_t depth = 0;
   double bw_gbs = 0;
   bool json = false, bandwidth = false;
 };
@@ -115,7 +118,11 @@ void run_model(const BenchArgs& a) {
   for (auto& [name, w] : m->weights.named_matrices()) prepare_weight(*w);
   const double load_s = seconds_since(t0);
   const ModelConfig& c = m->config;
-  const KvDtype kvd = kv_dtype_from_string(a.kv);
+  const KvCacheSpec kvs = a.kv.spec();
+  if (a.depth < 0) throw UsageError("bench", "--depth must be >= 0");
+  if (a.depth + a.n > c.max_seq_len && kvs.evict.policy == KvEvictPolicy::None)
+    throw UsageError("bench", "--depth " + std::to_string(a.depth) + " + -n " + std::to_string(a.n) +
+                                  " exceeds the model's context of " + std::to_string(c.max_seq_len) + " tokens");
   Decoder dec(c, m->weights);
   std::mt19937 rng(1);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
@@ -127,10 +134,33 @@ void run_model(const BenchArgs& a) {
     if (name != "tok_embed") wbytes += w->nbytes();
 
   std::vector<double> pp, tg;
-  const int64_t cap = std::max<int64_t>(1, std::max(a.p, a.n));
+  const int64_t cap = std::max<int64_t>(1, std::max<int64_t>(a.p, a.depth + a.n));
+  // --depth: the decode test starts from a cache already holding `depth` tokens. They are synthetic K/V rows
+  // (Gaussian, like post-norm projections) stored through the cache's own encoder, so a quantized cache holds
+  // quantized pages exactly as after a real prefill; attention cost does not depend on the values.
+  std::vector<float> fill_k, fill_v;
+  if (a.depth > 0) {
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    fill_k.resize(static_cast<size_t>(std::min<int64_t>(a.depth, 256) * c.kv_dim()));
+    fill_v.resize(fill_k.size());
+    for (auto& x : fill_k) x = g(rng);
+    for (auto& x : fill_v) x = g(rng);
+  }
+  auto prefill_synthetic = [&](KvCache& kv) {
+    const int64_t chunk = static_cast<int64_t>(fill_k.size()) / std::max<int64_t>(1, c.kv_dim());
+    std::vector<int32_t> seqs(static_cast<size_t>(chunk), 0);
+    std::vector<int64_t> pos(static_cast<size_t>(chunk));
+    for (int64_t p0 = 0; p0 < a.depth; p0 += chunk) {
+      const int64_t T = std::min(chunk, a.depth - p0);
+      for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = p0 + t;
+      for (int l = 0; l < c.n_layers; ++l) kv.store_rows(l, T, seqs.data(), pos.data(), fill_k.data(), fill_v.data());
+    }
+  };
+  bool printed_kv = a.json;
   for (int r = 0; r < a.reps + 1; ++r) {  // repetition 0 warms up (page faults, plans) and is not counted
     if (a.p > 0) {
-      KvCache kv(c, 1, cap, kvd);
+      KvCache kv(c, 1, cap, kvs);
+      if (!printed_kv) app::print_kv_cache(kv), printed_kv = true;
       std::vector<BatchEntry> batch;
       for (int i = 0; i < a.p; ++i) batch.push_back({tok(rng), 0, i, i == a.p - 1});
       auto t1 = Clock::now();
@@ -138,15 +168,21 @@ void run_model(const BenchArgs& a) {
       if (r > 0) pp.push_back(a.p / seconds_since(t1));
     }
     if (a.n > 0) {
-      KvCache kv(c, 1, cap, kvd);
+      KvCache kv(c, 1, cap, kvs);
+      if (!printed_kv) app::print_kv_cache(kv), printed_kv = true;
+      prefill_synthetic(kv);
       auto t1 = Clock::now();
-      for (int i = 0; i < a.n; ++i) dec.forward({{tok(rng), 0, i, true}}, kv, logits.data());
+      for (int i = 0; i < a.n; ++i) dec.forward({{tok(rng), 0, a.depth + i, true}}, kv, logits.data());
       if (r > 0) tg.push_back(a.n / seconds_since(t1));
     }
   }
   const uint64_t peak = peak_rss_bytes();
-  KvCache kv1(c, 1, 1, kvd);
-  const double kv_read = static_cast<double>(kv1.bytes_per_token()) * (a.n - 1) / 2.0;  // mean positions read
+  KvCache kv1(c, 1, cap, kvs);
+  // Mean live tokens read per decode step (eviction caps them at its budget).
+  double live = static_cast<double>(a.depth) + (a.n - 1) / 2.0;
+  if (kv1.paged() && kv1.paged_cache()->evict_budget() > 0)
+    live = std::min<double>(live, static_cast<double>(kv1.paged_cache()->evict_budget()));
+  const double kv_read = kv1.bytes_per_token_exact() * live;
   const double bytes_per_token = static_cast<double>(wbytes) + kv_read;
   double bw = a.bw_gbs * 1e9;
   if (a.n > 0 && bw <= 0) bw = measure_read_bandwidth(size_t{1} << 29, 3);
@@ -163,11 +199,13 @@ void run_model(const BenchArgs& a) {
                         {"threads", num_threads()},
                         {"load_seconds", load_s},
                         {"peak_rss_bytes", peak},
-                        {"kv_cache", a.kv},
+                        {"kv_cache", a.kv.text()},
+                        {"kv", app::kv_cache_json(kv1)},
+                        {"depth", a.depth},
                         {"repetitions", a.reps}};
     if (a.p > 0) j["prefill"] = {{"test", "pp" + std::to_string(a.p)}, {"tokens_per_second", sp.mean}, {"sd", sp.sd}};
     if (a.n > 0)
-      j["decode"] = {{"test", "tg" + std::to_string(a.n)}, {"tokens_per_second", sg.mean}, {"sd", sg.sd},
+      j["decode"] = {{"test", "tg" + std::to_string(a.n) + (a.depth > 0 ? " @ d" + std::to_string(a.depth) : "")}, {"tokens_per_second", sg.mean}, {"sd", sg.sd},
                      {"bytes_per_token", bytes_per_token}, {"read_bandwidth_bytes_per_second", bw},
                      {"bound_tokens_per_second", bound}, {"fraction_of_bound", bound > 0 ? sg.mean / bound : 0}};
     std::cout << j.dump(2) << "\n";
@@ -181,11 +219,13 @@ void run_model(const BenchArgs& a) {
     std::printf("| %s | %s | %.1f M | %s | %d | pp%d | %.2f ± %.2f | |\n", wname.c_str(), size.c_str(), params,
                 backend.c_str(), num_threads(), a.p, sp.mean, sp.sd);
   if (a.n > 0)
-    std::printf("| %s | %s | %.1f M | %s | %d | tg%d | %.2f ± %.2f | %.0f %% |\n", wname.c_str(), size.c_str(), params,
-                backend.c_str(), num_threads(), a.n, sg.mean, sg.sd, bound > 0 ? 100.0 * sg.mean / bound : 0.0);
+    std::printf("| %s | %s | %.1f M | %s | %d | tg%d%s | %.2f ± %.2f | %.0f %% |\n", wname.c_str(), size.c_str(),
+                params, backend.c_str(), num_threads(), a.n,
+                a.depth > 0 ? (" @ d" + std::to_string(a.depth)).c_str() : "", sg.mean, sg.sd,
+                bound > 0 ? 100.0 * sg.mean / bound : 0.0);
   std::printf("\nload %.3f s | peak RSS %s | decode reads %s/token, bound %.1f t/s at %.1f GB/s | KV %s\n", load_s,
               app::human_bytes(static_cast<double>(peak)).c_str(), app::human_bytes(bytes_per_token).c_str(), bound,
-              bw / 1e9, a.kv.c_str());
+              bw / 1e9, kv1.describe().c_str());
 }
 
 void setup(CLI::App& cmd) {
@@ -197,12 +237,16 @@ void setup(CLI::App& cmd) {
   cmd.add_option("-n,--n-gen", a.n, "Decode test: tokens generated one by one from an empty cache (0 = skip; 128)");
   cmd.add_option("-t,--threads", a.threads, "Threads (default: all cores)");
   cmd.add_option("-r,--repetitions", a.reps, "Repetitions per test (mean ± sd; one extra warm-up run)");
-  cmd.add_option("--kv-cache", a.kv, "KV cache element format: f32 (default), f16, bf16");
+  lowbit::app::add_kv_options(&cmd, a.kv);
+  cmd.add_option("-d,--depth", a.depth,
+                 "Decode test starts from a cache already holding this many tokens (synthetic rows stored through "
+                 "the cache's encoder; like llama-bench -d). Example: -d 4096 --kv-cache int8");
   cmd.add_option("--dtype", a.dtype, "Dense weights in memory: native (default), f32, f16, bf16");
   cmd.add_option("--bw", a.bw_gbs, "Read bandwidth in GB/s for the decode bound (default: measured, ~1 s)");
   cmd.add_flag("--bandwidth", a.bandwidth, "Only measure this machine's read bandwidth for 1..threads threads");
   cmd.add_flag("--json", a.json, "Print one JSON object");
   cmd.footer("Example: lowbit bench -m /tmp/qwen05-q4_0.gguf -p 128 -n 32 -r 3 --threads 2\n"
+             "         lowbit bench -m fixture-0.5b -p 0 -n 32 -d 4096 --kv-cache int4\n"
              "         lowbit bench --bandwidth\n"
              "The ISA tier can be lowered with LOWBIT_ISA=generic|avx2|avx512.");
   cmd.callback([] {

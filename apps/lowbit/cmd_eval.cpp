@@ -27,10 +27,11 @@ using namespace lowbit::eval;
 using nlohmann::json;
 
 struct EvalArgs {
-  std::string model, tokenizer, text, dtype = "native", kv = "f32", method = "chunks", save_baseline,
+  app::KvFlags kv;
+  std::string model, tokenizer, text, dtype = "native", method = "chunks", save_baseline,
                                       baseline;
   std::string variant;
-  int64_t ctx = 0, chunks = 0, first_chars = 4000, len = 0;
+  int64_t ctx = 0, chunks = 0, first_chars = 4000, len = 0, kv_step = 0;
   int batch = 0, threads = 0, topk = 32, buckets = 16, seqs = 4;
   double tolerance = 1e-4;
   bool json = false, check_layers = false, position_curve = false, no_progress = false;
@@ -42,7 +43,7 @@ void add_model_options(CLI::App* c, EvalArgs& a, bool model_required) {
   if (model_required) m->required();
   c->add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer.bin (default: found next to the model)");
   c->add_option("--dtype", a.dtype, "Dense weights in memory: native (as stored, default), f32, f16, bf16");
-  c->add_option("--kv-cache", a.kv, "KV cache element format: f32 (default), f16, bf16");
+  app::add_kv_options(c, a.kv);
   c->add_option("-t,--threads", a.threads, "Threads (default: all cores)");
   c->add_flag(
       "--check-layers", a.check_layers,
@@ -61,6 +62,9 @@ void add_text_options(CLI::App* c, EvalArgs& a, bool text_required, const std::s
                 "first-window method: characters of the text used (default 4000)");
   c->add_option("--batch", a.batch,
                 "Windows per forward call, as separate sequences (0 = auto: ~2048 tokens)");
+  c->add_option("--kv-step", a.kv_step,
+                "Tokens of each window fed per forward call: 0 = auto (the whole window; 1 with --kv-evict), 1 "
+                "= decode-style, so KIVI windows and eviction act as in generation. Example: --kv-step 1");
 }
 
 std::unique_ptr<Model> load(const EvalArgs& a) {
@@ -81,7 +85,9 @@ PplOptions ppl_options(const EvalArgs& a, const Model& m) {
   o.ctx = resolve_ctx(m, a.ctx);
   o.chunks = a.chunks;
   o.batch = a.batch;
-  o.kv_dtype = kv_dtype_from_string(a.kv);
+  o.kv = a.kv.spec();
+  if (a.kv_step < 0) throw UsageError("eval", "--kv-step must be >= 0");
+  o.kv_step = a.kv_step;
   o.method = ppl_method_from_string(a.method);
   o.first_chars = a.first_chars;
   o.check_layers = a.check_layers;
@@ -114,7 +120,7 @@ json run_json(const EvalArgs& a, const Model& m, const EvalText& t, const EvalRu
            {{"path", m.path},
             {"format", m.format},
             {"dtype", a.dtype},
-            {"kv_cache", a.kv},
+            {"kv_cache", a.kv.text()},
             {"vocab_size", m.config.vocab_size},
             {"context", m.config.max_seq_len}}},
           {"text", {{"path", t.path}, {"sha256", t.text_sha256}, {"tokens", t.text_tokens}}},
@@ -125,6 +131,7 @@ json run_json(const EvalArgs& a, const Model& m, const EvalText& t, const EvalRu
           {"tokens_scored", r.scores.size()},
           {"tokens_forwarded", r.tokens_forwarded},
           {"windows_per_call", r.windows_per_call},
+          {"kv", {{"format", r.kv_cache}, {"bytes_per_token_exact", r.kv_bytes_per_token}, {"bytes", r.kv_bytes}, {"step", r.kv_step}}},
           {"seconds", r.seconds},
           {"tokens_per_second", r.tokens_per_second()},
           {"peak_rss_bytes", peak_rss_bytes()},
@@ -133,13 +140,17 @@ json run_json(const EvalArgs& a, const Model& m, const EvalText& t, const EvalRu
 
 void print_run_header(const EvalArgs& a, const Model& m, const EvalText& t) {
   std::printf("model    %s (%s, weights %s, KV cache %s, vocab %lld)\n", m.path.c_str(), m.format.c_str(),
-              a.dtype.c_str(), a.kv.c_str(), (long long)m.config.vocab_size);
+              a.dtype.c_str(), a.kv.text().c_str(), (long long)m.config.vocab_size);
   std::printf("text     %s: %lld tokens; method %s, ctx %lld, %zu window(s)%s\n", t.path.c_str(),
               (long long)t.text_tokens, ppl_method_name(t.method), (long long)t.ctx, t.chunks.size(),
               t.bos ? ", BOS at each window start" : "");
 }
 
 void print_speed(const EvalRun& r) {
+  if (!r.kv_cache.empty())
+    std::printf("kv cache %s, %.2f bytes/token, %s allocated, %lld token(s) of each window per forward call\n",
+                r.kv_cache.c_str(), r.kv_bytes_per_token, app::human_bytes(static_cast<double>(r.kv_bytes)).c_str(),
+                (long long)r.kv_step);
   std::printf(
       "speed    %lld tokens in %.3f s = %.1f tokens/s (%d window(s) per forward), peak RSS %s, %d threads\n",
       (long long)r.tokens_forwarded, r.seconds, r.tokens_per_second(), r.windows_per_call,
@@ -200,7 +211,7 @@ void do_ppl(const EvalArgs& a, bool positions) {
       base.meta = make_baseline_meta(*m, t, r.scores);
       base.meta.model_sha256 = model_sha256(*m);
       base.meta.dtype = a.dtype;
-      base.meta.kv_cache = a.kv;
+      base.meta.kv_cache = a.kv.text();
       base.meta.variant = a.variant;
       base.table = r.scores;  // copied: run_json below still reports tokens_scored from r
       save_baseline(a.save_baseline, base);
@@ -260,12 +271,20 @@ void do_kld(const EvalArgs& a) {
     check_baseline_matches(bm, t, m->config.vocab_size);
     EvalRun r = evaluate(*m, t, o, &base.table);
     KldSummary s = summarize_kld(base, r, m->config.vocab_size);
+    if (a.buckets < 1) throw UsageError("eval", "--buckets must be >= 1");
+    std::vector<PositionBucket> cb, cv;
+    if (a.position_curve) {
+      cb = position_curve(base.table, t.ctx, a.buckets);
+      cv = position_curve(r.scores, t.ctx, a.buckets);
+    }
     if (a.json) {
       json j = run_json(b, *m, t, r);
       j["baseline"] = {{"path", a.baseline}, {"model", bm.model_path},  {"model_sha256", bm.model_sha256},
                        {"dtype", bm.dtype},  {"kv_cache", bm.kv_cache}, {"variant", bm.variant},
                        {"tool", bm.tool}};
       j["comparison"] = s.to_json();
+      if (a.position_curve)
+        j["position_curve"] = {{"baseline", position_curve_json(cb)}, {"variant", position_curve_json(cv)}};
       std::cout << j.dump(2) << "\n";
       return;
     }
@@ -291,6 +310,17 @@ void do_kld(const EvalArgs& a) {
     std::printf("\nscore distributions\n");
     print_hist_pair("top-1 probability", s.base_hist.top1_prob, s.variant_hist.top1_prob, "[%.2f, %.2f)");
     print_hist_pair("entropy (nats)", s.base_hist.entropy, s.variant_hist.entropy, "[%.2f, %.2f)");
+    if (a.position_curve) {
+      std::printf("\nmean NLL by position in the window\n  %-14s %8s %10s %10s %10s\n", "positions", "tokens",
+                  "baseline", "variant", "Δ");
+      for (size_t i = 0; i < cb.size() && i < cv.size(); ++i) {
+        char range[32];
+        std::snprintf(range, sizeof range, "[%lld, %lld)", (long long)cb[i].begin, (long long)cb[i].end);
+        if (cv[i].tokens == 0) continue;
+        std::printf("  %-14s %8lld %10.4f %10.4f %+10.4f\n", range, (long long)cv[i].tokens, cb[i].mean_nll,
+                    cv[i].mean_nll, cv[i].mean_nll - cb[i].mean_nll);
+      }
+    }
   });
 }
 
@@ -303,7 +333,7 @@ void do_batch(const EvalArgs& a) {
     o.seqs = a.seqs;
     o.len = a.len;
     o.tolerance = a.tolerance;
-    o.kv_dtype = kv_dtype_from_string(a.kv);
+    o.kv = a.kv.spec();
     o.check_layers = a.check_layers;
     BatchCheckResult r = check_batch_consistency(*m, ids, o);
     if (a.json) {
@@ -312,7 +342,7 @@ void do_batch(const EvalArgs& a) {
       j["text"] = a.text;
       std::cout << j.dump(2) << "\n";
     } else {
-      std::printf("model    %s (weights %s, KV cache %s)\n", m->path.c_str(), a.dtype.c_str(), a.kv.c_str());
+      std::printf("model    %s (weights %s, KV cache %s)\n", m->path.c_str(), a.dtype.c_str(), a.kv.text().c_str());
       std::printf("batch    %d sequences of lengths", r.seqs);
       for (auto l : r.lengths) std::printf(" %lld", (long long)l);
       std::printf(", %lld logits compared\n", (long long)r.logits_compared);
@@ -377,6 +407,9 @@ void setup(CLI::App& cmd) {
   kld.first_chars = 0;
   k->add_option("--method", kld.method,
                 "Scoring method (default: the baseline's; a different one is refused)");
+  k->add_flag("--position-curve", kld.position_curve,
+              "Also report mean NLL by position inside the window, baseline beside variant");
+  k->add_option("--buckets", kld.buckets, "Position buckets for --position-curve (default 16)");
   k->footer(
       "Example: lowbit eval kld --baseline kjv.lbbase -m ../shared/models/kjv-brown-6M/model.bin --dtype "
       "f16\n"

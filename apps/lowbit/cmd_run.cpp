@@ -18,7 +18,8 @@
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, tokenizer, dtype = "native", kv = "f32", kv_k, kv_v, kv_evict, quantize, calib;
+  std::string model, prompt, tokenizer, dtype = "native", quantize, calib;
+  lowbit::app::KvFlags kv;
   int n = 64, threads = 0;
   int64_t ctx = 0;
   float temp = 0.0f, top_p = 1.0f, min_p = 0.0f, repeat_penalty = 1.0f;
@@ -40,16 +41,7 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--repeat-penalty", a.repeat_penalty, "Penalise the last 64 tokens (1 = off)");
   cmd.add_option("--seed", a.seed, "Random seed for sampling (runs with the same seed are identical)");
   cmd.add_option("--ctx", a.ctx, "KV cache capacity in tokens (default: prompt + n, up to the model's context)");
-  cmd.add_option("--kv-cache", a.kv,
-                 "KV cache format: f32 (default), f16, bf16, e4m3, e5m2, int8, int4, int2, fp4, with options after "
-                 "':' or '+': windowN (recent N tokens kept in F16), rot (Hadamard rotation), prerope (keys before "
-                 "RoPE), keep:0,-1 (layers kept in F16), head|tensor|token (FP8 scales), scale=X (calibrated FP8), "
-                 "asym, pertoken, group=N, block=N, budget=N|64MiB, paged. See docs/kv_cache.md");
-  cmd.add_option("--kv-cache-k", a.kv_k, "Format and options for keys only (overrides --kv-cache), e.g. int4");
-  cmd.add_option("--kv-cache-v", a.kv_v, "Format and options for values only (overrides --kv-cache), e.g. int2");
-  cmd.add_option("--kv-evict", a.kv_evict,
-                 "KV eviction: streaming:SINKS+WINDOW (StreamingLLM) or h2o:BUDGET (tokens or %, heavy hitters + "
-                 "recent); lets generation run past --ctx");
+  lowbit::app::add_kv_options(&cmd, a.kv);
   cmd.add_option("--dtype", a.dtype, "Dense weights in memory: native (as stored, default), f32, f16, bf16");
   cmd.add_option("--quantize", a.quantize,
                  "Quantize the weights at load time with a recipe (same forms as lowbit quantize --recipe: W4A16, "
@@ -107,14 +99,8 @@ void setup(CLI::App& cmd) {
     go.sampler.seed = a.seed;
     go.sampler.validate();
     go.ctx = a.ctx;
-    go.kv_spec = parse_kv_spec(a.kv, a.kv_k, a.kv_v, a.kv_evict);
-    if (go.kv_spec->is_plain()) go.kv_dtype = kv_dtype_from_string(a.kv);
-    if (!a.json)
-      go.on_kv_cache = [](const KvCache& kv) {
-        std::fprintf(stderr, "kv cache: %s, %.2f bytes/token, capacity %lld tokens, %s allocated\n",
-                     kv.describe().c_str(), kv.bytes_per_token_exact(), (long long)kv.capacity_tokens(),
-                     app::human_bytes(static_cast<double>(kv.total_bytes())).c_str());
-      };
+    go.kv_spec = a.kv.spec();
+    if (!a.json) go.on_kv_cache = [](const KvCache& kv) { app::print_kv_cache(kv); };
     go.stop_at_eos = !a.ignore_eos;
     auto prompt = tok.encode(a.prompt, !a.no_bos && tok.bos_id() >= 0);
     auto kr = app::kernel_report(*m);
@@ -153,7 +139,7 @@ void setup(CLI::App& cmd) {
                           {"ttft_seconds", st.ttft_seconds},
                           {"prefill_tokens_per_second", st.prefill_tps()},
                           {"decode_tokens_per_second", st.decode_tps()},
-                          {"kv_cache", {{"format", a.kv}, {"spec", st.kv_format}, {"evict", a.kv_evict},
+                          {"kv_cache", {{"format", a.kv.cache}, {"spec", st.kv_format}, {"evict", a.kv.evict},
                                         {"bytes_per_token_exact", st.kv_bytes_per_token_exact},
                                         {"bytes_per_token", st.kv_bytes_per_token},
                                         {"capacity_tokens", st.kv_capacity_tokens}, {"bytes", st.kv_total_bytes}}},
@@ -170,7 +156,7 @@ void setup(CLI::App& cmd) {
                  "\nload %.3f s | prompt %lld tokens | TTFT %.1f ms | prefill %.1f tok/s | decode %.1f tok/s "
                  "(%lld tokens, stop: %s) | KV %s %lld B/token x %lld tokens | peak RSS %s | threads %d\n",
                  m->load_seconds, (long long)st.prompt_tokens, st.ttft_seconds * 1e3, st.prefill_tps(),
-                 st.decode_tps(), (long long)st.generated_tokens, st.stop_reason.c_str(), a.kv.c_str(),
+                 st.decode_tps(), (long long)st.generated_tokens, st.stop_reason.c_str(), st.kv_format.c_str(),
                  (long long)st.kv_bytes_per_token, (long long)st.kv_capacity_tokens,
                  app::human_bytes(static_cast<double>(peak)).c_str(), num_threads());
   });

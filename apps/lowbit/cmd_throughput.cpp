@@ -15,7 +15,8 @@
 namespace {
 
 struct Args {
-  std::string model, dtype = "native", kv = "f32", levels = "1,4";
+  std::string model, dtype = "native", levels = "1,4";
+  lowbit::app::KvFlags kv;
   int requests = 0, p = 64, n = 32, threads = 0;
   uint64_t seed = 0;
   bool json = false;
@@ -29,7 +30,7 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--requests", a.requests, "Requests per level, all arriving at t=0 (default: 2 x concurrency)");
   cmd.add_option("-p,--n-prompt", a.p, "Prompt tokens per request (default 64)");
   cmd.add_option("-n,--n-gen", a.n, "Generated tokens per request (default 32)");
-  cmd.add_option("--kv-cache", a.kv, "KV cache element format: f32 (default), f16, bf16");
+  lowbit::app::add_kv_options(&cmd, a.kv);
   cmd.add_option("--dtype", a.dtype, "Dense weights in memory: native (default), f32, f16, bf16");
   cmd.add_option("--seed", a.seed, "Seed for the random prompt token ids");
   cmd.add_option("-t,--threads", a.threads, "Threads (default: all cores)");
@@ -43,7 +44,7 @@ void setup(CLI::App& cmd) {
     lo.dense = dense_mode_from_string(a.dtype);
     auto m = load_model(a.model, lo);
     nlohmann::json out = {{"model", a.model}, {"threads", num_threads()}, {"prompt_tokens", a.p},
-                          {"gen_tokens", a.n}, {"kv_cache", a.kv}, {"levels", nlohmann::json::array()}};
+                          {"gen_tokens", a.n}, {"kv_cache", a.kv.text()}, {"levels", nlohmann::json::array()}};
     if (!a.json)
       std::printf("%-11s %8s %12s %12s %10s %10s %10s %10s\n", "concurrency", "requests", "gen tok/s", "total tok/s",
                   "TTFT mean", "TTFT p90", "queue mean", "latency");
@@ -53,7 +54,7 @@ void setup(CLI::App& cmd) {
       o.requests = a.requests;
       o.prompt_tokens = a.p;
       o.gen_tokens = a.n;
-      o.kv_dtype = kv_dtype_from_string(a.kv);
+      o.kv = a.kv.spec();
       o.seed = a.seed;
       auto r = measure_throughput(*m, o);
       out["levels"].push_back(r.to_json());

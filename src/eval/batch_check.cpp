@@ -50,7 +50,7 @@ BatchCheckResult check_batch_consistency(const Model& m, const std::vector<int32
   // Alone: each sequence in its own cache, one prefill, logits at every position.
   std::vector<std::vector<float>> alone(static_cast<size_t>(o.seqs));
   for (int i = 0; i < o.seqs; ++i) {
-    KvCache kv(m.config, 1, len, o.kv_dtype);
+    KvCache kv(m.config, 1, len, o.kv);
     std::vector<BatchEntry> b;
     for (int64_t j = 0; j < r.lengths[i]; ++j) b.push_back({seq_tok(i, j), 0, j, true});
     alone[i].resize(static_cast<size_t>(r.lengths[i] * V));
@@ -59,7 +59,7 @@ BatchCheckResult check_batch_consistency(const Model& m, const std::vector<int32
   }
   // Mixed: all sequences interleaved round-robin in one batch.
   {
-    KvCache kv(m.config, o.seqs, len, o.kv_dtype);
+    KvCache kv(m.config, o.seqs, len, o.kv);
     std::vector<BatchEntry> b;
     for (int64_t j = 0; j < len; ++j)
       for (int i = 0; i < o.seqs; ++i)
@@ -79,7 +79,7 @@ BatchCheckResult check_batch_consistency(const Model& m, const std::vector<int32
   }
   // Split: sequence 0 fed in pieces of 1, 2, 3, ... tokens (a prefill split into pieces, then decode steps).
   {
-    KvCache kv(m.config, 1, len, o.kv_dtype);
+    KvCache kv(m.config, 1, len, o.kv);
     int64_t j = 0, piece = 1;
     std::vector<float> out;
     while (j < r.lengths[0]) {

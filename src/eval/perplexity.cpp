@@ -103,10 +103,18 @@ EvalRun evaluate(const Model& m, const EvalText& text, const PplOptions& o, cons
   run.scores.top_lp.resize(static_cast<size_t>(n_rows * k));
   if (baseline) run.compare.resize(static_cast<size_t>(n_rows));
 
+  const int64_t step = o.kv_step > 0 ? std::min(o.kv_step, ctx)
+                                     : (o.kv.evict.policy != KvEvictPolicy::None ? 1 : ctx);
+  // Stepping feeds few rows per call, so more windows share each call (bounded by the logits' memory).
   const int w = o.batch > 0 ? static_cast<int>(std::min<int64_t>(o.batch, n_windows))
-                            : auto_windows_per_call(ctx, scored, V, n_windows);
+                            : auto_windows_per_call(step < ctx ? std::min<int64_t>(ctx, 128) : ctx, scored, V,
+                                                    n_windows);
   run.windows_per_call = w;
-  KvCache kv(m.config, w, ctx, o.kv_dtype);
+  KvCache kv(m.config, w, ctx, o.kv);
+  run.kv_cache = kv.describe();
+  run.kv_bytes_per_token = kv.bytes_per_token_exact();
+  run.kv_bytes = kv.total_bytes();
+  run.kv_step = step;
   Decoder dec(m.config, m.weights);
   HealthObserver health;
   health.text = &text;
@@ -117,24 +125,39 @@ EvalRun evaluate(const Model& m, const EvalText& text, const PplOptions& o, cons
   std::unique_ptr<Progress> prog;
   if (o.progress)
     prog = std::make_unique<Progress>(std::string("eval ") + ppl_method_name(text.method), n_windows);
-  std::vector<float> logits;
+  std::vector<float> logits, step_logits;
   std::vector<BatchEntry> batch;
   SampleStats nll_so_far;
   Timer timer;
   for (int64_t c0 = 0; c0 < n_windows; c0 += w) {
     const int64_t nb = std::min<int64_t>(w, n_windows - c0);
-    batch.clear();
-    for (int64_t s = 0; s < nb; ++s) {
-      const auto& toks = text.chunks[static_cast<size_t>(c0 + s)].tokens;
-      for (int64_t j = 0; j < ctx; ++j)
-        batch.push_back(
-            {toks[static_cast<size_t>(j)], static_cast<int32_t>(s), j, j >= score_from && j < ctx - 1});
-    }
     logits.resize(static_cast<size_t>(nb * scored * V));
-    health.batch = &batch;
     health.chunk0 = c0;
     try {
-      dec.forward(batch, kv, logits.data(), fo);
+      // Tokens [j0, j0 + step) of every window in this call; logits of scored rows land at row s*scored + j -
+      // score_from. With step == ctx this is one prefill call writing straight into `logits`.
+      for (int64_t j0 = 0; j0 < ctx; j0 += step) {
+        const int64_t j1 = std::min(ctx, j0 + step);
+        batch.clear();
+        for (int64_t s = 0; s < nb; ++s) {
+          const auto& toks = text.chunks[static_cast<size_t>(c0 + s)].tokens;
+          for (int64_t j = j0; j < j1; ++j)
+            batch.push_back(
+                {toks[static_cast<size_t>(j)], static_cast<int32_t>(s), j, j >= score_from && j < ctx - 1});
+        }
+        health.batch = &batch;
+        if (step == ctx) {
+          dec.forward(batch, kv, logits.data(), fo);
+          continue;
+        }
+        step_logits.resize(batch.size() * static_cast<size_t>(V));
+        dec.forward(batch, kv, step_logits.data(), fo);
+        int64_t r = 0;
+        for (const auto& e : batch)
+          if (e.logits)
+            std::copy_n(step_logits.data() + (r++) * V, V,
+                        logits.data() + (e.seq * scored + e.pos - score_from) * V);
+      }
     } catch (const CheckFailed&) {
       throw;
     } catch (const UsageError&) {

@@ -33,7 +33,11 @@ struct PplOptions {
   int64_t ctx = 0;     // tokens per window; 0 = min(512, model context)
   int64_t chunks = 0;  // windows to evaluate; 0 = all
   int batch = 0;       // windows per forward call; 0 = auto (~2048 tokens, logits <= 512 MiB)
-  KvDtype kv_dtype = KvDtype::F32;
+  KvCacheSpec kv;     // KV-cache format, options and eviction (model/kv_formats.h); default F32
+  // Tokens of each window fed per forward call. 0 = auto: the whole window at once (prefill, as llama.cpp's
+  // perplexity does), or 1 when the spec evicts (eviction decides token by token, so every query must see the
+  // cache as it was when that token was generated). 1 = decode-style scoring for any format.
+  int64_t kv_step = 0;
   PplMethod method = PplMethod::Chunks;
   int64_t first_chars = 4000;  // first-window: characters of the text
   int topk = 1;                // top-k kept per scored token (32 when saving a baseline)
@@ -60,6 +64,10 @@ struct EvalRun {
   int64_t tokens_forwarded = 0;     // tokens fed to the model (ctx per window)
   int64_t forward_calls = 0;
   int windows_per_call = 1;
+  int64_t kv_step = 0;            // tokens of each window per forward call
+  std::string kv_cache;           // KvCache::describe()
+  double kv_bytes_per_token = 0;  // exact, scales included
+  int64_t kv_bytes = 0;           // allocated by the cache
   double tokens_per_second() const { return seconds > 0 ? tokens_forwarded / seconds : 0; }
 };
 

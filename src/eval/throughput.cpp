@@ -55,7 +55,7 @@ ThroughputResult measure_throughput(const Model& m, const ThroughputOptions& o) 
     r.prompt[0] = c.bos_id >= 0 && c.bos_id < c.vocab_size ? c.bos_id : tok(rng);
     for (int i = 1; i < o.prompt_tokens; ++i) r.prompt[i] = tok(rng);
   }
-  KvCache kv(c, o.concurrency, cap, o.kv_dtype);
+  KvCache kv(c, o.concurrency, cap, o.kv);
   Decoder dec(c, m.weights);
   std::deque<int> waiting;
   for (int i = 0; i < R; ++i) waiting.push_back(i);

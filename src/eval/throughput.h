@@ -16,7 +16,7 @@ struct ThroughputOptions {
   int requests = 0;           // 0 = 2 x concurrency
   int prompt_tokens = 64;     // per request
   int gen_tokens = 32;        // per request (no early stop: fixed work per request)
-  KvDtype kv_dtype = KvDtype::F32;
+  KvCacheSpec kv;  // KV-cache format, options and eviction (model/kv_formats.h); default F32
   uint64_t seed = 0;          // prompt token ids are drawn from the vocabulary with this seed
 };
 

@@ -17,7 +17,7 @@ std::vector<int32_t> generate(const Model& m, const std::vector<int32_t>& prompt
   if (static_cast<int64_t>(prompt.size()) > cap)
     throw UsageError("model", "the prompt has " + std::to_string(prompt.size()) + " tokens but the context is " +
                                   std::to_string(cap) + "; shorten the prompt or raise --ctx");
-  KvCache kv = o.kv_spec ? KvCache(c, 1, cap, *o.kv_spec) : KvCache(c, 1, cap, o.kv_dtype);
+  KvCache kv(c, 1, cap, o.kv_spec);
   Decoder dec(c, m.weights);
   Sampler sampler(o.sampler);
   GenerateStats st;

@@ -16,8 +16,7 @@ struct GenerateOptions {
   int max_new_tokens = 32;
   SamplerParams sampler;
   bool stop_at_eos = true;
-  KvDtype kv_dtype = KvDtype::F32;
-  std::optional<KvCacheSpec> kv_spec;  // --kv-cache/--kv-evict (model/kv_formats.h); overrides kv_dtype
+  KvCacheSpec kv_spec;  // --kv-cache/--kv-evict (model/kv_formats.h); default F32
   std::function<void(const KvCache&)> on_kv_cache;  // called once the cache is allocated (to report its size)
   int64_t ctx = 0;               // KV capacity; 0 = prompt + max_new_tokens (capped by the model's context)
   int prefill_chunk = 512;       // tokens per prefill batch
