@@ -77,6 +77,16 @@ StepRecord run_step(const std::string& variant, const std::string& step, const s
   int status = pclose(p);
   r.seconds = t.seconds();
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  // Exit code 3 is a failed check that still measured (e.g. eval batch over its tolerance): keep its JSON.
+  bool measured_failure = false;
+  if (r.exit_code == 3 && !out.empty()) {
+    try {
+      r.output = json::parse(out);
+      measured_failure = true;
+      r.error = "check failed (exit 3); the measurement is kept";
+    } catch (const std::exception&) {
+    }
+  }
   if (r.exit_code == 0) {
     try {
       r.output = json::parse(out);
@@ -84,7 +94,7 @@ StepRecord run_step(const std::string& variant, const std::string& step, const s
       r.exit_code = 1;
       r.error = "the command did not print valid JSON";
     }
-  } else {
+  } else if (!measured_failure) {
     std::string e = read_file(err_path);
     // Keep the last few lines: the [module] error is at the end.
     size_t pos = e.size();
@@ -146,7 +156,11 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
       if (!o.fresh && fs::exists(path)) {
         try {
           json prev = json::parse(read_file(path));
-          if (prev.value("argv", std::vector<std::string>{}) == argv && prev.value("exit_code", 1) == 0) {
+          // Reused: the same command that finished, either cleanly or with a failed check (exit code 3, e.g. a
+          // batch-consistency FAIL) whose JSON result is the measurement. Crashes and usage errors rerun.
+          const int rc = prev.value("exit_code", 1);
+          const bool measured = rc == 0 || (rc == 3 && prev.contains("output") && !prev["output"].is_null());
+          if (prev.value("argv", std::vector<std::string>{}) == argv && measured) {
             prev["reused"] = true;
             steps[name] = prev;
             return steps[name];

@@ -58,6 +58,15 @@ float dot_f32_avx2(const float* a, const float* b, int64_t n);
 
 // ---- AVX-512 (matmul_avx512.cpp / matmul_avx512_q.cpp) ----
 float dot_f32_avx512(const float* a, const float* b, int64_t n);
+// Row helpers of attention: out[i] = widen(h[i]) for F16 / BF16, y[i] += a * x[i].
+void widen_f16_generic(const uint16_t* h, float* out, int64_t n);
+void widen_f16_avx2(const uint16_t* h, float* out, int64_t n);
+void widen_f16_avx512(const uint16_t* h, float* out, int64_t n);
+void widen_bf16_generic(const uint16_t* h, float* out, int64_t n);
+void widen_bf16_avx512(const uint16_t* h, float* out, int64_t n);
+void axpy_f32_generic(float a, const float* x, float* y, int64_t n);
+void axpy_f32_avx2(float a, const float* x, float* y, int64_t n);
+void axpy_f32_avx512(float a, const float* x, float* y, int64_t n);
 // y[t*ystride + i] = w[i,:] . x[t,:] for i < nr, t < T; w: [nr, cols] float rows (stride cols).
 void gemm_rows_f32_avx512(const float* w, int64_t nr, int64_t cols, const float* x, int64_t T, float* y,
                           int64_t ystride);

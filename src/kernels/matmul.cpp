@@ -314,6 +314,29 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
 
 float dot_f32(const float* a, const float* b, int64_t n) { return dot_isa(kernel_isa(), a, b, n); }
 
+void widen_f16(const uint16_t* h, float* out, int64_t n) {
+  switch (kernel_isa()) {
+    case Isa::Avx512: return kern::widen_f16_avx512(h, out, n);
+    case Isa::Avx2: return kern::widen_f16_avx2(h, out, n);
+    case Isa::Generic: break;
+  }
+  kern::widen_f16_generic(h, out, n);
+}
+
+void widen_bf16(const uint16_t* h, float* out, int64_t n) {
+  if (kernel_isa() == Isa::Avx512) return kern::widen_bf16_avx512(h, out, n);
+  kern::widen_bf16_generic(h, out, n);
+}
+
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  switch (kernel_isa()) {
+    case Isa::Avx512: return kern::axpy_f32_avx512(a, x, y, n);
+    case Isa::Avx2: return kern::axpy_f32_avx2(a, x, y, n);
+    case Isa::Generic: break;
+  }
+  kern::axpy_f32_generic(a, x, y, n);
+}
+
 bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {
   return T < kPrefillTokens && choose(w, kernel_plan(w), kernel_isa()) == Path::GgmlQ8_512;
 }
@@ -327,6 +350,15 @@ float dot_f32_generic(const float* a, const float* b, int64_t n) {
   float s = 0;
   for (; i < n; ++i) s += a[i] * b[i];
   return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+void widen_f16_generic(const uint16_t* h, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(h[i]);
+}
+void widen_bf16_generic(const uint16_t* h, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(h[i]);
+}
+void axpy_f32_generic(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 }  // namespace kern
 

@@ -41,5 +41,10 @@ void quantize_q8_blocks(const float* x, int64_t n, int8_t* q, float* d);
 bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T);
 // Dot product of two float vectors with the current ISA tier (used by attention).
 float dot_f32(const float* a, const float* b, int64_t n);
+// out[n] = F16 / BF16 values h[n] widened to float (bit-exact; F16C / AVX-512 where available).
+void widen_f16(const uint16_t* h, float* out, int64_t n);
+void widen_bf16(const uint16_t* h, float* out, int64_t n);
+// y[n] += a * x[n] with the current ISA tier (attention's value accumulation).
+void axpy_f32(float a, const float* x, float* y, int64_t n);
 
 }  // namespace lowbit

@@ -123,9 +123,9 @@ void KvCache::attend(int layer, int seq, int64_t n_pos, int64_t kvh, const float
     if (dtype_ == KvDtype::F32) return reinterpret_cast<const float*>(base) + off;
     const auto* h = reinterpret_cast<const uint16_t*>(base) + off;
     if (dtype_ == KvDtype::F16)
-      for (int64_t i = 0; i < hd; ++i) wide[i] = f16_to_f32(h[i]);
+      widen_f16(h, wide.data(), hd);
     else
-      for (int64_t i = 0; i < hd; ++i) wide[i] = bf16_to_f32(h[i]);
+      widen_bf16(h, wide.data(), hd);
     return wide.data();
   };
   // scores[g, p] = q_g · k_p  (SIMD dot from the kernels' ISA tier)
@@ -146,8 +146,7 @@ void KvCache::attend(int layer, int seq, int64_t n_pos, int64_t kvh, const float
     const float* vr = row_f32(v_row(layer, seq, p));
     for (int g = 0; g < n_group; ++g) {
       const float a = scratch[g * n_pos + p];
-      float* o = out + g * hd;
-      for (int64_t i = 0; i < hd; ++i) o[i] += a * vr[i];
+      axpy_f32(a, vr, out + g * hd, hd);
     }
   }
 }

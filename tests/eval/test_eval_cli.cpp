@@ -103,3 +103,20 @@ TEST(EvalCli, ExitCodes) {
   std::filesystem::remove(bad);
   EXPECT_EQ(run("eval batch -m " + kModel + " --text " + kText + " --seqs 2 --len 32").rc, 0);
 }
+
+// KV-cache specs reach eval: the cache's exact bytes per token are reported, eviction switches to decode-style
+// steps, and a bad spec is a usage error (exit 2).
+TEST(EvalCli, KvCacheSpecsAndEviction) {
+  Result r = run("eval ppl -m " + kModel + " --text " + kText + " --ctx 64 --chunks 2 --kv-cache int8 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  // stories260K: 5 layers x 4 kv heads x 8 dims; INT8 row = 32 codes + 4 F16 scales, for K and V.
+  EXPECT_DOUBLE_EQ(j["kv"]["bytes_per_token_exact"].get<double>(), 5 * 2 * (32 + 4 * 2));
+  EXPECT_EQ(j["kv"]["step"].get<int>(), 64);
+  r = run("eval ppl -m " + kModel + " --text " + kText + " --ctx 64 --chunks 2 --kv-evict h2o:50% --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["kv"]["step"].get<int>(), 1);
+  EXPECT_TRUE(std::isfinite(j["perplexity"]["ppl"].get<double>()));
+  EXPECT_EQ(run("eval ppl -m " + kModel + " --text " + kText + " --kv-cache int5").rc, 2);
+}

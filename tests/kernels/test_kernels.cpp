@@ -244,6 +244,40 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
   }
 }
 
+// The attention row helpers: every binary16 / bfloat16 bit pattern widens exactly as the scalar reference (NaN
+// stays NaN of the same sign), and
+// axpy matches y + a*x to float rounding, on every tier and for lengths that leave a tail.
+TEST(AttentionRowHelpers, MatchScalarOnEveryIsa) {
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(best_isa())) continue;
+    set_kernel_isa(isa);
+    for (int64_t n : {int64_t(65536), int64_t(65533), int64_t(7)}) {
+      std::vector<float> f(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+      widen_f16(all.data(), f.data(), n);
+      widen_bf16(all.data(), b.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const float rf = f16_to_f32(all[i]), rb = bf16_to_f32(all[i]);
+        if (std::isnan(rf))  // the conversion instruction quiets signalling NaNs; the scalar keeps the payload
+          ASSERT_TRUE(std::isnan(f[i]) && std::signbit(f[i]) == std::signbit(rf)) << isa_name(isa) << " " << i;
+        else
+          ASSERT_EQ(std::memcmp(&f[i], &rf, 4), 0) << isa_name(isa) << " f16 0x" << std::hex << i;
+        ASSERT_EQ(std::memcmp(&b[i], &rb, 4), 0) << isa_name(isa) << " bf16 0x" << std::hex << i;
+      }
+    }
+    for (int64_t n : {1, 15, 16, 17, 64, 100}) {
+      std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n)), ref;
+      for (int64_t i = 0; i < n; ++i) x[i] = 0.25f * i - 3, y[i] = 1.0f / (i + 1);
+      ref = y;
+      for (int64_t i = 0; i < n; ++i) ref[i] += 0.75f * x[i];
+      axpy_f32(0.75f, x.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], ref[i], 1e-6f * (1 + std::fabs(ref[i]))) << n << " " << i;
+    }
+  }
+  set_kernel_isa(best_isa());
+}
+
 TEST(KernelPlan, SideTablesCountedInNbytes) {
   WeightMatrix w = make_weight({"int4:g32", ""}, 64, 256, 3);
   // codes 64*128 + f16 scales 64*8*2; decoded float scales 64*8*4 + 16-entry LUT.
