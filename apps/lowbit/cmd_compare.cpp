@@ -156,8 +156,8 @@ void setup(CLI::App& cmd) {
         std::string failed;
         for (auto& c : r["checks"])
           if (!c["pass"].get<bool>())
-            failed += " " + c["name"].get<std::string>() + "=" + c["value"].dump() + " (" +
-                      c["rule"].get<std::string>() + " " + c["limit"].dump() + ")";
+            failed += " " + c["name"].get<std::string>() + "=" + compare::check_number(c["value"]) + " (" +
+                      c["rule"].get<std::string>() + " " + compare::check_number(c["limit"]) + ")";
         std::printf("%-14s %-10s %8s %10s %10s %8s %12s %12s  %s%s\n", r["name"].get<std::string>().c_str(),
                     ch.c_str(), f(r["bpw"], "%.2f").c_str(), f(r["dppl_pct"], "%+.2f").c_str(),
                     f(r["kld_mean"], "%.5f").c_str(), f(r["top1"], "%.3f").c_str(),

@@ -62,6 +62,13 @@ std::string esc(const std::string& s) {
 
 }  // namespace
 
+std::string check_number(const json& v) {
+  if (!v.is_number_float()) return v.dump();
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g", v.get<double>());
+  return b;
+}
+
 json summarize(const json& results, const Thresholds& t) {
   json rows = json::array();
   const json* base = nullptr;
@@ -196,8 +203,8 @@ std::string markdown_report(const json& s, const json& results, const std::strin
     std::string deciding;
     for (auto& c : r["checks"]) {
       if (!c["pass"].get<bool>() || r["pass"].get<bool>())
-        deciding += (deciding.empty() ? "" : "; ") + c["name"].get<std::string>() + " " + c["value"].dump() + " " +
-                    c["rule"].get<std::string>() + " " + c["limit"].dump();
+        deciding += (deciding.empty() ? "" : "; ") + c["name"].get<std::string>() + " " + check_number(c["value"]) + " " +
+                    c["rule"].get<std::string>() + " " + check_number(c["limit"]);
     }
     o << "| " << r["name"].get<std::string>() << " | " << (r["baseline"].get<bool>() ? "baseline" : changed) << " | "
       << (r["pass"].get<bool>() ? "PASS" : "**FAIL**") << " | " << deciding << " |\n";
@@ -387,7 +394,7 @@ std::string html_report(const json& s, const json& results, const std::string& r
       << "</td><td class='" << (r["pass"].get<bool>() ? "pass'>PASS" : "fail'>FAIL") << "</td><td>";
     for (auto& c : r["checks"])
       o << "<span class='" << (c["pass"].get<bool>() ? "pass" : "fail") << "'>" << esc(c["name"]) << "</span> "
-        << esc(c["value"].dump()) << " " << esc(c["rule"]) << " " << esc(c["limit"].dump()) << "<br>";
+        << esc(check_number(c["value"])) << " " << esc(c["rule"]) << " " << esc(check_number(c["limit"])) << "<br>";
     o << "</td></tr>";
   }
   o << "</table><div class='charts'>";

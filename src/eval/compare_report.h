@@ -25,4 +25,7 @@ std::string markdown_report(const nlohmann::json& summary, const nlohmann::json&
 std::string html_report(const nlohmann::json& summary, const nlohmann::json& results,
                         const std::string& rerun_command);
 
+// A check's value or limit for people: numbers with 4 significant digits ("0.7583"), anything else as JSON.
+std::string check_number(const nlohmann::json& v);
+
 }  // namespace lowbit::compare

@@ -198,7 +198,8 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
       if (steps["quantize"].value("exit_code", 1) == 0)
         step("inspect", {o.exe, "inspect", ck, "--json"});
       model = ck;
-      wflags.clear();
+      // --dtype stays: the checkpoint's unquantized tensors (embeddings, lm_head, norms) are held in memory as
+      // the baseline holds them, so the variant changes only the quantized matrices.
     } else if (!v.recipe.empty()) {
       wflags.insert(wflags.end(), {"--quantize", v.recipe});
     }

@@ -87,6 +87,7 @@ inline void axpy(float a, const float* x, int64_t n, float* y) {
 // Fast head-row decode. Falls back to the reference codec for the less common layouts.
 void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_t off, float* out) const {
   const int64_t hd = head_dim_;
+  const LayerState& st_ = seqs_[seq].layers[layer];
   const bool simd = use_avx512() && hd % 16 == 0;
   if (e.slot < 0) {
     const uint16_t* s = (key ? staged_k(seq, layer, -(e.slot + 1)) : staged_v(seq, layer, -(e.slot + 1))) + off;
@@ -139,13 +140,13 @@ void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_
       const float* lut = kv_fp8_lut(S.format == KvFormat::E4M3);
       const int64_t h = off / hd;
       const float s = S.fp8_scale == KvScaleMode::Token ? f16_to_f32(ld16(row + S.kv_dim + 2 * h))
-                                                        : (key ? L.kls : L.vls).s[h];
+                                                        : (key ? st_.kls : st_.vls).s[h];
       for (int64_t i = 0; i < hd; ++i) out[i] = lut[row[off + i]] * s;
       return;
     }
     case KvFormat::FP4: {
       const float* lut = kv_fp4_lut();
-      const auto& ls = key ? L.kls : L.vls;
+      const auto& ls = key ? st_.kls : st_.vls;
       const float g = ls.s.empty() ? 1.0f : ls.s[0];
       const float* e4 = kv_fp8_lut(true);
       for (int64_t c0 = off; c0 < off + hd; c0 += 16) {

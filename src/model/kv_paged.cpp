@@ -95,6 +95,8 @@ void PagedKvCache::set_calibrated_scales(int layer, bool key, const std::vector<
                                                               [&](float) { return s[0]; });
   if (static_cast<int64_t>(s.size()) == H && f != KvFormat::FP4) ls.s = s;
   ls.ready = true;
+  for (auto& S : seqs_)
+    if (!S.layers.empty()) (key ? S.layers[layer].kls : S.layers[layer].vls) = ls;
 }
 
 void PagedKvCache::reset_seq(int seq) {
@@ -106,6 +108,8 @@ void PagedKvCache::reset_seq(int seq) {
   S.pages.clear();
   S.layers.assign(static_cast<size_t>(n_layers_), LayerState{});
   for (int64_t l = 0; l < n_layers_; ++l) {
+    S.layers[l].kls = layers_[l].kls;
+    S.layers[l].vls = layers_[l].vls;
     auto& fs = S.layers[l].free_staging;
     for (int64_t j = layers_[l].staging - 1; j >= 0; --j) fs.push_back(static_cast<int32_t>(j));
   }
@@ -191,8 +195,8 @@ void PagedKvCache::seal(int seq, int layer) {
       for (int64_t i = 0; i < kv_dim_; ++i) kx[i] = f16_to_f32(ks[i]), vx[i] = f16_to_f32(vs[i]);
       const int32_t slot = take_slot(seq, layer);
       uint8_t* base = page_layer(slot / B_, layer);
-      kv_encode_row(L.k, kx.data(), base + (slot % B_) * L.k.row_bytes, L.kls);
-      kv_encode_row(L.v, vx.data(), base + L.v_off + (slot % B_) * L.v.row_bytes, L.vls);
+      kv_encode_row(L.k, kx.data(), base + (slot % B_) * L.k.row_bytes, st.kls);
+      kv_encode_row(L.v, vx.data(), base + L.v_off + (slot % B_) * L.v.row_bytes, st.vls);
       st.free_staging.push_back(j);
       e.slot = slot;
       ++st.n_sealed;
@@ -210,7 +214,7 @@ void PagedKvCache::seal(int seq, int layer) {
       const int32_t j = -(e.slot + 1);
       const uint16_t *ks = staged_k(seq, layer, j), *vs = staged_v(seq, layer, j);
       for (int64_t d = 0; d < kv_dim_; ++d) kx[i * kv_dim_ + d] = f16_to_f32(ks[d]), vx[d] = f16_to_f32(vs[d]);
-      kv_encode_row(L.v, vx.data(), base + L.v_off + i * L.v.row_bytes, L.vls);
+      kv_encode_row(L.v, vx.data(), base + L.v_off + i * L.v.row_bytes, st.vls);
       st.free_staging.push_back(j);
       e.slot = p * B_ + i;
     }
@@ -221,7 +225,6 @@ void PagedKvCache::seal(int seq, int layer) {
 }
 
 void PagedKvCache::store_one(int layer, int seq, int64_t pos, const float* k, const float* v) {
-  if (layer == 0 && pos == 0) reset_seq(seq);  // a new sequence in this slot
   LayerInfo& L = layers_[layer];
   LayerState& st = seqs_[seq].layers[layer];
   if (!st.entries.empty() && pos <= st.entries.back().pos) {  // rewind
@@ -246,8 +249,8 @@ void PagedKvCache::store_one(int layer, int seq, int64_t pos, const float* k, co
   } else {
     const int32_t slot = take_slot(seq, layer);
     uint8_t* base = page_layer(slot / B_, layer);
-    kv_encode_row(L.k, k, base + (slot % B_) * L.k.row_bytes, L.kls);
-    kv_encode_row(L.v, v, base + L.v_off + (slot % B_) * L.v.row_bytes, L.vls);
+    kv_encode_row(L.k, k, base + (slot % B_) * L.k.row_bytes, st.kls);
+    kv_encode_row(L.v, v, base + L.v_off + (slot % B_) * L.v.row_bytes, st.vls);
     st.entries.push_back({pos, slot});
     st.score.push_back(0.0f);
     ++st.n_sealed;
@@ -264,14 +267,29 @@ void PagedKvCache::store_rows(int layer, int64_t T, const int32_t* seqs, const i
     rotate_heads(vr.data(), T * H, head_dim_);
   }
   LayerInfo& L = layers_[layer];
-  kv_calibrate(L.k, L.ks, kr.data(), T, L.kls);
-  kv_calibrate(L.v, L.vs, vr.data(), T, L.vls);
   for (int64_t t = 0; t < T; ++t) {
     if (seqs[t] < 0 || seqs[t] >= n_seqs_ || pos[t] < 0)
       fail("model", "KV store: sequence " + std::to_string(seqs[t]) + " / position " + std::to_string(pos[t]) +
                         " out of range");
-    store_one(layer, seqs[t], pos[t], kr.data() + t * kv_dim_, vr.data() + t * kv_dim_);
+    if (layer == 0 && pos[t] == 0) reset_seq(seqs[t]);  // a new sequence in this slot
   }
+  // Dynamic scales: per sequence, from that sequence's rows in the first batch that stores it.
+  std::vector<float> sk, sv;
+  for (int64_t t = 0; t < T; ++t) {
+    LayerState& st = seqs_[seqs[t]].layers[layer];
+    if (st.kls.ready && st.vls.ready) continue;
+    sk.clear(), sv.clear();
+    for (int64_t u = t; u < T; ++u)
+      if (seqs[u] == seqs[t]) {
+        sk.insert(sk.end(), kr.begin() + u * kv_dim_, kr.begin() + (u + 1) * kv_dim_);
+        sv.insert(sv.end(), vr.begin() + u * kv_dim_, vr.begin() + (u + 1) * kv_dim_);
+      }
+    const int64_t n = static_cast<int64_t>(sk.size()) / kv_dim_;
+    kv_calibrate(L.k, L.ks, sk.data(), n, st.kls);
+    kv_calibrate(L.v, L.vs, sv.data(), n, st.vls);
+  }
+  for (int64_t t = 0; t < T; ++t)
+    store_one(layer, seqs[t], pos[t], kr.data() + t * kv_dim_, vr.data() + t * kv_dim_);
 }
 
 void PagedKvCache::store(int layer, int seq, int64_t pos, const float* k, const float* v) {
@@ -296,8 +314,9 @@ void PagedKvCache::head_row_ref(int layer, int seq, const Entry& e, bool key, in
   }
   const uint8_t* base = page_layer(e.slot / B_, layer);
   const int i = e.slot % B_;
-  if (key) kv_decode_range(L.k, base + i * L.k.row_bytes, base + L.k_extra, L.kls, off, n, out);
-  else kv_decode_range(L.v, base + L.v_off + i * L.v.row_bytes, base + L.v_extra, L.vls, off, n, out);
+  const LayerState& st = seqs_[seq].layers[layer];
+  if (key) kv_decode_range(L.k, base + i * L.k.row_bytes, base + L.k_extra, st.kls, off, n, out);
+  else kv_decode_range(L.v, base + L.v_off + i * L.v.row_bytes, base + L.v_extra, st.vls, off, n, out);
 }
 
 void PagedKvCache::read_rows(int layer, int seq, std::vector<float>* k, std::vector<float>* v) const {

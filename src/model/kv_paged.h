@@ -88,6 +88,10 @@ class PagedKvCache {
     std::vector<int32_t> free_slots;     // per-token layers: free pool slots of this sequence's pages
     std::vector<int32_t> free_pages;     // per-channel layers: pages whose slots are all free in this layer
     std::vector<int32_t> free_staging;
+    // FP8 tensor/head scales and the FP4 global factor of this sequence: calibrated ones are copied from the
+    // layer; dynamic ones come from the sequence's own first stored batch, so a sequence's numbers never depend
+    // on which other sequences share the cache or the batch.
+    KvLayerScales kls, vls;
   };
   struct SeqState {
     std::vector<int32_t> pages;
@@ -99,7 +103,7 @@ class PagedKvCache {
     bool kept = false, per_channel = false;
     int64_t off = 0, k_extra = 0, v_off = 0, v_extra = 0;  // byte offsets inside a page
     int64_t staging = 0, staging_off = 0;                  // staged tokens; offset in a sequence's staging area
-    KvLayerScales kls, vls;
+    KvLayerScales kls, vls;  // template for new sequences: calibrated (ready) or to be set per sequence
   };
 
   void store_one(int layer, int seq, int64_t pos, const float* k, const float* v);

@@ -257,3 +257,19 @@ TEST(BadInput, ClearErrors) {
 }
 
 }  // namespace
+
+// Dynamic FP8 / FP4 KV scales belong to each sequence (from its own first stored rows), so a sequence gives the
+// same logits alone and inside a mixed batch; before, the first batch of the layer set one scale for everyone.
+TEST(BatchConsistency, DynamicKvScalesArePerSequence) {
+  auto m = load_model(kKjv, {DenseMode::F32});
+  auto ids = m->tokenizer->encode(read_text_file(kKjvText), true);
+  for (const char* spec : {"e4m3", "e5m2:head", "fp4", "int4:window16"}) {
+    BatchCheckOptions o;
+    o.seqs = 3;
+    o.len = 48;
+    o.kv = parse_kv_spec(spec);
+    BatchCheckResult r = check_batch_consistency(*m, ids, o);
+    EXPECT_TRUE(r.pass) << spec << " " << r.to_json().dump();
+    EXPECT_EQ(r.max_abs_mixed, 0.0) << spec;
+  }
+}
