@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "eval/plan.h"
 #include "formats/scheme.h"
+#include "model/quantized_checkpoint.h"
 
 namespace lowbit::plan {
 namespace {
@@ -15,7 +16,6 @@ using i128 = __int128;
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 int64_t sat(i128 v) { return v > static_cast<i128>(kInt64Max) ? kInt64Max : static_cast<int64_t>(v); }
-int64_t ceil_div8(int64_t bits) { return (bits + 7) / 8; }
 
 // The linear layers the quantizer targets, per decoder layer: {name, rows (out), cols (in)}.
 struct Linear {
@@ -148,11 +148,12 @@ WeightBytes weight_bytes(const ModelConfig& c, const std::string& scheme) {
       w.notes.push_back(std::string(l.name) + " kept 16-bit: " + e.what());
       continue;
     }
-    const StorageBits b = storage_bits(s, l.rows, l.cols);
-    // Each tensor is stored separately (codes, scales, zeros), each rounded up to whole bytes.
-    w.elements += c.n_layers * ceil_div8(b.elements);
-    w.scales += c.n_layers * (ceil_div8(b.scales) + ceil_div8(b.second_level));
-    w.zeros += c.n_layers * ceil_div8(b.zeros);
+    // Exactly what the checkpoint writer stores for this matrix (int32 packing, row padding, shape metadata).
+    const PackedBytes b = packed_checkpoint_bytes(s, l.rows, l.cols);
+    w.elements += c.n_layers * b.codes;
+    w.scales += c.n_layers * b.scales;
+    w.zeros += c.n_layers * b.zeros;
+    w.metadata += c.n_layers * b.metadata;
     w.quantized_params += c.n_layers * l.rows * l.cols;
   }
   w.unquantized = 2 * w.unquantized_params;

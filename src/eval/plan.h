@@ -2,8 +2,10 @@
 // W/A/KV configuration, what fits a device or budget, and which configuration to try first (and why).
 //
 // Arithmetic, all in bytes, exact integers (formulas in docs/plan.md):
-//   weights    = sum over the quantized linear matrices of ceil(storage_bits(scheme, rows, cols) / 8)
-//                (formats/scheme.h: elements + scales + zero points + second-level scales)
+//   weights    = sum over the quantized linear matrices of the bytes lowbit's checkpoint stores for them
+//                (model/quantized_checkpoint.h packed_checkpoint_bytes: codes with int32 packing / row padding,
+//                scales incl. second-level ones, zero points, the 16-byte weight_shape tensor of packed layouts;
+//                equal to a `lowbit quantize` checkpoint's tensor bytes, tested in tests/plan/test_plan_checkpoint)
 //              + 2 bytes per parameter of every tensor left in 16 bits (embeddings, lm_head, norms, biases, and any
 //                matrix the scheme cannot be applied to, e.g. a row shorter than the group)
 //   KV/token   = 2 (K,V) x layers x kv_heads x (ceil(head_dim x bits / 8) + groups_per_head x scale_bytes)
@@ -68,7 +70,8 @@ struct WeightBytes {
   int64_t quantized_params = 0, unquantized_params = 0;
   std::vector<std::string> unquantized_names;  // "model.embed_tokens (16-bit)", "lm_head (16-bit)", ...
   std::vector<std::string> notes;              // e.g. "down_proj kept 16-bit: group 128 > row 64"
-  int64_t total() const { return elements + scales + zeros + unquantized; }
+  int64_t metadata = 0;      // per-matrix shape tensors of packed layouts (16 bytes each)
+  int64_t total() const { return elements + scales + zeros + metadata + unquantized; }
 };
 // scheme "" = every tensor 16-bit (= 2 x n_params()).
 WeightBytes weight_bytes(const ModelConfig& c, const std::string& scheme);

@@ -33,6 +33,7 @@ nlohmann::json weights_json(const WeightBytes& w) {
   return {{"elements", w.elements},
           {"scales", w.scales},
           {"zeros", w.zeros},
+          {"metadata", w.metadata},
           {"unquantized", w.unquantized},
           {"total", w.total()},
           {"quantized_params", w.quantized_params},

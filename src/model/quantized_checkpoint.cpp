@@ -114,6 +114,33 @@ CkptLayout checkpoint_layout(const QuantScheme& s, int64_t cols) {
   return CkptLayout::LowbitPacked;
 }
 
+PackedBytes packed_checkpoint_bytes(const QuantScheme& s, int64_t rows, int64_t cols) {
+  PackedBytes b;
+  const CkptLayout layout = checkpoint_layout(s, cols);
+  const StorageBits sb = storage_bits(s, rows, cols);
+  const FormatInfo& fi = s.info();
+  // Scales as stored: cells x scale bytes (NF4 dq: int8 codes + FP32 table + FP32 mean), NVFP4 + FP32 global.
+  b.scales = (sb.scales + 7) / 8 + (sb.second_level + 7) / 8;
+  if (fi.is_gguf() || rows * cols == 0) {
+    b.codes = (sb.elements + 7) / 8;
+  } else {
+    const int64_t bits = sb.elements / (rows * cols);
+    b.codes = rows * ((cols * bits + 7) / 8);  // each row starts on a byte
+    if (layout == CkptLayout::PackQuantized) {
+      const int64_t pf = pack_factor(static_cast<int>(bits));
+      b.codes = rows * ((cols + pf - 1) / pf) * 4;
+      if (!s.symmetric) {
+        const ScaleGrid g = scale_grid(s, rows, cols);
+        b.zeros = (g.rows + pf - 1) / pf * g.cols * 4;
+      }
+    } else if (!s.symmetric && sb.zeros > 0) {
+      b.zeros = scale_grid(s, rows, cols).cells();  // one uint8 per cell
+    }
+  }
+  if (layout == CkptLayout::PackQuantized || layout == CkptLayout::LowbitPacked) b.metadata = 2 * 8;  // weight_shape
+  return b;
+}
+
 std::vector<PackedTensor> pack_quantized(const QuantizedMatrix& q) {
   std::vector<PackedTensor> out;
   const CkptLayout layout = checkpoint_layout(q.scheme, q.cols);

@@ -53,6 +53,14 @@ struct PackedTensor {
   std::vector<uint8_t> bytes;
 };
 std::vector<PackedTensor> pack_quantized(const QuantizedMatrix& q);
+// Bytes pack_quantized writes for a [rows, cols] matrix quantized with `s`, without quantizing anything (the
+// planner's exact weight bytes): codes (incl. int32 packing, per-row byte rounding), scales (incl. NF4
+// double-quant tables and NVFP4's global scale), zero points, and the weight_shape metadata tensor.
+struct PackedBytes {
+  int64_t codes = 0, scales = 0, zeros = 0, metadata = 0;
+  int64_t total() const { return codes + scales + zeros + metadata; }
+};
+PackedBytes packed_checkpoint_bytes(const QuantScheme& s, int64_t rows, int64_t cols);
 // Rebuilds the QuantizedMatrix of `module` from its tensors; every dtype, shape and size is checked against
 // the scheme (Error("model") naming the tensor and `source` otherwise).
 QuantizedMatrix unpack_quantized(const std::map<std::string, TensorView>& tensors, const std::string& module,

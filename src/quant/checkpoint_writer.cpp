@@ -1,6 +1,8 @@
 // Quantized checkpoint writer (see checkpoint_writer.h).
 #include "quant/checkpoint_writer.h"
 
+#include "core/half.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -59,6 +61,16 @@ struct TensorSet {
   void add_bytes(const std::string& name, DType dt, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
     store.push_back(std::move(bytes));
     list.push_back({name, dt, std::move(shape), store.back().data(), store.back().size()});
+  }
+  // Norm weights and biases in `dt` (the source checkpoint's dtype, as llm-compressor keeps them): F32, F16, BF16.
+  void add_vector(const std::string& name, const std::vector<float>& v, DType dt) {
+    if (dt == DType::F32) return add_floats(name, v);
+    std::vector<uint8_t> b(v.size() * 2);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const uint16_t h = dt == DType::F16 ? f32_to_f16(v[i]) : f32_to_bf16(v[i]);
+      std::memcpy(b.data() + 2 * i, &h, 2);
+    }
+    add_bytes(name, dt, {static_cast<int64_t>(v.size())}, std::move(b));
   }
   void add_floats(const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape = {}) {
     std::vector<uint8_t> b(v.size() * 4);
@@ -273,20 +285,24 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
     TensorSet ts;
     for (auto& [n, w] : mats) add_matrix(ts, hf_module_name(n), *w);
     const ModelConfig& c = m.config;
-    ts.add_floats("model.norm.weight", m.weights.final_norm);
+    // 16-bit sources keep their small tensors 16-bit (their values are exactly representable; AWQ-folded norms
+    // round once, as in llm-compressor's output); F32 sources keep F32.
+    const WeightKind ek = m.weights.tok_embed.kind;
+    const DType vdt = ek == WeightKind::BF16 ? DType::BF16 : ek == WeightKind::F16 ? DType::F16 : DType::F32;
+    ts.add_vector("model.norm.weight", m.weights.final_norm, vdt);
     for (int64_t i = 0; i < c.n_layers; ++i) {
       const LayerWeights& L = m.weights.layers[i];
       const std::string p = "model.layers." + std::to_string(i) + ".";
-      ts.add_floats(p + "input_layernorm.weight", L.attn_norm);
-      ts.add_floats(p + "post_attention_layernorm.weight", L.ffn_norm);
+      ts.add_vector(p + "input_layernorm.weight", L.attn_norm, vdt);
+      ts.add_vector(p + "post_attention_layernorm.weight", L.ffn_norm, vdt);
       if (c.qkv_bias) {
-        ts.add_floats(p + "self_attn.q_proj.bias", L.bq);
-        ts.add_floats(p + "self_attn.k_proj.bias", L.bk);
-        ts.add_floats(p + "self_attn.v_proj.bias", L.bv);
+        ts.add_vector(p + "self_attn.q_proj.bias", L.bq, vdt);
+        ts.add_vector(p + "self_attn.k_proj.bias", L.bk, vdt);
+        ts.add_vector(p + "self_attn.v_proj.bias", L.bv, vdt);
       }
       if (c.qk_norm) {
-        ts.add_floats(p + "self_attn.q_norm.weight", L.q_norm);
-        ts.add_floats(p + "self_attn.k_norm.weight", L.k_norm);
+        ts.add_vector(p + "self_attn.q_norm.weight", L.q_norm, vdt);
+        ts.add_vector(p + "self_attn.k_norm.weight", L.k_norm, vdt);
       }
       if (!L.k_scale.empty()) ts.add_floats(p + "self_attn.k_scale", L.k_scale);
       if (!L.v_scale.empty()) ts.add_floats(p + "self_attn.v_scale", L.v_scale);

@@ -151,7 +151,8 @@ TEST(PlanWeights, W4A16G128MatchesHandComputation) {
   EXPECT_EQ(w.scales, scales);
   EXPECT_EQ(w.zeros, 0);
   EXPECT_EQ(w.unquantized, unq);
-  EXPECT_EQ(w.total(), elems + scales + unq);
+  EXPECT_EQ(w.metadata, 7 * 2 * 16);  // compressed-tensors weight_shape (int64 [2]) per packed matrix
+  EXPECT_EQ(w.total(), elems + scales + w.metadata + unq);
   EXPECT_EQ(w.quantized_params + w.unquantized_params, c.n_params());
   // Asymmetric adds a 4-bit zero point per group.
   const WeightBytes a = weight_bytes(c, weight_config("w4a16-asym").scheme);
