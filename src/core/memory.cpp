@@ -7,7 +7,11 @@
 
 #include "core/error.h"
 
+#include <malloc.h>
+
 namespace lowbit {
+
+void release_free_heap() { malloc_trim(0); }
 
 void AlignedFree::operator()(void* p) const noexcept { std::free(p); }
 

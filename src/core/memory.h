@@ -19,5 +19,8 @@ std::unique_ptr<uint8_t[], AlignedFree> aligned_bytes(size_t n);
 uint64_t peak_rss_bytes();
 // Current resident set size (VmRSS), bytes.
 uint64_t current_rss_bytes();
+// Returns freed heap pages to the OS (glibc malloc_trim) after a large transient structure is released, so it
+// does not count in later peaks.
+void release_free_heap();
 
 }  // namespace lowbit

@@ -67,13 +67,14 @@ const WeightConfig& weight_config(std::string_view id) {
 
 const std::vector<KvConfig>& kv_configs() {
   static const std::vector<KvConfig> v = {
-      {"bf16", "BF16", 16, 0, 0, 0, "no scales"},
+      {"bf16", "BF16", 16, 0, 0, 0, "no scales", "bf16"},
       {"fp8", "FP8 E4M3", 8, 0, 0, 0,
-       "per-layer static k_scale/v_scale (2 FP32 per layer, constant, not per token)"},
-      {"int8", "INT8", 8, 0, 0, 0, "per-layer static scales (2 FP32 per layer, constant, not per token)"},
+       "per-layer static k_scale/v_scale (2 FP32 per layer, constant, not per token)", "e4m3"},
+      {"int8", "INT8", 8, 0, 0, 0, "per-layer static scales (2 FP32 per layer, constant, not per token)", "int8"},
       {"int4", "INT4 g32 + 128-token BF16 window", 4, 32, 4, 128,
        "per-token groups of 32 along head_dim, f16 scale + f16 zero each (+1 bit/element); the last 128 tokens "
-       "of every sequence stay BF16 (KIVI-style residual window)"},
+       "of every sequence stay BF16 (KIVI-style residual window)",
+       "int4:window128"},
   };
   return v;
 }
@@ -103,6 +104,10 @@ int64_t kv_bytes_per_token(const ModelConfig& c, const KvConfig& kv) {
 int64_t kv_bytes_per_token(const ModelConfig& c, KvDtype d) {
   const int64_t elem = d == KvDtype::F32 ? 4 : 2;
   return 2 * c.n_layers * c.n_kv_heads * c.head_dim * elem;
+}
+
+KvFootprint engine_kv_footprint(const ModelConfig& c, const KvConfig& kv) {
+  return kv_footprint(c, parse_kv_spec(kv.engine_spec));
 }
 
 int64_t kv_bytes_per_sequence(const ModelConfig& c, const KvConfig& kv, int64_t tokens) {
@@ -176,8 +181,9 @@ Workspace workspace_bytes(const ModelConfig& c, int64_t tokens, int64_t concurre
 int64_t total_bytes(const ModelConfig& c, const WeightBytes& w, const KvConfig& kv, int64_t tokens,
                     int64_t concurrency, const PlanRequest& r) {
   const Workspace ws = workspace_bytes(c, tokens, concurrency, r.prefill_chunk, r.device.attn_workers);
-  i128 t = static_cast<i128>(w.total()) + static_cast<i128>(concurrency) * kv_bytes_per_sequence(c, kv, tokens) +
-           ws.total() + r.device.reserve_bytes;
+  const i128 kvb = r.device.is_cpu ? static_cast<i128>(engine_kv_footprint(c, kv).bytes(concurrency, tokens))
+                                   : static_cast<i128>(concurrency) * kv_bytes_per_sequence(c, kv, tokens);
+  i128 t = static_cast<i128>(w.total()) + kvb + ws.total() + r.device.reserve_bytes;
   return sat(t);
 }
 
@@ -257,8 +263,14 @@ Plan make_plan(const PlanModel& m, const PlanRequest& r) {
         row.weight_id = ws[wi]->id;
         row.kv_id = kv->id;
         row.weights = wb[wi];
-        row.kv_per_token = kv_bytes_per_token(c, *kv);
-        row.kv_total = sat(static_cast<i128>(r.concurrency) * kv_bytes_per_sequence(c, *kv, cp.tokens));
+        if (r.device.is_cpu) {  // lowbit's own engine: its exact allocation (pages, per-token scales, staging)
+          const KvFootprint f = engine_kv_footprint(c, *kv);
+          row.kv_per_token = (f.block_bytes + f.block_tokens - 1) / f.block_tokens;
+          row.kv_total = f.bytes(r.concurrency, cp.tokens);
+        } else {
+          row.kv_per_token = kv_bytes_per_token(c, *kv);
+          row.kv_total = sat(static_cast<i128>(r.concurrency) * kv_bytes_per_sequence(c, *kv, cp.tokens));
+        }
         row.workspace = workspace_bytes(c, cp.tokens, r.concurrency, r.prefill_chunk, r.device.attn_workers);
         row.total = total_bytes(c, row.weights, *kv, cp.tokens, r.concurrency, r);
         row.fits = row.total <= budget;

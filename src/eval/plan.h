@@ -49,6 +49,7 @@ struct KvConfig {
   int scale_bytes = 0;          // bytes per group scale (+ zero point)
   int64_t residual_window = 0;  // most recent tokens kept in BF16 per sequence (KIVI-style)
   std::string scale_note;       // how its scales are stored, stated in reports
+  std::string engine_spec;      // the lowbit engine's --kv-cache spec for it (device "cpu" plans use its layout)
 };
 const std::vector<KvConfig>& kv_configs();
 const KvConfig& kv_config(std::string_view id);  // UsageError when unknown
@@ -59,6 +60,9 @@ const KvConfig& kv_config(std::string_view id);  // UsageError when unknown
 int64_t kv_bytes_per_token(const ModelConfig& c, const KvConfig& kv);
 // The engine's allocation for F32/F16/BF16 (equal to KvCache(c, 1, 1, d).bytes_per_token()).
 int64_t kv_bytes_per_token(const ModelConfig& c, KvDtype d);
+// What lowbit's own engine allocates for this KV configuration (its --kv-cache engine_spec): exact, pages and
+// staging included. Plans for device "cpu" use it instead of the generic formula.
+KvFootprint engine_kv_footprint(const ModelConfig& c, const KvConfig& kv);
 // One sequence holding `tokens` tokens, including the BF16 residual window's extra bytes.
 int64_t kv_bytes_per_sequence(const ModelConfig& c, const KvConfig& kv, int64_t tokens);
 

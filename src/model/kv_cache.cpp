@@ -59,6 +59,24 @@ KvCache::KvCache(const ModelConfig& c, int n_seqs, int64_t capacity, const KvCac
   capacity_ = paged_->capacity();
 }
 
+int64_t KvFootprint::bytes(int64_t n_seqs, int64_t capacity) const {
+  return n_seqs * ((capacity + block_tokens - 1) / block_tokens) * block_bytes + n_seqs * staging_per_seq;
+}
+
+KvFootprint kv_footprint(const ModelConfig& c, const KvCacheSpec& spec) {
+  KvFootprint f;
+  if (spec.is_plain()) {
+    f.block_bytes = KvCache(c, 1, 1, plain_dtype(spec.k.format)).bytes_per_token();
+    return f;
+  }
+  const PagedKvCache p(c, 1, 1, spec, /*allocate=*/false);
+  f.paged = true;
+  f.block_tokens = p.block_tokens();
+  f.block_bytes = p.block_bytes();
+  f.staging_per_seq = p.staging_bytes();
+  return f;
+}
+
 bool KvCache::keys_pre_rope() const { return paged_ && paged_->keys_pre_rope(); }
 void KvCache::bind_rope(const Rope* r) {
   if (paged_) paged_->bind_rope(r);

@@ -21,6 +21,20 @@ enum class KvDtype { F32, F16, BF16 };
 KvDtype kv_dtype_from_string(const std::string& s);  // f32|f16|bf16; UsageError otherwise
 const char* kv_dtype_name(KvDtype d);
 
+// What a cache of a given spec allocates, without allocating it (the planner's exact KV bytes):
+//   plain (contiguous) specs: n_seqs x capacity x bytes_per_token
+//   paged specs (default budget): n_seqs x ceil(capacity / block_tokens) x block_bytes + n_seqs x staging_per_seq
+// KvCache(c, n, cap, spec).total_bytes() == kv_footprint(c, spec).bytes(n, cap) (tested).
+struct KvFootprint {
+  bool paged = false;
+  int64_t block_tokens = 1;     // tokens per page (1 for the contiguous cache)
+  int64_t block_bytes = 0;      // bytes of one page, every layer, K and V, scales included
+  int64_t staging_per_seq = 0;  // F16 staging (KIVI window / per-channel keys) per sequence
+  int64_t bytes(int64_t n_seqs, int64_t capacity) const;
+  double bytes_per_token() const { return static_cast<double>(block_bytes) / static_cast<double>(block_tokens); }
+};
+KvFootprint kv_footprint(const ModelConfig& c, const KvCacheSpec& spec);
+
 class KvCache {
  public:
   KvCache(const ModelConfig& c, int n_seqs, int64_t capacity, KvDtype dtype);

@@ -18,7 +18,8 @@ namespace {
 std::string mib(int64_t b) { return std::to_string((b + (1 << 19)) >> 20) + " MiB"; }
 }  // namespace
 
-PagedKvCache::PagedKvCache(const ModelConfig& c, int n_seqs, int64_t capacity, const KvCacheSpec& spec)
+PagedKvCache::PagedKvCache(const ModelConfig& c, int n_seqs, int64_t capacity, const KvCacheSpec& spec,
+                           bool allocate)
     : c_(c), spec_(spec), n_seqs_(n_seqs), capacity_(capacity), B_(spec.block_tokens), kv_dim_(c.kv_dim()),
       head_dim_(c.head_dim), n_layers_(c.n_layers) {
   if (n_seqs <= 0 || capacity <= 0) fail("model", "KV cache needs at least one sequence and one position");
@@ -68,6 +69,7 @@ PagedKvCache::PagedKvCache(const ModelConfig& c, int n_seqs, int64_t capacity, c
                                   std::to_string(B_) + " tokens (" + std::to_string(block_bytes_) +
                                   " bytes); raise budget=");
   if (n_blocks_ > (int64_t(1) << 30) / B_) throw UsageError("model", "KV budget is too large (over 2^30 tokens)");
+  if (!allocate) return;
   pool_ = aligned_bytes(static_cast<size_t>(n_blocks_ * block_bytes_));
   staging_ = aligned_bytes(static_cast<size_t>(std::max<int64_t>(1, staging_seq_bytes_ * n_seqs_)));
   free_.resize(static_cast<size_t>(n_blocks_));

@@ -33,7 +33,8 @@ class Rope;
 class PagedKvCache {
  public:
   // capacity: tokens per sequence the caller intends (sizes the default budget and resolves h2o percentages).
-  PagedKvCache(const ModelConfig& c, int n_seqs, int64_t capacity, const KvCacheSpec& spec);
+  // allocate = false lays everything out without allocating the pool or staging (kv_footprint uses it).
+  PagedKvCache(const ModelConfig& c, int n_seqs, int64_t capacity, const KvCacheSpec& spec, bool allocate = true);
 
   int n_seqs() const { return n_seqs_; }
   int64_t capacity() const;            // highest position + 1 accepted (unbounded with eviction)

@@ -10,6 +10,7 @@
 #include "io/hf_checkpoint.h"
 #include "io/llama2c.h"
 #include "model/quantized_checkpoint.h"
+#include "core/memory.h"
 #include "model/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -59,13 +60,19 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
     auto ck = std::make_shared<io::HfCheckpoint>(io::HfCheckpoint::open(dir));
     m->config = config_from_hf(ck->config);
     apply_lowbit_config_keys(ck->config, &m->config);
+    // The tokenizer first, then its JSON document is released (a 150K-entry tokenizer.json parses into ~300 MB
+    // of DOM): otherwise it would stay resident beside the weights for the model's lifetime.
+    if (!ck->tokenizer.is_null()) {
+      m->tokenizer = std::make_shared<Tokenizer>(load_tokenizer_hf(ck->tokenizer, ck->tokenizer_config));
+      ck->tokenizer = nullptr;
+      ck->tokenizer_config = nullptr;
+      release_free_heap();
+    }
     if (is_quantized_config(ck->config))
       m->weights = load_quantized_weights(*ck, m->config, ck, o.dense);
     else
       m->weights = map_weights(m->config, ck->tensors, false, ck, o.dense, dir);
-    if (!ck->tokenizer.is_null()) {
-      m->tokenizer = std::make_shared<Tokenizer>(load_tokenizer_hf(ck->tokenizer, ck->tokenizer_config));
-    } else {
+    if (!m->tokenizer) {
       // Checkpoints exported from llama2.c sources carry the original tokenizer.bin (see lowbit quantize).
       std::string tp = !o.tokenizer_path.empty() ? o.tokenizer_path : (fs::path(dir) / "tokenizer.bin").string();
       if (fs::exists(tp)) {

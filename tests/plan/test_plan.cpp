@@ -122,6 +122,30 @@ TEST(PlanKv, MatchesEngineAllocationForEveryDtype) {
   }
 }
 
+// Plans for lowbit's own engine (device "cpu") use the engine's layout for every KV configuration: the planned KV
+// bytes equal what a KvCache of that spec allocates (pages rounded to 16 tokens, per-token scales, F16 staging).
+TEST(PlanKv, CpuPlansEqualTheEngineAllocationForEveryKvConfig) {
+  PlanRequest r = request(200, 3, "cpu");
+  for (const ModelConfig& c : {small_config(), seed_config()}) {
+    PlanModel m;
+    m.config = c;
+    m.name = "test";
+    const Plan p = make_plan(m, r);
+    for (const auto& kvc : kv_configs()) {
+      const Row* row = p.per_ctx[0].find("bf16", kvc.id);
+      ASSERT_NE(row, nullptr) << kvc.id;
+      KvCache kv(c, 3, p.per_ctx[0].tokens, parse_kv_spec(kvc.engine_spec));
+      EXPECT_EQ(row->kv_total, kv.total_bytes()) << kvc.id << " (" << kvc.engine_spec << ")";
+      EXPECT_EQ(row->kv_per_token, static_cast<int64_t>(std::ceil(kv.bytes_per_token_exact()))) << kvc.id;
+      EXPECT_EQ(kv_footprint(c, parse_kv_spec(kvc.engine_spec)).bytes(3, p.per_ctx[0].tokens), kv.total_bytes());
+    }
+  }
+  // FP8 in the engine is exactly half of BF16 per token (per-tensor scales live outside the pages).
+  const KvFootprint bf = engine_kv_footprint(seed_config(), kv_config("bf16"));
+  const KvFootprint f8 = engine_kv_footprint(seed_config(), kv_config("fp8"));
+  EXPECT_EQ(2 * f8.bytes_per_token(), bf.bytes_per_token());
+}
+
 // ------------------------------------------------------------------ weight bytes
 
 TEST(PlanWeights, Bf16IsTwoBytesPerParameter) {
