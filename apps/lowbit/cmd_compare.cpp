@@ -15,6 +15,7 @@
 #include "eval/compare_experiment.h"
 #include "eval/compare_report.h"
 #include "eval/compare_runner.h"
+#include "io/mapped_file.h"
 
 namespace fs = std::filesystem;
 
@@ -131,8 +132,8 @@ void setup(CLI::App& cmd) {
     // The experiment as run is saved, so the rerun command is exact.
     std::string exp_path = fs::absolute(a.out + "/experiment.json").string();
     {
-      std::ofstream out(exp_path);
-      out << e.to_json().dump(2) << "\n";
+      const std::string text = e.to_json().dump(2) + "\n";
+      io::write_file_atomic(exp_path, text.data(), text.size());
     }
     std::string rerun = shell_join({"lowbit", "compare", "-e", exp_path, "-o", fs::absolute(a.out).string()});
     auto results = run_experiment(e, o);
