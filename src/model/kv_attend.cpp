@@ -51,20 +51,31 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void int8_row_avx512(const 
   }
 }
 
-// INT4 symmetric per-channel keys: codes (2 per byte, low nibble first) from element `off` (even), scales f16.
-__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void int4ch_row_avx512(const uint8_t* codes,
-                                                                                const uint16_t* scales, int64_t n,
+// INT4 / INT2 per-channel keys (KIVI): codes packed low bits first from element `off` (a multiple of 16), F16
+// scale per channel, and for asymmetric keys an F16 minimum per channel: x = (u - 2^(b-1)) * s or min + u * s.
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void intch_row_avx512(const uint8_t* codes, int bits,
+                                                                                const uint16_t* scales,
+                                                                                const uint16_t* mins, int64_t n,
                                                                                 float* out) {
-  const __m512i eight = _mm512_set1_epi32(8), mask = _mm512_set1_epi32(15);
-  const __m512i shifts = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+  const __m512i mask = _mm512_set1_epi32((1 << bits) - 1), half = _mm512_set1_epi32(1 << (bits - 1));
+  // Lane i takes code i of 16: byte i*bits/8, shifted right by (i*bits) % 8.
+  const __m512i shifts = bits == 4 ? _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0)
+                                   : _mm512_set_epi32(6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0);
+  const __m128i spread = bits == 4 ? _mm_set_epi8(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0)
+                                   : _mm_set_epi8(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  const int64_t step_bytes = 16 * bits / 8;
   for (int64_t i = 0; i < n; i += 16) {
-    // 8 bytes -> 16 lanes: lane 2j <- byte j low nibble, lane 2j+1 <- byte j high nibble.
-    __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i / 2));
-    __m512i bytes = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b8, b8));
+    __m128i raw = bits == 4 ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i / 16 * step_bytes))
+                            : _mm_cvtsi32_si128(*reinterpret_cast<const int32_t*>(codes + i / 16 * step_bytes));
+    __m512i bytes = _mm512_cvtepu8_epi32(_mm_shuffle_epi8(raw, spread));
     __m512i u = _mm512_and_si512(_mm512_srlv_epi32(bytes, shifts), mask);
-    __m512 q = _mm512_cvtepi32_ps(_mm512_sub_epi32(u, eight));
     __m512 sc = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + i)));
-    _mm512_storeu_ps(out + i, _mm512_mul_ps(q, sc));
+    if (mins) {
+      __m512 mn = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mins + i)));
+      _mm512_storeu_ps(out + i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), sc, mn));
+    } else {
+      _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(u, half)), sc));
+    }
   }
 }
 
@@ -117,10 +128,12 @@ void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_
       return;
     }
     case KvFormat::INT4:
-      if (S.per_channel && !S.asym && simd)
-        return int4ch_row_avx512(row + off / 2, reinterpret_cast<const uint16_t*>(extra) + off, hd, out);
-      [[fallthrough]];
     case KvFormat::INT2:
+      if (S.per_channel && simd) {
+        const auto* sc = reinterpret_cast<const uint16_t*>(extra);
+        return intch_row_avx512(row + off * S.bits / 8, S.bits, sc + off, S.asym ? sc + S.kv_dim + off : nullptr,
+                                hd, out);
+      }
       if (!S.per_channel) {
         // Per-token asymmetric groups: one scale/minimum per group, codes unpacked a byte at a time.
         const int64_t G = S.group, ng = S.kv_dim / G, bits = S.bits, per = 8 / bits, mask = (1 << bits) - 1;
