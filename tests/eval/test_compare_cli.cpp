@@ -12,30 +12,17 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/run_cli.h"
+
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 const std::string kShared = LOWBIT_SHARED_DIR;
-const std::string kLowbit = std::string(LOWBIT_BINARY_DIR) + "/apps/lowbit/lowbit";
+const std::string& kLowbit = lowbit::testing_cli::lowbit_exe();
 
-struct Result {
-  int rc;
-  std::string out;
-};
-
-Result run(const std::string& args) {
-  std::string cmd = kLowbit + " " + args + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  Result r{-1, ""};
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Result = lowbit::testing_cli::CliResult;
+Result run(const std::string& args) { return lowbit::testing_cli::run_cli(args); }
 
 json read_json(const fs::path& p) {
   std::ifstream f(p);

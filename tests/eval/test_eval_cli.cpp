@@ -11,30 +11,19 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/run_cli.h"
+
 namespace {
 const std::string kShared = LOWBIT_SHARED_DIR;
-const std::string kLowbit = std::string(LOWBIT_BINARY_DIR) + "/apps/lowbit/lowbit";
+const std::string& kLowbit = lowbit::testing_cli::lowbit_exe();
 const std::string kModel = kShared + "/models/stories260K/stories260K.bin";
 const std::string kTok = kShared + "/models/stories260K/tok512.bin";
 const std::string kText = kShared + "/data/tinystories/tinystories_train_head.txt";
 
-struct Result {
-  int rc;
-  std::string out;
-};
+using Result = lowbit::testing_cli::CliResult;
 
-Result run(const std::string& args) {
-  std::string cmd = kLowbit + " " + args + " --no-progress 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  Result r{-1, ""};
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = pclose(p);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+// Every eval run here is quiet: no progress bar.
+Result run(const std::string& args) { return lowbit::testing_cli::run_cli(args + " --no-progress"); }
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("lowbit_cli_" + std::to_string(::getpid()) + "_" + name))

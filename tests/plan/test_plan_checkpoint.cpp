@@ -14,22 +14,16 @@
 
 #include "eval/plan.h"
 #include "model/kv_cache.h"
+#include "tests/common/run_cli.h"
 
 namespace lowbit::plan {
 namespace {
 namespace fs = std::filesystem;
-const std::string kLowbit = std::string(LOWBIT_BINARY_DIR) + "/apps/lowbit/lowbit";
 
-int sh(const std::string& args, std::string* out = nullptr) {
-  FILE* p = popen((kLowbit + " " + args + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  std::array<char, 4096> buf;
-  size_t n;
-  std::string o;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.append(buf.data(), n);
-  int st = pclose(p);
-  if (out) *out = o;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+int sh(const std::string& args, std::string* out) {
+  const auto r = lowbit::testing_cli::run_cli(args, /*merge_stderr=*/true);
+  *out = r.out;
+  return r.rc;
 }
 
 class PlanVsCheckpoint : public ::testing::TestWithParam<const char*> {};

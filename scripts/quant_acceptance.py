@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""PTQ acceptance table (docs/quant.md): recipes x (bpw, PPL, ΔPPL, KLD, top-1) on both real models, evaluated on
+TinyStories and WikiText text held out from calibration, against the float32 model.
+
+Held-out splits (made under --out): WikiText-2 test = first half (calibration) / second half (evaluation);
+TinyStories head = first 100,000 bytes (calibration) / last 97,000 bytes (evaluation). kjv-brown-6M calibrates on
+the WikiText half, stories260K on the TinyStories half; both are evaluated on both evaluation halves.
+
+Everything goes through the CLI: `lowbit eval ppl --save-baseline` (float32), `lowbit quantize -r RECIPE -c CALIB`,
+`lowbit inspect --json` (bits per weight), `lowbit eval kld --json`.
+
+Usage: scripts/quant_acceptance.py [--lowbit build/apps/lowbit/lowbit] [--shared ../shared] [--chunks 24]
+                                   [--model kjv|stories260K] [--out out/quant_acceptance]
+Prints one markdown table per model; keeps checkpoints and JSON under --out.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+MODELS = {
+    "kjv": ("models/kjv-brown-6M/model.bin", "wiki"),
+    "stories260K": ("models/stories260K/stories260K.bin", "stories"),
+}
+
+RECIPES = []
+for algo, label in (("", "RTN"), ("imatrix", "imatrix-RTN"), ("gptq", "GPTQ"), ("awq", "AWQ")):
+    for scheme in ("int4:g32:sym", "int4:g64:sym", "int3:g32:sym"):
+        RECIPES.append((label + " " + scheme, scheme + (",algo=" + algo if algo else "")))
+RECIPES += [
+    ("NF4 (g64, f32 absmax)", "NF4"),
+    ("FP4 E2M1 g32 f16", "e2m1:g32:f16"),
+    ("MXFP4", "MXFP4"),
+    ("NVFP4 (weight-only)", "NVFP4"),
+    ("FP8 weight-only e4m3:channel", "e4m3:channel:f32"),
+    ("W8A8 (int8 per-token dynamic act.)", "W8A8"),
+    ("W8A8 + SmoothQuant", "W8A8,algo=smoothquant+rtn"),
+]
+
+
+def run(cmd, ok=(0,)):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode not in ok:
+        sys.exit("command failed (%d): %s\n%s" % (p.returncode, " ".join(cmd), p.stderr[-2000:]))
+    return p
+
+
+def split_texts(shared, out):
+    wiki = open(os.path.join(shared, "data/wikitext-2-raw/wiki.test.raw"), "rb").read()
+    stories = open(os.path.join(shared, "data/tinystories/tinystories_train_head.txt"), "rb").read()
+    parts = {
+        "wiki_calib": wiki[: len(wiki) // 2],
+        "wiki_eval": wiki[len(wiki) // 2:],
+        "stories_calib": stories[:100000],
+        "stories_eval": stories[-97000:],
+    }
+    paths = {}
+    for k, v in parts.items():
+        paths[k] = os.path.join(out, k + ".txt")
+        with open(paths[k], "wb") as f:
+            f.write(v)
+    return paths
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lowbit", default="build/apps/lowbit/lowbit")
+    ap.add_argument("--shared", default="../shared")
+    ap.add_argument("--chunks", type=int, default=24, help="evaluation windows of 256 tokens per text")
+    ap.add_argument("--model", action="append", choices=sorted(MODELS))
+    ap.add_argument("--out", default="out/quant_acceptance")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    texts = split_texts(a.shared, a.out)
+    LB = a.lowbit
+    for name in a.model or ["kjv", "stories260K"]:
+        rel, calib_key = MODELS[name]
+        model = os.path.join(a.shared, rel)
+        common = ["--ctx", "256", "--chunks", str(a.chunks), "--no-progress"]
+        base = {}
+        for ev in ("stories_eval", "wiki_eval"):
+            bf = os.path.join(a.out, "%s.%s.lbbase" % (name, ev))
+            j = json.loads(run([LB, "eval", "ppl", "-m", model, "--text", texts[ev], "--dtype", "f32",
+                                "--save-baseline", bf, "--json"] + common).stdout)
+            base[ev] = (bf, j["perplexity"]["ppl"], j["tokens_scored"])
+        print("\n### %s (calibration: %s, 32 x 256 tokens; float32 PPL: TinyStories %.3f over %d tokens, "
+              "WikiText %.3f over %d tokens)\n" % (name, calib_key + "_calib", base["stories_eval"][1],
+                                                   base["stories_eval"][2], base["wiki_eval"][1],
+                                                   base["wiki_eval"][2]))
+        print("| recipe (`--recipe`) | bpw | TinyStories PPL | ΔPPL | KLD | top-1 | WikiText PPL | ΔPPL | KLD | top-1 "
+              "| quantize s |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for label, recipe in RECIPES:
+            ck = os.path.join(a.out, "ck", name + "." + "".join(c if c.isalnum() else "_" for c in recipe))
+            shutil.rmtree(ck, ignore_errors=True)
+            t0 = time.time()
+            run([LB, "quantize", "-m", model, "-r", recipe, "-c", texts[calib_key + "_calib"], "--samples", "32",
+                 "--length", "256", "-o", ck, "-q"])
+            qs = time.time() - t0
+            ins = json.loads(run([LB, "inspect", ck, "--json"]).stdout)
+            bpw = ins["summary"]["bits_per_weight_quantized"]
+            cells = []
+            for ev in ("stories_eval", "wiki_eval"):
+                p = run([LB, "eval", "kld", "--baseline", base[ev][0], "-m", ck, "--text", texts[ev], "--dtype", "f32",
+                         "--json", "--no-progress"], ok=(0, 3))
+                if p.returncode == 3:
+                    cells += ["NaN/Inf", "", "", ""]
+                    continue
+                c = json.loads(p.stdout)["comparison"]
+                cells += ["%.3f" % c["ppl_variant"]["ppl"], "%+.3f" % c["delta_ppl"]["value"],
+                          "%.5f" % c["kld"]["mean"], "%.2f %%" % (100 * c["top1_agreement"]["value"])]
+            print("| %s `%s` | %.3f | %s | %.1f |" % (label, recipe, bpw, " | ".join(cells), qs))
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
