@@ -127,6 +127,22 @@ const KernelPlan& kernel_plan(const WeightMatrix& w) {
   return *e.plan;
 }
 
+const Int8Tile* int8_tile(const WeightMatrix& w, const KernelPlan& p) {
+  if (w.kind != WeightKind::Quant || p.bits != 8 || !p.int_codes || p.asym || p.gcols != 1 || p.row_block != 1)
+    return nullptr;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!p.tile) {
+    auto t = std::make_shared<Int8Tile>();
+    const QuantizedMatrix& q = *w.q;
+    t->packed.resize(static_cast<size_t>((q.rows + 15) / 16 * ((q.cols + 3) / 4) * 64));
+    t->rowsum.resize(static_cast<size_t>((q.rows + 15) / 16 * 16));
+    kern::pack_int8_rows16(q.codes.data(), q.row_bytes, q.rows, q.cols, t->packed.data(), t->rowsum.data());
+    p.tile = std::move(t);
+  }
+  return p.tile.get();
+}
+
 void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* out) {
   if (w.kind != WeightKind::Quant || p.lut.empty()) {
     weight_row_f32(w, r, out);

@@ -24,6 +24,13 @@ enum class Route : uint8_t {
 
 enum class ByteDec : uint8_t { Int8Sym, Int8Asym, E4M3, E5M2 };
 
+// W8A8 prefill layout (matmul_avx512_tile.cpp): weights of 16 rows interleaved by 4 columns, plus row sums.
+struct Int8Tile {
+  std::vector<int8_t> packed;   // [ceil(rows/16), ceil(cols/4), 16, 4]
+  std::vector<int32_t> rowsum;  // [ceil(rows/16) * 16]
+  size_t bytes() const { return packed.size() + rowsum.size() * sizeof(int32_t); }
+};
+
 struct KernelPlan {
   Route route = Route::Deq;
   int bits = 0;
@@ -40,13 +47,22 @@ struct KernelPlan {
   std::vector<float> lut;         // [2^bits] code -> element value (INT sym: u - 2^(b-1); INT asym: u)
   std::string kernel;             // "nib", "byte", "q8vnni", "deq", "dense"
 
-  size_t bytes() const { return (scales.size() + zeros.size() + lut.size()) * sizeof(float); }
+  // Built on the first INT8-activation prefill of a per-channel symmetric INT8 weight (int8_tile()); a repacked
+  // copy of the codes, so it is counted here once it exists.
+  mutable std::shared_ptr<const Int8Tile> tile;
+
+  size_t bytes() const {
+    return (scales.size() + zeros.size() + lut.size()) * sizeof(float) + (tile ? tile->bytes() : 0);
+  }
   const float* scale_row(int64_t r) const { return scales.data() + (r / row_block) * gcols; }
   const float* zero_row(int64_t r) const { return zeros.empty() ? nullptr : zeros.data() + (r / row_block) * gcols; }
 };
 
 std::shared_ptr<const KernelPlan> build_kernel_plan(const WeightMatrix& w);
 const KernelPlan& kernel_plan(const WeightMatrix& w);  // w.plan, or a cached plan built on first use
+
+// The W8A8 prefill tile of w (built once, thread-safe), or nullptr when w is not per-channel symmetric INT8.
+const Int8Tile* int8_tile(const WeightMatrix& w, const KernelPlan& p);
 
 // Fast scalar dequantization of row r using the plan's tables (all routes; bit-identical to weight_row_f32).
 void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* out);
@@ -95,6 +111,12 @@ float vnni_dot_avx512(int bits, const uint8_t* row, int64_t cols, int64_t group,
                       const QxRow& x);
 
 // GGUF Q4_0 / Q8_0 against activations quantized to Q8 blocks of 32 (qx int8, dx one scale per block).
+void pack_int8_rows16(const uint8_t* codes, int64_t row_bytes, int64_t rows, int64_t cols, int8_t* out,
+                      int32_t* rowsum);
+// y[t, r] for rows [r0, r1) (r0 a multiple of 16) and all T tokens: xu [T, ceil(cols/4)*4] activations + 128
+// (u8), sx [T] their scales, wscale [rows] the weight scales.
+void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const float* wscale, int64_t r0, int64_t r1,
+                           int64_t rows, int64_t cols, const uint8_t* xu, const float* sx, int64_t T, float* y);
 float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx);
 }  // namespace kern
 

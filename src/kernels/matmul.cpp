@@ -248,6 +248,29 @@ void run_vnni512(const WeightMatrix& w, const KernelPlan& p, const float* x, int
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
+// W8A8 prefill: activations quantized per token as the decode route does, then the register-tiled VNNI kernel.
+void run_vnni_tile512(const WeightMatrix& w, const KernelPlan& p, const Int8Tile& tile, const float* x, int64_t T,
+                      float* y) {
+  const int64_t rows = w.rows, cols = w.cols, xs = (cols + 3) / 4 * 4;
+  thread_local std::vector<int8_t> nat;
+  thread_local std::vector<uint8_t> xu;
+  thread_local std::vector<float> sx;
+  nat.resize(static_cast<size_t>(cols));
+  xu.assign(static_cast<size_t>(T * xs), 128);  // padding columns hold x = 0
+  sx.resize(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    quantize_activation_int8(w, x + t * cols, nat.data(), &sx[t]);
+    uint8_t* dst = xu.data() + t * xs;
+    for (int64_t c = 0; c < cols; ++c) dst[c] = static_cast<uint8_t>(nat[c] ^ 0x80);  // x + 128
+  }
+  const uint8_t* xp = xu.data();
+  const float* sxp = sx.data();
+  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
+    kern::vnni_tile_int8_avx512(tile.packed.data(), tile.rowsum.data(), p.scales.data(), r0, r1, rows, cols, xp, sxp,
+                                T, y);
+  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+}
+
 void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols, nb = cols / 32;
   thread_local std::vector<int8_t> qx;
@@ -272,9 +295,12 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   const Isa isa = kernel_isa();
   const KernelPlan& p = kernel_plan(w);
   Path path = choose(w, p, isa);
-  // Prefill: the VNNI kernels are GEMV-shaped (no register tiling yet), so from kPrefillTokens on, the dense
-  // F32 tile over a dequantized row block is faster; the product is the same up to float rounding (x still goes
+  // Prefill: per-channel symmetric INT8 weights with INT8 activations (W8A8) take the register-tiled VNNI kernel
+  // (matmul_avx512_tile.cpp). The other VNNI kernels are GEMV-shaped, so from kPrefillTokens on the dense F32 tile
+  // over a dequantized row block is faster for them; the product is the same up to float rounding (x still goes
   // through the activation route; GGUF activations are then not rounded to Q8 blocks).
+  if (T >= kPrefillTokens && path == Path::Vnni512)
+    if (const Int8Tile* tile = int8_tile(w, p)) return run_vnni_tile512(w, p, *tile, x, T, y);
   if (T >= kPrefillTokens && (path == Path::Vnni512 || path == Path::GgmlQ8_512)) path = Path::Deq;
   if (path == Path::Vnni512) return run_vnni512(w, p, x, T, y);
   std::vector<float> xq_storage;

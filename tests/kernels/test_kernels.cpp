@@ -170,6 +170,15 @@ INSTANTIATE_TEST_SUITE_P(Activations, MatmulVsReference,
                          ::testing::Combine(::testing::ValuesIn(available_isas()), ::testing::ValuesIn(act_cases()),
                                             ::testing::ValuesIn(kShapes), ::testing::Values(1, 3, 17)),
                          param_name);
+// The W8A8 prefill tile (16 rows x 8 tokens, columns padded to 4): ragged rows, columns not a multiple of 4,
+// token counts that leave a partial tile.
+INSTANTIATE_TEST_SUITE_P(W8A8Tile, MatmulVsReference,
+                         ::testing::Combine(::testing::ValuesIn(available_isas()),
+                                            ::testing::Values(Case{"int8:channel", "int8"}, Case{"int8:channel", "int8s"}),
+                                            ::testing::Values(std::pair<int64_t, int64_t>{21, 133},
+                                                              std::pair<int64_t, int64_t>{48, 64}),
+                                            ::testing::Values(4, 9, 64)),
+                         param_name);
 
 // The fast kernels must actually be selected on AVX-512 (a silent fallback would pass the accuracy tests).
 TEST(KernelNames, FastPathsSelected) {
