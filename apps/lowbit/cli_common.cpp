@@ -8,6 +8,8 @@
 
 #include "core/parallel.h"
 #include "kernels/matmul.h"
+#include "quant/quantizer.h"
+#include "quant/recipe.h"
 
 namespace lowbit::app {
 
@@ -32,6 +34,41 @@ void add_kv_options(CLI::App* cmd, KvFlags& f, bool with_evict) {
     cmd->add_option("--kv-evict", f.evict,
                     "KV eviction: streaming:SINKS+WINDOW (StreamingLLM) or h2o:BUDGET (tokens or %, heavy "
                     "hitters + recent). Example: --kv-evict h2o:25%");
+}
+
+void add_quantize_options(CLI::App* cmd, QuantizeFlags& f) {
+  cmd->add_option("--quantize", f.recipe,
+                  "Quantize the weights at load time with a recipe (same forms as lowbit quantize --recipe: W4A16, "
+                  "W8A8, NF4, int4:g32, W4A16,algo=gptq, a .json file); reports the extra load time and peak memory. "
+                  "Example: --quantize W4A16,group=32");
+  cmd->add_option("--calib", f.calib,
+                  "Calibration text for --quantize recipes that need it (gptq, awq, imatrix, smoothquant, static "
+                  "activation scales)");
+}
+
+nlohmann::json apply_online_quantization(Model& m, const QuantizeFlags& f, bool quiet) {
+  if (f.recipe.empty()) {
+    if (!f.calib.empty()) throw UsageError("cli", "--calib is only used with --quantize; add --quantize RECIPE");
+    return nullptr;
+  }
+  quant::Recipe r = quant::parse_recipe_arg(f.recipe);
+  if (!f.calib.empty()) r.calib.file = f.calib;
+  std::vector<std::string> warnings;
+  auto calib = quant::load_recipe_calibration(m, r, &warnings);
+  quant::QuantizeOptions qo;
+  qo.calib = calib ? &*calib : nullptr;
+  qo.progress = !quiet;
+  quant::QuantReport rep;
+  quant::quantize_model_online(m, r, qo, &rep);
+  for (auto& w : warnings) rep.warnings.push_back(w);
+  if (!quiet) {
+    std::fprintf(stderr, "quantized online with %s in %.3f s (%.3f bpw over quantized matrices, peak RSS %s)\n",
+                 r.name.c_str(), rep.seconds, rep.bpw_quantized(),
+                 human_bytes(static_cast<double>(rep.peak_rss_bytes)).c_str());
+    for (auto& w : rep.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  }
+  return {{"recipe", r.name}, {"seconds", rep.seconds}, {"peak_rss_bytes", rep.peak_rss_bytes},
+          {"bits_per_weight_quantized", rep.bpw_quantized()}, {"warnings", rep.warnings}};
 }
 
 void print_kv_cache(const KvCache& kv) {

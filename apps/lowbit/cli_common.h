@@ -41,6 +41,15 @@ void add_kv_options(CLI::App* cmd, KvFlags& f, bool with_evict = true);
 void print_kv_cache(const KvCache& kv);
 nlohmann::json kv_cache_json(const KvCache& kv);
 
+// --quantize RECIPE [--calib FILE]: online quantization at load time, shared by run, eval and bench.
+struct QuantizeFlags {
+  std::string recipe, calib;
+};
+void add_quantize_options(CLI::App* cmd, QuantizeFlags& f);
+// Quantizes m in place when a recipe was given; returns the report ({"recipe", "seconds", "peak_rss_bytes",
+// "bits_per_weight_quantized", "warnings"}) or null. Prints a line (and warnings) to stderr unless quiet.
+nlohmann::json apply_online_quantization(Model& m, const QuantizeFlags& f, bool quiet);
+
 // Applies --threads (0 = all cores).
 void apply_threads(int threads);
 

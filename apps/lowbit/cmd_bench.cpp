@@ -15,9 +15,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/parallel.h"
-#include "formats/scheme.h"
 #include "kernels/dispatch.h"
-#include "kernels/requantize.h"
 #include "model/decoder.h"
 #include "model/kv_cache.h"
 #include "model/kv_paged.h"
@@ -29,7 +27,8 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct BenchArgs {
-  std::string model, quantize, dtype = "native";
+  std::string model, dtype = "native";
+  lowbit::app::QuantizeFlags quant;
   lowbit::app::KvFlags kv;
   int p = 512, n = 128, threads = 0, reps = 3;
   int64_t depth = 0;
@@ -108,13 +107,7 @@ void run_model(const BenchArgs& a) {
   lo.dense = dense_mode_from_string(a.dtype);
   auto t0 = Clock::now();
   auto m = load_model(a.model, lo);
-  if (!a.quantize.empty()) {
-    const QuantScheme s = parse_scheme(a.quantize);
-    for (auto& [name, w] : m->weights.named_matrices()) {
-      if (name == "tok_embed" || name == "lm_head") continue;  // embeddings and classifier stay as loaded
-      *w = requantize_weight_rtn(*w, s);
-    }
-  }
+  const nlohmann::json online = app::apply_online_quantization(*m, a.quant, a.json);
   for (auto& [name, w] : m->weights.named_matrices()) prepare_weight(*w);
   const double load_s = seconds_since(t0);
   const ModelConfig& c = m->config;
@@ -188,7 +181,7 @@ void run_model(const BenchArgs& a) {
   if (a.n > 0 && bw <= 0) bw = measure_read_bandwidth(size_t{1} << 29, 3);
   const Stat sp = stats(pp), sg = stats(tg);
   const double bound = bw > 0 ? bw / bytes_per_token : 0;
-  const std::string wname = a.quantize.empty() ? m->format : a.quantize;
+  const std::string wname = a.quant.recipe.empty() ? m->format : a.quant.recipe;
   const std::string backend = std::string("CPU ") + isa_name(kernel_isa());
   if (a.json) {
     nlohmann::json j = {{"model", a.model},
@@ -200,6 +193,7 @@ void run_model(const BenchArgs& a) {
                         {"load_seconds", load_s},
                         {"peak_rss_bytes", peak},
                         {"kv_cache", a.kv.text()},
+                        {"online_quantization", online},
                         {"kv", app::kv_cache_json(kv1)},
                         {"depth", a.depth},
                         {"repetitions", a.reps}};
@@ -231,8 +225,7 @@ void run_model(const BenchArgs& a) {
 void setup(CLI::App& cmd) {
   static BenchArgs a;
   cmd.add_option("-m,--model", a.model, "Model: a Hugging Face directory, a .gguf file or a llama2.c .bin");
-  cmd.add_option("--quantize", a.quantize,
-                 "Quantize every linear layer (not embeddings / lm_head) at load with RTN, e.g. int4:g128, q4_0, nf4");
+  lowbit::app::add_quantize_options(&cmd, a.quant);
   cmd.add_option("-p,--n-prompt", a.p, "Prefill test: tokens in one batch (0 = skip; default 512)");
   cmd.add_option("-n,--n-gen", a.n, "Decode test: tokens generated one by one from an empty cache (0 = skip; 128)");
   cmd.add_option("-t,--threads", a.threads, "Threads (default: all cores)");

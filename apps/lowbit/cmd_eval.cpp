@@ -28,6 +28,7 @@ using nlohmann::json;
 
 struct EvalArgs {
   app::KvFlags kv;
+  app::QuantizeFlags quant;
   std::string model, tokenizer, text, dtype = "native", method = "chunks", save_baseline,
                                       baseline;
   std::string variant;
@@ -44,6 +45,7 @@ void add_model_options(CLI::App* c, EvalArgs& a, bool model_required) {
   c->add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer.bin (default: found next to the model)");
   c->add_option("--dtype", a.dtype, "Dense weights in memory: native (as stored, default), f32, f16, bf16");
   app::add_kv_options(c, a.kv);
+  app::add_quantize_options(c, a.quant);
   c->add_option("-t,--threads", a.threads, "Threads (default: all cores)");
   c->add_flag(
       "--check-layers", a.check_layers,
@@ -67,6 +69,12 @@ void add_text_options(CLI::App* c, EvalArgs& a, bool text_required, const std::s
                 "= decode-style, so KIVI windows and eviction act as in generation. Example: --kv-step 1");
 }
 
+// The online-quantization report of this process's model (null without --quantize), for the JSON output.
+json& online_report() {
+  static json j;
+  return j;
+}
+
 std::unique_ptr<Model> load(const EvalArgs& a) {
   app::apply_threads(a.threads);
   if (a.no_progress) Progress::set_quiet(true);
@@ -74,6 +82,7 @@ std::unique_ptr<Model> load(const EvalArgs& a) {
   lo.dense = dense_mode_from_string(a.dtype);
   lo.tokenizer_path = a.tokenizer;
   auto m = load_model(a.model, lo);
+  online_report() = app::apply_online_quantization(*m, a.quant, a.json || a.no_progress);
   if (!m->tokenizer)
     throw UsageError("eval",
                      "no tokenizer found for '" + a.model + "'; pass --tokenizer PATH (tokenizer.bin)");
@@ -135,6 +144,7 @@ json run_json(const EvalArgs& a, const Model& m, const EvalText& t, const EvalRu
           {"seconds", r.seconds},
           {"tokens_per_second", r.tokens_per_second()},
           {"peak_rss_bytes", peak_rss_bytes()},
+          {"online_quantization", online_report()},
           {"threads", num_threads()}};
 }
 

@@ -18,7 +18,8 @@
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, tokenizer, dtype = "native", quantize, calib;
+  std::string model, prompt, tokenizer, dtype = "native";
+  lowbit::app::QuantizeFlags quant;
   lowbit::app::KvFlags kv;
   int n = 64, threads = 0;
   int64_t ctx = 0;
@@ -43,11 +44,7 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--ctx", a.ctx, "KV cache capacity in tokens (default: prompt + n, up to the model's context)");
   lowbit::app::add_kv_options(&cmd, a.kv);
   cmd.add_option("--dtype", a.dtype, "Dense weights in memory: native (as stored, default), f32, f16, bf16");
-  cmd.add_option("--quantize", a.quantize,
-                 "Quantize the weights at load time with a recipe (same forms as lowbit quantize --recipe: W4A16, "
-                 "W8A8, NF4, int4:g32, W4A16,algo=gptq, a .json file); reports the extra load time and peak memory");
-  cmd.add_option("--calib", a.calib, "Calibration text for --quantize recipes that need it (gptq, awq, imatrix, "
-                                     "smoothquant, static activation or KV scales)");
+  lowbit::app::add_quantize_options(&cmd, a.quant);
   cmd.add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer.bin (default: found next to the model)");
   cmd.add_option("-t,--threads", a.threads, "Threads (default: all cores)");
   cmd.add_flag("--no-bos", a.no_bos, "Do not prepend the BOS token");
@@ -66,26 +63,7 @@ void setup(CLI::App& cmd) {
     lo.dense = dense_mode_from_string(a.dtype);
     lo.tokenizer_path = a.tokenizer;
     auto m = load_model(a.model, lo);
-    nlohmann::json online = nullptr;
-    if (!a.quantize.empty()) {
-      quant::Recipe r = quant::parse_recipe_arg(a.quantize);
-      if (!a.calib.empty()) r.calib.file = a.calib;
-      std::vector<std::string> warnings;
-      auto calib = quant::load_recipe_calibration(*m, r, &warnings);
-      quant::QuantizeOptions qo;
-      qo.calib = calib ? &*calib : nullptr;
-      qo.progress = !a.json;
-      quant::QuantReport rep;
-      quant::quantize_model_online(*m, r, qo, &rep);
-      online = {{"recipe", r.name}, {"seconds", rep.seconds}, {"peak_rss_bytes", rep.peak_rss_bytes},
-                {"bits_per_weight_quantized", rep.bpw_quantized()}, {"warnings", rep.warnings}};
-      if (!a.json) {
-        std::fprintf(stderr, "quantized online with %s in %.3f s (%.3f bpw over quantized matrices, peak RSS %s)\n",
-                     r.name.c_str(), rep.seconds, rep.bpw_quantized(),
-                     app::human_bytes(static_cast<double>(rep.peak_rss_bytes)).c_str());
-        for (auto& w : rep.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
-      }
-    }
+    const nlohmann::json online = app::apply_online_quantization(*m, a.quant, a.json);
     if (!m->tokenizer)
       throw UsageError("run", "no tokenizer found for '" + a.model + "'; pass --tokenizer PATH (tokenizer.bin)");
     const Tokenizer& tok = *m->tokenizer;
