@@ -4,11 +4,13 @@
 // LOWBIT_ISA=generic|avx2|avx512 selects the tier; LOWBIT_THREADS the threads.
 #include <benchmark/benchmark.h>
 
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/half.h"
 #include "formats/format.h"
 #include "formats/scheme.h"
 #include "kernels/matmul.h"
@@ -17,7 +19,30 @@
 namespace {
 using namespace lowbit;
 
+// GGUF types lowbit reads but cannot write (Q5_K, Q6_K): random blocks with small positive f16 scales at the
+// given byte offsets, as a zero-copy WeightKind::Ggml weight. Speed does not depend on the code values.
+WeightMatrix random_ggml(const std::string& fmt, const std::vector<int>& f16_offsets, int64_t rows, int64_t cols) {
+  const FormatInfo& fi = format_by_name(fmt);
+  const int64_t nblk = rows * cols / fi.block_elems;
+  auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(nblk * fi.block_bytes));
+  std::mt19937 rng(1);
+  for (auto& b : *buf) b = static_cast<uint8_t>(rng());
+  const uint16_t h = f32_to_f16(0.001f);
+  for (int64_t k = 0; k < nblk; ++k)
+    for (int off : f16_offsets) std::memcpy(buf->data() + k * fi.block_bytes + off, &h, 2);
+  WeightMatrix m;
+  m.kind = WeightKind::Ggml;
+  m.rows = rows;
+  m.cols = cols;
+  m.ggml_type = fi.ggml_type;
+  m.data = buf->data();
+  m.owner = buf;
+  return m;
+}
+
 WeightMatrix make(const std::string& fmt, const std::string& act, int64_t rows, int64_t cols) {
+  if (fmt == "q5_k") return random_ggml(fmt, {0, 2}, rows, cols);
+  if (fmt == "q6_k") return random_ggml(fmt, {208}, rows, cols);
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 0.02f);
   std::vector<float> w(static_cast<size_t>(rows * cols));
@@ -52,11 +77,12 @@ int register_all() {
       {"f32", ""},          {"bf16", ""},           {"int8:channel", ""}, {"int8:channel", "a8"},
       {"int4:g128", ""},    {"int4:g128", "a8"},    {"int4:g32:asym", ""}, {"int4:g32:asym", "a8"},
       {"nf4:g64", ""},      {"mxfp4", ""},          {"nvfp4", ""},        {"e4m3:channel", ""},
-      {"q4_0", ""},         {"q8_0", ""},           {"q4_k", ""}};
+      {"q4_0", ""},         {"q8_0", ""},           {"q4_k", ""},         {"q5_k", ""},
+      {"q6_k", ""}};
   for (const auto& [f, a] : fmts)
     for (const auto& [r, c] : shapes)
       for (int64_t T : {int64_t{1}, int64_t{64}}) {
-        if (f == "q4_k" && c % 256 != 0) continue;  // K-quant rows are whole 256-element super-blocks
+        if (f.size() == 4 && f[3] == 'k' && c % 256 != 0) continue;  // K-quant rows are whole 256-element super-blocks
         const std::string name = "matmul/" + f + (a.empty() ? "" : "+" + a) + "/" + std::to_string(r) + "x" +
                                  std::to_string(c) + "/T" + std::to_string(T);
         benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, f, a, r, c, T)->UseRealTime()->Unit(benchmark::kMicrosecond);

@@ -13,13 +13,16 @@ namespace lowbit {
 namespace {
 
 constexpr int kGgmlQ4_0 = 2, kGgmlQ8_0 = 8;
+// GGUF types with a VNNI kernel against Q8-rounded activations (Q4_0/Q8_0 in matmul_avx512_q.cpp, the k-quants
+// Q4_K/Q5_K/Q6_K in matmul_avx512_k.cpp).
+bool ggml_q8_route(int t) { return t == kGgmlQ4_0 || t == kGgmlQ8_0 || kern::ggml_k_supported(t); }
 
 std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
   auto p = std::make_shared<KernelPlan>();
   const FormatInfo& fi = q.scheme.info();
   if (fi.is_gguf()) {
     p->ggml_type = fi.ggml_type;
-    p->route = (fi.ggml_type == kGgmlQ4_0 || fi.ggml_type == kGgmlQ8_0) ? Route::GgmlQ8 : Route::Deq;
+    p->route = ggml_q8_route(fi.ggml_type) ? Route::GgmlQ8 : Route::Deq;
     p->kernel = p->route == Route::GgmlQ8 ? "q8vnni" : "deq";
     return p;
   }
@@ -104,7 +107,7 @@ const KernelPlan& kernel_plan(const WeightMatrix& w) {
     case WeightKind::F16:
     case WeightKind::BF16: return static_plan(Route::Dense, "dense");
     case WeightKind::Ggml:
-      if (w.ggml_type == kGgmlQ4_0 || w.ggml_type == kGgmlQ8_0)
+      if (ggml_q8_route(w.ggml_type))
         return static_plan(Route::GgmlQ8, "q8vnni", w.ggml_type);
       return static_plan(Route::Deq, "deq", w.ggml_type);
     case WeightKind::Quant: break;

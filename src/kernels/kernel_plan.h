@@ -19,7 +19,7 @@ enum class Route : uint8_t {
   Deq,      // any format: dequantize one row into L1 (scalar decoder), SIMD dot with every token
   Nib,      // 4-bit codes (INT4 sym/asym, NF4, FP4 E2M1, MXFP4, NVFP4): in-register LUT decode + FMA
   Byte,     // 8-bit codes (INT8 sym/asym, FP8 E4M3FN/E5M2, MXFP8): in-register decode + FMA
-  GgmlQ8,   // GGUF Q4_0 / Q8_0: activations to Q8 blocks of 32, VNNI integer dots (llama.cpp's scheme)
+  GgmlQ8,   // GGUF Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K: activations to Q8 blocks of 32, VNNI integer dots
 };
 
 enum class ByteDec : uint8_t { Int8Sym, Int8Asym, E4M3, E5M2 };
@@ -34,7 +34,7 @@ struct Int8Tile {
 struct KernelPlan {
   Route route = Route::Deq;
   int bits = 0;
-  int ggml_type = -1;             // GgmlQ8: 2 = Q4_0, 8 = Q8_0
+  int ggml_type = -1;             // GgmlQ8: 2 = Q4_0, 8 = Q8_0, 12 = Q4_K, 13 = Q5_K, 14 = Q6_K
   ByteDec byte_dec = ByteDec::Int8Sym;
   bool int_codes = false;         // INT4 / INT8 codes: eligible for INT8-activation VNNI products
   bool asym = false;              // INT with stored zero points
@@ -118,6 +118,14 @@ void pack_int8_rows16(const uint8_t* codes, int64_t row_bytes, int64_t rows, int
 void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const float* wscale, int64_t r0, int64_t r1,
                            int64_t rows, int64_t cols, const uint8_t* xu, const float* sx, int64_t T, float* y);
 float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx);
+
+// GGUF k-quants (matmul_avx512_k.cpp) against the same Q8 blocks of 32, re-laid out per token by ggml_k_prep_x:
+// qk[cols] int8 codes in the order the kernel loads them, xk[cols / 256 * ggml_k_xk_floats] per-super-block
+// float factors (activation scales and code sums for the min / offset terms).
+inline bool ggml_k_supported(int ggml_type) { return ggml_type == 12 || ggml_type == 13 || ggml_type == 14; }
+inline int64_t ggml_k_xk_floats(int ggml_type) { return ggml_type == 14 ? 32 : 16; }
+void ggml_k_prep_x(int ggml_type, const float* x, int64_t cols, int8_t* qk, float* xk);
+float ggml_k_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qk, const float* xk);
 }  // namespace kern
 
 }  // namespace lowbit

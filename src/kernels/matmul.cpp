@@ -273,18 +273,26 @@ void run_vnni_tile512(const WeightMatrix& w, const KernelPlan& p, const Int8Tile
 
 void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols, nb = cols / 32;
+  const int type = p.ggml_type;
+  // Per token: int8 codes (Q8 blocks of 32) and per-block floats: the block scales (Q4_0/Q8_0), or the k-quant
+  // kernels' per-super-block factors (same rounding, codes re-laid out for their loads; see ggml_k_prep_x).
+  const bool kq = kern::ggml_k_supported(type);
+  const int64_t nf = kq ? cols / 256 * kern::ggml_k_xk_floats(type) : nb;
   thread_local std::vector<int8_t> qx;
   thread_local std::vector<float> dx;
   qx.resize(static_cast<size_t>(T * cols));
-  dx.resize(static_cast<size_t>(T * nb));
-  for (int64_t t = 0; t < T; ++t) quantize_q8_blocks(x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nb);
+  dx.resize(static_cast<size_t>(T * nf));
+  for (int64_t t = 0; t < T; ++t) {
+    if (kq) kern::ggml_k_prep_x(type, x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nf);
+    else quantize_q8_blocks(x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nf);
+  }
   const int8_t* qxp = qx.data();
   const float* dxp = dx.data();
-  const int type = p.ggml_type;
   for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < T; ++t)
       for (int64_t r = r0; r < r1; ++r)
-        y[t * rows + r] = kern::ggml_q8_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nb);
+        y[t * rows + r] = kq ? kern::ggml_k_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
+                             : kern::ggml_q8_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf);
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 

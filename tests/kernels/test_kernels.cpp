@@ -3,8 +3,8 @@
 //
 // Tolerance (documented in docs/kernels.md): |y - y_ref| <= 2e-5 * sum_i |w_i x_i| + 1e-6 per output, where
 // x is the activation the kernel is specified to see: x itself (weight-only), quantize_activations(x) for the
-// INT8 / FP8 activation routes, and the Q8-block-rounded x for GGUF Q4_0 / Q8_0 decode on AVX-512
-// (matmul_rounds_to_q8).
+// INT8 / FP8 activation routes, and the Q8-block-rounded x for GGUF Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K decode on
+// AVX-512 (matmul_rounds_to_q8).
 // The bound is float accumulation-order noise; a wrong code, scale or zero point in any group exceeds it.
 #include <gtest/gtest.h>
 
@@ -197,6 +197,8 @@ TEST(KernelNames, FastPathsSelected) {
   EXPECT_NE(name("int8:channel", FormatId::INT8).find("+a8.vnni.avx512"), std::string::npos);
   EXPECT_NE(name("int4:g32:asym", FormatId::INT8).find("+a8.vnni.avx512"), std::string::npos);
   EXPECT_EQ(name("ggml:q4_0"), "q4_0.q8vnni.avx512");
+  EXPECT_EQ(name("ggml:q4_k"), "q4_k.q8vnni.avx512");
+  EXPECT_EQ(name("q4_k"), "q4_k.q8vnni.avx512");
   EXPECT_EQ(name("q8_0").find(".q8vnni.avx512") != std::string::npos, true);
   EXPECT_EQ(name("f32"), "f32.dense.avx512");
   set_kernel_isa(Isa::Generic);
@@ -204,19 +206,35 @@ TEST(KernelNames, FastPathsSelected) {
   set_kernel_isa(best_isa());
 }
 
-// GGUF block types lowbit can read but not write: random blocks with sane f16 scale fields.
+// Q8-block rounding of x (quantize_q8_blocks per token), the activations a matmul_rounds_to_q8 kernel sees.
+std::vector<float> q8_rounded(const std::vector<float>& x, int64_t T, int64_t cols) {
+  std::vector<float> xe(x.size());
+  std::vector<int8_t> q(static_cast<size_t>(cols));
+  std::vector<float> d(static_cast<size_t>(cols / 32));
+  for (int64_t t = 0; t < T; ++t) {
+    quantize_q8_blocks(x.data() + t * cols, cols, q.data(), d.data());
+    for (int64_t i = 0; i < cols; ++i) xe[t * cols + i] = static_cast<float>(q[i]) * d[i / 32];
+  }
+  return xe;
+}
+
+// GGUF block types lowbit can read but not write (and Q4_K, whose quantizer never produces some code / scale /
+// min combinations, e.g. scales and mins both at 63): random blocks with sane f16 scale fields, T = 1 and 3
+// (decode: the Q8 VNNI kernels on AVX-512) and T = 5 (prefill path).
 TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
   struct T {
     const char* name;
     std::vector<int> f16_offsets;
   };
   const std::vector<T> types = {{"q4_1", {0, 2}}, {"q5_0", {0}},     {"q5_1", {0, 2}},   {"iq4_nl", {0}},
-                                {"q5_k", {0, 2}}, {"q6_k", {208}},   {"q2_k", {80, 82}}, {"q3_k", {108}}};
-  const int64_t rows = 9, cols = 512, ntok = 3;
+                                {"q4_k", {0, 2}}, {"q5_k", {0, 2}},  {"q6_k", {208}},    {"q2_k", {80, 82}},
+                                {"q3_k", {108}}};
+  const int64_t rows = 9, cols = 768, maxtok = 5;
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> ud(0.001f, 0.01f);
-  std::vector<float> x(static_cast<size_t>(ntok * cols));
-  for (auto& v : x) v = ud(rng) * 100 - 0.5f;
+  std::vector<float> xall(static_cast<size_t>(maxtok * cols));
+  for (auto& v : xall) v = ud(rng) * 100 - 0.5f;
+  xall[3] = 4.0f;  // an outlier: one Q8 block with a coarse scale
   for (const auto& t : types) {
     const FormatInfo& fi = format_by_name(t.name);
     const int64_t nblk = rows * cols / fi.block_elems;
@@ -234,18 +252,23 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
     w.ggml_type = fi.ggml_type;
     w.data = buf->data();
     w.owner = buf;
-    std::vector<float> ref(static_cast<size_t>(ntok * rows)), y(ref.size()), row(static_cast<size_t>(cols));
-    matmul_reference(w, x.data(), ntok, ref.data());
-    for (Isa isa : available_isas()) {
-      set_kernel_isa(isa);
-      matmul(w, x.data(), ntok, y.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        weight_row_f32(w, r, row.data());
-        for (int64_t tk = 0; tk < ntok; ++tk) {
-          double mag = 0;
-          for (int64_t i = 0; i < cols; ++i) mag += std::fabs(static_cast<double>(row[i]) * x[tk * cols + i]);
-          EXPECT_NEAR(y[tk * rows + r], ref[tk * rows + r], 2e-5 * mag + 1e-6)
-              << t.name << " " << matmul_kernel_name(w) << " row " << r;
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t ntok : {int64_t{1}, int64_t{3}, maxtok}) {
+      const std::vector<float> x(xall.begin(), xall.begin() + ntok * cols);
+      std::vector<float> ref(static_cast<size_t>(ntok * rows)), y(ref.size());
+      for (Isa isa : available_isas()) {
+        set_kernel_isa(isa);
+        const std::vector<float> xe = matmul_rounds_to_q8(w, ntok) ? q8_rounded(x, ntok, cols) : x;
+        matmul_reference(w, xe.data(), ntok, ref.data());
+        matmul(w, x.data(), ntok, y.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          weight_row_f32(w, r, row.data());
+          for (int64_t tk = 0; tk < ntok; ++tk) {
+            double mag = 0;
+            for (int64_t i = 0; i < cols; ++i) mag += std::fabs(static_cast<double>(row[i]) * xe[tk * cols + i]);
+            EXPECT_NEAR(y[tk * rows + r], ref[tk * rows + r], 2e-5 * mag + 1e-6)
+                << t.name << " " << matmul_kernel_name(w) << " T " << ntok << " row " << r;
+          }
         }
       }
     }
