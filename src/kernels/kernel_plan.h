@@ -91,6 +91,20 @@ float nib_dot_avx512(const uint8_t* row, int64_t cols, int64_t group, const floa
                      const float* lut16, const float* x);
 float byte_dot_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                       ByteDec dec, const float* x);
+// Float-activation 4-bit GEMV (T = 1..3) over several rows (matmul_avx512_q.cpp): activations of one token in
+// the nib lane layout (nib_layout: xp [nib_padded(cols)] permuted per 128-element chunk so that xp[128c+16k+l] =
+// x[128c+8l+k], zero-padded; gsum [ceil(cols/group)] the token's sum over each scale group, asym weights only).
+struct NibX {
+  const float* xp = nullptr;
+  const float* gsum = nullptr;
+};
+bool nib_lanes_ok(int64_t group, int64_t cols);  // every 8-element lane inside one group, regular per chunk
+int64_t nib_padded(int64_t cols);
+void nib_layout(const float* x, int64_t cols, int64_t group, float* xp, float* gsum);
+// y[t*ystride + i] = row i . x[t] for i < nr, t < T; rows[i], s[i], z[i] (z[i] all null for sym): row i's codes,
+// scale and zero cells.
+void nib_gemv_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int64_t cols,
+                     int64_t group, const float* lut16, int T, const NibX* x, float* y, int64_t ystride);
 void nib_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                     const float* lut16, float* out);
 void byte_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,

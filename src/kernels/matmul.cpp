@@ -206,8 +206,41 @@ void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
   }, work);
 }
 
+// Groups per row that need activation group sums (asymmetric weights), else 0.
+int64_t asym_groups(const KernelPlan& p, int64_t cols) { return p.zeros.empty() ? 0 : (cols + p.group - 1) / p.group; }
+
+// Decode on the nib route: activations permuted once per token into the kernel's lane layout, then row tiles
+// that share the activation loads (and, for T > 1, the code decode).
+void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  const int64_t rows = w.rows, cols = w.cols, pad = kern::nib_padded(cols);
+  const int64_t ng = asym_groups(p, cols);
+  thread_local std::vector<float> xp, gs;
+  xp.resize(static_cast<size_t>(T * pad));
+  gs.resize(static_cast<size_t>(T * ng));
+  std::vector<kern::NibX> xr(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    xr[t].xp = xp.data() + t * pad;
+    float* gsum = ng ? gs.data() + t * ng : nullptr;
+    xr[t].gsum = gsum;
+    kern::nib_layout(x + t * cols, cols, p.group, xp.data() + t * pad, gsum);
+  }
+  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
+    const uint8_t* rp[kRowBlock];
+    const float* sp[kRowBlock];
+    const float* zp[kRowBlock];
+    for (int64_t r = r0; r < r1; ++r) {
+      rp[r - r0] = row_ptr(w, r);
+      sp[r - r0] = p.scale_row(r);
+      zp[r - r0] = p.zero_row(r);
+    }
+    kern::nib_gemv_avx512(static_cast<int>(r1 - r0), rp, sp, zp, cols, p.group, p.lut.data(), static_cast<int>(T),
+                          xr.data(), y + r0, rows);
+  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+}
+
 void run_codes512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   if (T >= kPrefillTokens) return run_deq(w, p, Isa::Avx512, x, T, y);
+  if (p.route == Route::Nib && kern::nib_lanes_ok(p.group, w.cols)) return run_nib_gemv512(w, p, x, T, y);
   const int64_t rows = w.rows, cols = w.cols;
   for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < T; ++t)

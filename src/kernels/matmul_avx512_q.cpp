@@ -1,8 +1,10 @@
 // AVX-512 fused dequantize-and-multiply kernels for quantized weights (compiled with -mavx512* -mavx512vnni;
 // called only when the Avx512 tier is active, see dispatch.h).
 //
-//  nib:  4-bit codes. 16 code bytes -> 32 nibbles in element order (and/shift/unpack) -> vpermps through a
-//        16-entry float LUT (INT4 sym: u-8, INT4 asym: u, NF4, E2M1) -> FMA with x; one scale multiply per group.
+//  nib:  4-bit codes through a 16-entry float LUT (INT4 sym: u-8, INT4 asym: u, NF4, E2M1) with vpermps.
+//        Decode (T = 1..3, groups that tile 128-element chunks): nib_gemv_avx512, lane-major (see there).
+//        Otherwise (nib_dot_avx512 / nib_deq_avx512): 16 code bytes -> 32 nibbles in element order
+//        (and/shift/unpack) -> vpermps -> FMA with x; one scale multiply per group.
 //  byte: 8-bit codes. INT8 via sign-extend/convert; FP8 E4M3FN/E5M2 by moving the bits into an IEEE half and
 //        converting (E4M3FN: exact up to the 2^8 bias difference, folded into the group scale).
 //  vnni: INT4/INT8 weight codes (unsigned, offset-binary) x INT8 activation codes with vpdpbusd; the zero point
@@ -99,6 +101,163 @@ void nib_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float
       _mm512_mask_storeu_ps(out + c, mask16(n), _mm512_mul_ps(w0, sv));
       if (n > 16) _mm512_mask_storeu_ps(out + c + 16, mask16(n - 16), _mm512_mul_ps(w1, sv));
     }
+  }
+}
+
+// ---- nib GEMV (T = 1..3): lane-major nibble decode, several rows and tokens per call ----
+//
+// A 128-element chunk of a code row is 64 bytes = one zmm. Dword lane l holds the codes of elements 8l..8l+7,
+// nibble k (bits 4k..4k+3) being element 8l+k. vpermps reads only the low 4 bits of each index, so
+// (codes >> 4k) is directly the LUT index vector of elements {8l+k}: one shift + one vpermps per 16 weights, no
+// unpack / zero-extend shuffles (nib32 needs three shuffles per 16). The activations are permuted once per token
+// to match (nib_layout). A lane never straddles a scale group (groups are multiples of 8), so per chunk the
+// 8 products are summed per lane and the lane's group scale is applied once: one vpermps of the chunk's scales
+// (groups < 128) or a broadcast (groups of k*128 / per-channel). Asymmetric INT4: the LUT holds u and
+// sum_i (u_i - z) s x_i = s sum_i u_i x_i - z s X_g with X_g the token's sum over the group (computed once per
+// token), so the zero points cost one short loop over the row's groups, nothing per chunk.
+// Rows share the activation loads; tokens share the decode.
+
+namespace {
+
+struct NibGeom {
+  int64_t nch, rbytes, gcols;
+  int64_t gpc;  // groups per chunk (groups < 128), else 0
+  int64_t cpg;  // chunks per group (groups of k*128 or one group per row)
+  __m512i sidx;  // lane -> group within the chunk (groups < 128)
+};
+
+NibGeom nib_geom(int64_t cols, int64_t group) {
+  NibGeom g;
+  g.nch = (cols + 127) / 128;
+  g.rbytes = (cols + 1) / 2;
+  g.gcols = (cols + group - 1) / group;
+  const bool small = group < 128 && group < cols;
+  g.gpc = small ? 128 / group : 0;
+  g.cpg = small ? 0 : (group >= cols ? g.nch : group / 128);
+  alignas(64) int32_t idx[16];
+  for (int l = 0; l < 16; ++l) idx[l] = small ? static_cast<int32_t>(8 * l / group) : 0;
+  g.sidx = _mm512_load_si512(idx);
+  return g;
+}
+
+// R rows x T tokens. Every loop over r / t / p is unrolled so the arrays live in zmm registers (rolled, GCC kept
+// them on the stack). Not inlined: one symbol per tile shape, so spills are easy to check in the object file.
+template <int R, int T>
+__attribute__((noinline)) void nib_tile(const NibGeom& g, const uint8_t* const* rows, const float* const* s,
+                                        const float* const* z, __m512 lut, const NibX* x, float* y, int64_t ystride) {
+  constexpr int P = R * T <= 4 ? 2 : 1;  // partial sums per (row, token): enough independent FMA chains
+  __m512 acc[R][T];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  int64_t gi = 0, cnt = 0;
+  for (int64_t c = 0; c < g.nch; ++c) {
+    const int64_t left = g.rbytes - 64 * c;
+    __m512i code[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      code[r] = left >= 64 ? _mm512_loadu_si512(rows[r] + 64 * c)
+                           : _mm512_maskz_loadu_epi8(mask64(left), rows[r] + 64 * c);
+    __m512 sum[P][R][T];
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p)
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) sum[p][r][t] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      __m512 xv[T];
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) xv[t] = _mm512_loadu_ps(x[t].xp + 128 * c + 16 * k);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512 w = _mm512_permutexvar_ps(_mm512_srli_epi32(code[r], 4 * k), lut);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) sum[k % P][r][t] = _mm512_fmadd_ps(w, xv[t], sum[k % P][r][t]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512 sv = g.gpc ? _mm512_permutexvar_ps(g.sidx, _mm512_maskz_loadu_ps(mask16(g.gcols - c * g.gpc),
+                                                                                   s[r] + c * g.gpc))
+                              : _mm512_set1_ps(s[r][gi]);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t)
+        acc[r][t] = _mm512_fmadd_ps(P == 2 ? _mm512_add_ps(sum[0][r][t], sum[P - 1][r][t]) : sum[0][r][t], sv,
+                                    acc[r][t]);
+    }
+    if (!g.gpc && ++cnt == g.cpg) {
+      cnt = 0;
+      ++gi;
+    }
+  }
+  // Asymmetric: subtract sum_g z_g s_g X_g (X_g: the token's sum over group g), a short loop over the groups.
+  if (z[0])
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+      for (int64_t j = 0; j < g.gcols; j += 16) {
+        const __mmask16 m = mask16(g.gcols - j);
+        const __m512 zs = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, z[r] + j), _mm512_maskz_loadu_ps(m, s[r] + j));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t)
+          acc[r][t] = _mm512_fnmadd_ps(zs, _mm512_maskz_loadu_ps(m, x[t].gsum + j), acc[r][t]);
+      }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) y[t * ystride + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+// Rows in tiles of R, then the remainder in tiles of 2 and 1.
+template <int R, int T>
+void nib_rows(const NibGeom& g, int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+              __m512 lut, const NibX* x, float* y, int64_t ystride) {
+  int i = 0;
+  for (; i + R <= nr; i += R) nib_tile<R, T>(g, rows + i, s + i, z + i, lut, x, y + i, ystride);
+  if constexpr (R > 2)
+    for (; i + 2 <= nr; i += 2) nib_tile<2, T>(g, rows + i, s + i, z + i, lut, x, y + i, ystride);
+  for (; i < nr; ++i) nib_tile<1, T>(g, rows + i, s + i, z + i, lut, x, y + i, ystride);
+}
+
+}  // namespace
+
+bool nib_lanes_ok(int64_t group, int64_t cols) {
+  return group >= cols || group % 128 == 0 || (128 % group == 0 && group % 8 == 0);
+}
+
+int64_t nib_padded(int64_t cols) { return (cols + 127) / 128 * 128; }
+
+void nib_layout(const float* x, int64_t cols, int64_t group, float* xp, float* gsum) {
+  const int64_t nch = nib_padded(cols) / 128;
+  for (int64_t c = 0; c < nch; ++c)
+    for (int64_t l = 0; l < 16; ++l)
+      for (int64_t k = 0; k < 8; ++k) {
+        const int64_t i = 128 * c + 8 * l + k;
+        xp[128 * c + 16 * k + l] = i < cols ? x[i] : 0.0f;  // zero padding: the tail codes contribute 0
+      }
+  if (!gsum) return;
+  // In double: z_g * s_g * X_g cancels against the float sum of u * x, so X_g must not add a float-order error
+  // that grows with the group size (per-channel groups are a whole row).
+  for (int64_t c0 = 0, j = 0; c0 < cols; c0 += group, ++j) {
+    double acc = 0;
+    for (int64_t i = c0; i < std::min(cols, c0 + group); ++i) acc += x[i];
+    gsum[j] = static_cast<float>(acc);
+  }
+}
+
+void nib_gemv_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int64_t cols,
+                     int64_t group, const float* lut16, int T, const NibX* x, float* y, int64_t ystride) {
+  const NibGeom g = nib_geom(cols, group);
+  const __m512 lut = _mm512_loadu_ps(lut16);
+  switch (T) {
+    case 1: return nib_rows<4, 1>(g, nr, rows, s, z, lut, x, y, ystride);
+    case 2: return nib_rows<4, 2>(g, nr, rows, s, z, lut, x, y, ystride);
+    case 3: return nib_rows<4, 3>(g, nr, rows, s, z, lut, x, y, ystride);
+    default:
+      for (int t = 0; t < T; t += 3) nib_gemv_avx512(nr, rows, s, z, cols, group, lut16, std::min(3, T - t), x + t,
+                                                     y + t * ystride, ystride);
   }
 }
 

@@ -1,5 +1,5 @@
 // Every matmul kernel against matmul_reference, on every ISA tier this machine has, over formats, shapes
-// (ragged groups, odd sizes) and token counts T = 1, 3, 17, 64.
+// (ragged groups, odd sizes) and token counts T = 1, 2, 3, 17, 64.
 //
 // Tolerance (documented in docs/kernels.md): |y - y_ref| <= 2e-5 * sum_i |w_i x_i| + 1e-6 per output, where
 // x is the activation the kernel is specified to see: x itself (weight-only), quantize_activations(x) for the
@@ -132,7 +132,10 @@ TEST_P(MatmulVsReference, WithinTolerance) {
 std::vector<Case> weight_cases() {
   std::vector<Case> v;
   for (const char* s : {"f32", "f16", "bf16", "int4:g32:sym", "int4:g128:sym", "int4:g32:asym", "int4:g128:asym",
-                        "int4:g64:asym:bf16", "int4:channel", "int4:g48", "int8:channel", "int8:g32", "int8:g128:asym",
+                        "int4:g64:asym:bf16", "int4:channel", "int4:g48",
+                        // nib lane path: 8 groups per chunk, 2 chunks per group, per-channel zero points
+                        "int4:g16:asym", "int4:g256", "int4:g256:asym", "int4:channel:asym",
+                        "int8:channel", "int8:g32", "int8:g128:asym",
                         "int8:tensor", "int3:g64", "int2:g32:asym", "nf4:g64", "nf4:g64:dq", "e2m1:g32", "mxfp4",
                         "mxfp8", "nvfp4", "e4m3:channel", "e4m3:tensor", "e4m3:block32x64", "e5m2:channel",
                         "e3m2:g32", "q4_0", "q8_0", "q4_k", "ggml:q4_0", "ggml:q8_0", "ggml:q4_k", "ggml:q4_1",
@@ -160,11 +163,13 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   return s;
 }
 
-const std::vector<std::pair<int64_t, int64_t>> kShapes = {{37, 256}, {16, 200}, {24, 896}};
+// 37 / 7 rows: row tiles of 4 (T = 1, 2) and 2 (T = 3) leave remainders; 200 / 333 columns: ragged last group and
+// a partial last 128-element chunk (333: odd, so the last code byte is half padding).
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {{37, 256}, {16, 200}, {24, 896}, {7, 333}};
 
 INSTANTIATE_TEST_SUITE_P(Formats, MatmulVsReference,
                          ::testing::Combine(::testing::ValuesIn(available_isas()), ::testing::ValuesIn(weight_cases()),
-                                            ::testing::ValuesIn(kShapes), ::testing::Values(1, 3, 17, 64)),
+                                            ::testing::ValuesIn(kShapes), ::testing::Values(1, 2, 3, 17, 64)),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Activations, MatmulVsReference,
                          ::testing::Combine(::testing::ValuesIn(available_isas()), ::testing::ValuesIn(act_cases()),
