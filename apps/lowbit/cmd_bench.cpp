@@ -196,7 +196,8 @@ void run_model(const BenchArgs& a) {
                         {"online_quantization", online},
                         {"kv", app::kv_cache_json(kv1)},
                         {"depth", a.depth},
-                        {"repetitions", a.reps}};
+                        {"repetitions", a.reps},
+                        {"kernels", app::kernel_report(*m).to_json()["by_kernel"]}};
     if (a.p > 0) j["prefill"] = {{"test", "pp" + std::to_string(a.p)}, {"tokens_per_second", sp.mean}, {"sd", sp.sd}};
     if (a.n > 0)
       j["decode"] = {{"test", "tg" + std::to_string(a.n) + (a.depth > 0 ? " @ d" + std::to_string(a.depth) : "")}, {"tokens_per_second", sg.mean}, {"sd", sg.sd},
