@@ -408,6 +408,38 @@ float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const 
       if (b & 1) acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc1);
       else acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc0);
     }
+  } else if (ggml_type == 3 || ggml_type == 6 || ggml_type == 7) {
+    // Q4_1: d, m (f16), qs[16]           x = d * q + m,        q = nibble
+    // Q5_0: d (f16), qh[4], qs[16]       x = d * (q - 16),     q = nibble | high bit << 4
+    // Q5_1: d, m (f16), qh[4], qs[16]    x = d * q + m
+    // Element j < 16 is the low nibble of qs[j], element j + 16 its high nibble; bit j of qh is element j's 5th bit.
+    // With x = dx * xq per block: sum_j w_j x_j = dx * (d * sum q*xq + m * sum xq)   (Q5_0: m = -16 d).
+    const bool has_m = ggml_type != 6, has_h = ggml_type != 3;
+    const int64_t bs = ggml_type == 3 ? 20 : ggml_type == 6 ? 22 : 24;
+    const int64_t qs_off = (has_m ? 4 : 2) + (has_h ? 4 : 0);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m256i ones = _mm256_set1_epi8(1), h16 = _mm256_set1_epi8(0x10);
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = row + bs * b;
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + qs_off));
+      const __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+      __m256i wq = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+      if (has_h) {
+        uint32_t qh;
+        std::memcpy(&qh, p + (has_m ? 4 : 2), 4);
+        wq = _mm256_or_si256(wq, _mm256_maskz_mov_epi8(static_cast<__mmask32>(qh), h16));
+      }
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + 32 * b));
+      const __m256 qdot = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(zero, wq, xq));
+      const __m256 xsum = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(zero, ones, xq));
+      uint16_t hd, hm = 0;
+      std::memcpy(&hd, p, 2);
+      if (has_m) std::memcpy(&hm, p + 2, 2);
+      const float d = _cvtsh_ss(hd), m = has_m ? _cvtsh_ss(hm) : -16.0f * d;
+      __m256 t = _mm256_fmadd_ps(qdot, _mm256_set1_ps(d * dx[b]), _mm256_mul_ps(xsum, _mm256_set1_ps(m * dx[b])));
+      if (b & 1) acc1 = _mm256_add_ps(acc1, t);
+      else acc0 = _mm256_add_ps(acc0, t);
+    }
   } else {  // Q8_0: d (f16), qs[32] int8
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* p = row + 34 * b;
