@@ -118,6 +118,28 @@ void tokenizer_metadata(io::GgufWriter& w, const json& tj, const ModelConfig& c)
   w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_id));
 }
 
+// general.file_type uses llama.cpp's llama_ftype numbering, not ggml tensor type ids (they agree only for F32, F16,
+// Q4_0 and Q4_1): e.g. tensor type Q8_0 = 8 but file type MOSTLY_Q8_0 = 7. A file whose matrices are all Q4_K /
+// Q5_K is the "_S" variant.
+uint32_t llama_file_type(int ggml_type) {
+  switch (ggml_type) {
+    case 0: return 0;    // ALL_F32
+    case 1: return 1;    // MOSTLY_F16
+    case 2: return 2;    // MOSTLY_Q4_0
+    case 3: return 3;    // MOSTLY_Q4_1
+    case 6: return 8;    // MOSTLY_Q5_0
+    case 7: return 9;    // MOSTLY_Q5_1
+    case 8: return 7;    // MOSTLY_Q8_0
+    case 10: return 10;  // MOSTLY_Q2_K
+    case 11: return 11;  // MOSTLY_Q3_K_S
+    case 12: return 14;  // MOSTLY_Q4_K_S
+    case 13: return 16;  // MOSTLY_Q5_K_S
+    case 14: return 18;  // MOSTLY_Q6_K
+    case 30: return 32;  // MOSTLY_BF16
+    default: return 0;
+  }
+}
+
 }  // namespace
 
 void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& hf, const json& tokenizer_json,
@@ -127,7 +149,8 @@ void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& 
   io::GgufWriter w;
   w.set_string("general.architecture", arch);
   w.set_string("general.name", o.name);
-  w.set_u32("general.file_type", static_cast<uint32_t>(mat_type));
+  w.set_u32("general.file_type", llama_file_type(mat_type));
+  if (mat_type != 0 && mat_type != 1 && mat_type != 30) w.set_u32("general.quantization_version", 2);
   auto k = [&](const std::string& s) { return arch + "." + s; };
   w.set_u32(k("context_length"), static_cast<uint32_t>(c.max_seq_len));
   w.set_u32(k("embedding_length"), static_cast<uint32_t>(c.dim));

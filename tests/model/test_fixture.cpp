@@ -115,6 +115,29 @@ INSTANTIATE_TEST_SUITE_P(Arch, GgufConversion, ::testing::Values("tiny-llama", "
                            return s;
                          });
 
+// general.file_type follows llama.cpp's llama_ftype numbering (llama-bench labels files with it), and quantized
+// files carry general.quantization_version = 2.
+TEST(GgufExport, FileTypeUsesLlamaNumbering) {
+  const std::string dir = tmpdir("ftype");
+  FixtureOptions o;
+  o.seed = 5;
+  o.dtype = "f32";
+  write_fixture_hf(fixture_shape("tiny-llama"), o, dir);
+  auto ck = io::HfCheckpoint::open(dir);
+  const std::pair<const char*, int64_t> cases[] = {{"f32", 0}, {"f16", 1}, {"q4_0", 2}, {"q8_0", 7}, {"bf16", 32}};
+  for (const auto& [type, ftype] : cases) {
+    const std::string gguf = dir + "." + type + ".gguf";
+    GgufExportOptions eo;
+    eo.type = type;
+    export_gguf(config_from_hf(ck.config), ck.tensors, ck.tokenizer, eo, gguf);
+    auto g = io::GgufFile::open(gguf);
+    EXPECT_EQ(g.get("general.file_type").as_int(), ftype) << type;
+    EXPECT_EQ(g.has("general.quantization_version"), std::string(type).rfind("q", 0) == 0) << type;
+    fs::remove(gguf);
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Fixture, ReproducibleAndRealLayout) {
   const std::string a = tmpdir("repro_a"), b = tmpdir("repro_b");
   FixtureOptions o;
