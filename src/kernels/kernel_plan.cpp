@@ -134,9 +134,25 @@ const KernelPlan& kernel_plan(const WeightMatrix& w) {
 }
 
 const Int8Tile* int8_tile(const WeightMatrix& w, const KernelPlan& p) {
+  static std::mutex mu;
+  if (w.kind == WeightKind::Ggml) {
+    // Only into the weight's own plan (prepare_weight): the fallback plans of GGUF types are shared.
+    if (w.plan.get() != &p || (w.ggml_type != kGgmlQ8_0 && w.ggml_type != kGgmlQ4_0) || w.cols % 32) return nullptr;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!p.tile) {
+      auto t = std::make_shared<Int8Tile>();
+      const int64_t nrb = (w.rows + 15) / 16, nb = w.cols / 32;
+      t->packed.resize(static_cast<size_t>(nrb * (w.cols / 4) * 64));
+      t->rowsum.resize(static_cast<size_t>(nrb * nb * 16));
+      t->bscale.resize(static_cast<size_t>(nrb * nb * 16));
+      kern::pack_ggml_rows16(w.ggml_type, w.data, static_cast<int64_t>(w.row_bytes()), w.rows, w.cols,
+                             t->packed.data(), t->rowsum.data(), t->bscale.data());
+      p.tile = std::move(t);
+    }
+    return p.tile.get();
+  }
   if (w.kind != WeightKind::Quant || p.bits != 8 || !p.int_codes || p.asym || p.gcols != 1 || p.row_block != 1)
     return nullptr;
-  static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
   if (!p.tile) {
     auto t = std::make_shared<Int8Tile>();

@@ -304,6 +304,26 @@ void run_vnni_tile512(const WeightMatrix& w, const KernelPlan& p, const Int8Tile
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
+// GGUF Q8_0 / Q4_0 prefill: activations rounded to Q8 blocks of 32 (as decode does), then the block-scaled tile.
+void run_ggml_tile512(const WeightMatrix& w, const Int8Tile& tile, const float* x, int64_t T, float* y) {
+  const int64_t rows = w.rows, cols = w.cols, nb = cols / 32;
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<uint8_t> xu;
+  thread_local std::vector<float> dx;
+  q.resize(static_cast<size_t>(cols));
+  xu.resize(static_cast<size_t>(T * cols));
+  dx.resize(static_cast<size_t>(T * nb));
+  for (int64_t t = 0; t < T; ++t) {
+    quantize_q8_blocks(x + t * cols, cols, q.data(), dx.data() + t * nb);
+    for (int64_t c = 0; c < cols; ++c) xu[t * cols + c] = static_cast<uint8_t>(q[c] ^ 0x80);  // x + 128
+  }
+  const uint8_t* xp = xu.data();
+  const float* dxp = dx.data();
+  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
+    kern::vnni_tile_q8blk_avx512(tile, r0, r1, rows, cols, xp, dxp, T, y);
+  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+}
+
 void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols, nb = cols / 32;
   const int type = p.ggml_type;
@@ -342,7 +362,10 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   // through the activation route; GGUF activations are then not rounded to Q8 blocks).
   if (T >= kPrefillTokens && path == Path::Vnni512)
     if (const Int8Tile* tile = int8_tile(w, p)) return run_vnni_tile512(w, p, *tile, x, T, y);
-  if (T >= kPrefillTokens && (path == Path::Vnni512 || path == Path::GgmlQ8_512)) path = Path::Deq;
+  const Int8Tile* ggml_tile = T >= kPrefillTokens && path == Path::GgmlQ8_512 && w.kind == WeightKind::Ggml
+                                  ? int8_tile(w, p)
+                                  : nullptr;
+  if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !ggml_tile))) path = Path::Deq;
   if (path == Path::Vnni512) return run_vnni512(w, p, x, T, y);
   std::vector<float> xq_storage;
   if (w.act_format != FormatId::F32) {
@@ -352,7 +375,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   }
   switch (path) {
     case Path::Dense512: return matmul_dense_avx512(w, x, T, y);
-    case Path::GgmlQ8_512: return run_ggml_q8_512(w, p, x, T, y);
+    case Path::GgmlQ8_512:  // x has been through the activation route; the tile adds the Q8 block rounding
+      return ggml_tile ? run_ggml_tile512(w, *ggml_tile, x, T, y) : run_ggml_q8_512(w, p, x, T, y);
     case Path::Nib512:
     case Path::Byte512: return run_codes512(w, p, x, T, y);
     case Path::Vnni512:
@@ -405,7 +429,10 @@ void axpy_f32(float a, const float* x, float* y, int64_t n) {
 }
 
 bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {
-  return T < kPrefillTokens && choose(w, kernel_plan(w), kernel_isa()) == Path::GgmlQ8_512;
+  const KernelPlan& p = kernel_plan(w);
+  if (choose(w, p, kernel_isa()) != Path::GgmlQ8_512) return false;
+  // Prefill rounds too when the block-scaled tile serves it (GGUF Q8_0 / Q4_0 weights with their own plan).
+  return T < kPrefillTokens || (w.kind == WeightKind::Ggml && int8_tile(w, p) != nullptr);
 }
 
 namespace kern {

@@ -11,6 +11,7 @@
 #include "io/llama2c.h"
 #include "model/quantized_checkpoint.h"
 #include "core/memory.h"
+#include "kernels/weight.h"
 #include "model/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -98,6 +99,8 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
     }
     m->keep_alive.push_back(ck);
   }
+  // Every weight gets its own kernel plan now (side tables, and later the prefill tiles built on first use).
+  for (auto& [name, w] : m->weights.named_matrices()) prepare_weight(*w);
   m->load_seconds = timer.seconds();
   return m;
 }

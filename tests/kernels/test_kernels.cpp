@@ -20,6 +20,7 @@
 #include "formats/scheme.h"
 #include "kernels/dispatch.h"
 #include "kernels/matmul.h"
+#include "kernels/weight.h"
 #include "tensor/qtensor.h"
 
 namespace lowbit {
@@ -58,6 +59,7 @@ WeightMatrix make_weight(const Case& c, int64_t rows, int64_t cols, uint32_t see
     m.ggml_type = fi.ggml_type;
     m.data = q->codes.data();
     m.owner = q;
+    prepare_weight(m);  // its own plan, as load_model gives every weight (the Q8_0/Q4_0 prefill tile needs one)
   } else {
     QuantScheme s = parse_scheme(c.weight);
     validate(s, rows, cols);
