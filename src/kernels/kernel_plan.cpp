@@ -137,7 +137,9 @@ const Int8Tile* int8_tile(const WeightMatrix& w, const KernelPlan& p) {
   static std::mutex mu;
   if (w.kind == WeightKind::Ggml) {
     // Only into the weight's own plan (prepare_weight): the fallback plans of GGUF types are shared.
-    if (w.plan.get() != &p || (w.ggml_type != kGgmlQ8_0 && w.ggml_type != kGgmlQ4_0) || w.cols % 32) return nullptr;
+    if (w.plan.get() != &p || w.cols % 32 ||
+        (w.ggml_type != kGgmlQ8_0 && w.ggml_type != kGgmlQ4_0 && w.ggml_type != kGgmlQ5_0))
+      return nullptr;
     std::lock_guard<std::mutex> lock(mu);
     if (!p.tile) {
       auto t = std::make_shared<Int8Tile>();

@@ -25,7 +25,7 @@ enum class Route : uint8_t {
 enum class ByteDec : uint8_t { Int8Sym, Int8Asym, E4M3, E5M2 };
 
 // W8A8 prefill layout (matmul_avx512_tile.cpp): weights of 16 rows interleaved by 4 columns, plus row sums.
-// GGUF Q8_0 / Q4_0 use the same layout with 32-column blocks: codes widened to int8 (Q4_0: q - 8), per-block row
+// GGUF Q8_0 / Q4_0 / Q5_0 use the same layout with 32-column blocks: codes widened to int8 (Q4_0: q - 8), per-block row
 // sums and weight scales [ceil(rows/16), cols/32, 16].
 struct Int8Tile {
   std::vector<int8_t> packed;   // [ceil(rows/16), ceil(cols/4), 16, 4]
@@ -132,7 +132,7 @@ void pack_int8_rows16(const uint8_t* codes, int64_t row_bytes, int64_t rows, int
                       int32_t* rowsum);
 // y[t, r] for rows [r0, r1) (r0 a multiple of 16) and all T tokens: xu [T, ceil(cols/4)*4] activations + 128
 // (u8), sx [T] their scales, wscale [rows] the weight scales.
-// GGUF Q8_0 (type 8) / Q4_0 (type 2) rows -> the Int8Tile layout with per-block scales.
+// GGUF Q8_0 (type 8) / Q4_0 (type 2) / Q5_0 (type 6) rows -> the Int8Tile layout with per-block scales.
 void pack_ggml_rows16(int ggml_type, const uint8_t* data, int64_t row_bytes, int64_t rows, int64_t cols, int8_t* out,
                       int32_t* rowsum, float* bscale);
 // Block-scaled tile product: xu [T, cols] activations + 128 (u8), dx [T, cols/32] their block scales.

@@ -97,7 +97,7 @@ void pack_ggml_rows16(int ggml_type, const uint8_t* data, int64_t row_bytes, int
   std::memset(out, 0, static_cast<size_t>(nrb * k4 * 64));
   std::fill(rowsum, rowsum + nrb * nb * 16, 0);
   std::fill(bscale, bscale + nrb * nb * 16, 0.0f);
-  const int64_t bsz = ggml_type == 8 ? 34 : 18;
+  const int64_t bsz = ggml_type == 8 ? 34 : ggml_type == 6 ? 22 : 18;
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* src = data + r * row_bytes;
     int8_t* dst = out + (r / 16) * k4 * 64 + (r % 16) * 4;
@@ -106,10 +106,16 @@ void pack_ggml_rows16(int ggml_type, const uint8_t* data, int64_t row_bytes, int
       uint16_t h;
       std::memcpy(&h, blk, 2);
       int32_t s = 0;
+      uint32_t qh = 0;
+      if (ggml_type == 6) std::memcpy(&qh, blk + 2, 4);
+      const uint8_t* qs = blk + (ggml_type == 6 ? 6 : 2);
       for (int j = 0; j < 32; ++j) {
-        // Q8_0: int8 codes; Q4_0: element j < 16 is the low nibble of byte j, j + 16 its high nibble, minus 8.
-        const int8_t q = ggml_type == 8 ? static_cast<int8_t>(blk[2 + j])
-                                        : static_cast<int8_t>(((blk[2 + (j & 15)] >> (j < 16 ? 0 : 4)) & 15) - 8);
+        // Q8_0: int8 codes. Q4_0 / Q5_0: element j < 16 is the low nibble of qs[j], j + 16 its high nibble; Q5_0
+        // adds bit j of qh as the 5th bit. Offsets 8 / 16 make them symmetric.
+        const int nib = (qs[j & 15] >> (j < 16 ? 0 : 4)) & 15;
+        const int8_t q = ggml_type == 8   ? static_cast<int8_t>(blk[2 + j])
+                         : ggml_type == 6 ? static_cast<int8_t>((nib | (((qh >> j) & 1) << 4)) - 16)
+                                          : static_cast<int8_t>(nib - 8);
         const int64_t c = b * 32 + j;
         dst[(c / 4) * 64 + c % 4] = q;
         s += q;

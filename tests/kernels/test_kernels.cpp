@@ -259,6 +259,7 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
     w.ggml_type = fi.ggml_type;
     w.data = buf->data();
     w.owner = buf;
+    prepare_weight(w);  // own plan: T >= 4 takes the block-scaled prefill tile for Q4_0 / Q5_0 / Q8_0
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t ntok : {int64_t{1}, int64_t{3}, maxtok}) {
       const std::vector<float> x(xall.begin(), xall.begin() + ntok * cols);
