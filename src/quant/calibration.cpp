@@ -48,6 +48,14 @@ CalibData load_calibration(const CalibSpec& spec, const Tokenizer& tok, int64_t 
   d.seed = spec.seed;
   std::vector<int32_t> ids = tok.encode(text, false);
   d.text_tokens = static_cast<int64_t>(ids.size());
+  // Below this, Hessians / activation statistics describe a handful of tokens, not the model's inputs: refuse
+  // instead of quantizing on noise.
+  constexpr int64_t kMinCalibTokens = 64;
+  if (d.text_tokens < kMinCalibTokens)
+    throw UsageError("quant", "calibration file '" + spec.file + "' has only " + std::to_string(d.text_tokens) +
+                                  " tokens; calibration needs at least " + std::to_string(kMinCalibTokens) +
+                                  " (the recipe asks for " + std::to_string(spec.samples) + " windows of " +
+                                  std::to_string(spec.length) + "); give a longer text with --calib");
   int64_t len = std::min<int64_t>(spec.length, max_ctx);
   if (len < spec.length && warnings)
     warnings->push_back("calibration length " + std::to_string(spec.length) +

@@ -2,8 +2,12 @@
 // tokenizer carried over) and GPTQ / AWQ against RTN on real calibration text.
 #include <gtest/gtest.h>
 
-#include <filesystem>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
 #include "kernels/matmul.h"
 #include "model/tokenizer.h"
 #include "quant/checkpoint_writer.h"
@@ -90,6 +94,24 @@ TEST(QuantModels, GptqAndAwqLowerOutputErrorThanRtnOnStories260k) {
   const double rtn = err("rtn"), gptq = err("gptq"), awq = err("awq");
   EXPECT_LT(gptq, rtn);
   EXPECT_LT(awq, rtn);
+}
+
+
+// A calibration text with too few tokens is refused with a message that names the file and the count, instead of
+// quantizing on statistics of a handful of tokens.
+TEST(QuantModels, CalibrationTextTooShortIsAnError) {
+  if (!fs::exists(kStories)) GTEST_SKIP() << "shared files not found";
+  auto m = load_model(kStories);
+  const fs::path p = fs::temp_directory_path() / ("lowbit_short_calib_" + std::to_string(::getpid()) + ".txt");
+  std::ofstream(p) << "Once upon a time.";
+  CalibSpec spec{p.string(), 8, 128, 0};
+  try {
+    load_calibration(spec, *m->tokenizer, m->config.max_seq_len, m->tokenizer->bos_id(), nullptr);
+    ADD_FAILURE() << "a short calibration text was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("has only"), std::string::npos) << e.what();
+  }
+  fs::remove(p);
 }
 
 }  // namespace
