@@ -1,5 +1,7 @@
 #include "core/version.h"
 
+#include "git_commit.h"  // generated at build time (cmake/git_commit.cmake)
+
 namespace lowbit {
 std::string version() { return LOWBIT_VERSION; }
 std::string git_commit() { return LOWBIT_GIT_COMMIT; }
