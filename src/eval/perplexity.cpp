@@ -111,7 +111,6 @@ EvalRun evaluate(const Model& m, const EvalText& text, const PplOptions& o, cons
                                                     n_windows);
   run.windows_per_call = w;
   KvCache kv(m.config, w, ctx, o.kv);
-  run.kv_cache = kv.describe();
   run.kv_bytes_per_token = kv.bytes_per_token_exact();
   run.kv_bytes = kv.total_bytes();
   run.kv_step = step;
@@ -202,6 +201,7 @@ EvalRun evaluate(const Model& m, const EvalText& text, const PplOptions& o, cons
     }
   }
   run.seconds = timer.seconds();
+  run.kv_cache = kv.describe();  // after the run: it names checkpoint KV scales once the decoder applied them
   if (prog) prog->finish();
   return run;
 }

@@ -53,6 +53,7 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
   if (T == 0) return;
   const int64_t D = c_.dim, Q = c_.q_dim(), KV = c_.kv_dim(), F = c_.ffn_dim, hd = c_.head_dim;
   const int64_t group = c_.n_heads / c_.n_kv_heads;
+  kv.use_checkpoint_scales(w_);  // calibrated FP8 KV scales of a quantized checkpoint (once per cache)
   for (const auto& e : batch) {
     if (e.token < 0 || e.token >= c_.vocab_size)
       throw UsageError("model", "token id " + std::to_string(e.token) + " is outside the vocabulary (size " +

@@ -10,6 +10,7 @@
 #include "core/memory.h"
 #include "kernels/matmul.h"
 #include "model/kv_paged.h"
+#include "model/weights.h"
 
 namespace lowbit {
 
@@ -89,8 +90,31 @@ int64_t KvCache::total_bytes() const {
   return paged_ ? paged_->allocated_bytes() : bytes_per_token() * capacity_ * n_seqs_;
 }
 std::string KvCache::describe() const {
-  return paged_ ? paged_->spec().describe() + " (paged)" : std::string(kv_dtype_name(dtype_));
+  if (!paged_) return kv_dtype_name(dtype_);
+  std::string d = paged_->spec().describe() + " (paged)";
+  if (calibrated_sides_ > 0) d += ", checkpoint k/v scales on " + std::to_string(calibrated_sides_) + " layer sides";
+  return d;
 }
+int KvCache::use_checkpoint_scales(const ModelWeights& w) {
+  if (scales_checked_) return calibrated_sides_;
+  scales_checked_ = true;
+  if (!paged_) return 0;
+  const KvCacheSpec& spec = paged_->spec();
+  if (spec.rotate) return 0;  // the scales were calibrated on unrotated keys/values
+  for (int64_t l = 0; l < n_layers_ && l < static_cast<int64_t>(w.layers.size()); ++l) {
+    for (bool key : {true, false}) {
+      const std::vector<float>& s = key ? w.layers[l].k_scale : w.layers[l].v_scale;
+      const KvSideLayout& L = paged_->layout(static_cast<int>(l), key);
+      const KvSideSpec& side = key ? spec.k : spec.v;
+      const bool fp8 = L.format == KvFormat::E4M3 || L.format == KvFormat::E5M2;
+      if (s.empty() || !fp8 || L.fp8_scale == KvScaleMode::Token || side.fixed_scale > 0) continue;
+      paged_->set_calibrated_scales(static_cast<int>(l), key, s);
+      ++calibrated_sides_;
+    }
+  }
+  return calibrated_sides_;
+}
+
 void KvCache::clear(int seq) {
   if (paged_) paged_->free_seq(seq);
 }

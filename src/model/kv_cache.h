@@ -15,6 +15,7 @@
 namespace lowbit {
 
 class PagedKvCache;
+struct ModelWeights;
 class Rope;
 
 enum class KvDtype { F32, F16, BF16 };
@@ -47,7 +48,8 @@ class KvCache {
   void bind_rope(const Rope* r);        // RoPE used at attention time for pre-RoPE keys
   double bytes_per_token_exact() const; // scales included (may be fractional for odd shapes)
   int64_t capacity_tokens() const;      // tokens the cache holds over all sequences
-  std::string describe() const;         // e.g. "k=int4/channel v=int4/group32 window=128 (paged)"
+  std::string describe() const;         // e.g. "k=int4/channel v=int4/group32 window=128 (paged)"; FP8
+                                        // layers with checkpoint scales add "calibrated scales: N layer sides"
 
   int n_seqs() const { return n_seqs_; }
   int64_t capacity() const { return capacity_; }
@@ -70,6 +72,13 @@ class KvCache {
   // Forget a sequence's tokens (its slots are reused from position 0).
   void clear(int seq);
 
+  // Calibrated FP8 scales from a quantized checkpoint (ModelWeights layers' k_scale / v_scale: 1 or n_kv_heads
+  // values, x_fp8 = x / scale, as compressed-tensors stores them). Applied once, to the FP8 tensor/head layers of a
+  // paged cache that have no explicit `scale=` and no rotation; other layers keep their scales. The decoder calls
+  // it on every forward (a no-op after the first). Returns the number of layer sides that took a calibrated scale.
+  int use_checkpoint_scales(const ModelWeights& w);
+  int calibrated_sides() const { return calibrated_sides_; }
+
  private:
   const uint8_t* k_row(int layer, int seq, int64_t pos) const;
   const uint8_t* v_row(int layer, int seq, int64_t pos) const;
@@ -81,6 +90,8 @@ class KvCache {
   size_t elem_;
   std::shared_ptr<uint8_t> k_, v_;  // [layers, seqs, capacity, kv_dim]
   std::shared_ptr<PagedKvCache> paged_;
+  bool scales_checked_ = false;
+  int calibrated_sides_ = 0;
 };
 
 }  // namespace lowbit

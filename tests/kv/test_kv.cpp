@@ -13,6 +13,7 @@
 #include "model/kv_paged.h"
 #include "model/kv_rotation.h"
 #include "model/rope.h"
+#include "model/weights.h"
 
 using namespace lowbit;
 
@@ -328,3 +329,34 @@ TEST(KvEvict, H2OKeepsHeavyHitters) {
 }
 
 }  // namespace
+
+namespace lowbit {
+namespace {
+// A quantized checkpoint's k_scale / v_scale become the cache's calibrated FP8 scales, only where they apply.
+TEST(KvCheckpointScales, AppliedToFp8TensorAndHeadLayersOnly) {
+  const ModelConfig c = make_config(2, 4, 2, 32);
+  ModelWeights w;
+  w.layers.resize(2);
+  for (auto& L : w.layers) L.k_scale = {0.02f}, L.v_scale = {0.01f, 0.03f};  // per tensor / per head
+  struct Case {
+    const char* spec;
+    int sides;
+  };
+  for (const Case& k : {Case{"e4m3", 4}, Case{"e5m2:head", 4}, Case{"e4m3:token", 0}, Case{"e4m3:scale=0.1", 0},
+                        Case{"e4m3+rot", 0}, Case{"int8", 0}, Case{"f16", 0}}) {
+    KvCache kv(c, 1, 32, parse_kv_spec(k.spec));
+    EXPECT_EQ(kv.use_checkpoint_scales(w), k.sides) << k.spec;
+    EXPECT_EQ(kv.use_checkpoint_scales(w), k.sides) << k.spec << " (second call is a no-op)";
+  }
+  // The calibrated scale is the one used: a value encoded with scale s decodes to a multiple of s's grid.
+  KvCache kv(c, 1, 32, parse_kv_spec("e4m3"));
+  kv.use_checkpoint_scales(w);
+  std::vector<float> x(static_cast<size_t>(c.kv_dim()), 0.0f);
+  x[0] = 0.02f * 3.0f;  // exactly representable: 3 * scale
+  kv.store(0, 0, 0, x.data(), x.data());
+  std::vector<float> K, V;
+  kv.paged_cache()->read_rows(0, 0, &K, &V);
+  EXPECT_FLOAT_EQ(K[0], 0.06f);
+}
+}  // namespace
+}  // namespace lowbit
