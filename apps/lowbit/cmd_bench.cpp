@@ -240,7 +240,7 @@ void setup(CLI::App& cmd) {
   cmd.add_flag("--bandwidth", a.bandwidth, "Only measure this machine's read bandwidth for 1..threads threads");
   cmd.add_flag("--json", a.json, "Print one JSON object");
   cmd.footer("Example: lowbit bench -m /tmp/qwen05-q4_0.gguf -p 128 -n 32 -r 3 --threads 2\n"
-             "         lowbit bench -m fixture-0.5b -p 0 -n 32 -d 4096 --kv-cache int4\n"
+             "         lowbit bench -m /tmp/q05 -p 0 -n 32 -d 4096 --kv-cache int4   (/tmp/q05: lowbit fixture --shape qwen2.5-0.5b --format hf --out /tmp/q05)\n"
              "         lowbit bench --bandwidth\n"
              "The ISA tier can be lowered with LOWBIT_ISA=generic|avx2|avx512.");
   cmd.callback([] {
