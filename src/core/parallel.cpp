@@ -22,6 +22,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -46,6 +47,8 @@ struct Job {
   int64_t n = 0, chunk = 1, nchunks = 0;
   std::atomic<int64_t> next{0};  // next chunk to take
   std::atomic<int64_t> done{0};  // chunks finished
+  std::mutex error_mu;
+  std::exception_ptr error;      // the first exception thrown by any chunk; rethrown by the caller
 };
 
 // Runs chunks of `job` until none is left.
@@ -54,7 +57,14 @@ void run_chunks(Job& job) {
     const int64_t c = job.next.fetch_add(1);
     if (c >= job.nchunks) return;
     const int64_t b = c * job.chunk, e = std::min(job.n, b + job.chunk);
-    (*job.fn)(b, e);
+    try {
+      (*job.fn)(b, e);
+    } catch (...) {
+      // Stop handing out chunks and keep the first exception for the caller (a worker must not let it escape).
+      std::lock_guard<std::mutex> lock(job.error_mu);
+      if (!job.error) job.error = std::current_exception();
+      job.next.store(job.nchunks);
+    }
     job.done.fetch_add(1);
   }
 }
@@ -93,6 +103,7 @@ class Pool {
     for (int spins = 0; inside_.load() != 0; ++spins)
       if (spins < 4096) _mm_pause();
       else std::this_thread::yield();
+    if (job.error) std::rethrow_exception(job.error);
   }
 
  private:

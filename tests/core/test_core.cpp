@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -52,6 +54,34 @@ TEST(Parallel, CoversRangeOnce) {
     for (int64_t i = b; i < e; ++i) hit[i]++;
   });
   for (int v : hit) EXPECT_EQ(v, 1);
+}
+
+// The pool under repeated use, nesting, thread-count changes, and exceptions thrown in chunks on any thread.
+TEST(Parallel, PoolIsReusableNestsSeriallyAndPropagatesExceptions) {
+  const int saved = num_threads();
+  for (int threads : {2, 3, 1, 2}) {
+    set_num_threads(threads);
+    for (int rep = 0; rep < 200; ++rep) {
+      std::vector<std::atomic<int>> hit(97);
+      parallel_for(97, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          hit[i]++;
+          parallel_for(3, 1, [&](int64_t, int64_t) {});  // nested: runs on this thread
+        }
+      });
+      for (auto& v : hit) ASSERT_EQ(v.load(), 1) << threads << " threads, rep " << rep;
+    }
+  }
+  set_num_threads(2);
+  EXPECT_THROW(parallel_for(64, 1,
+                            [&](int64_t b, int64_t) {
+                              if (b >= 32) throw Error("core", "late chunk failed");  // chunks of 16: any thread
+                            }),
+               Error);
+  std::atomic<int64_t> sum{0};  // the pool still works after the exception
+  parallel_for(1000, 10, [&](int64_t b, int64_t e) { sum += e - b; });
+  EXPECT_EQ(sum.load(), 1000);
+  set_num_threads(saved);
 }
 
 TEST(Error, CarriesModulePrefix) {
