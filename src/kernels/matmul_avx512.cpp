@@ -10,6 +10,9 @@
 namespace lowbit {
 namespace {
 
+template <WeightKind K>
+constexpr int64_t kElemBytes = K == WeightKind::F32 ? 4 : 2;
+
 // Loads 16 weights of row `p` starting at element i as float32.
 template <WeightKind K>
 inline __m512 load16(const uint8_t* p, int64_t i) {
@@ -49,6 +52,11 @@ void tile(const uint8_t* w, size_t rb, int64_t cols, const float* x, int64_t r, 
     __m512 xv[NT];
     for (int b = 0; b < NT; ++b) xv[b] = _mm512_loadu_ps(x + (t + b) * cols + i);
     for (int a = 0; a < 4; ++a) {
+      // Decode streams the weights from DRAM once: software prefetch 4 KiB ahead in each row keeps more lines in
+      // flight than the hardware prefetcher does for four interleaved rows (0.5B BF16 decode +30 %, 2 threads;
+      // 2 KiB gave +12 %, 8 KiB the same as 4 KiB). Prefetching past the end of the weights is harmless.
+      if constexpr (NT == 1)
+        _mm_prefetch(reinterpret_cast<const char*>(rows[a] + kElemBytes<K> * i + 4096), _MM_HINT_T0);
       __m512 wv = load16<K>(rows[a], i);
       for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_fmadd_ps(wv, xv[b], acc[a][b]);
     }

@@ -156,9 +156,12 @@ __attribute__((noinline)) void nib_tile(const NibGeom& g, const uint8_t* const* 
     const int64_t left = g.rbytes - 64 * c;
     __m512i code[R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r) {
+      // DRAM streaming: prefetch 4 KiB ahead in each row (as the dense GEMV does); harmless past the end.
+      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + 64 * c + 4096), _MM_HINT_T0);
       code[r] = left >= 64 ? _mm512_loadu_si512(rows[r] + 64 * c)
                            : _mm512_maskz_loadu_epi8(mask64(left), rows[r] + 64 * c);
+    }
     __m512 sum[P][R][T];
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p)
