@@ -5,6 +5,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <queue>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -233,47 +235,120 @@ json fixture_tokenizer_json(int64_t vocab_size, const std::string& pretokenizer,
     pieces.push_back(bl[b]);
   }
   // Words of the text in byte-level characters, split into current symbols.
-  std::map<std::vector<std::string>, int64_t> words;
-  for (auto [b, e] : pretokenize(kind, text)) {
-    std::vector<std::string> w;
-    for (size_t i = b; i < e; ++i) w.push_back(bl[static_cast<unsigned char>(text[i])]);
-    words[w]++;
+  // BPE training, incremental: words as symbol-id sequences with their counts, pair counts kept up to date, an index
+  // pair -> words that (may) contain it, and a max-heap with lazy deletion. Each merge touches only the words that
+  // contain the pair. Ties go to the lexicographically smallest (left, right) pair, so the merges are exactly those
+  // of the straightforward "count every pair, take the first maximum in (left, right) order" loop.
+  std::vector<std::string> sname;
+  std::unordered_map<std::string, int32_t> sid;
+  auto symbol = [&](const std::string& str) {
+    auto it = sid.find(str);
+    if (it != sid.end()) return it->second;
+    sid.emplace(str, static_cast<int32_t>(sname.size()));
+    sname.push_back(str);
+    return static_cast<int32_t>(sname.size() - 1);
+  };
+  std::vector<std::vector<int32_t>> words;
+  std::vector<int64_t> wcount;
+  {
+    std::map<std::vector<int32_t>, int64_t> uniq;
+    for (auto [b, e] : pretokenize(kind, text)) {
+      std::vector<int32_t> w;
+      for (size_t i = b; i < e; ++i) w.push_back(symbol(bl[static_cast<unsigned char>(text[i])]));
+      uniq[w]++;
+    }
+    for (auto& [w, n] : uniq) words.push_back(w), wcount.push_back(n);
   }
+  auto key_of = [](int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); };
+  std::unordered_map<uint64_t, int64_t> pc;
+  std::unordered_map<uint64_t, std::vector<int32_t>> where;
+  for (size_t wi = 0; wi < words.size(); ++wi)
+    for (size_t i = 0; i + 1 < words[wi].size(); ++i) {
+      const uint64_t k = key_of(words[wi][i], words[wi][i + 1]);
+      pc[k] += wcount[wi];
+      where[k].push_back(static_cast<int32_t>(wi));
+    }
+  struct Cand {
+    int64_t count;
+    uint64_t key;
+  };
+  auto worse = [&](const Cand& x, const Cand& y) {  // heap order: larger count, then smaller (left, right) strings
+    if (x.count != y.count) return x.count < y.count;
+    const std::string &xl = sname[x.key >> 32], &yl = sname[y.key >> 32];
+    if (xl != yl) return xl > yl;
+    return sname[x.key & 0xffffffffu] > sname[y.key & 0xffffffffu];
+  };
+  std::priority_queue<Cand, std::vector<Cand>, decltype(worse)> heap(worse);
+  for (auto& [k, n] : pc) heap.push({n, k});
+  std::vector<int32_t> stamp(words.size(), -1);
   std::vector<std::pair<std::string, std::string>> merges;
   const int64_t specials_above = static_cast<int64_t>(std::count_if(specials.begin(), specials.end(), [&](auto& kv) {
     return kv.first >= static_cast<int32_t>(pieces.size());
   }));
   int64_t budget = vocab_size - static_cast<int64_t>(pieces.size()) - specials_above;
-  while (budget > 0) {
-    std::map<std::pair<std::string, std::string>, int64_t> counts;
-    for (auto& [w, n] : words)
-      for (size_t i = 0; i + 1 < w.size(); ++i) counts[{w[i], w[i + 1]}] += n;
-    if (counts.empty()) break;
-    auto best = std::max_element(counts.begin(), counts.end(), [](auto& a, auto& b) { return a.second < b.second; });
-    if (best->second < 2) break;
-    auto [l, r] = best->first;
+  for (int32_t step = 0; budget > 0; ++step) {
+    Cand best{0, 0};
+    bool found = false;
+    while (!heap.empty()) {
+      Cand c = heap.top();
+      heap.pop();
+      auto it = pc.find(c.key);
+      if (it == pc.end() || it->second != c.count) continue;  // stale entry
+      best = c, found = true;
+      break;
+    }
+    if (!found || best.count < 2) break;
+    const int32_t a = static_cast<int32_t>(best.key >> 32), b = static_cast<int32_t>(best.key & 0xffffffffu);
+    const std::string l = sname[a], r = sname[b];
     merges.push_back({l, r});
-    std::string m = l + r;
+    const std::string m = l + r;
+    const int32_t ms = symbol(m);
     if (!ids.count(m)) {
       next_free();
       ids[m] = static_cast<int32_t>(pieces.size());
       pieces.push_back(m);
       --budget;
     }
-    std::map<std::vector<std::string>, int64_t> nw;
-    for (auto& [w, n] : words) {
-      std::vector<std::string> o;
+    std::vector<uint64_t> touched;
+    std::vector<int32_t> list;
+    list.swap(where[best.key]);
+    for (int32_t wi : list) {
+      if (stamp[wi] == step) continue;
+      stamp[wi] = step;
+      std::vector<int32_t>& w = words[wi];
+      const int64_t n = wcount[wi];
+      bool has = false;
+      for (size_t i = 0; i + 1 < w.size() && !has; ++i) has = w[i] == a && w[i + 1] == b;
+      if (!has) continue;
+      for (size_t i = 0; i + 1 < w.size(); ++i) {
+        const uint64_t k = key_of(w[i], w[i + 1]);
+        if ((pc[k] -= n) == 0) pc.erase(k);
+        touched.push_back(k);
+      }
+      std::vector<int32_t> o;
+      o.reserve(w.size());
       for (size_t i = 0; i < w.size(); ++i) {
-        if (i + 1 < w.size() && w[i] == l && w[i + 1] == r) {
-          o.push_back(m);
+        if (i + 1 < w.size() && w[i] == a && w[i + 1] == b) {
+          o.push_back(ms);
           ++i;
         } else {
           o.push_back(w[i]);
         }
       }
-      nw[o] += n;
+      w.swap(o);
+      for (size_t i = 0; i + 1 < w.size(); ++i) {
+        const uint64_t k = key_of(w[i], w[i + 1]);
+        pc[k] += n;
+        where[k].push_back(wi);
+        touched.push_back(k);
+      }
     }
-    words.swap(nw);
+    std::sort(touched.begin(), touched.end());
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    for (uint64_t k : touched) {
+      auto it = pc.find(k);
+      if (it != pc.end()) heap.push({it->second, k});
+    }
   }
   while (static_cast<int64_t>(pieces.size()) < vocab_size) {
     int32_t id = next_free();
