@@ -164,3 +164,17 @@ TEST(Fixture, RealShapeParameterCounts) {
 }
 
 }  // namespace
+
+// The BPE trainer: most frequent pair first, ties to the smallest (left, right) pair, counts updated after each
+// merge (the second merge sees the pairs the first one created), stops when no pair occurs twice.
+TEST(FixtureTokenizer, BpeMergesFollowCountsAndTieRule) {
+  // "ab" x4 and "cd" x4 tie at 4 -> "a b" first (smaller); then "cd" x4; then "ab" "cd" adjacent in "abcd" x3.
+  const std::string text = "abcd abcd abcd ab cd";
+  auto j = fixture_tokenizer_json(300, "gpt2", text, 0, 0);
+  const auto& merges = j["model"]["merges"];
+  ASSERT_GE(merges.size(), 3u);
+  EXPECT_EQ(merges[0].get<std::string>(), "a b");
+  EXPECT_EQ(merges[1].get<std::string>(), "c d");
+  EXPECT_EQ(merges[2].get<std::string>(), "ab cd");
+  for (const auto& m : merges) EXPECT_NE(m.get<std::string>(), "Ġ ab") << "a pair seen once must not merge";
+}
