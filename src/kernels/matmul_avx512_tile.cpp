@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/kernel_plan.h"
 
@@ -56,6 +57,22 @@ inline void tile16(const int8_t* wp, int64_t k4, const uint8_t* xu, int64_t xstr
   }
 }
 
+// Calls f(std::integral_constant<int, nt>{}) for nt in [1, 8]: the tiles keep their accumulators in registers, so
+// the token count must be a compile-time constant.
+template <typename F>
+inline void with_nt(int nt, F&& f) {
+  switch (nt) {
+    case 8: return f(std::integral_constant<int, 8>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    default: return f(std::integral_constant<int, 1>{});
+  }
+}
+
 }  // namespace
 
 void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const float* wscale, int64_t r0, int64_t r1,
@@ -72,16 +89,7 @@ void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const fl
       const int nt = static_cast<int>(std::min<int64_t>(8, T - t0));
       __m512i acc[8];
       const uint8_t* xt = xu + t0 * xstride;
-      switch (nt) {
-        case 8: tile16<8>(wp, k4, xt, xstride, acc); break;
-        case 7: tile16<7>(wp, k4, xt, xstride, acc); break;
-        case 6: tile16<6>(wp, k4, xt, xstride, acc); break;
-        case 5: tile16<5>(wp, k4, xt, xstride, acc); break;
-        case 4: tile16<4>(wp, k4, xt, xstride, acc); break;
-        case 3: tile16<3>(wp, k4, xt, xstride, acc); break;
-        case 2: tile16<2>(wp, k4, xt, xstride, acc); break;
-        default: tile16<1>(wp, k4, xt, xstride, acc); break;
-      }
+      with_nt(nt, [&](auto n) { tile16<decltype(n)::value>(wp, k4, xt, xstride, acc); });
       for (int j = 0; j < nt; ++j) {
         const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[j], corr));
         const __m512 out = _mm512_mul_ps(_mm512_mul_ps(v, ws), _mm512_set1_ps(sx[t0 + j]));
@@ -129,19 +137,6 @@ void pack_ggml_rows16(int ggml_type, const uint8_t* data, int64_t row_bytes, int
 
 namespace {
 template <int NT>
-inline void block16(const int8_t* wp, const uint8_t* xu, int64_t xstride, __m512i (&acc)[8]) {
-  for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_si512();
-  for (int kq = 0; kq < 8; ++kq) {
-    const __m512i w = _mm512_loadu_si512(wp + kq * 64);
-    for (int j = 0; j < NT; ++j) {
-      int32_t x4;
-      std::memcpy(&x4, xu + j * xstride + kq * 4, 4);
-      acc[j] = _mm512_dpbusd_epi32(acc[j], _mm512_set1_epi32(x4), w);
-    }
-  }
-}
-
-template <int NT>
 void q8blk_tile(const Int8Tile& t, int64_t r, const __mmask16 m, int64_t rows, int64_t cols, const uint8_t* xu,
                 const float* dx, int64_t t0, float* y) {
   const int64_t k4 = cols / 4, nb = cols / 32;
@@ -151,7 +146,7 @@ void q8blk_tile(const Int8Tile& t, int64_t r, const __mmask16 m, int64_t rows, i
   for (int j = 0; j < NT; ++j) accf[j] = _mm512_setzero_ps();
   __m512i acc[8];
   for (int64_t b = 0; b < nb; ++b) {
-    block16<NT>(wp + b * 8 * 64, xu + t0 * cols + b * 32, cols, acc);
+    tile16<NT>(wp + b * 8 * 64, 8, xu + t0 * cols + b * 32, cols, acc);  // one block = 8 column quads
     const int64_t cell = ((r / 16) * nb + b) * 16;
     const __m512i corr = _mm512_mullo_epi32(_mm512_loadu_si512(t.rowsum.data() + cell), c128);
     const __m512 ws = _mm512_loadu_ps(t.bscale.data() + cell);
@@ -170,16 +165,8 @@ void vnni_tile_q8blk_avx512(const Int8Tile& t, int64_t r0, int64_t r1, int64_t r
     const int64_t nr = std::min<int64_t>(16, r1 - r);
     const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1);
     for (int64_t t0 = 0; t0 < T; t0 += 8) {
-      switch (std::min<int64_t>(8, T - t0)) {
-        case 8: q8blk_tile<8>(t, r, m, rows, cols, xu, dx, t0, y); break;
-        case 7: q8blk_tile<7>(t, r, m, rows, cols, xu, dx, t0, y); break;
-        case 6: q8blk_tile<6>(t, r, m, rows, cols, xu, dx, t0, y); break;
-        case 5: q8blk_tile<5>(t, r, m, rows, cols, xu, dx, t0, y); break;
-        case 4: q8blk_tile<4>(t, r, m, rows, cols, xu, dx, t0, y); break;
-        case 3: q8blk_tile<3>(t, r, m, rows, cols, xu, dx, t0, y); break;
-        case 2: q8blk_tile<2>(t, r, m, rows, cols, xu, dx, t0, y); break;
-        default: q8blk_tile<1>(t, r, m, rows, cols, xu, dx, t0, y); break;
-      }
+      with_nt(static_cast<int>(std::min<int64_t>(8, T - t0)),
+              [&](auto n) { q8blk_tile<decltype(n)::value>(t, r, m, rows, cols, xu, dx, t0, y); });
     }
   }
 }
