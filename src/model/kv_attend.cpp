@@ -36,12 +36,6 @@ bool use_avx512() {
 }
 
 // ---- AVX-512 decoders for 16 elements at a time (n % 16 == 0) ----
-__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void f16_row_avx512(const uint16_t* src, int64_t n,
-                                                                             float* out) {
-  for (int64_t i = 0; i < n; i += 16)
-    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
-}
-
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void int8_row_avx512(const int8_t* src, int64_t n, float s,
                                                                           float* out) {
   const __m512 vs = _mm512_set1_ps(s);
@@ -79,20 +73,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void intch_row_avx512(
   }
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void axpy_avx512(float a, const float* x, int64_t n,
-                                                                           float* y) {
-  const __m512 va = _mm512_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += a * x[i];
-}
-
-inline void axpy(float a, const float* x, int64_t n, float* y) {
-  if (use_avx512() && n >= 16) return axpy_avx512(a, x, n, y);
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
 }  // namespace
 
 // Fast head-row decode. Falls back to the reference codec for the less common layouts.
@@ -102,9 +82,7 @@ void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_
   const bool simd = use_avx512() && hd % 16 == 0;
   if (e.slot < 0) {
     const uint16_t* s = (key ? staged_k(seq, layer, -(e.slot + 1)) : staged_v(seq, layer, -(e.slot + 1))) + off;
-    if (simd) return f16_row_avx512(s, hd, out);
-    for (int64_t i = 0; i < hd; ++i) out[i] = f16_to_f32(s[i]);
-    return;
+    return widen_f16(s, out, hd);  // kernels: SIMD tier chosen by kernel_isa()
   }
   const LayerInfo& L = layers_[layer];
   const KvSideLayout& S = key ? L.k : L.v;
@@ -116,9 +94,7 @@ void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_
     case KvFormat::F32: std::memcpy(out, row + off * 4, hd * 4); return;
     case KvFormat::F16: {
       const auto* h = reinterpret_cast<const uint16_t*>(row) + off;
-      if (simd) return f16_row_avx512(h, hd, out);
-      for (int64_t i = 0; i < hd; ++i) out[i] = f16_to_f32(h[i]);
-      return;
+      return widen_f16(h, out, hd);
     }
     case KvFormat::INT8: {
       const float s = f16_to_f32(ld16(row + S.kv_dim + 2 * (off / hd)));
@@ -221,7 +197,7 @@ void PagedKvCache::attend(int layer, int seq, int64_t n_pos, int64_t kvh, const 
   }
   for (int64_t p = 0; p < n; ++p) {
     head_row(layer, seq, st.entries[p], false, off, tile.data());
-    for (int g = 0; g < n_group; ++g) axpy(scratch[g * n + p], tile.data(), hd, out + g * hd);
+    for (int g = 0; g < n_group; ++g) axpy_f32(scratch[g * n + p], tile.data(), out + g * hd, hd);
   }
   if (spec_.rotate) rotate_heads(out, n_group, hd);
 }
