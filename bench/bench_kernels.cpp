@@ -40,7 +40,29 @@ WeightMatrix random_ggml(const std::string& fmt, const std::vector<int>& f16_off
   return m;
 }
 
+// A GGUF tensor as load_model serves it: "gguf:q4_0" (zero-copy rows + the load-time 16-row pack where one
+// exists) or "rows:q4_0" (the stored rows only, the kernel weights without a pack use).
+WeightMatrix gguf_weight(const std::string& fmt, int64_t rows, int64_t cols) {
+  const bool pack = fmt.rfind("gguf:", 0) == 0;
+  const FormatInfo& fi = format_by_name(fmt.substr(fmt.find(':') + 1));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (auto& v : w) v = nd(rng);
+  auto q = std::make_shared<QuantizedMatrix>(quantize_matrix(w.data(), rows, cols, default_scheme(fi.id)));
+  WeightMatrix m;
+  m.kind = WeightKind::Ggml;
+  m.rows = rows;
+  m.cols = cols;
+  m.ggml_type = fi.ggml_type;
+  m.data = q->codes.data();
+  m.owner = q;
+  prepare_weight(m, pack);
+  return m;
+}
+
 WeightMatrix make(const std::string& fmt, const std::string& act, int64_t rows, int64_t cols) {
+  if (fmt.rfind("gguf:", 0) == 0 || fmt.rfind("rows:", 0) == 0) return gguf_weight(fmt, rows, cols);
   if (fmt == "q5_k") return random_ggml(fmt, {0, 2}, rows, cols);
   if (fmt == "q6_k") return random_ggml(fmt, {208}, rows, cols);
   std::mt19937 rng(1);
@@ -87,6 +109,19 @@ int register_all() {
                                  std::to_string(c) + "/T" + std::to_string(T);
         benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, f, a, r, c, T)->UseRealTime()->Unit(benchmark::kMicrosecond);
       }
+  // GGUF tensors as loaded, with and without the load-time pack, in one run; plus a Qwen2.5-0.5B lm_head
+  // (151936 x 896, 77-145 MB) that streams from DRAM, unlike the shapes above (which stay in L3).
+  for (const char* f : {"gguf:q4_0", "rows:q4_0", "gguf:q5_0", "rows:q5_0", "gguf:q8_0", "rows:q8_0"}) {
+    std::vector<std::pair<int64_t, int64_t>> gshapes = shapes;
+    gshapes.push_back({151936, 896});
+    for (const auto& [r, c] : gshapes)
+      for (int64_t T : {int64_t{1}, int64_t{64}}) {
+        if (r == 151936 && T != 1) continue;
+        const std::string name = "matmul/" + std::string(f) + "/" + std::to_string(r) + "x" + std::to_string(c) +
+                                 "/T" + std::to_string(T);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, f, "", r, c, T)->UseRealTime()->Unit(benchmark::kMicrosecond);
+      }
+  }
   return 0;
 }
 const int registered = register_all();

@@ -64,6 +64,15 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
   return mf;
 }
 
+void MappedFile::release_pages(const void* p, size_t n) const {
+  const auto* b = static_cast<const uint8_t*>(p);
+  if (size_ == 0 || b < data_ || b + n > data_ + size_ || n == 0) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(b) + page - 1) / page * page,
+                  hi = (reinterpret_cast<uintptr_t>(b) + n) / page * page;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (size_ > 0 && data_ != nullptr && data_ != kEmpty) ::munmap(const_cast<uint8_t*>(data_), size_);
 }

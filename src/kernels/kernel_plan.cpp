@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "formats/format.h"
+#include "kernels/dispatch.h"
 #include "kernels/matmul.h"
 
 namespace lowbit {
@@ -97,9 +98,14 @@ const KernelPlan& static_plan(Route r, const char* name, int ggml_type = -1) {
 
 }  // namespace
 
-std::shared_ptr<const KernelPlan> build_kernel_plan(const WeightMatrix& w) {
+std::shared_ptr<const KernelPlan> build_kernel_plan(const WeightMatrix& w, bool repack) {
   if (w.kind == WeightKind::Quant) return plan_for_quant(*w.q);
   auto p = std::make_shared<KernelPlan>(kernel_plan(w));
+  // The pack is only read by the AVX-512 kernels: not built on CPUs (or LOWBIT_ISA masks) without them.
+  if (repack && w.kind == WeightKind::Ggml && best_isa() == Isa::Avx512 && qblk_supported(w.ggml_type, w.cols)) {
+    p->qblk = build_qblk_pack(w.ggml_type, w.data, static_cast<int64_t>(w.row_bytes()), w.rows, w.cols);
+    p->kernel = "q8vnni16";
+  }
   return p;
 }
 
@@ -135,24 +141,6 @@ const KernelPlan& kernel_plan(const WeightMatrix& w) {
 
 const Int8Tile* int8_tile(const WeightMatrix& w, const KernelPlan& p) {
   static std::mutex mu;
-  if (w.kind == WeightKind::Ggml) {
-    // Only into the weight's own plan (prepare_weight): the fallback plans of GGUF types are shared.
-    if (w.plan.get() != &p || w.cols % 32 ||
-        (w.ggml_type != kGgmlQ8_0 && w.ggml_type != kGgmlQ4_0 && w.ggml_type != kGgmlQ5_0))
-      return nullptr;
-    std::lock_guard<std::mutex> lock(mu);
-    if (!p.tile) {
-      auto t = std::make_shared<Int8Tile>();
-      const int64_t nrb = (w.rows + 15) / 16, nb = w.cols / 32;
-      t->packed.resize(static_cast<size_t>(nrb * (w.cols / 4) * 64));
-      t->rowsum.resize(static_cast<size_t>(nrb * nb * 16));
-      t->bscale.resize(static_cast<size_t>(nrb * nb * 16));
-      kern::pack_ggml_rows16(w.ggml_type, w.data, static_cast<int64_t>(w.row_bytes()), w.rows, w.cols,
-                             t->packed.data(), t->rowsum.data(), t->bscale.data());
-      p.tile = std::move(t);
-    }
-    return p.tile.get();
-  }
   if (w.kind != WeightKind::Quant || p.bits != 8 || !p.int_codes || p.asym || p.gcols != 1 || p.row_block != 1)
     return nullptr;
   std::lock_guard<std::mutex> lock(mu);

@@ -5,6 +5,7 @@
 // WeightMatrix::nbytes(): decoded FP32 scales [grid.rows, grid.cols] (one 4-byte float per group; this turns the
 // scale formats E8M0/E4M3/F16/NF4-dq/NVFP4-global into one multiply) and a code -> value table.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,14 +26,46 @@ enum class Route : uint8_t {
 enum class ByteDec : uint8_t { Int8Sym, Int8Asym, E4M3, E5M2 };
 
 // W8A8 prefill layout (matmul_avx512_tile.cpp): weights of 16 rows interleaved by 4 columns, plus row sums.
-// GGUF Q8_0 / Q4_0 / Q5_0 use the same layout with 32-column blocks: codes widened to int8 (Q4_0: q - 8), per-block row
-// sums and weight scales [ceil(rows/16), cols/32, 16].
 struct Int8Tile {
   std::vector<int8_t> packed;   // [ceil(rows/16), ceil(cols/4), 16, 4]
-  std::vector<int32_t> rowsum;  // [ceil(rows/16) * 16], or per block [ceil(rows/16), cols/32, 16]
-  std::vector<float> bscale;    // block-scaled (GGUF): [ceil(rows/16), cols/32, 16] weight scales d
-  size_t bytes() const { return packed.size() + rowsum.size() * sizeof(int32_t) + bscale.size() * sizeof(float); }
+  std::vector<int32_t> rowsum;  // [ceil(rows/16) * 16]
+  size_t bytes() const { return packed.size() + rowsum.size() * sizeof(int32_t); }
 };
+
+// GGUF Q4_0 / Q5_0 / Q8_0 weights repacked at load for AVX-512 VNNI (qblk_pack.cpp, matmul_avx512_qblk.cpp): the
+// same bytes as the GGUF rows (18 / 22 / 34 per 32 weights), reordered so that one 64-byte load feeds vpdpbusd
+// for 16 output rows at once. Per row block rb (16 rows, the last one zero-padded) the region
+// data[rb * nb * block_bytes, +nb * block_bytes) holds the nb = cols / 32 column blocks in pairs (the last pair may
+// hold one block), each pair [codes b, codes b+1][Q5_0 high bits b, b+1][scales b, b+1], so that a decode reads
+// one sequential stream and every code load is 64-byte aligned (a pair is 9 / 11 / 17 cache lines):
+//   codes: 4-bit types 4 chunks of 64 bytes, chunk k byte 4r + j = c[r][32b+8k+j] | c[r][32b+8k+4+j] << 4 (low
+//          4 bits of the unsigned code c); Q8_0 8 chunks, chunk k byte 4r + j = q[r][32b+4k+j] + 128
+//   Q5_0 high bits: per chunk k two uint64 masks (low nibbles, high nibbles), bit 4r + j
+//   scales: 16 f16 d (row r)
+// so w[r][c] = d * (code - offset) with offset 8 (Q4_0), 16 (Q5_0), 128 (Q8_0).
+struct QBlkPack {
+  int ggml_type = -1;
+  int64_t rows = 0, cols = 0;
+  int64_t code_bytes = 0;   // per 16 rows x 32 columns: 256 (4-bit) or 512 (Q8_0)
+  int64_t hbit_bytes = 0;   // 64 (Q5_0) or 0
+  int64_t block_bytes = 0;  // code_bytes + hbit_bytes + 32: 288 (Q4_0), 352 (Q5_0), 544 (Q8_0)
+  std::shared_ptr<uint8_t> data;  // [ceil(rows/16), cols/32, block_bytes], 64-byte aligned
+  size_t bytes() const { return static_cast<size_t>((rows + 15) / 16 * (cols / 32) * block_bytes); }
+  // Offsets of column block b inside a row block's region (nb blocks).
+  int64_t code_off(int64_t b) const { return (b & ~int64_t{1}) * block_bytes + (b & 1) * code_bytes; }
+  int64_t hbit_off(int64_t b, int64_t nb) const {
+    return (b & ~int64_t{1}) * block_bytes + pair(b, nb) * code_bytes + (b & 1) * hbit_bytes;
+  }
+  int64_t scale_off(int64_t b, int64_t nb) const {
+    return (b & ~int64_t{1}) * block_bytes + pair(b, nb) * (code_bytes + hbit_bytes) + (b & 1) * 32;
+  }
+  static int64_t pair(int64_t b, int64_t nb) { return std::min<int64_t>(2, nb - (b & ~int64_t{1})); }
+};
+bool qblk_supported(int ggml_type, int64_t cols);  // Q4_0 / Q5_0 / Q8_0 with whole 32-element blocks
+std::shared_ptr<const QBlkPack> build_qblk_pack(int ggml_type, const uint8_t* data, int64_t row_bytes, int64_t rows,
+                                                int64_t cols);
+// Row r of the pack, dequantized (the test oracle of the packer: equals the GGUF row decoder bit for bit).
+void qblk_row_f32(const QBlkPack& p, int64_t r, float* out);
 
 struct KernelPlan {
   Route route = Route::Deq;
@@ -53,15 +86,21 @@ struct KernelPlan {
   // Built on the first INT8-activation prefill of a per-channel symmetric INT8 weight (int8_tile()); a repacked
   // copy of the codes, so it is counted here once it exists.
   mutable std::shared_ptr<const Int8Tile> tile;
+  // GGUF Q4_0 / Q5_0 / Q8_0 repacked at load (prepare_weight); serves every product of the weight on AVX-512, so
+  // the GGUF rows themselves are then only read for embedding lookups (WeightMatrix::nbytes counts the pack).
+  std::shared_ptr<const QBlkPack> qblk;
 
   size_t bytes() const {
-    return (scales.size() + zeros.size() + lut.size()) * sizeof(float) + (tile ? tile->bytes() : 0);
+    return (scales.size() + zeros.size() + lut.size()) * sizeof(float) + (tile ? tile->bytes() : 0) +
+           (qblk ? qblk->bytes() : 0);
   }
   const float* scale_row(int64_t r) const { return scales.data() + (r / row_block) * gcols; }
   const float* zero_row(int64_t r) const { return zeros.empty() ? nullptr : zeros.data() + (r / row_block) * gcols; }
 };
 
-std::shared_ptr<const KernelPlan> build_kernel_plan(const WeightMatrix& w);
+// repack: build the load-time repacked layout where one exists (QBlkPack); false for tables that are only read
+// row by row (an untied embedding).
+std::shared_ptr<const KernelPlan> build_kernel_plan(const WeightMatrix& w, bool repack = true);
 const KernelPlan& kernel_plan(const WeightMatrix& w);  // w.plan, or a cached plan built on first use
 
 // The W8A8 prefill tile of w (built once, thread-safe), or nullptr when w is not per-channel symmetric INT8.
@@ -127,19 +166,22 @@ void qx_layout_avx512(int bits, const int8_t* natural, int64_t cols, int8_t* q, 
 float vnni_dot_avx512(int bits, const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                       const QxRow& x);
 
-// GGUF Q4_0 / Q8_0 against activations quantized to Q8 blocks of 32 (qx int8, dx one scale per block).
+// W8A8: per-channel INT8 codes -> the Int8Tile layout.
 void pack_int8_rows16(const uint8_t* codes, int64_t row_bytes, int64_t rows, int64_t cols, int8_t* out,
                       int32_t* rowsum);
 // y[t, r] for rows [r0, r1) (r0 a multiple of 16) and all T tokens: xu [T, ceil(cols/4)*4] activations + 128
 // (u8), sx [T] their scales, wscale [rows] the weight scales.
-// GGUF Q8_0 (type 8) / Q4_0 (type 2) / Q5_0 (type 6) rows -> the Int8Tile layout with per-block scales.
-void pack_ggml_rows16(int ggml_type, const uint8_t* data, int64_t row_bytes, int64_t rows, int64_t cols, int8_t* out,
-                      int32_t* rowsum, float* bscale);
-// Block-scaled tile product: xu [T, cols] activations + 128 (u8), dx [T, cols/32] their block scales.
-void vnni_tile_q8blk_avx512(const Int8Tile& t, int64_t r0, int64_t r1, int64_t rows, int64_t cols, const uint8_t* xu,
-                            const float* dx, int64_t T, float* y);
 void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const float* wscale, int64_t r0, int64_t r1,
                            int64_t rows, int64_t cols, const uint8_t* xu, const float* sx, int64_t T, float* y);
+// Activations in Q8 blocks of 32 for the QBlkPack kernel: q [T, cols] int8, dx [T, cols/32] block scales, xo
+// [T, cols/32] = -offset * (sum of the block's codes), the weight offset folded in exactly.
+// y[t, r] for rows [r0, r1) (r0 a multiple of 16), all T tokens.
+void qblk_gemm_avx512(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* xo,
+                      int64_t T, float* y);
+// quantize_q8_blocks (kernels/matmul.h) with AVX-512: the same float operations, so bit-identical.
+void quantize_q8_blocks_avx512(const float* x, int64_t n, int8_t* q, float* d);
+// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows as stored (weights without a QBlkPack) against activations quantized
+// to Q8 blocks of 32 (qx int8, dx one scale per block).
 float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx);
 
 // GGUF k-quants (matmul_avx512_k.cpp) against the same Q8 blocks of 32, re-laid out per token by ggml_k_prep_x:

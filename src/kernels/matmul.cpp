@@ -304,24 +304,31 @@ void run_vnni_tile512(const WeightMatrix& w, const KernelPlan& p, const Int8Tile
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
-// GGUF Q8_0 / Q4_0 prefill: activations rounded to Q8 blocks of 32 (as decode does), then the block-scaled tile.
-void run_ggml_tile512(const WeightMatrix& w, const Int8Tile& tile, const float* x, int64_t T, float* y) {
-  const int64_t rows = w.rows, cols = w.cols, nb = cols / 32;
+// GGUF Q4_0 / Q5_0 / Q8_0 with a load-time QBlkPack, decode and prefill: activations rounded to Q8 blocks of 32
+// (as llama.cpp does), each block's code sum times the weight offset folded into the integer accumulator.
+void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int64_t T, float* y) {
+  const int64_t cols = w.cols, nb = cols / 32;
+  const int off = pk.ggml_type == 8 ? 128 : pk.ggml_type == 6 ? 16 : 8;
   thread_local std::vector<int8_t> q;
-  thread_local std::vector<uint8_t> xu;
   thread_local std::vector<float> dx;
-  q.resize(static_cast<size_t>(cols));
-  xu.resize(static_cast<size_t>(T * cols));
+  thread_local std::vector<int32_t> xo;
+  q.resize(static_cast<size_t>(T * cols));
   dx.resize(static_cast<size_t>(T * nb));
+  xo.resize(static_cast<size_t>(T * nb));
   for (int64_t t = 0; t < T; ++t) {
-    quantize_q8_blocks(x + t * cols, cols, q.data(), dx.data() + t * nb);
-    for (int64_t c = 0; c < cols; ++c) xu[t * cols + c] = static_cast<uint8_t>(q[c] ^ 0x80);  // x + 128
+    int8_t* qt = q.data() + t * cols;
+    kern::quantize_q8_blocks_avx512(x + t * cols, cols, qt, dx.data() + t * nb);
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t s = 0;
+      for (int i = 0; i < 32; ++i) s += qt[b * 32 + i];
+      xo[t * nb + b] = -off * s;
+    }
   }
-  const uint8_t* xp = xu.data();
+  const int8_t* qp = q.data();
   const float* dxp = dx.data();
-  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
-    kern::vnni_tile_q8blk_avx512(tile, r0, r1, rows, cols, xp, dxp, T, y);
-  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+  const int32_t* xop = xo.data();
+  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) { kern::qblk_gemm_avx512(pk, r0, r1, qp, dxp, xop, T, y); },
+                 static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
 void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
@@ -362,10 +369,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   // through the activation route; GGUF activations are then not rounded to Q8 blocks).
   if (T >= kPrefillTokens && path == Path::Vnni512)
     if (const Int8Tile* tile = int8_tile(w, p)) return run_vnni_tile512(w, p, *tile, x, T, y);
-  const Int8Tile* ggml_tile = T >= kPrefillTokens && path == Path::GgmlQ8_512 && w.kind == WeightKind::Ggml
-                                  ? int8_tile(w, p)
-                                  : nullptr;
-  if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !ggml_tile))) path = Path::Deq;
+  const QBlkPack* qblk = path == Path::GgmlQ8_512 ? p.qblk.get() : nullptr;
+  if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !qblk))) path = Path::Deq;
   if (path == Path::Vnni512) return run_vnni512(w, p, x, T, y);
   std::vector<float> xq_storage;
   if (w.act_format != FormatId::F32) {
@@ -376,7 +381,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   switch (path) {
     case Path::Dense512: return matmul_dense_avx512(w, x, T, y);
     case Path::GgmlQ8_512:  // x has been through the activation route; the tile adds the Q8 block rounding
-      return ggml_tile ? run_ggml_tile512(w, *ggml_tile, x, T, y) : run_ggml_q8_512(w, p, x, T, y);
+      return qblk ? run_qblk512(w, *qblk, x, T, y) : run_ggml_q8_512(w, p, x, T, y);
     case Path::Nib512:
     case Path::Byte512: return run_codes512(w, p, x, T, y);
     case Path::Vnni512:
@@ -395,7 +400,7 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
   switch (path) {
     case Path::Dense512: return name + ".dense.avx512";
     case Path::Vnni512: return name + ".vnni.avx512";
-    case Path::GgmlQ8_512: return name + ".q8vnni.avx512";
+    case Path::GgmlQ8_512: return name + (p.qblk ? ".q8vnni16.avx512" : ".q8vnni.avx512");
     case Path::Nib512: return name + ".nib.avx512";
     case Path::Byte512: return name + ".byte.avx512";
     case Path::Deq: break;
@@ -431,8 +436,8 @@ void axpy_f32(float a, const float* x, float* y, int64_t n) {
 bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {
   const KernelPlan& p = kernel_plan(w);
   if (choose(w, p, kernel_isa()) != Path::GgmlQ8_512) return false;
-  // Prefill rounds too when the block-scaled tile serves it (GGUF Q8_0 / Q4_0 weights with their own plan).
-  return T < kPrefillTokens || (w.kind == WeightKind::Ggml && int8_tile(w, p) != nullptr);
+  // Prefill rounds too when a load-time pack serves it (GGUF Q4_0 / Q5_0 / Q8_0 weights with their own plan).
+  return T < kPrefillTokens || p.qblk != nullptr;
 }
 
 namespace kern {

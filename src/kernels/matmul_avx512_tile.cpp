@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "kernels/kernel_plan.h"
+#include "kernels/with_nt.h"
 
 namespace lowbit::kern {
 
@@ -57,22 +58,6 @@ inline void tile16(const int8_t* wp, int64_t k4, const uint8_t* xu, int64_t xstr
   }
 }
 
-// Calls f(std::integral_constant<int, nt>{}) for nt in [1, 8]: the tiles keep their accumulators in registers, so
-// the token count must be a compile-time constant.
-template <typename F>
-inline void with_nt(int nt, F&& f) {
-  switch (nt) {
-    case 8: return f(std::integral_constant<int, 8>{});
-    case 7: return f(std::integral_constant<int, 7>{});
-    case 6: return f(std::integral_constant<int, 6>{});
-    case 5: return f(std::integral_constant<int, 5>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    case 3: return f(std::integral_constant<int, 3>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    default: return f(std::integral_constant<int, 1>{});
-  }
-}
-
 }  // namespace
 
 void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const float* wscale, int64_t r0, int64_t r1,
@@ -95,78 +80,6 @@ void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const fl
         const __m512 out = _mm512_mul_ps(_mm512_mul_ps(v, ws), _mm512_set1_ps(sx[t0 + j]));
         _mm512_mask_storeu_ps(y + (t0 + j) * rows + r, m, out);
       }
-    }
-  }
-}
-
-void pack_ggml_rows16(int ggml_type, const uint8_t* data, int64_t row_bytes, int64_t rows, int64_t cols, int8_t* out,
-                      int32_t* rowsum, float* bscale) {
-  const int64_t nrb = (rows + 15) / 16, k4 = cols / 4, nb = cols / 32;
-  std::memset(out, 0, static_cast<size_t>(nrb * k4 * 64));
-  std::fill(rowsum, rowsum + nrb * nb * 16, 0);
-  std::fill(bscale, bscale + nrb * nb * 16, 0.0f);
-  const int64_t bsz = ggml_type == 8 ? 34 : ggml_type == 6 ? 22 : 18;
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* src = data + r * row_bytes;
-    int8_t* dst = out + (r / 16) * k4 * 64 + (r % 16) * 4;
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = src + b * bsz;
-      uint16_t h;
-      std::memcpy(&h, blk, 2);
-      int32_t s = 0;
-      uint32_t qh = 0;
-      if (ggml_type == 6) std::memcpy(&qh, blk + 2, 4);
-      const uint8_t* qs = blk + (ggml_type == 6 ? 6 : 2);
-      for (int j = 0; j < 32; ++j) {
-        // Q8_0: int8 codes. Q4_0 / Q5_0: element j < 16 is the low nibble of qs[j], j + 16 its high nibble; Q5_0
-        // adds bit j of qh as the 5th bit. Offsets 8 / 16 make them symmetric.
-        const int nib = (qs[j & 15] >> (j < 16 ? 0 : 4)) & 15;
-        const int8_t q = ggml_type == 8   ? static_cast<int8_t>(blk[2 + j])
-                         : ggml_type == 6 ? static_cast<int8_t>((nib | (((qh >> j) & 1) << 4)) - 16)
-                                          : static_cast<int8_t>(nib - 8);
-        const int64_t c = b * 32 + j;
-        dst[(c / 4) * 64 + c % 4] = q;
-        s += q;
-      }
-      const int64_t cell = ((r / 16) * nb + b) * 16 + r % 16;
-      rowsum[cell] = s;
-      bscale[cell] = _cvtsh_ss(h);
-    }
-  }
-}
-
-namespace {
-template <int NT>
-void q8blk_tile(const Int8Tile& t, int64_t r, const __mmask16 m, int64_t rows, int64_t cols, const uint8_t* xu,
-                const float* dx, int64_t t0, float* y) {
-  const int64_t k4 = cols / 4, nb = cols / 32;
-  const int8_t* wp = t.packed.data() + (r / 16) * k4 * 64;
-  const __m512i c128 = _mm512_set1_epi32(128);
-  __m512 accf[NT];
-  for (int j = 0; j < NT; ++j) accf[j] = _mm512_setzero_ps();
-  __m512i acc[8];
-  for (int64_t b = 0; b < nb; ++b) {
-    tile16<NT>(wp + b * 8 * 64, 8, xu + t0 * cols + b * 32, cols, acc);  // one block = 8 column quads
-    const int64_t cell = ((r / 16) * nb + b) * 16;
-    const __m512i corr = _mm512_mullo_epi32(_mm512_loadu_si512(t.rowsum.data() + cell), c128);
-    const __m512 ws = _mm512_loadu_ps(t.bscale.data() + cell);
-    for (int j = 0; j < NT; ++j) {
-      const __m512 s = _mm512_mul_ps(ws, _mm512_set1_ps(dx[(t0 + j) * nb + b]));
-      accf[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[j], corr)), s, accf[j]);
-    }
-  }
-  for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * rows + r, m, accf[j]);
-}
-}  // namespace
-
-void vnni_tile_q8blk_avx512(const Int8Tile& t, int64_t r0, int64_t r1, int64_t rows, int64_t cols, const uint8_t* xu,
-                            const float* dx, int64_t T, float* y) {
-  for (int64_t r = r0; r < r1; r += 16) {
-    const int64_t nr = std::min<int64_t>(16, r1 - r);
-    const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1);
-    for (int64_t t0 = 0; t0 < T; t0 += 8) {
-      with_nt(static_cast<int>(std::min<int64_t>(8, T - t0)),
-              [&](auto n) { q8blk_tile<decltype(n)::value>(t, r, m, rows, cols, xu, dx, t0, y); });
     }
   }
 }

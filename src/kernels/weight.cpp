@@ -28,6 +28,9 @@ size_t WeightMatrix::row_bytes() const {
 }
 
 size_t WeightMatrix::nbytes() const {
+  // A load-time pack (GGUF Q4_0 / Q5_0 / Q8_0) serves every product instead of the stored rows, which stay in the
+  // file mapping and are read only for embedding lookups (load_model drops their pages once packed).
+  if (kind == WeightKind::Ggml && plan && plan->qblk) return plan->bytes();
   const size_t base = kind == WeightKind::Quant ? q->storage_bytes() : row_bytes() * static_cast<size_t>(rows);
   return base + (plan ? plan->bytes() : 0);
 }
@@ -92,8 +95,10 @@ WeightMatrix make_quant_weight(std::shared_ptr<const QuantizedMatrix> q) {
   return w;
 }
 
-void prepare_weight(WeightMatrix& w) {
-  if (!w.plan) w.plan = build_kernel_plan(w);
+void prepare_weight(WeightMatrix& w, bool repack) {
+  if (!w.plan) w.plan = build_kernel_plan(w, repack);
 }
+
+bool weight_is_repacked(const WeightMatrix& w) { return w.plan && w.plan->qblk; }
 
 }  // namespace lowbit

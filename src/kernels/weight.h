@@ -49,6 +49,11 @@ WeightMatrix make_half_weight(const float* src, int64_t rows, int64_t cols, Weig
 // Wraps a quantized matrix and builds its kernel side tables.
 WeightMatrix make_quant_weight(std::shared_ptr<const QuantizedMatrix> q);
 // Builds w.plan (the kernel side tables) now, so nbytes() counts them and the first matmul does not pay for it.
-void prepare_weight(WeightMatrix& w);
+// repack: also build a load-time repacked copy where a kernel has one (GGUF Q4_0 / Q5_0 / Q8_0 on AVX-512, same
+// size as the stored rows); pass false for a table that is only read row by row (an untied embedding).
+void prepare_weight(WeightMatrix& w, bool repack = true);
+// True when products of w read a load-time repacked copy: its stored rows (w.data) are then only read for
+// row lookups, so a loader may release their pages.
+bool weight_is_repacked(const WeightMatrix& w);
 
 }  // namespace lowbit

@@ -56,6 +56,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
   auto m = std::make_unique<Model>();
   m->path = path;
   m->format = detect_model_format(path);
+  std::shared_ptr<io::MappedFile> gguf_file;  // GGUF: the mapping of the tensors, for release_pages
   if (m->format == "hf") {
     std::string dir = fs::is_directory(path) ? path : fs::path(path).parent_path().string();
     auto ck = std::make_shared<io::HfCheckpoint>(io::HfCheckpoint::open(dir));
@@ -84,6 +85,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
     m->keep_alive.push_back(ck);
   } else if (m->format == "gguf") {
     auto g = std::make_shared<io::GgufFile>(io::GgufFile::open(path));
+    gguf_file = g->file;
     m->config = config_from_gguf(*g);
     m->weights = map_weights(m->config, g->tensors, true, g, o.dense, path);
     if (g->has("tokenizer.ggml.model")) m->tokenizer = std::make_shared<Tokenizer>(load_tokenizer_gguf(*g));
@@ -99,8 +101,19 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
     }
     m->keep_alive.push_back(ck);
   }
-  // Every weight gets its own kernel plan now (side tables, and later the prefill tiles built on first use).
-  for (auto& [name, w] : m->weights.named_matrices()) prepare_weight(*w);
+  // Every weight gets its own kernel plan now (side tables, load-time repacks; the W8A8 prefill tile is built on
+  // first use). The embedding table is only read row by row: it shares lm_head's plan when tied and gets no
+  // repacked copy otherwise. Once a GGUF tensor is repacked its pages in the file mapping are dropped, so the
+  // stored and the repacked copy are not both resident (embedding lookups fault single rows back in).
+  ModelWeights& W = m->weights;
+  const bool tied = W.lm_head.data == W.tok_embed.data && W.lm_head.q == W.tok_embed.q;
+  for (auto& [name, w] : W.named_matrices()) {
+    if (w == &W.tok_embed) continue;
+    prepare_weight(*w);
+    if (gguf_file && weight_is_repacked(*w)) gguf_file->release_pages(w->data, w->row_bytes() * w->rows);
+  }
+  if (tied && !W.tok_embed.plan) W.tok_embed.plan = W.lm_head.plan;
+  else prepare_weight(W.tok_embed, false);
   m->load_seconds = timer.seconds();
   return m;
 }

@@ -203,7 +203,8 @@ TEST(KernelNames, FastPathsSelected) {
   EXPECT_NE(name("e4m3:channel").find(".byte.avx512"), std::string::npos);
   EXPECT_NE(name("int8:channel", FormatId::INT8).find("+a8.vnni.avx512"), std::string::npos);
   EXPECT_NE(name("int4:g32:asym", FormatId::INT8).find("+a8.vnni.avx512"), std::string::npos);
-  EXPECT_EQ(name("ggml:q4_0"), "q4_0.q8vnni.avx512");
+  EXPECT_EQ(name("ggml:q4_0"), "q4_0.q8vnni16.avx512");  // load-time 16-row pack
+  EXPECT_EQ(name("ggml:q8_0"), "q8_0.q8vnni16.avx512");
   EXPECT_EQ(name("ggml:q4_k"), "q4_k.q8vnni.avx512");
   EXPECT_EQ(name("q4_k"), "q4_k.q8vnni.avx512");
   EXPECT_EQ(name("q8_0").find(".q8vnni.avx512") != std::string::npos, true);

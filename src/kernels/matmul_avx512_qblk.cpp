@@ -1,0 +1,119 @@
+// GGUF Q4_0 / Q5_0 / Q8_0 products on the load-time QBlkPack layout (kernel_plan.h), AVX-512 VNNI, decode and
+// prefill alike.
+//
+// Why: the stored GGUF rows put an f16 scale before every 16 (32) code bytes, so a row-at-a-time kernel spends
+// ~15 instructions per 32 weights on one 256-bit vpdpbusd plus scale handling and a horizontal sum per row. In the
+// pack, one 64-byte load holds 4 (Q8_0) or 8 (4-bit, two nibbles) columns of 16 rows; with one broadcast 32-bit
+// word of activations, one vpdpbusd does 64 multiply-adds for 16 outputs, no horizontal reduction. Per 32-column
+// block the 16 int32 sums start from -offset * (sum of the activation codes) (exact: w = d * (c - offset)), are
+// converted once and scaled by d[16 rows] * dx with one FMA. A tile of 16 rows x up to 8 tokens keeps its
+// accumulators in registers, so prefill decodes each nibble vector once for 8 tokens.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/kernel_plan.h"
+#include "kernels/with_nt.h"
+
+namespace lowbit::kern {
+namespace {
+
+constexpr int kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8;
+
+
+inline __m512i bcast32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// rows [r, r + 16) x tokens [t0, t0 + NT); base = the row block's region.
+template <int TY, int NT>
+void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols, const int8_t* q, const float* dx, const int32_t* xo,
+               int64_t t0, float* y, int64_t rows, int64_t r, __mmask16 m) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), h16 = _mm512_set1_epi8(0x10);
+  __m512 accf[NT];
+  for (int j = 0; j < NT; ++j) accf[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* cb = base + p.code_off(b);
+    const int8_t* xb = q + t0 * cols + 32 * b;
+    __m512i acc[NT];
+    for (int j = 0; j < NT; ++j) acc[j] = _mm512_set1_epi32(xo[(t0 + j) * nb + b]);
+    if constexpr (TY == kQ8_0) {
+      for (int k = 0; k < 8; ++k) {
+        const __m512i w = _mm512_loadu_si512(cb + 64 * k);
+        for (int j = 0; j < NT; ++j) acc[j] = _mm512_dpbusd_epi32(acc[j], w, bcast32(xb + j * cols + 4 * k));
+      }
+    } else {
+      for (int k = 0; k < 4; ++k) {
+        const __m512i v = _mm512_loadu_si512(cb + 64 * k);
+        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if constexpr (TY == kQ5_0) {
+          uint64_t ml, mh;
+          const uint8_t* hb = base + p.hbit_off(b, nb);
+          std::memcpy(&ml, hb + 16 * k, 8);
+          std::memcpy(&mh, hb + 16 * k + 8, 8);
+          lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(_cvtu64_mask64(ml), h16));
+          hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(_cvtu64_mask64(mh), h16));
+        }
+        for (int j = 0; j < NT; ++j) {
+          acc[j] = _mm512_dpbusd_epi32(acc[j], lo, bcast32(xb + j * cols + 8 * k));
+          acc[j] = _mm512_dpbusd_epi32(acc[j], hi, bcast32(xb + j * cols + 8 * k + 4));
+        }
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + p.scale_off(b, nb))));
+    for (int j = 0; j < NT; ++j)
+      accf[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j]), _mm512_mul_ps(d, _mm512_set1_ps(dx[(t0 + j) * nb + b])),
+                                accf[j]);
+  }
+  for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * rows + r, m, accf[j]);
+}
+
+template <int TY>
+void qblk_rows(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* xo,
+               int64_t T, float* y) {
+  const int64_t nb = p.cols / 32;
+  for (int64_t r = r0; r < r1; r += 16) {
+    const int64_t nr = std::min<int64_t>(16, r1 - r);
+    const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1);
+    const uint8_t* base = p.data.get() + (r / 16) * nb * p.block_bytes;
+    for (int64_t t0 = 0; t0 < T; t0 += 8) {
+      with_nt(static_cast<int>(std::min<int64_t>(8, T - t0)), [&](auto n) {
+        qblk_tile<TY, decltype(n)::value>(p, base, nb, p.cols, q, dx, xo, t0, y, p.rows, r, m);
+      });
+    }
+  }
+}
+
+}  // namespace
+
+void qblk_gemm_avx512(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* xo,
+                      int64_t T, float* y) {
+  switch (p.ggml_type) {
+    case kQ4_0: return qblk_rows<kQ4_0>(p, r0, r1, q, dx, xo, T, y);
+    case kQ5_0: return qblk_rows<kQ5_0>(p, r0, r1, q, dx, xo, T, y);
+    default: return qblk_rows<kQ8_0>(p, r0, r1, q, dx, xo, T, y);
+  }
+}
+
+void quantize_q8_blocks_avx512(const float* x, int64_t n, int8_t* q, float* d) {
+  const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const __m512 a = _mm512_loadu_ps(x + 32 * b), c = _mm512_loadu_ps(x + 32 * b + 16);
+    // max of |x| (fmax in the scalar version: NaN inputs are not expected in activations; max_ps keeps the
+    // second operand on NaN, like fmax keeps the number).
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_and_ps(a, sign), _mm512_and_ps(c, sign)));
+    const float db = amax / 127.0f;
+    d[b] = db;
+    const __m512 id = _mm512_set1_ps(db > 0 ? 1.0f / db : 0.0f);
+    // Round to nearest even, as std::nearbyint in the default rounding mode.
+    const __m512i qa = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(a, id), _MM_FROUND_TO_NEAREST_INT)),
+                  qc = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(c, id), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b), _mm512_cvtsepi32_epi8(qa));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16), _mm512_cvtsepi32_epi8(qc));
+  }
+}
+
+}  // namespace lowbit::kern

@@ -1,0 +1,110 @@
+// Load-time repacking of GGUF Q4_0 / Q5_0 / Q8_0 rows into the QBlkPack layout (kernel_plan.h) read by
+// matmul_avx512_qblk.cpp. Plain C++: it runs once per weight at load, in parallel over row blocks.
+#include <algorithm>
+#include <cstring>
+
+#include "core/half.h"
+#include "core/memory.h"
+#include "core/parallel.h"
+#include "kernels/kernel_plan.h"
+
+namespace lowbit {
+namespace {
+
+constexpr int kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8;
+
+int64_t src_block_bytes(int t) { return t == kQ8_0 ? 34 : t == kQ5_0 ? 22 : 18; }
+
+// Unsigned code of element j of a GGUF block (Q4_0 0..15, Q5_0 0..31, Q8_0 q + 128 in 0..255).
+inline int block_code(int t, const uint8_t* blk, int j) {
+  if (t == kQ8_0) return static_cast<int8_t>(blk[2 + j]) + 128;
+  const uint8_t* qs = blk + (t == kQ5_0 ? 6 : 2);
+  int c = (qs[j & 15] >> (j < 16 ? 0 : 4)) & 15;
+  if (t == kQ5_0) {
+    uint32_t qh;
+    std::memcpy(&qh, blk + 2, 4);
+    c |= static_cast<int>((qh >> j) & 1) << 4;
+  }
+  return c;
+}
+
+}  // namespace
+
+bool qblk_supported(int ggml_type, int64_t cols) {
+  return (ggml_type == kQ4_0 || ggml_type == kQ5_0 || ggml_type == kQ8_0) && cols > 0 && cols % 32 == 0;
+}
+
+std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int64_t row_bytes, int64_t rows,
+                                                int64_t cols) {
+  if (!qblk_supported(t, cols)) return nullptr;
+  auto p = std::make_shared<QBlkPack>();
+  p->ggml_type = t;
+  p->rows = rows;
+  p->cols = cols;
+  p->code_bytes = t == kQ8_0 ? 512 : 256;
+  p->hbit_bytes = t == kQ5_0 ? 64 : 0;
+  p->block_bytes = p->code_bytes + p->hbit_bytes + 32;
+  const int64_t nb = cols / 32, nrb = (rows + 15) / 16, sb = src_block_bytes(t);
+  auto buf = aligned_bytes(p->bytes());  // zeroed: padding rows get code 0 and scale 0
+  uint8_t* out = buf.get();
+  parallel_for(nrb, 16, [&](int64_t rb0, int64_t rb1) {
+    for (int64_t rb = rb0; rb < rb1; ++rb) {
+      uint8_t* base = out + rb * nb * p->block_bytes;
+      for (int64_t r = rb * 16; r < std::min(rows, rb * 16 + 16); ++r) {
+        const int lr = static_cast<int>(r - rb * 16);
+        for (int64_t b = 0; b < nb; ++b) {
+          const uint8_t* blk = data + r * row_bytes + b * sb;
+          uint8_t* codes = base + p->code_off(b);
+          if (t == kQ8_0) {
+            for (int j = 0; j < 32; ++j) codes[(j / 4) * 64 + 4 * lr + j % 4] = static_cast<uint8_t>(block_code(t, blk, j));
+          } else {
+            uint64_t* hb = reinterpret_cast<uint64_t*>(base + p->hbit_off(b, nb));
+            for (int k = 0; k < 4; ++k)
+              for (int j = 0; j < 4; ++j) {
+                const int lo = block_code(t, blk, 8 * k + j), hi = block_code(t, blk, 8 * k + 4 + j);
+                codes[64 * k + 4 * lr + j] = static_cast<uint8_t>((lo & 15) | (hi & 15) << 4);
+                if (t == kQ5_0) {
+                  const int bit = 4 * lr + j;
+                  hb[2 * k] |= static_cast<uint64_t>(lo >> 4) << bit;
+                  hb[2 * k + 1] |= static_cast<uint64_t>(hi >> 4) << bit;
+                }
+              }
+          }
+          std::memcpy(base + p->scale_off(b, nb) + 2 * lr, blk, 2);
+        }
+      }
+    }
+  });
+  p->data = std::shared_ptr<uint8_t>(buf.release(), AlignedFree{});
+  return p;
+}
+
+void qblk_row_f32(const QBlkPack& p, int64_t r, float* out) {
+  const int t = p.ggml_type;
+  const int64_t nb = p.cols / 32, lr = r % 16;
+  const uint8_t* base = p.data.get() + (r / 16) * nb * p.block_bytes;
+  const int off = t == kQ8_0 ? 128 : t == kQ5_0 ? 16 : 8;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint16_t h;
+    std::memcpy(&h, base + p.scale_off(b, nb) + 2 * lr, 2);
+    const float d = f16_to_f32(h);
+    const uint8_t* codes = base + p.code_off(b);
+    for (int j = 0; j < 32; ++j) {
+      int c;
+      if (t == kQ8_0) {
+        c = codes[(j / 4) * 64 + 4 * lr + j % 4];
+      } else {
+        const int k = j / 8, jj = j % 8, half = jj / 4;
+        c = (codes[64 * k + 4 * lr + jj % 4] >> (4 * half)) & 15;
+        if (t == kQ5_0) {
+          uint64_t m;
+          std::memcpy(&m, base + p.hbit_off(b, nb) + 16 * k + 8 * half, 8);
+          c |= static_cast<int>((m >> (4 * lr + jj % 4)) & 1) << 4;
+        }
+      }
+      out[b * 32 + j] = d * static_cast<float>(c - off);
+    }
+  }
+}
+
+}  // namespace lowbit

@@ -1,0 +1,101 @@
+// The load-time QBlkPack of GGUF Q4_0 / Q5_0 / Q8_0 weights (kernels/kernel_plan.h): the packer against the GGUF
+// row decoder (bit for bit, every code and the 5th bit of Q5_0, padding rows), the AVX-512 Q8 activation
+// quantizer against the scalar one (bit for bit), and the byte accounting of a repacked weight.
+// (Products on the pack are checked against matmul_reference in test_kernels.cpp, MatmulVsReference.)
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/half.h"
+#include "formats/format.h"
+#include "formats/ggml_types.h"
+#include "kernels/dispatch.h"
+#include "kernels/kernel_plan.h"
+#include "kernels/matmul.h"
+#include "kernels/weight.h"
+
+namespace lowbit {
+namespace {
+
+// Random GGUF blocks (every code, every high bit), with sane f16 scales.
+std::shared_ptr<std::vector<uint8_t>> random_rows(const FormatInfo& fi, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t nblk = rows * cols / 32;
+  auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(nblk * fi.block_bytes));
+  for (auto& b : *buf) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> ud(-0.02f, 0.02f);
+  for (int64_t k = 0; k < nblk; ++k) {
+    const uint16_t h = f32_to_f16(ud(rng));
+    std::memcpy(buf->data() + k * fi.block_bytes, &h, 2);
+  }
+  return buf;
+}
+
+TEST(QBlkPack, RowsEqualTheGgufDecoderBitForBit) {
+  for (const char* name : {"q4_0", "q5_0", "q8_0"}) {
+    const FormatInfo& fi = format_by_name(name);
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {16, 32}, {5, 896}}) {
+      auto buf = random_rows(fi, rows, cols, static_cast<uint32_t>(rows * 7 + cols));
+      const int64_t row_bytes = cols / 32 * fi.block_bytes;
+      ASSERT_TRUE(qblk_supported(fi.ggml_type, cols));
+      auto pk = build_qblk_pack(fi.ggml_type, buf->data(), row_bytes, rows, cols);
+      ASSERT_NE(pk, nullptr);
+      EXPECT_EQ(pk->bytes(), static_cast<size_t>((rows + 15) / 16 * 16 * row_bytes)) << name;
+      std::vector<float> want(static_cast<size_t>(cols)), got(want.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row_ggml(fi.ggml_type, buf->data() + r * row_bytes, want.data(), cols);
+        qblk_row_f32(*pk, r, got.data());
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(f32_bits(got[c]), f32_bits(want[c])) << name << " " << rows << "x" << cols << " row " << r
+                                                         << " col " << c;
+      }
+    }
+  }
+  EXPECT_FALSE(qblk_supported(format_by_name("q4_1").ggml_type, 256));
+  EXPECT_FALSE(qblk_supported(format_by_name("q4_0").ggml_type, 200));
+}
+
+TEST(QBlkPack, RepackedWeightCountsThePackNotTheStoredRowsTwice) {
+  if (best_isa() != Isa::Avx512) GTEST_SKIP() << "the pack is only built for the AVX-512 kernels";
+  const FormatInfo& fi = format_by_name("q4_0");
+  const int64_t rows = 32, cols = 256;
+  auto buf = random_rows(fi, rows, cols, 3);
+  WeightMatrix w;
+  w.kind = WeightKind::Ggml;
+  w.rows = rows;
+  w.cols = cols;
+  w.ggml_type = fi.ggml_type;
+  w.data = buf->data();
+  w.owner = buf;
+  WeightMatrix table = w;
+  prepare_weight(w);
+  prepare_weight(table, /*repack=*/false);
+  EXPECT_TRUE(weight_is_repacked(w));
+  EXPECT_FALSE(weight_is_repacked(table));
+  EXPECT_EQ(w.nbytes(), buf->size());      // same bytes, reordered
+  EXPECT_EQ(table.nbytes(), buf->size());  // the stored rows only
+}
+
+TEST(QBlkPack, SimdQ8ActivationsEqualScalar) {
+  if (best_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t n = 32 * 64;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = nd(rng);
+  for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;                        // an all-zero block (scale 0)
+  x[100] = 1e4f;                                                        // an outlier block
+  for (int i = 0; i < 32; ++i) x[256 + i] = (i - 16) * 127.0f / 16.0f;  // exact halves after scaling
+  std::vector<int8_t> qa(static_cast<size_t>(n)), qb(qa.size());
+  std::vector<float> da(static_cast<size_t>(n / 32)), db(da.size());
+  quantize_q8_blocks(x.data(), n, qa.data(), da.data());
+  kern::quantize_q8_blocks_avx512(x.data(), n, qb.data(), db.data());
+  EXPECT_EQ(qa, qb);
+  for (size_t b = 0; b < da.size(); ++b) EXPECT_EQ(f32_bits(da[b]), f32_bits(db[b])) << "block " << b;
+}
+
+}  // namespace
+}  // namespace lowbit
