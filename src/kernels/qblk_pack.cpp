@@ -15,19 +15,6 @@ constexpr int kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8;
 
 int64_t src_block_bytes(int t) { return t == kQ8_0 ? 34 : t == kQ5_0 ? 22 : 18; }
 
-// Unsigned code of element j of a GGUF block (Q4_0 0..15, Q5_0 0..31, Q8_0 q + 128 in 0..255).
-inline int block_code(int t, const uint8_t* blk, int j) {
-  if (t == kQ8_0) return static_cast<int8_t>(blk[2 + j]) + 128;
-  const uint8_t* qs = blk + (t == kQ5_0 ? 6 : 2);
-  int c = (qs[j & 15] >> (j < 16 ? 0 : 4)) & 15;
-  if (t == kQ5_0) {
-    uint32_t qh;
-    std::memcpy(&qh, blk + 2, 4);
-    c |= static_cast<int>((qh >> j) & 1) << 4;
-  }
-  return c;
-}
-
 }  // namespace
 
 bool qblk_supported(int ggml_type, int64_t cols) {
@@ -56,19 +43,30 @@ std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int6
           const uint8_t* blk = data + r * row_bytes + b * sb;
           uint8_t* codes = base + p->code_off(b);
           if (t == kQ8_0) {
-            for (int j = 0; j < 32; ++j) codes[(j / 4) * 64 + 4 * lr + j % 4] = static_cast<uint8_t>(block_code(t, blk, j));
+            for (int k = 0; k < 8; ++k)
+              for (int j = 0; j < 4; ++j) codes[64 * k + 4 * lr + j] = blk[2 + 4 * k + j] ^ 0x80;  // q + 128
           } else {
-            uint64_t* hb = reinterpret_cast<uint64_t*>(base + p->hbit_off(b, nb));
-            for (int k = 0; k < 4; ++k)
-              for (int j = 0; j < 4; ++j) {
-                const int lo = block_code(t, blk, 8 * k + j), hi = block_code(t, blk, 8 * k + 4 + j);
-                codes[64 * k + 4 * lr + j] = static_cast<uint8_t>((lo & 15) | (hi & 15) << 4);
-                if (t == kQ5_0) {
+            // Element e < 16 is the low nibble of qs[e], e + 16 the high one: chunk k pairs elements 8k + j and
+            // 8k + 4 + j, i.e. (k = 0, 1) low nibbles of qs[8k + j] and qs[8k + 4 + j], (k = 2, 3) high nibbles
+            // of qs[8(k-2) + j] and qs[8(k-2) + 4 + j].
+            const uint8_t* qs = blk + (t == kQ5_0 ? 6 : 2);
+            for (int j = 0; j < 4; ++j) {
+              codes[4 * lr + j] = static_cast<uint8_t>((qs[j] & 15) | (qs[4 + j] & 15) << 4);
+              codes[64 + 4 * lr + j] = static_cast<uint8_t>((qs[8 + j] & 15) | (qs[12 + j] & 15) << 4);
+              codes[128 + 4 * lr + j] = static_cast<uint8_t>(qs[j] >> 4 | (qs[4 + j] & 0xF0));
+              codes[192 + 4 * lr + j] = static_cast<uint8_t>(qs[8 + j] >> 4 | (qs[12 + j] & 0xF0));
+            }
+            if (t == kQ5_0) {
+              uint32_t qh;
+              std::memcpy(&qh, blk + 2, 4);
+              uint64_t* hb = reinterpret_cast<uint64_t*>(base + p->hbit_off(b, nb));
+              for (int k = 0; k < 4; ++k)
+                for (int j = 0; j < 4; ++j) {
                   const int bit = 4 * lr + j;
-                  hb[2 * k] |= static_cast<uint64_t>(lo >> 4) << bit;
-                  hb[2 * k + 1] |= static_cast<uint64_t>(hi >> 4) << bit;
+                  hb[2 * k] |= static_cast<uint64_t>((qh >> (8 * k + j)) & 1) << bit;
+                  hb[2 * k + 1] |= static_cast<uint64_t>((qh >> (8 * k + 4 + j)) & 1) << bit;
                 }
-              }
+            }
           }
           std::memcpy(base + p->scale_off(b, nb) + 2 * lr, blk, 2);
         }
