@@ -123,7 +123,8 @@ const char* const kSpecs[] = {"f32",         "f16",           "bf16",
                               "int4",        "int4+rot",      "int4:prerope",
                               "int4:asym",   "int4:window32", "int2:asym",
                               "e4m3",        "e4m3:token",    "fp4",
-                              "f32:prerope", "int4:pertoken", "int8:prerope+rot"};
+                              "f32:prerope", "int4:pertoken", "int8:prerope+rot",
+                              "int4:window32+rot", "int2:asym:window32+rot", "int4:window128+rot"};
 
 bool spec_fits(const ModelConfig& c, const std::string& s) {
   if (s.find("rot") != std::string::npos && !kv_rotation_supported(c.head_dim)) return false;
