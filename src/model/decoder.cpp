@@ -1,6 +1,7 @@
 #include "model/decoder.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -48,11 +49,102 @@ void check_finite(const float* x, int64_t T, int64_t n, const std::vector<BatchE
 }
 }  // namespace
 
+namespace {
+// A unit of attention work for one kv head: m >= 2 entries of one sequence with increasing positions
+// (a prefill block, tiled attention) or a single entry (per-token attend, e.g. decode); idx: their batch
+// indices.
+struct AttnJob {
+  const int64_t* idx;
+  int64_t m, h, cost;
+};
+// Query tokens per tiled job: each K/V tile is decoded once for 32 x group rows.
+constexpr int64_t kQueryBlock = 32;
+}  // namespace
+
+void Decoder::run_attention(int layer, const std::vector<BatchEntry>& batch, const KvCache& kv,
+                            const float* q, float* att) const {
+  const int64_t T = static_cast<int64_t>(batch.size()), Q = c_.q_dim(), hd = c_.head_dim, H = c_.n_kv_heads;
+  const int group = static_cast<int>(c_.n_heads / c_.n_kv_heads);
+  const int64_t G = group * hd;  // one token's query heads of one kv head
+  // Each sequence's entries, wherever they sit in the batch: a sequence then takes the same path (and gets
+  // the same bits) alone or interleaved with others. Tiled when it has >= 2 entries with increasing
+  // positions, except with H2O eviction, whose scores need every query's normalised probabilities (the online
+  // softmax never forms them).
+  std::vector<std::vector<int64_t>> by_seq(static_cast<size_t>(kv.n_seqs()));
+  std::vector<int64_t> pos(T);
+  int64_t max_pos = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    by_seq[batch[t].seq].push_back(t);
+    pos[t] = batch[t].pos, max_pos = std::max(max_pos, batch[t].pos + 1);
+  }
+  auto tiled = [&](const std::vector<int64_t>& ix) {
+    if (ix.size() < 2 || !kv.tiled_ok()) return false;
+    for (size_t i = 1; i < ix.size(); ++i)
+      if (pos[ix[i]] <= pos[ix[i - 1]]) return false;
+    return true;
+  };
+  // Smaller query blocks when a short prompt would otherwise leave threads without a job.
+  auto n_blocks = [&](int64_t qb) {
+    int64_t n = 0;
+    for (const auto& ix : by_seq) n += tiled(ix) ? (static_cast<int64_t>(ix.size()) + qb - 1) / qb : 0;
+    return n;
+  };
+  int64_t qb = kQueryBlock;
+  while (qb > 8 && H * n_blocks(qb) < 4 * num_threads()) qb /= 2;
+  std::vector<AttnJob> jobs;
+  int64_t work = 0;
+  for (const auto& ix : by_seq) {
+    const int64_t n = static_cast<int64_t>(ix.size()), step = tiled(ix) ? qb : 1;
+    for (int64_t b = 0; b < n; b += step) {
+      const int64_t m = std::min(step, n - b), cost = m * (pos[ix[b + m - 1]] + 1);
+      for (int64_t h = 0; h < H; ++h) jobs.push_back({ix.data() + b, m, h, cost});
+      work += cost * H * G;
+    }
+  }
+  // Heaviest first, taken from a shared counter: the causal blocks at the end of a long prompt cost the most.
+  std::stable_sort(jobs.begin(), jobs.end(),
+                   [](const AttnJob& a, const AttnJob& b) { return a.cost > b.cost; });
+  auto run = [&](const AttnJob& j) {
+    const int64_t t0 = j.idx[0], ho = j.h * G;
+    const int seq = batch[t0].seq;
+    if (j.m == 1) {
+      thread_local std::vector<float> scratch;
+      if (scratch.size() < static_cast<size_t>(group * max_pos))
+        scratch.resize(static_cast<size_t>(group * max_pos));
+      return kv.attend(layer, seq, pos[t0] + 1, j.h, q + t0 * Q + ho, group, att + t0 * Q + ho,
+                       scratch.data());
+    }
+    // Consecutive in the batch (a plain prefill): read and write in place.
+    if (j.idx[j.m - 1] - t0 == j.m - 1)
+      return kv.attend_tiled(layer, seq, pos.data() + t0, j.m, j.h, q + t0 * Q + ho, Q, group,
+                             att + t0 * Q + ho, Q);
+    // Interleaved with other sequences: gather the block's queries and positions, scatter the outputs.
+    thread_local std::vector<float> qg, og;
+    thread_local std::vector<int64_t> pg;
+    qg.resize(static_cast<size_t>(j.m * G)), og.resize(static_cast<size_t>(j.m * G)), pg.resize(j.m);
+    for (int64_t i = 0; i < j.m; ++i) {
+      std::memcpy(qg.data() + i * G, q + j.idx[i] * Q + ho, G * sizeof(float));
+      pg[i] = pos[j.idx[i]];
+    }
+    kv.attend_tiled(layer, seq, pg.data(), j.m, j.h, qg.data(), G, group, og.data(), G);
+    for (int64_t i = 0; i < j.m; ++i)
+      std::memcpy(att + j.idx[i] * Q + ho, og.data() + i * G, G * sizeof(float));
+  };
+  // Small attention (decode at short context) runs on the calling thread: waking the pool costs more.
+  if (work < (int64_t{1} << 17)) {
+    for (const auto& j : jobs) run(j);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  parallel_for(num_threads(), 1, [&](int64_t, int64_t) {
+    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < jobs.size();) run(jobs[i]);
+  });
+}
+
 void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* logits, const ForwardOptions& o) {
   const int64_t T = static_cast<int64_t>(batch.size());
   if (T == 0) return;
   const int64_t D = c_.dim, Q = c_.q_dim(), KV = c_.kv_dim(), F = c_.ffn_dim, hd = c_.head_dim;
-  const int64_t group = c_.n_heads / c_.n_kv_heads;
   kv.use_checkpoint_scales(w_);  // calibrated FP8 KV scales of a quantized checkpoint (once per cache)
   for (const auto& e : batch) {
     if (e.token < 0 || e.token >= c_.vocab_size)
@@ -107,6 +199,7 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
       rope_.apply(qt, c_.n_heads, batch[t].pos);
       if (kv_pre_rope) std::memcpy(k_pre.data() + t * KV, kt, KV * sizeof(float));
       rope_.apply(kt, c_.n_kv_heads, batch[t].pos);
+      for (int64_t i = 0; i < Q; ++i) qt[i] *= scale;  // attention takes pre-scaled queries
     }
     if (observer_) {
       observer_->observe(static_cast<int>(l), ActSite::KeyOut, k.data(), T, KV);
@@ -116,22 +209,7 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
                   v.data());
     // Every token attends to its own sequence's positions [0, pos]: entries of a sequence are stored before
     // attention runs, so causality holds inside a prefill batch too.
-    int64_t max_pos = 0;
-    for (int64_t t = 0; t < T; ++t) max_pos = std::max(max_pos, batch[t].pos + 1);
-    // Small attention (decode at short context) runs on the calling thread: waking the pool costs more.
-    const int64_t jobs = T * c_.n_kv_heads, work = jobs * max_pos * group * hd;
-    parallel_for(jobs, work < (int64_t{1} << 17) ? jobs : 1, [&](int64_t a, int64_t b) {
-      thread_local std::vector<float> qs, scratch;
-      if (qs.size() < static_cast<size_t>(group * hd)) qs.resize(static_cast<size_t>(group * hd));
-      if (scratch.size() < static_cast<size_t>(group * max_pos)) scratch.resize(static_cast<size_t>(group * max_pos));
-      for (int64_t job = a; job < b; ++job) {
-        int64_t t = job / c_.n_kv_heads, h = job % c_.n_kv_heads;
-        const float* qt = q.data() + t * Q + h * group * hd;
-        for (int64_t i = 0; i < group * hd; ++i) qs[i] = qt[i] * scale;
-        kv.attend(static_cast<int>(l), batch[t].seq, batch[t].pos + 1, h, qs.data(), static_cast<int>(group),
-                  att.data() + t * Q + h * group * hd, scratch.data());
-      }
-    });
+    run_attention(static_cast<int>(l), batch, kv, q.data(), att.data());
     if (observer_) observer_->observe(static_cast<int>(l), ActSite::OIn, att.data(), T, Q);
     matmul(L.wo, att.data(), T, tmp.data());
     for (int64_t i = 0; i < T * D; ++i) x[i] += tmp[i];

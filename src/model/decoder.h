@@ -36,6 +36,10 @@ class Decoder {
   void set_observer(ActivationObserver* obs) { observer_ = obs; }
 
  private:
+  // One layer's attention for the batch: q [T, q_dim] pre-scaled, att [T, q_dim] out.
+  void run_attention(int layer, const std::vector<BatchEntry>& batch, const KvCache& kv, const float* q,
+                     float* att) const;
+
   const ModelConfig& c_;
   const ModelWeights& w_;
   Rope rope_;

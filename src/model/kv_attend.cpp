@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "kernels/matmul.h"
+#include "model/attn_tiled.h"
 #include "model/kv_paged.h"
 #include "model/kv_rotation.h"
 #include "model/rope.h"
@@ -200,6 +201,56 @@ void PagedKvCache::attend(int layer, int seq, int64_t n_pos, int64_t kvh, const 
     for (int g = 0; g < n_group; ++g) axpy_f32(scratch[g * n + p], tile.data(), out + g * hd, hd);
   }
   if (spec_.rotate) rotate_heads(out, n_group, hd);
+}
+
+// Same domains as attend(): keys come out of head_row in the stored domain (rotated unless pre-RoPE, where
+// they are un-rotated and RoPE'd here), q is rotated in when the stored keys are, and values stay rotated
+// until the output is rotated back (attention is linear in V).
+void PagedKvCache::attend_tiled(int layer, int seq, const int64_t* qpos, int64_t m, int64_t kvh,
+                                const float* q, int64_t q_stride, int n_group, float* out,
+                                int64_t out_stride) const {
+  if (m <= 0) return;
+  if (spec_.evict.policy == KvEvictPolicy::H2O) fail("model", "tiled attention cannot keep H2O scores");
+  if (spec_.pre_rope && !rope_) fail("model", "KV cache with pre-RoPE keys has no RoPE bound (bind_rope)");
+  const LayerState& st = seqs_[seq].layers[layer];
+  const int64_t hd = head_dim_;
+  const int64_t n = std::upper_bound(st.entries.begin(), st.entries.end(), qpos[m - 1],
+                                     [](int64_t p, const Entry& e) { return p < e.pos; }) -
+                    st.entries.begin();
+  struct Rows : AttnRows {
+    const PagedKvCache* kv;
+    const LayerState* st;
+    int layer, seq;
+    int64_t off;
+    void load(int64_t j0, int64_t j1, float* k, float* v, int64_t* pos) const override {
+      const int64_t hd = kv->head_dim_;
+      for (int64_t j = j0; j < j1; ++j) {
+        const Entry& e = st->entries[j];
+        float* kr = k + (j - j0) * hd;
+        kv->head_row(layer, seq, e, true, off, kr);
+        if (kv->spec_.pre_rope) {
+          if (kv->spec_.rotate) fwht_normalized(kr, hd);
+          kv->rope_->apply(kr, 1, e.pos);
+        }
+        kv->head_row(layer, seq, e, false, off, v + (j - j0) * hd);
+        pos[j - j0] = e.pos;
+      }
+    }
+  } rows;
+  rows.kv = this, rows.st = &st, rows.layer = layer, rows.seq = seq, rows.off = kvh * hd;
+  thread_local std::vector<float> qbuf;
+  if (spec_.rotate && !spec_.pre_rope) {
+    const int64_t qn = n_group * hd;
+    if (qbuf.size() < static_cast<size_t>(m * qn)) qbuf.resize(static_cast<size_t>(m * qn));
+    for (int64_t i = 0; i < m; ++i) {
+      std::memcpy(qbuf.data() + i * qn, q + i * q_stride, qn * sizeof(float));
+      rotate_heads(qbuf.data() + i * qn, n_group, hd);
+    }
+    q = qbuf.data(), q_stride = qn;
+  }
+  attend_tiled_rows(rows, n, qpos, m, n_group, hd, q, q_stride, out, out_stride);
+  if (spec_.rotate)
+    for (int64_t i = 0; i < m; ++i) rotate_heads(out + i * out_stride, n_group, hd);
 }
 
 }  // namespace lowbit

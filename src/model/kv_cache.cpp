@@ -9,6 +9,7 @@
 #include "core/half.h"
 #include "core/memory.h"
 #include "kernels/matmul.h"
+#include "model/attn_tiled.h"
 #include "model/kv_paged.h"
 #include "model/weights.h"
 
@@ -191,6 +192,40 @@ void KvCache::attend(int layer, int seq, int64_t n_pos, int64_t kvh, const float
       axpy_f32(a, vr, out + g * hd, hd);
     }
   }
+}
+
+bool KvCache::tiled_ok() const {
+  return !paged_ || paged_->spec().evict.policy != KvEvictPolicy::H2O;
+}
+
+void KvCache::attend_tiled(int layer, int seq, const int64_t* qpos, int64_t m, int64_t kvh, const float* q,
+                           int64_t q_stride, int n_group, float* out, int64_t out_stride) const {
+  if (paged_) return paged_->attend_tiled(layer, seq, qpos, m, kvh, q, q_stride, n_group, out, out_stride);
+  if (m <= 0) return;
+  // Contiguous rows: row p holds position p, so the tiles are rows [0, qpos[m-1]].
+  struct Rows : AttnRows {
+    const KvCache* kv;
+    int layer, seq;
+    int64_t off;
+    void load(int64_t j0, int64_t j1, float* k, float* v, int64_t* pos) const override {
+      const int64_t hd = kv->head_dim_;
+      for (int64_t p = j0; p < j1; ++p) {
+        float *kr = k + (p - j0) * hd, *vr = v + (p - j0) * hd;
+        pos[p - j0] = p;
+        const uint8_t *kb = kv->k_row(layer, seq, p), *vb = kv->v_row(layer, seq, p);
+        if (kv->dtype_ == KvDtype::F32) {
+          std::memcpy(kr, reinterpret_cast<const float*>(kb) + off, hd * sizeof(float));
+          std::memcpy(vr, reinterpret_cast<const float*>(vb) + off, hd * sizeof(float));
+        } else {
+          auto widen = kv->dtype_ == KvDtype::F16 ? widen_f16 : widen_bf16;
+          widen(reinterpret_cast<const uint16_t*>(kb) + off, kr, hd);
+          widen(reinterpret_cast<const uint16_t*>(vb) + off, vr, hd);
+        }
+      }
+    }
+  } rows;
+  rows.kv = this, rows.layer = layer, rows.seq = seq, rows.off = kvh * head_dim_;
+  attend_tiled_rows(rows, qpos[m - 1] + 1, qpos, m, n_group, head_dim_, q, q_stride, out, out_stride);
 }
 
 }  // namespace lowbit

@@ -69,6 +69,16 @@ class KvCache {
   void attend(int layer, int seq, int64_t n_pos, int64_t kvh, const float* q, int n_group, float* out,
               float* scratch) const;
 
+  // Prefill attention for m query tokens of `seq` at nondecreasing positions qpos[0..m), each seeing the
+  // stored positions <= its own (model/attn_tiled.h: K/V decoded once per tile for all m x n_group rows,
+  // online softmax). Query i's heads at q + i * q_stride ([n_group, head_dim], pre-scaled and in the same
+  // domain as attend()'s q), its output at out + i * out_stride. Equals m attend() calls up to float rounding
+  // (tests/kv/test_kv_tiled.cpp).
+  void attend_tiled(int layer, int seq, const int64_t* qpos, int64_t m, int64_t kvh, const float* q,
+                    int64_t q_stride, int n_group, float* out, int64_t out_stride) const;
+  // False when attend() has side effects the tiled path does not reproduce (H2O's per-token attention sums).
+  bool tiled_ok() const;
+
   // Forget a sequence's tokens (its slots are reused from position 0).
   void clear(int seq);
 

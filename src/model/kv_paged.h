@@ -67,6 +67,10 @@ class PagedKvCache {
   // live tokens of `seq` with position < n_pos; scratch holds n_group * n_pos floats. H2O scores accumulate here.
   void attend(int layer, int seq, int64_t n_pos, int64_t kvh, const float* q, int n_group, float* out,
               float* scratch) const;
+  // KvCache::attend_tiled for this cache (not with H2O eviction: its scores need every per-token
+  // probability).
+  void attend_tiled(int layer, int seq, const int64_t* qpos, int64_t m, int64_t kvh, const float* q,
+                    int64_t q_stride, int n_group, float* out, int64_t out_stride) const;
   // Scalar oracle: dequantizes the head's live rows with the reference codecs, then attends in double.
   void attend_reference(int layer, int seq, int64_t n_pos, int64_t kvh, const float* q, int n_group,
                         float* out) const;
