@@ -87,8 +87,11 @@ TEST(KvModels, TwoSequencePrefillMatchesTokenByToken) {
   // Formats whose stored rows do not depend on how tokens are batched: per-channel INT4 keys are sealed from
   // F16 staging once a block fills, so a query of a batch can see its block already quantized where the same
   // token fed alone saw it in F16 (a batching effect, not attention's); int4:window32 keeps these prompts in
-  // staging.
-  for (const char* f : {"f32", "f16", "int8", "int8+rot", "int8:prerope", "int4:window32"}) {
+  // staging. Plain int8 is left out for a similar reason: decode (T = 1) and prefill run different matmul kernels
+  // (one row at a time vs a 4-row tile, so different float summation orders), and a ~1e-6 difference in a key can
+  // move one INT8 code across a rounding boundary (max |logit diff| 0.03 here); the tiled attention itself is
+  // compared with per-token attention on identical stored rows for int8 in test_kv_tiled.cpp.
+  for (const char* f : {"f32", "f16", "int8+rot", "int8:prerope", "int4:window32"}) {
     const KvCacheSpec s = parse_kv_spec(f);
     Decoder dec(m->config, m->weights);
     KvCache a(m->config, 2, 128, s), b(m->config, 2, 128, s);
