@@ -44,7 +44,13 @@ WeightMatrix random_ggml(const std::string& fmt, const std::vector<int>& f16_off
 // exists) or "rows:q4_0" (the stored rows only, the kernel weights without a pack use).
 WeightMatrix gguf_weight(const std::string& fmt, int64_t rows, int64_t cols) {
   const bool pack = fmt.rfind("gguf:", 0) == 0;
-  const FormatInfo& fi = format_by_name(fmt.substr(fmt.find(':') + 1));
+  const std::string type = fmt.substr(fmt.find(':') + 1);
+  if (type == "q5_0") {  // lowbit reads Q5_0 but has no quantizer: random blocks (f16 scale at byte 0)
+    WeightMatrix m = random_ggml(type, {0}, rows, cols);
+    prepare_weight(m, pack);
+    return m;
+  }
+  const FormatInfo& fi = format_by_name(type);
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 0.02f);
   std::vector<float> w(static_cast<size_t>(rows * cols));
