@@ -30,14 +30,7 @@ WeightMatrix random_ggml(const std::string& fmt, const std::vector<int>& f16_off
   const uint16_t h = f32_to_f16(0.001f);
   for (int64_t k = 0; k < nblk; ++k)
     for (int off : f16_offsets) std::memcpy(buf->data() + k * fi.block_bytes + off, &h, 2);
-  WeightMatrix m;
-  m.kind = WeightKind::Ggml;
-  m.rows = rows;
-  m.cols = cols;
-  m.ggml_type = fi.ggml_type;
-  m.data = buf->data();
-  m.owner = buf;
-  return m;
+  return make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
 }
 
 // A GGUF tensor as load_model serves it: "gguf:q4_0" (zero-copy rows + the load-time 16-row pack where one
@@ -56,13 +49,7 @@ WeightMatrix gguf_weight(const std::string& fmt, int64_t rows, int64_t cols) {
   std::vector<float> w(static_cast<size_t>(rows * cols));
   for (auto& v : w) v = nd(rng);
   auto q = std::make_shared<QuantizedMatrix>(quantize_matrix(w.data(), rows, cols, default_scheme(fi.id)));
-  WeightMatrix m;
-  m.kind = WeightKind::Ggml;
-  m.rows = rows;
-  m.cols = cols;
-  m.ggml_type = fi.ggml_type;
-  m.data = q->codes.data();
-  m.owner = q;
+  WeightMatrix m = make_ggml_weight(q, q->codes.data(), fi.ggml_type, rows, cols);
   prepare_weight(m, pack);
   return m;
 }

@@ -85,6 +85,18 @@ WeightMatrix make_half_weight(const float* src, int64_t rows, int64_t cols, Weig
   return w;
 }
 
+WeightMatrix make_ggml_weight(std::shared_ptr<const void> owner, const uint8_t* data, int ggml_type, int64_t rows,
+                              int64_t cols) {
+  WeightMatrix w;
+  w.kind = WeightKind::Ggml;
+  w.rows = rows;
+  w.cols = cols;
+  w.ggml_type = ggml_type;
+  w.data = data;
+  w.owner = std::move(owner);
+  return w;
+}
+
 WeightMatrix make_quant_weight(std::shared_ptr<const QuantizedMatrix> q) {
   WeightMatrix w;
   w.kind = WeightKind::Quant;

@@ -46,6 +46,10 @@ struct WeightMatrix {
 WeightMatrix make_f32_weight(const float* src, int64_t rows, int64_t cols);
 // Converts a float matrix to F16 or BF16 storage (round to nearest even).
 WeightMatrix make_half_weight(const float* src, int64_t rows, int64_t cols, WeightKind kind);
+// Zero-copy weight over llama.cpp block rows (ggml_type) at `data`, kept alive by `owner` (an mmap'd file, a
+// buffer); no plan yet (prepare_weight builds it).
+WeightMatrix make_ggml_weight(std::shared_ptr<const void> owner, const uint8_t* data, int ggml_type, int64_t rows,
+                              int64_t cols);
 // Wraps a quantized matrix and builds its kernel side tables.
 WeightMatrix make_quant_weight(std::shared_ptr<const QuantizedMatrix> q);
 // Builds w.plan (the kernel side tables) now, so nbytes() counts them and the first matmul does not pay for it.

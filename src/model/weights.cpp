@@ -128,10 +128,7 @@ struct Mapper {
     w.rows = rows;
     w.cols = cols;
     if (v.dtype == DType::GGML_BLOCK) {
-      w.kind = WeightKind::Ggml;
-      w.ggml_type = v.ggml_type;
-      w.data = v.data;
-      w.owner = owner;
+      w = make_ggml_weight(owner, v.data, v.ggml_type, rows, cols);
       if (w.nbytes() != v.nbytes) fail("model", "tensor '" + n + "' byte size does not match its ggml type");
       return w;
     }

@@ -53,12 +53,7 @@ WeightMatrix make_weight(const Case& c, int64_t rows, int64_t cols, uint32_t see
     QuantScheme s = default_scheme(fi.id);
     validate(s, rows, cols);
     auto q = std::make_shared<QuantizedMatrix>(quantize_matrix(w.data(), rows, cols, s));
-    m.kind = WeightKind::Ggml;
-    m.rows = rows;
-    m.cols = cols;
-    m.ggml_type = fi.ggml_type;
-    m.data = q->codes.data();
-    m.owner = q;
+    m = make_ggml_weight(q, q->codes.data(), fi.ggml_type, rows, cols);
     prepare_weight(m);  // its own plan, as load_model gives every weight (the Q8_0/Q4_0 prefill tile needs one)
   } else {
     QuantScheme s = parse_scheme(c.weight);
@@ -253,13 +248,7 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
         const uint16_t h = f32_to_f16(ud(rng));
         std::memcpy(buf->data() + k * fi.block_bytes + off, &h, 2);
       }
-    WeightMatrix w;
-    w.kind = WeightKind::Ggml;
-    w.rows = rows;
-    w.cols = cols;
-    w.ggml_type = fi.ggml_type;
-    w.data = buf->data();
-    w.owner = buf;
+    WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
     prepare_weight(w);  // own plan: T >= 4 takes the block-scaled prefill tile for Q4_0 / Q5_0 / Q8_0
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t ntok : {int64_t{1}, int64_t{3}, maxtok}) {

@@ -63,13 +63,7 @@ TEST(QBlkPack, RepackedWeightCountsThePackNotTheStoredRowsTwice) {
   const FormatInfo& fi = format_by_name("q4_0");
   const int64_t rows = 32, cols = 256;
   auto buf = random_rows(fi, rows, cols, 3);
-  WeightMatrix w;
-  w.kind = WeightKind::Ggml;
-  w.rows = rows;
-  w.cols = cols;
-  w.ggml_type = fi.ggml_type;
-  w.data = buf->data();
-  w.owner = buf;
+  WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
   WeightMatrix table = w;
   prepare_weight(w);
   prepare_weight(table, /*repack=*/false);

@@ -17,17 +17,13 @@
 #include "model/kv_paged.h"
 #include "model/kv_rotation.h"
 #include "model/rope.h"
+#include "tests/common/kv_test_config.h"
 
 using namespace lowbit;
 
 namespace {
 
-ModelConfig make_config(int64_t layers, int64_t heads, int64_t kv_heads, int64_t hd) {
-  ModelConfig c;
-  c.n_layers = layers, c.n_heads = heads, c.n_kv_heads = kv_heads, c.head_dim = hd;
-  c.dim = heads * hd, c.ffn_dim = 4 * c.dim, c.vocab_size = 32, c.max_seq_len = 4096;
-  return c;
-}
+using lowbit::test::make_config;
 
 std::vector<float> gaussian(int64_t n, uint32_t seed, float scale) {
   std::mt19937 rng(seed);
