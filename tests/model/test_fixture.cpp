@@ -12,7 +12,11 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "formats/format.h"
 #include "io/gguf.h"
+#include "kernels/dispatch.h"
+#include "kernels/matmul.h"
+#include "kernels/weight.h"
 #include "io/hf_checkpoint.h"
 #include "model/decoder.h"
 #include "model/fixture.h"
@@ -114,6 +118,60 @@ INSTANTIATE_TEST_SUITE_P(Arch, GgufConversion, ::testing::Values("tiny-llama", "
                              if (!isalnum(static_cast<unsigned char>(c))) c = '_';
                            return s;
                          });
+
+// GGUF Q4_0 / Q8_0 models on AVX-512 serve their products from the load-time pack (kernels' QBlkPack) and the loader
+// drops the packed tensors' file pages: decode logits equal those of the same model with plans rebuilt without
+// the pack (the row-at-a-time kernel rounds activations to the same Q8 blocks), a tied embedding shares lm_head's
+// plan, and embedding rows read after the page drop still equal the file's bytes decoded.
+TEST(GgufPack, PackedModelMatchesRowKernelsAndKeepsEmbeddingRows) {
+  if (best_isa() != Isa::Avx512) GTEST_SKIP() << "the pack is only built for the AVX-512 kernels";
+  const std::string dir = tmpdir("pack");
+  FixtureOptions o;
+  o.seed = 9;
+  o.dtype = "f32";
+  write_fixture_hf(fixture_shape("tiny-qwen2"), o, dir);  // tied embeddings, QKV bias
+  auto ck = io::HfCheckpoint::open(dir);
+  for (const char* type : {"q4_0", "q8_0"}) {
+    const std::string gguf = dir + "." + type + ".gguf";
+    GgufExportOptions eo;
+    eo.type = type;
+    export_gguf(config_from_hf(ck.config), ck.tensors, ck.tokenizer, eo, gguf);
+    auto packed = load_model(gguf, {DenseMode::F32});
+    auto rows = load_model(gguf, {DenseMode::F32});
+    ModelWeights& W = packed->weights;
+    ASSERT_TRUE(weight_is_repacked(W.lm_head)) << type;
+    EXPECT_EQ(W.tok_embed.plan, W.lm_head.plan) << type;  // tied: one plan, one pack
+    for (auto& [name, w] : rows->weights.named_matrices()) {
+      w->plan = nullptr;
+      prepare_weight(*w, /*repack=*/false);
+      EXPECT_FALSE(weight_is_repacked(*w));
+    }
+    // Decode (one token per step) through both.
+    const std::vector<int32_t> ids = {1, 20, 40, 60, 80};
+    for (Model* m : {packed.get(), rows.get()}) ASSERT_EQ(m->config.vocab_size, packed->config.vocab_size);
+    const int64_t V = packed->config.vocab_size;
+    KvCache ka(packed->config, 1, 8, KvDtype::F32), kb(rows->config, 1, 8, KvDtype::F32);
+    Decoder da(packed->config, packed->weights), db(rows->config, rows->weights);
+    std::vector<float> la(V), lb(V);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      da.forward({{ids[i], 0, static_cast<int64_t>(i), true}}, ka, la.data());
+      db.forward({{ids[i], 0, static_cast<int64_t>(i), true}}, kb, lb.data());
+      for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(la[v], lb[v], 1e-4f * (1 + std::abs(lb[v]))) << type << " " << v;
+    }
+    // Embedding rows after the page drop: the file's bytes, decoded.
+    auto g = io::GgufFile::open(gguf);
+    const TensorView& te = g.tensors.at("token_embd.weight");
+    const int64_t D = packed->config.dim, rb = static_cast<int64_t>(W.tok_embed.row_bytes());
+    std::vector<float> got(static_cast<size_t>(D)), want(got.size());
+    for (int64_t r : {int64_t{0}, int64_t{7}, V - 1}) {
+      weight_row_f32(W.tok_embed, r, got.data());
+      dequantize_row_ggml(W.tok_embed.ggml_type, te.data + r * rb, want.data(), D);
+      EXPECT_EQ(got, want) << type << " row " << r;
+    }
+    fs::remove(gguf);
+  }
+  fs::remove_all(dir);
+}
 
 // general.file_type follows llama.cpp's llama_ftype numbering (llama-bench labels files with it), and quantized
 // files carry general.quantization_version = 2.
