@@ -168,6 +168,23 @@ TEST(KvTiled, ContinuedPrefillAndGqaShapes) {
   }
 }
 
+// Decode steps of a long sequence take the tiled kernel with single-query blocks (Decoder: from 128 cached
+// positions): one query per block, 200 earlier tokens.
+TEST(KvTiled, SingleQueryBlocksForDecode) {
+  IsaGuard guard;
+  const char* const specs[] = {"f32", "f16", "bf16:paged", "int8", "int8+rot", "int4:prerope", "e4m3", "int4:window32"};
+  for (Isa isa : available_isas()) {
+    set_kernel_isa(isa);
+    for (const ModelConfig& c : {make_config(1, 7, 1, 64), make_config(2, 4, 2, 32)})
+      for (const char* s : specs) {
+        if (!spec_fits(c, s)) continue;
+        SCOPED_TRACE(std::string(s) + " hd " + std::to_string(c.head_dim) + " isa " + isa_name(isa));
+        check_tiled(c, s, 200, 9, 1);
+        if (HasFatalFailure()) return;
+      }
+  }
+}
+
 // H2O needs every query's normalised probabilities: the tiled path refuses it and the decoder stays per
 // token.
 TEST(KvTiled, RefusesH2O) {
