@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/cpu.h"
@@ -43,6 +44,53 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void int8_row_avx512(const 
   for (int64_t i = 0; i < n; i += 16) {
     __m512i x = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
     _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_cvtepi32_ps(x), vs));
+  }
+}
+
+// FP8 rows (16 codes at a time): E5M2 is the top byte of an IEEE half; E4M3FN's bits shifted into a half give
+// the value times 2^-8 (exact, subnormals included), undone in the scale; its NaN codes (0x7F / 0xFF) are set
+// explicitly. Equal bit for bit to lut[code] * s.
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void fp8_row_avx512(const uint8_t* src, bool e4m3,
+                                                                              int64_t n, float s, float* out) {
+  const __m512 vs = _mm512_set1_ps(e4m3 ? s * 256.0f : s);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m256i h = _mm256_cvtepu8_epi16(b);
+    __m256i f;
+    if (e4m3) {
+      f = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8),
+                          _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7F)), 7));
+    } else {
+      f = _mm256_slli_epi16(h, 8);
+    }
+    __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(f), vs);
+    if (e4m3) {
+      const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_and_si128(b, _mm_set1_epi8(0x7F)), _mm_set1_epi8(0x7F));
+      v = _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+    }
+    _mm512_storeu_ps(out + i, v);
+  }
+}
+
+// INT4 per-token asymmetric groups (groups a multiple of 16): x = m + u * s, element c the low (even c) or high
+// nibble of byte c / 2. Multiply then add, as the scalar loop, so equal bit for bit.
+__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void int4tok_row_avx512(const uint8_t* codes,
+                                                                                  const uint8_t* sc, int64_t ng,
+                                                                                  int64_t G, int64_t off, int64_t n,
+                                                                                  float* out) {
+  for (int64_t i = 0; i < n; i += 32) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + (off + i) / 2));
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(b, m4), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m4);
+    const __m128i e[2] = {_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi)};
+    for (int k = 0; k < 2; ++k) {
+      const int64_t c = off + i + 16 * k;
+      if (i + 16 * k >= n) break;
+      const int64_t g = c / G;
+      const float sg = f16_to_f32(ld16(sc + 2 * g)), mg = f16_to_f32(ld16(sc + 2 * (ng + g)));
+      const __m512 u = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(e[k]));
+      _mm512_storeu_ps(out + i + 16 * k, _mm512_add_ps(_mm512_mul_ps(u, _mm512_set1_ps(sg)), _mm512_set1_ps(mg)));
+    }
   }
 }
 
@@ -115,6 +163,7 @@ void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_
         // Per-token asymmetric groups: one scale/minimum per group, codes unpacked a byte at a time.
         const int64_t G = S.group, ng = S.kv_dim / G, bits = S.bits, per = 8 / bits, mask = (1 << bits) - 1;
         const uint8_t* sc = row + S.code_bytes;
+        if (simd && bits == 4 && G % 16 == 0 && off % 32 == 0) return int4tok_row_avx512(row, sc, ng, G, off, hd, out);
         for (int64_t c0 = off; c0 < off + hd;) {
           const int64_t g = c0 / G, c1 = std::min(off + hd, (g + 1) * G);
           const float s = f16_to_f32(ld16(sc + 2 * g)), m = f16_to_f32(ld16(sc + 2 * (ng + g)));
@@ -131,6 +180,7 @@ void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_
       const int64_t h = off / hd;
       const float s = S.fp8_scale == KvScaleMode::Token ? f16_to_f32(ld16(row + S.kv_dim + 2 * h))
                                                         : (key ? st_.kls : st_.vls).s[h];
+      if (simd) return fp8_row_avx512(row + off, S.format == KvFormat::E4M3, hd, s, out);
       for (int64_t i = 0; i < hd; ++i) out[i] = lut[row[off + i]] * s;
       return;
     }
