@@ -49,7 +49,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void int8_row_avx512(const 
 
 // FP8 rows (16 codes at a time): E5M2 is the top byte of an IEEE half; E4M3FN's bits shifted into a half give
 // the value times 2^-8 (exact, subnormals included), undone in the scale; its NaN codes (0x7F / 0xFF) are set
-// explicitly. Equal bit for bit to lut[code] * s.
+// explicitly (as NaN; the encoders never write them). Otherwise equal bit for bit to lut[code] * s.
 __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void fp8_row_avx512(const uint8_t* src, bool e4m3,
                                                                               int64_t n, float s, float* out) {
   const __m512 vs = _mm512_set1_ps(e4m3 ? s * 256.0f : s);
