@@ -1,13 +1,14 @@
 // GGUF Q4_0 / Q5_0 / Q8_0 products on the load-time QBlkPack layout (kernel_plan.h), AVX-512 VNNI, decode and
 // prefill alike.
 //
-// Why: the stored GGUF rows put an f16 scale before every 16 (32) code bytes, so a row-at-a-time kernel spends
-// ~15 instructions per 32 weights on one 256-bit vpdpbusd plus scale handling and a horizontal sum per row. In the
-// pack, one 64-byte load holds 4 (Q8_0) or 8 (4-bit, two nibbles) columns of 16 rows; with one broadcast 32-bit
-// word of activations, one vpdpbusd does 64 multiply-adds for 16 outputs, no horizontal reduction. Per 32-column
-// block the 16 int32 sums start from -offset * (sum of the activation codes) (exact: w = d * (c - offset)), are
-// converted once and scaled by d[16 rows] * dx with one FMA. A tile of 16 rows x up to 8 tokens keeps its
-// accumulators in registers, so prefill decodes each nibble vector once for 8 tokens.
+// Why: the stored GGUF rows put an f16 scale before every 16 (32) code bytes, so a row-at-a-time kernel
+// spends ~15 instructions per 32 weights on one 256-bit vpdpbusd plus scale handling and a horizontal sum per
+// row. In the pack, one 64-byte load holds 4 (Q8_0) or 8 (4-bit, two nibbles) columns of 16 rows; with one
+// broadcast 32-bit word of activations, one vpdpbusd does 64 multiply-adds for 16 outputs, no horizontal
+// reduction. Per 32-column block the 16 int32 sums start from -offset * (sum of the activation codes) (exact:
+// w = d * (c - offset)), are converted once and scaled by d[16 rows] * dx with one FMA. A tile of 16 rows x
+// up to 8 tokens keeps its accumulators in registers, so prefill decodes each nibble vector once for 8
+// tokens.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -21,7 +22,6 @@ namespace {
 
 constexpr int kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8;
 
-
 inline __m512i bcast32(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -30,8 +30,9 @@ inline __m512i bcast32(const int8_t* p) {
 
 // rows [r, r + 16) x tokens [t0, t0 + NT); base = the row block's region.
 template <int TY, int NT>
-void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols, const int8_t* q, const float* dx, const int32_t* xo,
-               int64_t t0, float* y, int64_t rows, int64_t r, __mmask16 m) {
+void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols, const int8_t* q,
+               const float* dx, const int32_t* xo, int64_t t0, float* y, int64_t rows, int64_t r,
+               __mmask16 m) {
   const __m512i m4 = _mm512_set1_epi8(0x0F), h16 = _mm512_set1_epi8(0x10);
   __m512 accf[NT];
   for (int j = 0; j < NT; ++j) accf[j] = _mm512_setzero_ps();
@@ -63,10 +64,11 @@ void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols,
         }
       }
     }
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + p.scale_off(b, nb))));
+    const __m512 d =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + p.scale_off(b, nb))));
     for (int j = 0; j < NT; ++j)
-      accf[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j]), _mm512_mul_ps(d, _mm512_set1_ps(dx[(t0 + j) * nb + b])),
-                                accf[j]);
+      accf[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j]),
+                                _mm512_mul_ps(d, _mm512_set1_ps(dx[(t0 + j) * nb + b])), accf[j]);
   }
   for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * rows + r, m, accf[j]);
 }
@@ -89,12 +91,15 @@ void qblk_rows(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const
 
 }  // namespace
 
-void qblk_gemm_avx512(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* xo,
-                      int64_t T, float* y) {
+void qblk_gemm_avx512(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
+                      const int32_t* xo, int64_t T, float* y) {
   switch (p.ggml_type) {
-    case kQ4_0: return qblk_rows<kQ4_0>(p, r0, r1, q, dx, xo, T, y);
-    case kQ5_0: return qblk_rows<kQ5_0>(p, r0, r1, q, dx, xo, T, y);
-    default: return qblk_rows<kQ8_0>(p, r0, r1, q, dx, xo, T, y);
+    case kQ4_0:
+      return qblk_rows<kQ4_0>(p, r0, r1, q, dx, xo, T, y);
+    case kQ5_0:
+      return qblk_rows<kQ5_0>(p, r0, r1, q, dx, xo, T, y);
+    default:
+      return qblk_rows<kQ8_0>(p, r0, r1, q, dx, xo, T, y);
   }
 }
 
@@ -109,8 +114,10 @@ void quantize_q8_blocks_avx512(const float* x, int64_t n, int8_t* q, float* d) {
     d[b] = db;
     const __m512 id = _mm512_set1_ps(db > 0 ? 1.0f / db : 0.0f);
     // Round to nearest even, as std::nearbyint in the default rounding mode.
-    const __m512i qa = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(a, id), _MM_FROUND_TO_NEAREST_INT)),
-                  qc = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(c, id), _MM_FROUND_TO_NEAREST_INT));
+    const __m512i qa = _mm512_cvtps_epi32(
+                      _mm512_roundscale_ps(_mm512_mul_ps(a, id), _MM_FROUND_TO_NEAREST_INT)),
+                  qc = _mm512_cvtps_epi32(
+                      _mm512_roundscale_ps(_mm512_mul_ps(c, id), _MM_FROUND_TO_NEAREST_INT));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b), _mm512_cvtsepi32_epi8(qa));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 32 * b + 16), _mm512_cvtsepi32_epi8(qc));
   }

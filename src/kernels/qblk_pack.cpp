@@ -13,7 +13,9 @@ namespace {
 
 constexpr int kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8;
 
-int64_t src_block_bytes(int t) { return t == kQ8_0 ? 34 : t == kQ5_0 ? 22 : 18; }
+int64_t src_block_bytes(int t) {
+  return t == kQ8_0 ? 34 : t == kQ5_0 ? 22 : 18;
+}
 
 }  // namespace
 
@@ -46,9 +48,9 @@ std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int6
             for (int k = 0; k < 8; ++k)
               for (int j = 0; j < 4; ++j) codes[64 * k + 4 * lr + j] = blk[2 + 4 * k + j] ^ 0x80;  // q + 128
           } else {
-            // Element e < 16 is the low nibble of qs[e], e + 16 the high one: chunk k pairs elements 8k + j and
-            // 8k + 4 + j, i.e. (k = 0, 1) low nibbles of qs[8k + j] and qs[8k + 4 + j], (k = 2, 3) high nibbles
-            // of qs[8(k-2) + j] and qs[8(k-2) + 4 + j].
+            // Element e < 16 is the low nibble of qs[e], e + 16 the high one: chunk k pairs elements 8k + j
+            // and 8k + 4 + j, i.e. (k = 0, 1) low nibbles of qs[8k + j] and qs[8k + 4 + j], (k = 2, 3) high
+            // nibbles of qs[8(k-2) + j] and qs[8(k-2) + 4 + j].
             const uint8_t* qs = blk + (t == kQ5_0 ? 6 : 2);
             for (int j = 0; j < 4; ++j) {
               codes[4 * lr + j] = static_cast<uint8_t>((qs[j] & 15) | (qs[4 + j] & 15) << 4);

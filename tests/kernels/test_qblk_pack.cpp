@@ -1,5 +1,5 @@
-// The load-time QBlkPack of GGUF Q4_0 / Q5_0 / Q8_0 weights (kernels/kernel_plan.h): the packer against the GGUF
-// row decoder (bit for bit, every code and the 5th bit of Q5_0, padding rows), the AVX-512 Q8 activation
+// The load-time QBlkPack of GGUF Q4_0 / Q5_0 / Q8_0 weights (kernels/kernel_plan.h): the packer against the
+// GGUF row decoder (bit for bit, every code and the 5th bit of Q5_0, padding rows), the AVX-512 Q8 activation
 // quantizer against the scalar one (bit for bit), and the byte accounting of a repacked weight.
 // (Products on the pack are checked against matmul_reference in test_kernels.cpp, MatmulVsReference.)
 #include <gtest/gtest.h>
@@ -21,7 +21,8 @@ namespace lowbit {
 namespace {
 
 // Random GGUF blocks (every code, every high bit), with sane f16 scales.
-std::shared_ptr<std::vector<uint8_t>> random_rows(const FormatInfo& fi, int64_t rows, int64_t cols, uint32_t seed) {
+std::shared_ptr<std::vector<uint8_t>> random_rows(const FormatInfo& fi, int64_t rows, int64_t cols,
+                                                  uint32_t seed) {
   std::mt19937 rng(seed);
   const int64_t nblk = rows * cols / 32;
   auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(nblk * fi.block_bytes));
@@ -49,8 +50,8 @@ TEST(QBlkPack, RowsEqualTheGgufDecoderBitForBit) {
         dequantize_row_ggml(fi.ggml_type, buf->data() + r * row_bytes, want.data(), cols);
         qblk_row_f32(*pk, r, got.data());
         for (int64_t c = 0; c < cols; ++c)
-          ASSERT_EQ(f32_bits(got[c]), f32_bits(want[c])) << name << " " << rows << "x" << cols << " row " << r
-                                                         << " col " << c;
+          ASSERT_EQ(f32_bits(got[c]), f32_bits(want[c]))
+              << name << " " << rows << "x" << cols << " row " << r << " col " << c;
       }
     }
   }
