@@ -58,8 +58,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void fp8_row_avx512(co
     const __m256i h = _mm256_cvtepu8_epi16(b);
     __m256i f;
     if (e4m3) {
-      f = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8),
-                          _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7F)), 7));
+      const __m256i t = _mm256_slli_epi16(h, 7);  // magnitude to bits 7..13, sign to bit 14, carried into 15
+      f = _mm256_add_epi16(t, _mm256_and_si256(t, _mm256_set1_epi16(0x4000)));
     } else {
       f = _mm256_slli_epi16(h, 8);
     }
