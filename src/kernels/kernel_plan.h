@@ -20,7 +20,7 @@ enum class Route : uint8_t {
   Deq,      // any format: dequantize one row into L1 (scalar decoder), SIMD dot with every token
   Nib,      // 4-bit codes (INT4 sym/asym, NF4, FP4 E2M1, MXFP4, NVFP4): in-register LUT decode + FMA
   Byte,     // 8-bit codes (INT8 sym/asym, FP8 E4M3FN/E5M2, MXFP8): in-register decode + FMA
-  GgmlQ8,   // GGUF Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K: activations to Q8 blocks of 32, VNNI integer dots
+  GgmlQ8,   // GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q4_K/Q5_K/Q6_K: activations to Q8 blocks of 32, VNNI integer dots
 };
 
 enum class ByteDec : uint8_t { Int8Sym, Int8Asym, E4M3, E5M2 };
@@ -49,6 +49,7 @@ struct QBlkPack {
   int64_t code_bytes = 0;   // per 16 rows x 32 columns: 256 (4-bit) or 512 (Q8_0)
   int64_t hbit_bytes = 0;   // 64 (Q5_0) or 0
   int64_t block_bytes = 0;  // code_bytes + hbit_bytes + 32: 288 (Q4_0), 352 (Q5_0), 544 (Q8_0)
+  int offset = 0;           // w = d * (code - offset): 8 (Q4_0), 16 (Q5_0), 128 (Q8_0)
   std::shared_ptr<uint8_t> data;  // [ceil(rows/16), cols/32, block_bytes], 64-byte aligned
   size_t bytes() const { return static_cast<size_t>((rows + 15) / 16 * (cols / 32) * block_bytes); }
   // Offsets of column block b inside a row block's region (nb blocks).
@@ -81,7 +82,7 @@ struct KernelPlan {
   std::vector<float> scales;      // [grid.rows, gcols] effective scales
   std::vector<float> zeros;       // [grid.rows, gcols] zero points as float (INT asym), empty otherwise
   std::vector<float> lut;         // [2^bits] code -> element value (INT sym: u - 2^(b-1); INT asym: u)
-  std::string kernel;             // "nib", "byte", "q8vnni", "deq", "dense"
+  std::string kernel;             // "nib", "byte", "q8vnni", "q8vnni16", "deq", "dense"
 
   // Built on the first INT8-activation prefill of a per-channel symmetric INT8 weight (int8_tile()); a repacked
   // copy of the codes, so it is counted here once it exists.

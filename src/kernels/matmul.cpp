@@ -308,7 +308,6 @@ void run_vnni_tile512(const WeightMatrix& w, const KernelPlan& p, const Int8Tile
 // (as llama.cpp does), each block's code sum times the weight offset folded into the integer accumulator.
 void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int64_t T, float* y) {
   const int64_t cols = w.cols, nb = cols / 32;
-  const int off = pk.ggml_type == 8 ? 128 : pk.ggml_type == 6 ? 16 : 8;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> dx;
   thread_local std::vector<int32_t> xo;
@@ -321,7 +320,7 @@ void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int6
     for (int64_t b = 0; b < nb; ++b) {
       int32_t s = 0;
       for (int i = 0; i < 32; ++i) s += qt[b * 32 + i];
-      xo[t * nb + b] = -off * s;
+      xo[t * nb + b] = -pk.offset * s;
     }
   }
   const int8_t* qp = q.data();
@@ -344,7 +343,7 @@ void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x,
   dx.resize(static_cast<size_t>(T * nf));
   for (int64_t t = 0; t < T; ++t) {
     if (kq) kern::ggml_k_prep_x(type, x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nf);
-    else quantize_q8_blocks(x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nf);
+    else kern::quantize_q8_blocks_avx512(x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nf);
   }
   const int8_t* qxp = qx.data();
   const float* dxp = dx.data();
@@ -380,7 +379,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   }
   switch (path) {
     case Path::Dense512: return matmul_dense_avx512(w, x, T, y);
-    case Path::GgmlQ8_512:  // x has been through the activation route; the tile adds the Q8 block rounding
+    case Path::GgmlQ8_512:  // x has been through the activation route; these kernels add the Q8 block rounding
       return qblk ? run_qblk512(w, *qblk, x, T, y) : run_ggml_q8_512(w, p, x, T, y);
     case Path::Nib512:
     case Path::Byte512: return run_codes512(w, p, x, T, y);

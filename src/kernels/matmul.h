@@ -9,10 +9,11 @@
 //   INT8           x is quantized per token (symmetric, absmax/127, or act_static_scale when > 0) and multiplied
 //                  as integers (AVX-512 VNNI) where the weight codes are INT4/INT8; otherwise emulated exactly.
 //   E4M3FN / E5M2 / FNUZ   x is quantized per token to FP8 and dequantized, then a float product (exact emulation).
-// GGUF Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights on AVX-512 (decode, T < 4) additionally quantize activations to
-// Q8 blocks of 32 (like llama.cpp; its k-quant kernels use one scale per 256 instead): results then differ from
-// matmul_reference by that rounding (see quantize_q8_blocks, matmul_rounds_to_q8 and docs/kernels.md).
-// From T = 4 tokens on (prefill) every format runs dequantize-row-block + dense F32 tiles.
+// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights on AVX-512 additionally quantize activations
+// to Q8 blocks of 32 (like llama.cpp; its k-quant kernels use one scale per 256 instead) in decode (T < 4), and in
+// prefill too for the Q4_0 / Q5_0 / Q8_0 weights repacked at load: results then differ from matmul_reference by that
+// rounding (see quantize_q8_blocks, matmul_rounds_to_q8 and docs/kernels.md). From T = 4 tokens on, W8A8 and the
+// repacked GGUF weights run integer register tiles, every other format dequantize-row-block + dense F32 tiles.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -38,8 +39,8 @@ void quantize_activations(const WeightMatrix& w, const float* x, int64_t T, floa
 void quantize_activation_int8(const WeightMatrix& w, const float* x, int8_t* codes, float* scale);
 // llama.cpp-style Q8 blocks of 32 (n multiple of 32): d[b] = absmax/127, q = RNE(x/d) (0 when d == 0).
 void quantize_q8_blocks(const float* x, int64_t n, int8_t* q, float* d);
-// True when matmul(w, ., T, .) rounds activations to Q8 blocks (GGUF Q4_0/Q8_0/Q4_K/Q5_K/Q6_K decode on AVX-512,
-// T < 4).
+// True when matmul(w, ., T, .) rounds activations to Q8 blocks (the GGUF types above on AVX-512: decode, and
+// prefill for weights repacked at load).
 bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T);
 // Dot product of two float vectors with the current ISA tier (used by attention).
 float dot_f32(const float* a, const float* b, int64_t n);

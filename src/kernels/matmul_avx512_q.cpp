@@ -9,7 +9,8 @@
 //        converting (E4M3FN: exact up to the 2^8 bias difference, folded into the group scale).
 //  vnni: INT4/INT8 weight codes (unsigned, offset-binary) x INT8 activation codes with vpdpbusd; the zero point
 //        is removed exactly in int32 with per-lane activation sums; int32 -> float once per chunk.
-//  q8:   GGUF Q4_0 / Q8_0 x activations in Q8 blocks of 32 (llama.cpp's vec_dot_q4_0_q8_0 scheme).
+//  q8:   GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows as stored x activations in Q8 blocks of 32 (llama.cpp's
+//        vec_dot_q4_0_q8_0 scheme), for weights without a load-time pack (matmul_avx512_qblk.cpp).
 #include <immintrin.h>
 
 #include <algorithm>

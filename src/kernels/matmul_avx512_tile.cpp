@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 
 #include "kernels/kernel_plan.h"
 #include "kernels/with_nt.h"

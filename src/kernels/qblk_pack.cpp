@@ -13,10 +13,6 @@ namespace {
 
 constexpr int kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8;
 
-int64_t src_block_bytes(int t) {
-  return t == kQ8_0 ? 34 : t == kQ5_0 ? 22 : 18;
-}
-
 }  // namespace
 
 bool qblk_supported(int ggml_type, int64_t cols) {
@@ -33,7 +29,8 @@ std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int6
   p->code_bytes = t == kQ8_0 ? 512 : 256;
   p->hbit_bytes = t == kQ5_0 ? 64 : 0;
   p->block_bytes = p->code_bytes + p->hbit_bytes + 32;
-  const int64_t nb = cols / 32, nrb = (rows + 15) / 16, sb = src_block_bytes(t);
+  p->offset = t == kQ8_0 ? 128 : t == kQ5_0 ? 16 : 8;
+  const int64_t nb = cols / 32, nrb = (rows + 15) / 16, sb = row_bytes / nb;  // GGUF bytes per block
   auto buf = aligned_bytes(p->bytes());  // zeroed: padding rows get code 0 and scale 0
   uint8_t* out = buf.get();
   parallel_for(nrb, 16, [&](int64_t rb0, int64_t rb1) {
@@ -83,7 +80,6 @@ void qblk_row_f32(const QBlkPack& p, int64_t r, float* out) {
   const int t = p.ggml_type;
   const int64_t nb = p.cols / 32, lr = r % 16;
   const uint8_t* base = p.data.get() + (r / 16) * nb * p.block_bytes;
-  const int off = t == kQ8_0 ? 128 : t == kQ5_0 ? 16 : 8;
   for (int64_t b = 0; b < nb; ++b) {
     uint16_t h;
     std::memcpy(&h, base + p.scale_off(b, nb) + 2 * lr, 2);
@@ -102,7 +98,7 @@ void qblk_row_f32(const QBlkPack& p, int64_t r, float* out) {
           c |= static_cast<int>((m >> (4 * lr + jj % 4)) & 1) << 4;
         }
       }
-      out[b * 32 + j] = d * static_cast<float>(c - off);
+      out[b * 32 + j] = d * static_cast<float>(c - p.offset);
     }
   }
 }
