@@ -201,6 +201,14 @@ void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_
   kv_decode_range(S, row, extra, key ? L.kls : L.vls, off, hd, out);
 }
 
+void PagedKvCache::key_row(int layer, int seq, const Entry& e, int64_t off, float* out) const {
+  head_row(layer, seq, e, true, off, out);
+  if (spec_.pre_rope) {
+    if (spec_.rotate) fwht_normalized(out, head_dim_);
+    rope_->apply(out, 1, e.pos);
+  }
+}
+
 void PagedKvCache::attend(int layer, int seq, int64_t n_pos, int64_t kvh, const float* q, int n_group, float* out,
                           float* scratch) const {
   const LayerState& st = seqs_[seq].layers[layer];
@@ -220,11 +228,7 @@ void PagedKvCache::attend(int layer, int seq, int64_t n_pos, int64_t kvh, const 
   if (spec_.pre_rope && !rope_) fail("model", "KV cache with pre-RoPE keys has no RoPE bound (bind_rope)");
   for (int64_t p = 0; p < n; ++p) {
     const Entry& e = st.entries[p];
-    head_row(layer, seq, e, true, off, tile.data());
-    if (spec_.pre_rope) {
-      if (spec_.rotate) fwht_normalized(tile.data(), hd);
-      rope_->apply(tile.data(), 1, e.pos);
-    }
+    key_row(layer, seq, e, off, tile.data());
     for (int g = 0; g < n_group; ++g) scratch[g * n + p] = dot_f32(qq + g * hd, tile.data(), hd);
   }
   for (int g = 0; g < n_group; ++g) {
@@ -276,12 +280,7 @@ void PagedKvCache::attend_tiled(int layer, int seq, const int64_t* qpos, int64_t
       const int64_t hd = kv->head_dim_;
       for (int64_t j = j0; j < j1; ++j) {
         const Entry& e = st->entries[j];
-        float* kr = k + (j - j0) * hd;
-        kv->head_row(layer, seq, e, true, off, kr);
-        if (kv->spec_.pre_rope) {
-          if (kv->spec_.rotate) fwht_normalized(kr, hd);
-          kv->rope_->apply(kr, 1, e.pos);
-        }
+        kv->key_row(layer, seq, e, off, k + (j - j0) * hd);
         kv->head_row(layer, seq, e, false, off, v + (j - j0) * hd);
         pos[j - j0] = e.pos;
       }

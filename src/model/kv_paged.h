@@ -123,6 +123,9 @@ class PagedKvCache {
   uint16_t* staged_v(int seq, int layer, int32_t j) const;
   // Head row of entry e into out[head_dim] in the stored domain (fast path for attention).
   void head_row(int layer, int seq, const Entry& e, bool key, int64_t off, float* out) const;
+  // Key head row in the domain attention scores against: head_row, and for pre-RoPE keys un-rotated (rotation)
+  // and RoPE'd at the entry's position (attend and attend_tiled).
+  void key_row(int layer, int seq, const Entry& e, int64_t off, float* out) const;
   void head_row_ref(int layer, int seq, const Entry& e, bool key, int64_t off, int64_t n, float* out) const;
 
   ModelConfig c_;

@@ -106,13 +106,12 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
   // repacked copy otherwise. Once a GGUF tensor is repacked its pages in the file mapping are dropped, so the
   // stored and the repacked copy are not both resident (embedding lookups fault single rows back in).
   ModelWeights& W = m->weights;
-  const bool tied = W.lm_head.data == W.tok_embed.data && W.lm_head.q == W.tok_embed.q;
   for (auto& [name, w] : W.named_matrices()) {
     if (w == &W.tok_embed) continue;
     prepare_weight(*w);
     if (gguf_file && weight_is_repacked(*w)) gguf_file->release_pages(w->data, w->row_bytes() * w->rows);
   }
-  if (tied && !W.tok_embed.plan) W.tok_embed.plan = W.lm_head.plan;
+  if (W.tied() && !W.tok_embed.plan) W.tok_embed.plan = W.lm_head.plan;
   else prepare_weight(W.tok_embed, false);
   m->load_seconds = timer.seconds();
   return m;

@@ -38,9 +38,7 @@ std::vector<std::pair<std::string, WeightMatrix*>> ModelWeights::named_matrices(
 
 size_t ModelWeights::weight_bytes() const {
   size_t b = tok_embed.nbytes();
-  // Tied: the same storage (dense data pointer, or the same QuantizedMatrix).
-  const bool tied = lm_head.data == tok_embed.data && lm_head.q == tok_embed.q;
-  if (!tied) b += lm_head.nbytes();
+  if (!tied()) b += lm_head.nbytes();
   auto vec = [](const std::vector<float>& v) { return v.size() * sizeof(float); };
   b += vec(final_norm);
   for (auto& L : layers) {

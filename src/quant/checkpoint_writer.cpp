@@ -276,8 +276,7 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
     ModelWeights& W =
         const_cast<ModelWeights&>(m.weights);  // named_matrices() is non-const; nothing is modified
     auto named = W.named_matrices();
-    const bool tied =
-        m.weights.lm_head.data == m.weights.tok_embed.data && m.weights.lm_head.q == m.weights.tok_embed.q;
+    const bool tied = m.weights.tied();
     std::vector<std::pair<std::string, const WeightMatrix*>> mats;
     for (auto& [n, w] : named)
       if (!(n == "lm_head" && tied)) mats.push_back({n, w});

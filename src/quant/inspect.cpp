@@ -49,8 +49,7 @@ json inspect_checkpoint(const std::string& path) {
     for (auto& t : manifest["tensors"]) man_t[t.value("name", "")] = t;
   json tensors = json::array(), unq = json::array();
   double qbits = 0, qn = 0, abits = 0, an = 0;
-  const bool tied =
-      m->weights.lm_head.data == m->weights.tok_embed.data && m->weights.lm_head.q == m->weights.tok_embed.q;
+  const bool tied = m->weights.tied();
   for (auto& [name, w] : m->weights.named_matrices()) {
     const double n = static_cast<double>(w->rows * w->cols);
     json t = {{"name", name}, {"hf_name", hf_module_name(name)}, {"shape", {w->rows, w->cols}}};

@@ -508,8 +508,7 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
       prog.update(l + 1, detail);
     }
     // Embedding and classifier: RTN (no calibration statistics are collected for them).
-    const bool tied_storage =
-        m.weights.lm_head.data == m.weights.tok_embed.data && m.weights.lm_head.q == m.weights.tok_embed.q;
+    const bool tied_storage = m.weights.tied();
     std::shared_ptr<WeightMatrix> embed_done;
     for (const char* name : {"tok_embed", "lm_head"}) {
       const TensorPlan& p = *cx.plan.at(name);
@@ -536,8 +535,7 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
     WeightKind k = mode == DenseMode::F32   ? WeightKind::F32
                    : mode == DenseMode::F16 ? WeightKind::F16
                                             : WeightKind::BF16;
-    const bool tied =
-        m.weights.lm_head.data == m.weights.tok_embed.data && m.weights.lm_head.q == m.weights.tok_embed.q;
+    const bool tied = m.weights.tied();
     for (auto& p : plans) {
       WeightMatrix* wm = mats.at(p.name);
       if (p.quantize || wm->kind == k || wm->kind == WeightKind::Quant) continue;
@@ -554,8 +552,7 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
       tr.bytes = static_cast<int64_t>(wm->nbytes());
     }
   }
-  rep.tied_embeddings =
-      m.weights.lm_head.data == m.weights.tok_embed.data && m.weights.lm_head.q == m.weights.tok_embed.q;
+  rep.tied_embeddings = m.weights.tied();
   rep.seconds = timer.seconds();
   rep.peak_rss_bytes = peak_rss_bytes();
   return rep;
