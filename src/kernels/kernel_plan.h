@@ -123,6 +123,7 @@ void widen_f16_avx2(const uint16_t* h, float* out, int64_t n);
 void widen_f16_avx512(const uint16_t* h, float* out, int64_t n);
 void widen_bf16_generic(const uint16_t* h, float* out, int64_t n);
 void widen_bf16_avx512(const uint16_t* h, float* out, int64_t n);
+void widen_fp8_avx512(const uint8_t* codes, bool e4m3, float scale, float* out, int64_t n);
 void axpy_f32_generic(float a, const float* x, float* y, int64_t n);
 void axpy_f32_avx2(float a, const float* x, float* y, int64_t n);
 void axpy_f32_avx512(float a, const float* x, float* y, int64_t n);

@@ -423,6 +423,12 @@ void widen_bf16(const uint16_t* h, float* out, int64_t n) {
   kern::widen_bf16_generic(h, out, n);
 }
 
+void widen_fp8(const uint8_t* codes, bool e4m3, float scale, float* out, int64_t n) {
+  if (kernel_isa() == Isa::Avx512) return kern::widen_fp8_avx512(codes, e4m3, scale, out, n);
+  const FormatInfo& f = format_info(e4m3 ? FormatId::E4M3FN : FormatId::E5M2);
+  for (int64_t i = 0; i < n; ++i) out[i] = f.decode(codes[i]) * scale;
+}
+
 void axpy_f32(float a, const float* x, float* y, int64_t n) {
   switch (kernel_isa()) {
     case Isa::Avx512: return kern::axpy_f32_avx512(a, x, y, n);

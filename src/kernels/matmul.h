@@ -47,6 +47,9 @@ float dot_f32(const float* a, const float* b, int64_t n);
 // out[n] = F16 / BF16 values h[n] widened to float (bit-exact; F16C / AVX-512 where available).
 void widen_f16(const uint16_t* h, float* out, int64_t n);
 void widen_bf16(const uint16_t* h, float* out, int64_t n);
+// out[i] = value(codes[i]) * scale for FP8 E4M3FN (e4m3) or E5M2 codes, equal to the formats library's decode times
+// scale (NaN codes give a NaN).
+void widen_fp8(const uint8_t* codes, bool e4m3, float scale, float* out, int64_t n);
 // y[n] += a * x[n] with the current ISA tier (attention's value accumulation).
 void axpy_f32(float a, const float* x, float* y, int64_t n);
 

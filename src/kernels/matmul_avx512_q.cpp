@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "kernels/kernel_plan.h"
 
@@ -34,25 +35,44 @@ inline void nib32(const uint8_t* p, int64_t nbytes, __m512 lut, __m512& w0, __m5
   w1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi)), lut);
 }
 
+// 16 FP8 codes -> their IEEE halves. E5M2 is the top byte of a half. E4M3FN: t = code << 7 puts the magnitude in
+// the half's bits 7..13 and the sign in bit 14; adding bit 14 to itself carries it into bit 15 (3 operations
+// instead of and/shift/and/shift/or); the half is then the value times 2^-8 (exact, subnormals included) and its
+// NaN codes (0x7F / 0xFF) come out as finite numbers (callers that can meet them mask them).
+inline __m512 fp8x16(__m128i b, bool e4m3) {
+  const __m256i h = _mm256_cvtepu8_epi16(b);
+  if (!e4m3) return _mm512_cvtph_ps(_mm256_slli_epi16(h, 8));
+  const __m256i t = _mm256_slli_epi16(h, 7);
+  return _mm512_cvtph_ps(_mm256_add_epi16(t, _mm256_and_si256(t, _mm256_set1_epi16(0x4000))));
+}
+
 // 16 code bytes (n valid) -> 16 floats in element units (E4M3: times 2^-8, see byte_scale).
 inline __m512 byte16(const uint8_t* p, int64_t n, ByteDec dec) {
   const __m128i b = n >= 16 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)) : _mm_maskz_loadu_epi8(mask16(n), p);
   switch (dec) {
     case ByteDec::Int8Sym: return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_xor_si128(b, _mm_set1_epi8(-128))));
     case ByteDec::Int8Asym: return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
-    case ByteDec::E4M3: {
-      // t = code << 7 puts the magnitude in the half's bits 7..13 and the sign in bit 14; adding bit 14 to itself
-      // carries it into bit 15 (3 operations instead of and/shift/and/shift/or).
-      const __m256i t = _mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 7);
-      return _mm512_cvtph_ps(_mm256_add_epi16(t, _mm256_and_si256(t, _mm256_set1_epi16(0x4000))));
-    }
-    case ByteDec::E5M2: return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8));
+    case ByteDec::E4M3: return fp8x16(b, true);
+    case ByteDec::E5M2: return fp8x16(b, false);
   }
   return _mm512_setzero_ps();
 }
 inline float byte_scale(ByteDec dec, float s) { return dec == ByteDec::E4M3 ? s * 256.0f : s; }
 
 }  // namespace
+
+void widen_fp8_avx512(const uint8_t* codes, bool e4m3, float scale, float* out, int64_t n) {
+  const __m512 vs = _mm512_set1_ps(e4m3 ? scale * 256.0f : scale);  // E4M3 halves are the value times 2^-8
+  const __m512 nan = _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN());
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = mask16(n - i);
+    const __m128i b = _mm_maskz_loadu_epi8(m, codes + i);
+    __m512 v = _mm512_mul_ps(fp8x16(b, e4m3), vs);
+    if (e4m3) v = _mm512_mask_mov_ps(v, _mm_cmpeq_epi8_mask(_mm_and_si128(b, _mm_set1_epi8(0x7F)),
+                                                            _mm_set1_epi8(0x7F)), nan);
+    _mm512_mask_storeu_ps(out + i, m, v);
+  }
+}
 
 float nib_dot_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                      const float* lut16, const float* x) {

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "core/cpu.h"
@@ -44,31 +43,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void int8_row_avx512(const 
   for (int64_t i = 0; i < n; i += 16) {
     __m512i x = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
     _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_cvtepi32_ps(x), vs));
-  }
-}
-
-// FP8 rows (16 codes at a time): E5M2 is the top byte of an IEEE half; E4M3FN's bits shifted into a half give
-// the value times 2^-8 (exact, subnormals included), undone in the scale; its NaN codes (0x7F / 0xFF) are set
-// explicitly (as NaN; the encoders never write them). Otherwise equal bit for bit to lut[code] * s.
-__attribute__((target("avx512f,avx512bw,avx512vl,f16c"))) void fp8_row_avx512(const uint8_t* src, bool e4m3,
-                                                                              int64_t n, float s, float* out) {
-  const __m512 vs = _mm512_set1_ps(e4m3 ? s * 256.0f : s);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    const __m256i h = _mm256_cvtepu8_epi16(b);
-    __m256i f;
-    if (e4m3) {
-      const __m256i t = _mm256_slli_epi16(h, 7);  // magnitude to bits 7..13, sign to bit 14, carried into 15
-      f = _mm256_add_epi16(t, _mm256_and_si256(t, _mm256_set1_epi16(0x4000)));
-    } else {
-      f = _mm256_slli_epi16(h, 8);
-    }
-    __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(f), vs);
-    if (e4m3) {
-      const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_and_si128(b, _mm_set1_epi8(0x7F)), _mm_set1_epi8(0x7F));
-      v = _mm512_mask_mov_ps(v, nan, _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
-    }
-    _mm512_storeu_ps(out + i, v);
   }
 }
 
@@ -176,13 +150,10 @@ void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_
       break;
     case KvFormat::E4M3:
     case KvFormat::E5M2: {
-      const float* lut = kv_fp8_lut(S.format == KvFormat::E4M3);
       const int64_t h = off / hd;
       const float s = S.fp8_scale == KvScaleMode::Token ? f16_to_f32(ld16(row + S.kv_dim + 2 * h))
                                                         : (key ? st_.kls : st_.vls).s[h];
-      if (simd) return fp8_row_avx512(row + off, S.format == KvFormat::E4M3, hd, s, out);
-      for (int64_t i = 0; i < hd; ++i) out[i] = lut[row[off + i]] * s;
-      return;
+      return widen_fp8(row + off, S.format == KvFormat::E4M3, s, out, hd);  // kernels: SIMD tier by kernel_isa()
     }
     case KvFormat::FP4: {
       const float* lut = kv_fp4_lut();

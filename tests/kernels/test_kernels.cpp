@@ -296,6 +296,21 @@ TEST(AttentionRowHelpers, MatchScalarOnEveryIsa) {
         ASSERT_EQ(std::memcmp(&b[i], &rb, 4), 0) << isa_name(isa) << " bf16 0x" << std::hex << i;
       }
     }
+    // FP8 rows: every E4M3FN / E5M2 code, scaled, equal to the formats library's decode times the scale (NaN codes
+    // NaN); lengths that leave a tail.
+    std::vector<uint8_t> codes(256);
+    for (int i = 0; i < 256; ++i) codes[i] = static_cast<uint8_t>(i);
+    for (bool e4m3 : {true, false})
+      for (int64_t n : {int64_t(256), int64_t(253), int64_t(9)}) {
+        const FormatInfo& fi = format_info(e4m3 ? FormatId::E4M3FN : FormatId::E5M2);
+        std::vector<float> out(static_cast<size_t>(n));
+        widen_fp8(codes.data(), e4m3, 0.37f, out.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          const float want = fi.decode(static_cast<uint32_t>(i)) * 0.37f;
+          if (std::isnan(want)) ASSERT_TRUE(std::isnan(out[i])) << isa_name(isa) << " code " << i;
+          else ASSERT_EQ(std::memcmp(&out[i], &want, 4), 0) << isa_name(isa) << (e4m3 ? " e4m3 " : " e5m2 ") << i;
+        }
+      }
     for (int64_t n : {1, 15, 16, 17, 64, 100}) {
       std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n)), ref;
       for (int64_t i = 0; i < n; ++i) x[i] = 0.25f * i - 3, y[i] = 1.0f / (i + 1);
