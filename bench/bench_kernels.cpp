@@ -33,6 +33,15 @@ WeightMatrix random_ggml(const std::string& fmt, const std::vector<int>& f16_off
   return make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
 }
 
+// Seeded N(0, 0.02) weights (speed does not depend on the values).
+std::vector<float> gaussian_weights(int64_t rows, int64_t cols) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (auto& v : w) v = nd(rng);
+  return w;
+}
+
 // A GGUF tensor as load_model serves it: "gguf:q4_0" (zero-copy rows + the load-time 16-row pack where one
 // exists) or "rows:q4_0" (the stored rows only, the kernel weights without a pack use).
 WeightMatrix gguf_weight(const std::string& fmt, int64_t rows, int64_t cols) {
@@ -44,10 +53,7 @@ WeightMatrix gguf_weight(const std::string& fmt, int64_t rows, int64_t cols) {
     return m;
   }
   const FormatInfo& fi = format_by_name(type);
-  std::mt19937 rng(1);
-  std::normal_distribution<float> nd(0.0f, 0.02f);
-  std::vector<float> w(static_cast<size_t>(rows * cols));
-  for (auto& v : w) v = nd(rng);
+  const std::vector<float> w = gaussian_weights(rows, cols);
   auto q = std::make_shared<QuantizedMatrix>(quantize_matrix(w.data(), rows, cols, default_scheme(fi.id)));
   WeightMatrix m = make_ggml_weight(q, q->codes.data(), fi.ggml_type, rows, cols);
   prepare_weight(m, pack);
@@ -58,10 +64,7 @@ WeightMatrix make(const std::string& fmt, const std::string& act, int64_t rows, 
   if (fmt.rfind("gguf:", 0) == 0 || fmt.rfind("rows:", 0) == 0) return gguf_weight(fmt, rows, cols);
   if (fmt == "q5_k") return random_ggml(fmt, {0, 2}, rows, cols);
   if (fmt == "q6_k") return random_ggml(fmt, {208}, rows, cols);
-  std::mt19937 rng(1);
-  std::normal_distribution<float> nd(0.0f, 0.02f);
-  std::vector<float> w(static_cast<size_t>(rows * cols));
-  for (auto& v : w) v = nd(rng);
+  const std::vector<float> w = gaussian_weights(rows, cols);
   WeightMatrix m;
   if (fmt == "f32") m = make_f32_weight(w.data(), rows, cols);
   else if (fmt == "bf16") m = make_half_weight(w.data(), rows, cols, WeightKind::BF16);
