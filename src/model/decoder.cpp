@@ -50,12 +50,12 @@ void check_finite(const float* x, int64_t T, int64_t n, const std::vector<BatchE
 }  // namespace
 
 namespace {
-// A unit of attention work for one kv head: m >= 2 entries of one sequence with increasing positions
-// (a prefill block, tiled attention) or a single entry (per-token attend, e.g. decode); idx: their batch
-// indices.
+// A unit of attention work for one kv head: m entries of one sequence (idx: their batch indices), through the
+// tiled kernel (a prefill block, or one decode entry of a long sequence) or per-token attend (m = 1).
 struct AttnJob {
   const int64_t* idx;
   int64_t m, h, cost;
+  bool tiled;
 };
 // Query tokens per tiled job: each K/V tile is decoded once for 32 x group rows.
 constexpr int64_t kQueryBlock = 32;
@@ -100,10 +100,11 @@ void Decoder::run_attention(int layer, const std::vector<BatchEntry>& batch, con
   std::vector<AttnJob> jobs;
   int64_t work = 0;
   for (const auto& ix : by_seq) {
-    const int64_t n = static_cast<int64_t>(ix.size()), step = tiled(ix) ? qb : 1;
+    const bool tl = tiled(ix);
+    const int64_t n = static_cast<int64_t>(ix.size()), step = tl ? qb : 1;
     for (int64_t b = 0; b < n; b += step) {
       const int64_t m = std::min(step, n - b), cost = m * (pos[ix[b + m - 1]] + 1);
-      for (int64_t h = 0; h < H; ++h) jobs.push_back({ix.data() + b, m, h, cost});
+      for (int64_t h = 0; h < H; ++h) jobs.push_back({ix.data() + b, m, h, cost, tl});
       work += cost * H * G;
     }
   }
@@ -113,7 +114,7 @@ void Decoder::run_attention(int layer, const std::vector<BatchEntry>& batch, con
   auto run = [&](const AttnJob& j) {
     const int64_t t0 = j.idx[0], ho = j.h * G;
     const int seq = batch[t0].seq;
-    if (j.m == 1 && !tiled(by_seq[seq])) {
+    if (!j.tiled) {
       thread_local std::vector<float> scratch;
       if (scratch.size() < static_cast<size_t>(group * max_pos))
         scratch.resize(static_cast<size_t>(group * max_pos));
