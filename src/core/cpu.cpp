@@ -41,6 +41,7 @@ CpuFeatures detect() {
     f.avx512bw = f.avx512f && (b & (1u << 30));
     f.avx512vl = f.avx512f && (b & (1u << 31));
     f.avx512vnni = f.avx512f && (c & (1u << 11));
+    f.avx512vbmi = f.avx512f && (c & (1u << 1));
     f.avx512fp16 = f.avx512f && (d & (1u << 23));
     f.amx_bf16 = amx_os && (d & (1u << 22));
     f.amx_tile = amx_os && (d & (1u << 24));
@@ -72,6 +73,7 @@ CpuFeatures apply_mask(CpuFeatures f) {
   auto drop_512 = [&] {
     drop_amx();
     f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512vnni = f.avx512bf16 = f.avx512fp16 = false;
+    f.avx512vbmi = false;
   };
   if (s == "generic") {
     drop_512();
@@ -79,6 +81,9 @@ CpuFeatures apply_mask(CpuFeatures f) {
   } else if (s == "avx2") {
     drop_512();
   } else if (s == "avx512") {
+    drop_amx();
+    f.avx512bf16 = f.avx512vbmi = f.avx512fp16 = false;  // the plain AVX-512 tier (dispatch.h)
+  } else if (s == "avx512bf16") {
     drop_amx();
   }
   return f;
@@ -102,6 +107,7 @@ std::string CpuFeatures::summary() const {
   add(avx512vnni, "avx512vnni");
   add(avx512bf16, "avx512bf16");
   add(avx512fp16, "avx512fp16");
+  add(avx512vbmi, "avx512vbmi");
   add(avxvnni, "avxvnni");
   add(amx_tile, "amx_tile");
   add(amx_int8, "amx_int8");

@@ -7,7 +7,7 @@ namespace lowbit {
 struct CpuFeatures {
   bool sse42 = false, avx = false, avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
-  bool avx512vnni = false, avx512bf16 = false, avx512fp16 = false, avxvnni = false;
+  bool avx512vnni = false, avx512bf16 = false, avx512fp16 = false, avx512vbmi = false, avxvnni = false;
   bool amx_tile = false, amx_int8 = false, amx_bf16 = false;
   std::string model_name;  // e.g. "Intel(R) Xeon(R) Platinum 8480+"
   int logical_cores = 1;
@@ -16,7 +16,7 @@ struct CpuFeatures {
   std::string summary() const;
 };
 
-// Detected once, cached. Honors LOWBIT_ISA (generic|avx2|avx512|amx) to mask features for testing.
+// Detected once, cached. Honors LOWBIT_ISA (generic|avx2|avx512|avx512bf16|amx) to mask features for testing.
 const CpuFeatures& cpu_features();
 // Unmasked hardware features (ignores LOWBIT_ISA).
 const CpuFeatures& cpu_features_hw();

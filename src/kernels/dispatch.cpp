@@ -10,7 +10,8 @@ namespace lowbit {
 namespace {
 Isa detect() {
   const CpuFeatures& f = cpu_features();
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.fma && f.f16c) return Isa::Avx512;
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.fma && f.f16c)
+    return f.avx512bf16 && f.avx512vbmi ? Isa::Avx512Bf16 : Isa::Avx512;
   if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
   return Isa::Generic;
 }
@@ -25,6 +26,7 @@ const char* isa_name(Isa isa) {
     case Isa::Generic: return "generic";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Avx512Bf16: return "avx512bf16";
   }
   return "?";
 }
@@ -33,7 +35,8 @@ Isa isa_from_string(std::string_view s) {
   if (s == "generic") return Isa::Generic;
   if (s == "avx2") return Isa::Avx2;
   if (s == "avx512") return Isa::Avx512;
-  throw UsageError("kernels", "unknown ISA '" + std::string(s) + "'; use generic, avx2 or avx512");
+  if (s == "avx512bf16") return Isa::Avx512Bf16;
+  throw UsageError("kernels", "unknown ISA '" + std::string(s) + "'; use generic, avx2, avx512 or avx512bf16");
 }
 
 Isa best_isa() {

@@ -2,6 +2,9 @@
 // LOWBIT_ISA=generic|avx2|avx512 mask), and can be lowered at run time (tests, benchmarks) with set_kernel_isa.
 //   Generic: portable C++ (no intrinsics)         Avx2: AVX2 + FMA + F16C float dot products
 //   Avx512:  AVX-512 F/BW/VL/DQ + VNNI: fused dequantize-and-multiply kernels, VNNI integer products
+//   Avx512Bf16: Avx512 + AVX512_BF16 + AVX512_VBMI: as Avx512, and the 4-bit weight-only decode kernel takes
+//            BF16 activations (vpmultishiftqb + vpermw decode, vdpbf16ps products; matmul_avx512bf16_nib.cpp)
+// Tiers are ordered: a higher tier runs every kernel of the lower ones.
 // There is no AMX path: the development machine (AMD EPYC) has none, so it could not be tested (docs/kernels.md).
 #pragma once
 #include <cstdint>
@@ -10,9 +13,9 @@
 
 namespace lowbit {
 
-enum class Isa : uint8_t { Generic, Avx2, Avx512 };
+enum class Isa : uint8_t { Generic, Avx2, Avx512, Avx512Bf16 };
 
-const char* isa_name(Isa isa);                // "generic", "avx2", "avx512"
+const char* isa_name(Isa isa);                // "generic", "avx2", "avx512", "avx512bf16"
 Isa isa_from_string(std::string_view s);      // UsageError for unknown names
 Isa best_isa();                               // the best tier this CPU (masked by LOWBIT_ISA) supports
 Isa kernel_isa();                             // the tier matmul() uses now (default best_isa())

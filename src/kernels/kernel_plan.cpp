@@ -102,7 +102,7 @@ std::shared_ptr<const KernelPlan> build_kernel_plan(const WeightMatrix& w, bool 
   if (w.kind == WeightKind::Quant) return plan_for_quant(*w.q);
   auto p = std::make_shared<KernelPlan>(kernel_plan(w));
   // The pack is only read by the AVX-512 kernels: not built on CPUs (or LOWBIT_ISA masks) without them.
-  if (repack && w.kind == WeightKind::Ggml && best_isa() == Isa::Avx512 && qblk_supported(w.ggml_type, w.cols)) {
+  if (repack && w.kind == WeightKind::Ggml && best_isa() >= Isa::Avx512 && qblk_supported(w.ggml_type, w.cols)) {
     p->qblk = build_qblk_pack(w.ggml_type, w.data, static_cast<int64_t>(w.row_bytes()), w.rows, w.cols);
     p->kernel = "q8vnni16";
   }

@@ -151,6 +151,25 @@ void nib_gemv_avx512(int nr, const uint8_t* const* rows, const float* const* s, 
                      int64_t group, const float* lut16, int T, const NibX* x, float* y, int64_t ystride);
 void nib_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                     const float* lut16, float* out);
+// The same GEMV with BF16 activations on the Avx512Bf16 tier (matmul_avx512bf16_nib.cpp, where the layout is
+// described): xb [nib_padded(cols)] the token's activations rounded to BF16 in the kernel's pair layout, gsum as
+// in NibX but summing the BF16 values.
+struct Nib16X {
+  const uint16_t* xb = nullptr;
+  const float* gsum = nullptr;
+};
+// The 16-entry value table as BF16, twice (32 entries, the vpermw table), split into hi + lo when a value is not
+// exact in BF16 (NF4); has_lo is then true.
+struct Nib16Lut {
+  alignas(64) uint16_t hi[32];
+  alignas(64) uint16_t lo[32];
+  bool has_lo = false;
+};
+void nib16_make_lut(const float* lut16, Nib16Lut& out);
+void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, float* gsum);
+void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                           int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Nib16X* x, float* y,
+                           int64_t ystride);
 void byte_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                      ByteDec dec, float* out);
 

@@ -125,7 +125,7 @@ namespace {
 enum class Path : uint8_t { Dense512, Vnni512, GgmlQ8_512, Nib512, Byte512, Deq };
 
 Path choose(const WeightMatrix& w, const KernelPlan& p, Isa isa) {
-  if (isa != Isa::Avx512) return Path::Deq;
+  if (isa < Isa::Avx512) return Path::Deq;
   if (w.act_format == FormatId::INT8 && p.int_codes && p.vnni_ok) return Path::Vnni512;
   switch (p.route) {
     case Route::Dense: return Path::Dense512;
@@ -143,7 +143,8 @@ inline const uint8_t* row_ptr(const WeightMatrix& w, int64_t r) {
 
 float dot_isa(Isa isa, const float* a, const float* b, int64_t n) {
   switch (isa) {
-    case Isa::Avx512: return kern::dot_f32_avx512(a, b, n);
+    case Isa::Avx512:
+    case Isa::Avx512Bf16: return kern::dot_f32_avx512(a, b, n);
     case Isa::Avx2: return kern::dot_f32_avx2(a, b, n);
     case Isa::Generic: break;
   }
@@ -178,7 +179,7 @@ void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
   const int64_t rows = w.rows, cols = w.cols;
   const double work = static_cast<double>(w.nbytes()) * static_cast<double>(T);
   const bool direct = w.kind == WeightKind::F32;
-  if (isa == Isa::Avx512 && T >= kPrefillTokens) {
+  if (isa >= Isa::Avx512 && T >= kPrefillTokens) {
     for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
       float* buf = tls_floats(static_cast<size_t>(kRowBlock * cols)).data();
       for (int64_t r = r0; r < r1; ++r) {
@@ -211,7 +212,38 @@ int64_t asym_groups(const KernelPlan& p, int64_t cols) { return p.zeros.empty() 
 
 // Decode on the nib route: activations permuted once per token into the kernel's lane layout, then row tiles
 // that share the activation loads (and, for T > 1, the code decode).
+// The same with BF16 activations on the Avx512Bf16 tier (matmul_avx512bf16_nib.cpp).
+void run_nib16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  const int64_t rows = w.rows, cols = w.cols, pad = kern::nib_padded(cols);
+  const int64_t ng = asym_groups(p, cols);
+  thread_local std::vector<uint16_t> xb;
+  thread_local std::vector<float> gs;
+  xb.resize(static_cast<size_t>(T * pad));
+  gs.resize(static_cast<size_t>(T * ng));
+  std::vector<kern::Nib16X> xr(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    float* gsum = ng ? gs.data() + t * ng : nullptr;
+    xr[t] = {xb.data() + t * pad, gsum};
+    kern::nib16_layout(x + t * cols, cols, p.group, xb.data() + t * pad, gsum);
+  }
+  kern::Nib16Lut lut;
+  kern::nib16_make_lut(p.lut.data(), lut);
+  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
+    const uint8_t* rp[kRowBlock];
+    const float* sp[kRowBlock];
+    const float* zp[kRowBlock];
+    for (int64_t r = r0; r < r1; ++r) {
+      rp[r - r0] = row_ptr(w, r);
+      sp[r - r0] = p.scale_row(r);
+      zp[r - r0] = p.zero_row(r);
+    }
+    kern::nib16_gemv_avx512bf16(static_cast<int>(r1 - r0), rp, sp, zp, cols, p.group, lut, static_cast<int>(T),
+                                xr.data(), y + r0, rows);
+  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+}
+
 void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  if (kernel_isa() >= Isa::Avx512Bf16) return run_nib16_gemv(w, p, x, T, y);
   const int64_t rows = w.rows, cols = w.cols, pad = kern::nib_padded(cols);
   const int64_t ng = asym_groups(p, cols);
   thread_local std::vector<float> xp, gs;
@@ -400,7 +432,9 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
     case Path::Dense512: return name + ".dense.avx512";
     case Path::Vnni512: return name + ".vnni.avx512";
     case Path::GgmlQ8_512: return name + (p.qblk ? ".q8vnni16.avx512" : ".q8vnni.avx512");
-    case Path::Nib512: return name + ".nib.avx512";
+    case Path::Nib512:
+      // Decode (T < kPrefillTokens) on the lane kernel; prefill dequantizes rows into the FP32 tile either way.
+      return name + (matmul_rounds_to_bf16(w, 1) ? ".nib16.avx512bf16" : ".nib.avx512");
     case Path::Byte512: return name + ".byte.avx512";
     case Path::Deq: break;
   }
@@ -411,7 +445,8 @@ float dot_f32(const float* a, const float* b, int64_t n) { return dot_isa(kernel
 
 void widen_f16(const uint16_t* h, float* out, int64_t n) {
   switch (kernel_isa()) {
-    case Isa::Avx512: return kern::widen_f16_avx512(h, out, n);
+    case Isa::Avx512:
+    case Isa::Avx512Bf16: return kern::widen_f16_avx512(h, out, n);
     case Isa::Avx2: return kern::widen_f16_avx2(h, out, n);
     case Isa::Generic: break;
   }
@@ -419,23 +454,30 @@ void widen_f16(const uint16_t* h, float* out, int64_t n) {
 }
 
 void widen_bf16(const uint16_t* h, float* out, int64_t n) {
-  if (kernel_isa() == Isa::Avx512) return kern::widen_bf16_avx512(h, out, n);
+  if (kernel_isa() >= Isa::Avx512) return kern::widen_bf16_avx512(h, out, n);
   kern::widen_bf16_generic(h, out, n);
 }
 
 void widen_fp8(const uint8_t* codes, bool e4m3, float scale, float* out, int64_t n) {
-  if (kernel_isa() == Isa::Avx512) return kern::widen_fp8_avx512(codes, e4m3, scale, out, n);
+  if (kernel_isa() >= Isa::Avx512) return kern::widen_fp8_avx512(codes, e4m3, scale, out, n);
   const FormatInfo& f = format_info(e4m3 ? FormatId::E4M3FN : FormatId::E5M2);
   for (int64_t i = 0; i < n; ++i) out[i] = f.decode(codes[i]) * scale;
 }
 
 void axpy_f32(float a, const float* x, float* y, int64_t n) {
   switch (kernel_isa()) {
-    case Isa::Avx512: return kern::axpy_f32_avx512(a, x, y, n);
+    case Isa::Avx512:
+    case Isa::Avx512Bf16: return kern::axpy_f32_avx512(a, x, y, n);
     case Isa::Avx2: return kern::axpy_f32_avx2(a, x, y, n);
     case Isa::Generic: break;
   }
   kern::axpy_f32_generic(a, x, y, n);
+}
+
+bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
+  const KernelPlan& p = kernel_plan(w);
+  return kernel_isa() >= Isa::Avx512Bf16 && T < kPrefillTokens && choose(w, p, kernel_isa()) == Path::Nib512 &&
+         kern::nib_lanes_ok(p.group, w.cols);
 }
 
 bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {

@@ -230,7 +230,7 @@ void tile_avx512(Buffers& b, int64_t len, int64_t i0, int64_t m, int ng, int64_t
 }  // namespace
 
 void attn_exp(const float* x, float* y, int64_t n) {
-  if (kernel_isa() == Isa::Avx512) return exp_avx512(x, y, n);
+  if (kernel_isa() >= Isa::Avx512) return exp_avx512(x, y, n);
   for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
 }
 
@@ -244,7 +244,7 @@ void attend_tiled_rows(const AttnRows& rows, int64_t n_rows, const int64_t* qpos
   std::fill(b.o.begin(), b.o.begin() + R * hd, 0.0f);
   std::fill(b.mx.begin(), b.mx.begin() + R, kNegInf);
   std::fill(b.l.begin(), b.l.begin() + R, 0.0f);
-  const bool simd = kernel_isa() == Isa::Avx512 && hd % 16 == 0;
+  const bool simd = kernel_isa() >= Isa::Avx512 && hd % 16 == 0;
   for (int64_t j0 = 0; j0 < n_rows; j0 += KT) {
     const int64_t len = std::min(KT, n_rows - j0);
     rows.load(j0, j0 + len, b.k.data(), b.v.data(), b.pos.data());

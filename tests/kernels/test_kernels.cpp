@@ -3,8 +3,9 @@
 //
 // Tolerance (documented in docs/kernels.md): |y - y_ref| <= 2e-5 * sum_i |w_i x_i| + 1e-6 per output, where
 // x is the activation the kernel is specified to see: x itself (weight-only), quantize_activations(x) for the
-// INT8 / FP8 activation routes, and the Q8-block-rounded x for GGUF Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K decode on
-// AVX-512 (matmul_rounds_to_q8).
+// INT8 / FP8 activation routes, the Q8-block-rounded x for GGUF Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K decode on
+// AVX-512 (matmul_rounds_to_q8), and x rounded to BF16 for 4-bit weight-only decode on the avx512bf16 tier
+// (matmul_rounds_to_bf16).
 // The bound is float accumulation-order noise; a wrong code, scale or zero point in any group exceeds it.
 #include <gtest/gtest.h>
 
@@ -105,6 +106,8 @@ TEST_P(MatmulVsReference, WithinTolerance) {
       for (int64_t i = 0; i < cols; ++i) xe[t * cols + i] = static_cast<float>(q[i]) * d[i / 32];
     }
   }
+  if (matmul_rounds_to_bf16(w, T))
+    for (auto& v : xe) v = bf16_to_f32(f32_to_bf16(v));
   WeightMatrix wref = w;
   wref.act_format = FormatId::F32;
   matmul_reference(wref, xe.data(), T, ref.data());
@@ -184,7 +187,7 @@ INSTANTIATE_TEST_SUITE_P(W8A8Tile, MatmulVsReference,
 
 // The fast kernels must actually be selected on AVX-512 (a silent fallback would pass the accuracy tests).
 TEST(KernelNames, FastPathsSelected) {
-  if (best_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
+  if (best_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
   set_kernel_isa(Isa::Avx512);
   auto name = [](const std::string& s, FormatId act = FormatId::F32) {
     WeightMatrix w = make_weight({s, ""}, 8, 256, 1);
@@ -206,6 +209,20 @@ TEST(KernelNames, FastPathsSelected) {
   EXPECT_EQ(name("f32"), "f32.dense.avx512");
   set_kernel_isa(Isa::Generic);
   EXPECT_EQ(name("int4:g128"), "int4:g128:sym:f16.deq.generic");
+  set_kernel_isa(best_isa());
+}
+
+// On CPUs with AVX512_BF16 + VBMI, 4-bit weight-only decode runs the BF16-activation kernel; formats whose group
+// layout the lane kernel cannot serve (g48) keep the row kernel.
+TEST(KernelNames, Bf16NibSelected) {
+  if (best_isa() < Isa::Avx512Bf16) GTEST_SKIP() << "no AVX512_BF16 + VBMI here";
+  set_kernel_isa(Isa::Avx512Bf16);
+  auto name = [](const std::string& s) { return matmul_kernel_name(make_weight({s, ""}, 8, 256, 1)); };
+  EXPECT_EQ(name("int4:g128"), "int4:g128:sym:f16.nib16.avx512bf16");
+  for (const char* s : {"int4:g32:asym", "nf4:g64", "nvfp4", "mxfp4", "e2m1:g32", "int4:channel"})
+    EXPECT_NE(name(s).find(".nib16.avx512bf16"), std::string::npos) << s;
+  EXPECT_NE(name("e4m3:channel").find(".byte.avx512"), std::string::npos);
+  EXPECT_EQ(name("f32"), "f32.dense.avx512");
   set_kernel_isa(best_isa());
 }
 
@@ -280,7 +297,7 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
 TEST(AttentionRowHelpers, MatchScalarOnEveryIsa) {
   std::vector<uint16_t> all(65536);
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
-  for (Isa isa : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+  for (Isa isa : available_isas()) {
     if (static_cast<int>(isa) > static_cast<int>(best_isa())) continue;
     set_kernel_isa(isa);
     for (int64_t n : {int64_t(65536), int64_t(65533), int64_t(7)}) {
