@@ -3,7 +3,7 @@
 //   Generic: portable C++ (no intrinsics)         Avx2: AVX2 + FMA + F16C float dot products
 //   Avx512:  AVX-512 F/BW/VL/DQ + VNNI: fused dequantize-and-multiply kernels, VNNI integer products
 //   Avx512Bf16: Avx512 + AVX512_BF16 + AVX512_VBMI: as Avx512, and the 4-bit weight-only decode kernel takes
-//            BF16 activations (vpmultishiftqb + vpermw decode, vdpbf16ps products; matmul_avx512bf16_nib.cpp)
+//            BF16 activations (vpmultishiftqb + vpermw decode, vdpbf16ps products; matmul_avx512bf16.cpp)
 // Tiers are ordered: a higher tier runs every kernel of the lower ones.
 // There is no AMX path: the development machine (AMD EPYC) has none, so it could not be tested (docs/kernels.md).
 #pragma once

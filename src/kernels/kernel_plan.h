@@ -151,7 +151,7 @@ void nib_gemv_avx512(int nr, const uint8_t* const* rows, const float* const* s, 
                      int64_t group, const float* lut16, int T, const NibX* x, float* y, int64_t ystride);
 void nib_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                     const float* lut16, float* out);
-// The same GEMV with BF16 activations on the Avx512Bf16 tier (matmul_avx512bf16_nib.cpp, where the layout is
+// The same GEMV with BF16 activations on the Avx512Bf16 tier (matmul_avx512bf16.cpp, where the layout is
 // described): xb [nib_padded(cols)] the token's activations rounded to BF16 in the kernel's pair layout, gsum as
 // in NibX but summing the BF16 values.
 struct Nib16X {
@@ -167,6 +167,23 @@ struct Nib16Lut {
 };
 void nib16_make_lut(const float* lut16, Nib16Lut& out);
 void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, float* gsum);
+// 8-bit codes (byte route) with BF16 activations on the same tier: a 256-entry BF16 table as low / high byte
+// planes; xb [ceil(cols/64)*64] in the kernel's layout (matmul_avx512bf16.cpp), gsum as above (asym INT8).
+struct Byte16X {
+  const uint16_t* xb = nullptr;
+  const float* gsum = nullptr;
+};
+struct Byte16Lut {
+  alignas(64) uint8_t lo[256];
+  alignas(64) uint8_t hi[256];
+  bool sign_magnitude = false;  // code 128 + i = -(code i) (FP8): the kernel reads only the first half
+};
+bool byte16_lanes_ok(int64_t group, int64_t cols);  // per-channel, groups of 16 / 32 / k*64
+bool byte16_make_lut(const float* lut256, Byte16Lut& out);  // false when a value is not exact in BF16
+void byte16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, float* gsum);
+void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                            int64_t cols, int64_t group, const Byte16Lut& lut, int T, const Byte16X* x, float* y,
+                            int64_t ystride);
 void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
                            int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Nib16X* x, float* y,
                            int64_t ystride);

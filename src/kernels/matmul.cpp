@@ -212,7 +212,7 @@ int64_t asym_groups(const KernelPlan& p, int64_t cols) { return p.zeros.empty() 
 
 // Decode on the nib route: activations permuted once per token into the kernel's lane layout, then row tiles
 // that share the activation loads (and, for T > 1, the code decode).
-// The same with BF16 activations on the Avx512Bf16 tier (matmul_avx512bf16_nib.cpp).
+// The same with BF16 activations on the Avx512Bf16 tier (matmul_avx512bf16.cpp).
 void run_nib16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols, pad = kern::nib_padded(cols);
   const int64_t ng = asym_groups(p, cols);
@@ -239,6 +239,44 @@ void run_nib16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, 
     }
     kern::nib16_gemv_avx512bf16(static_cast<int>(r1 - r0), rp, sp, zp, cols, p.group, lut, static_cast<int>(T),
                                 xr.data(), y + r0, rows);
+  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+}
+
+// True when the byte route's decode runs the BF16-activation kernel (Avx512Bf16 tier, lane-compatible groups,
+// every code value exact in BF16; lut receives the table).
+bool byte16_ok(const WeightMatrix& w, const KernelPlan& p, kern::Byte16Lut* lut = nullptr) {
+  if (kernel_isa() < Isa::Avx512Bf16 || p.route != Route::Byte || p.lut.size() != 256 ||
+      !kern::byte16_lanes_ok(p.group, w.cols))
+    return false;
+  kern::Byte16Lut tmp;
+  return kern::byte16_make_lut(p.lut.data(), lut ? *lut : tmp);
+}
+
+void run_byte16_gemv(const WeightMatrix& w, const KernelPlan& p, const kern::Byte16Lut& lut, const float* x,
+                     int64_t T, float* y) {
+  const int64_t rows = w.rows, cols = w.cols, pad = (cols + 63) / 64 * 64;
+  const int64_t ng = asym_groups(p, cols);
+  thread_local std::vector<uint16_t> xb;
+  thread_local std::vector<float> gs;
+  xb.resize(static_cast<size_t>(T * pad));
+  gs.resize(static_cast<size_t>(T * ng));
+  std::vector<kern::Byte16X> xr(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    float* gsum = ng ? gs.data() + t * ng : nullptr;
+    xr[t] = {xb.data() + t * pad, gsum};
+    kern::byte16_layout(x + t * cols, cols, p.group, xb.data() + t * pad, gsum);
+  }
+  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
+    const uint8_t* rp[kRowBlock];
+    const float* sp[kRowBlock];
+    const float* zp[kRowBlock];
+    for (int64_t r = r0; r < r1; ++r) {
+      rp[r - r0] = row_ptr(w, r);
+      sp[r - r0] = p.scale_row(r);
+      zp[r - r0] = p.zero_row(r);
+    }
+    kern::byte16_gemv_avx512bf16(static_cast<int>(r1 - r0), rp, sp, zp, cols, p.group, lut, static_cast<int>(T),
+                                 xr.data(), y + r0, rows);
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
@@ -273,6 +311,7 @@ void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x,
 void run_codes512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   if (T >= kPrefillTokens) return run_deq(w, p, Isa::Avx512, x, T, y);
   if (p.route == Route::Nib && kern::nib_lanes_ok(p.group, w.cols)) return run_nib_gemv512(w, p, x, T, y);
+  if (kern::Byte16Lut lut; byte16_ok(w, p, &lut)) return run_byte16_gemv(w, p, lut, x, T, y);
   const int64_t rows = w.rows, cols = w.cols;
   for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < T; ++t)
@@ -435,7 +474,7 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
     case Path::Nib512:
       // Decode (T < kPrefillTokens) on the lane kernel; prefill dequantizes rows into the FP32 tile either way.
       return name + (matmul_rounds_to_bf16(w, 1) ? ".nib16.avx512bf16" : ".nib.avx512");
-    case Path::Byte512: return name + ".byte.avx512";
+    case Path::Byte512: return name + (matmul_rounds_to_bf16(w, 1) ? ".byte16.avx512bf16" : ".byte.avx512");
     case Path::Deq: break;
   }
   return name + (w.kind == WeightKind::F32 ? ".dot." : ".deq.") + isa_name(isa);
@@ -476,8 +515,9 @@ void axpy_f32(float a, const float* x, float* y, int64_t n) {
 
 bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
   const KernelPlan& p = kernel_plan(w);
-  return kernel_isa() >= Isa::Avx512Bf16 && T < kPrefillTokens && choose(w, p, kernel_isa()) == Path::Nib512 &&
-         kern::nib_lanes_ok(p.group, w.cols);
+  if (kernel_isa() < Isa::Avx512Bf16 || T >= kPrefillTokens) return false;
+  const Path path = choose(w, p, kernel_isa());
+  return (path == Path::Nib512 && kern::nib_lanes_ok(p.group, w.cols)) || (path == Path::Byte512 && byte16_ok(w, p));
 }
 
 bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {

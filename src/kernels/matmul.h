@@ -14,9 +14,9 @@
 // prefill too for the Q4_0 / Q5_0 / Q8_0 weights repacked at load: results then differ from matmul_reference by that
 // rounding (see quantize_q8_blocks, matmul_rounds_to_q8 and docs/kernels.md). From T = 4 tokens on, W8A8 and the
 // repacked GGUF weights run integer register tiles, every other format dequantize-row-block + dense F32 tiles.
-// Weight-only 4-bit weights on the nib route (INT4, NF4, FP4, MXFP4, NVFP4) on the Avx512Bf16 tier round the
-// activations to BF16 in decode (T < 4): W4A16 with BF16 activations, products exact, FP32 accumulation
-// (matmul_rounds_to_bf16, docs/kernels.md).
+// Weight-only 4-bit (nib route: INT4, NF4, FP4, MXFP4, NVFP4) and 8-bit (byte route: INT8, FP8) weights on the
+// Avx512Bf16 tier round the activations to BF16 in decode (T < 4): W4A16 / W8A16 with BF16 activations, products
+// exact, FP32 accumulation (matmul_rounds_to_bf16, docs/kernels.md).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -45,7 +45,7 @@ void quantize_q8_blocks(const float* x, int64_t n, int8_t* q, float* d);
 // True when matmul(w, ., T, .) rounds activations to Q8 blocks (the GGUF types above on AVX-512: decode, and
 // prefill for weights repacked at load).
 bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T);
-// True when matmul(w, ., T, .) rounds activations to BF16 (round to nearest even; the nib route's decode on the
+// True when matmul(w, ., T, .) rounds activations to BF16 (round to nearest even; nib / byte route decode on the
 // Avx512Bf16 tier).
 bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T);
 // Dot product of two float vectors with the current ISA tier (used by attention).
