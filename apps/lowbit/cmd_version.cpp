@@ -7,6 +7,7 @@
 #include "core/cpu.h"
 #include "core/parallel.h"
 #include "core/version.h"
+#include "kernels/dispatch.h"
 
 namespace {
 void setup(CLI::App& cmd) {
@@ -20,7 +21,7 @@ void setup(CLI::App& cmd) {
                         {"compiler", compiler_id()},     {"cpu", f.model_name},
                         {"logical_cores", f.logical_cores}, {"threads", num_threads()},
                         {"features", f.summary()},       {"features_enabled", m.summary()},
-                        {"ram_bytes", total_ram_bytes()}};
+                        {"ram_bytes", total_ram_bytes()}, {"kernel_isa", isa_name(best_isa())}};
     if (json) {
       std::cout << j.dump(2) << "\n";
       return;
@@ -30,6 +31,8 @@ void setup(CLI::App& cmd) {
                 total_ram_bytes() / 1073741824.0);
     std::printf("features: %s\n", f.summary().c_str());
     if (m.summary() != f.summary()) std::printf("enabled:  %s (LOWBIT_ISA)\n", m.summary().c_str());
+    std::printf("kernels:  %s tier (kernels/dispatch.h; LOWBIT_ISA=generic|avx2|avx512|avx512bf16 lowers it)\n",
+                isa_name(best_isa()));
     std::printf("threads:  %d (LOWBIT_THREADS or --threads to change)\n", num_threads());
   });
 }

@@ -104,6 +104,7 @@ std::string CpuFeatures::summary() const {
   add(avx512f, "avx512f");
   add(avx512bw, "avx512bw");
   add(avx512vl, "avx512vl");
+  add(avx512dq, "avx512dq");
   add(avx512vnni, "avx512vnni");
   add(avx512bf16, "avx512bf16");
   add(avx512fp16, "avx512fp16");

@@ -1,5 +1,5 @@
 // Kernel ISA selection. The ISA tier is chosen once at start-up from cpu_features() (which honours the
-// LOWBIT_ISA=generic|avx2|avx512 mask), and can be lowered at run time (tests, benchmarks) with set_kernel_isa.
+// LOWBIT_ISA=generic|avx2|avx512|avx512bf16 mask), and can be lowered at run time (tests, benchmarks) with set_kernel_isa.
 //   Generic: portable C++ (no intrinsics)         Avx2: AVX2 + FMA + F16C float dot products
 //   Avx512:  AVX-512 F/BW/VL/DQ + VNNI: fused dequantize-and-multiply kernels, VNNI integer products
 //   Avx512Bf16: Avx512 + AVX512_BF16 + AVX512_VBMI: as Avx512, and the 4-bit weight-only decode kernel takes

@@ -109,3 +109,20 @@ TEST(EvalCli, KvCacheSpecsAndEviction) {
   EXPECT_TRUE(std::isfinite(j["perplexity"]["ppl"].get<double>()));
   EXPECT_EQ(run("eval ppl -m " + kModel + " --text " + kText + " --kv-cache int5").rc, 2);
 }
+
+// `lowbit info` names the kernel tier, and LOWBIT_ISA lowers it (avx512 = FP32 activations in every weight-only
+// kernel, the A/B switch of docs/kernels.md).
+TEST(InfoCli, KernelTierFollowsLowbitIsa) {
+  auto tier = [](const char* isa) {
+    if (isa) setenv("LOWBIT_ISA", isa, 1);
+    const auto r = lowbit::testing_cli::run_cli("info --json");
+    unsetenv("LOWBIT_ISA");
+    EXPECT_EQ(r.rc, 0);
+    return nlohmann::json::parse(r.out).at("kernel_isa").get<std::string>();
+  };
+  const std::string best = tier(nullptr);
+  EXPECT_TRUE(best == "generic" || best == "avx2" || best == "avx512" || best == "avx512bf16") << best;
+  EXPECT_EQ(tier("generic"), "generic");
+  if (best == "avx512bf16") EXPECT_EQ(tier("avx512"), "avx512");
+  if (best == "avx512bf16" || best == "avx512") EXPECT_EQ(tier("avx2"), "avx2");
+}
