@@ -210,24 +210,24 @@ void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
 // Groups per row that need activation group sums (asymmetric weights), else 0.
 int64_t asym_groups(const KernelPlan& p, int64_t cols) { return p.zeros.empty() ? 0 : (cols + p.group - 1) / p.group; }
 
-// Decode on the nib route: activations permuted once per token into the kernel's lane layout, then row tiles
-// that share the activation loads (and, for T > 1, the code decode).
-// The same with BF16 activations on the Avx512Bf16 tier (matmul_avx512bf16.cpp).
-void run_nib16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
-  const int64_t rows = w.rows, cols = w.cols, pad = kern::nib_padded(cols);
+// Decode with BF16 activations on the Avx512Bf16 tier (matmul_avx512bf16.cpp): each token's activations rounded
+// and laid out once (xb [pad] + group sums for asymmetric weights), then gemv(nr, rows, scales, zeros, X*, y) per
+// block of rows. X: kern::Nib16X / kern::Byte16X.
+template <typename X, typename Layout, typename Gemv>
+void run_bf16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y, int64_t pad,
+                   Layout&& layout, Gemv&& gemv) {
+  const int64_t rows = w.rows, cols = w.cols;
   const int64_t ng = asym_groups(p, cols);
   thread_local std::vector<uint16_t> xb;
   thread_local std::vector<float> gs;
   xb.resize(static_cast<size_t>(T * pad));
   gs.resize(static_cast<size_t>(T * ng));
-  std::vector<kern::Nib16X> xr(static_cast<size_t>(T));
+  std::vector<X> xr(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
     float* gsum = ng ? gs.data() + t * ng : nullptr;
     xr[t] = {xb.data() + t * pad, gsum};
-    kern::nib16_layout(x + t * cols, cols, p.group, xb.data() + t * pad, gsum);
+    layout(x + t * cols, cols, p.group, xb.data() + t * pad, gsum);
   }
-  kern::Nib16Lut lut;
-  kern::nib16_make_lut(p.lut.data(), lut);
   for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
     const uint8_t* rp[kRowBlock];
     const float* sp[kRowBlock];
@@ -237,9 +237,19 @@ void run_nib16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, 
       sp[r - r0] = p.scale_row(r);
       zp[r - r0] = p.zero_row(r);
     }
-    kern::nib16_gemv_avx512bf16(static_cast<int>(r1 - r0), rp, sp, zp, cols, p.group, lut, static_cast<int>(T),
-                                xr.data(), y + r0, rows);
+    gemv(static_cast<int>(r1 - r0), rp, sp, zp, xr.data(), y + r0);
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+}
+
+void run_nib16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  kern::Nib16Lut lut;
+  kern::nib16_make_lut(p.lut.data(), lut);
+  run_bf16_gemv<kern::Nib16X>(w, p, x, T, y, kern::nib_padded(w.cols), kern::nib16_layout,
+                              [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
+                                  const kern::Nib16X* xr, float* yb) {
+                                kern::nib16_gemv_avx512bf16(nr, rp, sp, zp, w.cols, p.group, lut, static_cast<int>(T),
+                                                            xr, yb, w.rows);
+                              });
 }
 
 // True when the byte route's decode runs the BF16-activation kernel (Avx512Bf16 tier, lane-compatible groups,
@@ -254,32 +264,16 @@ bool byte16_ok(const WeightMatrix& w, const KernelPlan& p, kern::Byte16Lut* lut 
 
 void run_byte16_gemv(const WeightMatrix& w, const KernelPlan& p, const kern::Byte16Lut& lut, const float* x,
                      int64_t T, float* y) {
-  const int64_t rows = w.rows, cols = w.cols, pad = (cols + 63) / 64 * 64;
-  const int64_t ng = asym_groups(p, cols);
-  thread_local std::vector<uint16_t> xb;
-  thread_local std::vector<float> gs;
-  xb.resize(static_cast<size_t>(T * pad));
-  gs.resize(static_cast<size_t>(T * ng));
-  std::vector<kern::Byte16X> xr(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) {
-    float* gsum = ng ? gs.data() + t * ng : nullptr;
-    xr[t] = {xb.data() + t * pad, gsum};
-    kern::byte16_layout(x + t * cols, cols, p.group, xb.data() + t * pad, gsum);
-  }
-  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
-    const uint8_t* rp[kRowBlock];
-    const float* sp[kRowBlock];
-    const float* zp[kRowBlock];
-    for (int64_t r = r0; r < r1; ++r) {
-      rp[r - r0] = row_ptr(w, r);
-      sp[r - r0] = p.scale_row(r);
-      zp[r - r0] = p.zero_row(r);
-    }
-    kern::byte16_gemv_avx512bf16(static_cast<int>(r1 - r0), rp, sp, zp, cols, p.group, lut, static_cast<int>(T),
-                                 xr.data(), y + r0, rows);
-  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+  run_bf16_gemv<kern::Byte16X>(w, p, x, T, y, (w.cols + 63) / 64 * 64, kern::byte16_layout,
+                               [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
+                                   const kern::Byte16X* xr, float* yb) {
+                                 kern::byte16_gemv_avx512bf16(nr, rp, sp, zp, w.cols, p.group, lut,
+                                                              static_cast<int>(T), xr, yb, w.rows);
+                               });
 }
 
+// Decode on the nib route: activations permuted once per token into the kernel's lane layout, then row tiles
+// that share the activation loads (and, for T > 1, the code decode).
 void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   if (kernel_isa() >= Isa::Avx512Bf16) return run_nib16_gemv(w, p, x, T, y);
   const int64_t rows = w.rows, cols = w.cols, pad = kern::nib_padded(cols);
