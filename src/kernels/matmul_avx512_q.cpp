@@ -18,12 +18,10 @@
 #include <limits>
 
 #include "kernels/kernel_plan.h"
+#include "kernels/lane_avx512.h"
 
 namespace lowbit::kern {
 namespace {
-
-inline __mmask16 mask16(int64_t n) { return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1); }
-inline __mmask64 mask64(int64_t n) { return n >= 64 ? ~__mmask64{0} : ((__mmask64{1} << n) - 1); }
 
 // 16 code bytes (n valid, <= 16) -> 32 floats in element order through the LUT.
 inline void nib32(const uint8_t* p, int64_t nbytes, __m512 lut, __m512& w0, __m512& w1) {
@@ -140,31 +138,10 @@ void nib_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float
 
 namespace {
 
-struct NibGeom {
-  int64_t nch, rbytes, gcols;
-  int64_t gpc;  // groups per chunk (groups < 128), else 0
-  int64_t cpg;  // chunks per group (groups of k*128 or one group per row)
-  __m512i sidx;  // lane -> group within the chunk (groups < 128)
-};
-
-NibGeom nib_geom(int64_t cols, int64_t group) {
-  NibGeom g;
-  g.nch = (cols + 127) / 128;
-  g.rbytes = (cols + 1) / 2;
-  g.gcols = (cols + group - 1) / group;
-  const bool small = group < 128 && group < cols;
-  g.gpc = small ? 128 / group : 0;
-  g.cpg = small ? 0 : (group >= cols ? g.nch : group / 128);
-  alignas(64) int32_t idx[16];
-  for (int l = 0; l < 16; ++l) idx[l] = small ? static_cast<int32_t>(8 * l / group) : 0;
-  g.sidx = _mm512_load_si512(idx);
-  return g;
-}
-
 // R rows x T tokens. Every loop over r / t / p is unrolled so the arrays live in zmm registers (rolled, GCC kept
 // them on the stack). Not inlined: one symbol per tile shape, so spills are easy to check in the object file.
 template <int R, int T>
-__attribute__((noinline)) void nib_tile(const NibGeom& g, const uint8_t* const* rows, const float* const* s,
+__attribute__((noinline)) void nib_tile(const LaneGeom& g, const uint8_t* const* rows, const float* const* s,
                                         const float* const* z, __m512 lut, const NibX* x, float* y, int64_t ystride) {
   constexpr int P = R * T <= 4 ? 2 : 1;  // partial sums per (row, token): enough independent FMA chains
   __m512 acc[R][T];
@@ -172,8 +149,8 @@ __attribute__((noinline)) void nib_tile(const NibGeom& g, const uint8_t* const* 
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-  int64_t gi = 0, cnt = 0;
-  for (int64_t c = 0; c < g.nch; ++c) {
+  GroupWalk gw;
+  for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
     const int64_t left = g.rbytes - 64 * c;
     __m512i code[R];
 #pragma GCC unroll 4
@@ -204,30 +181,17 @@ __attribute__((noinline)) void nib_tile(const NibGeom& g, const uint8_t* const* 
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      const __m512 sv = g.gpc ? _mm512_permutexvar_ps(g.sidx, _mm512_maskz_loadu_ps(mask16(g.gcols - c * g.gpc),
-                                                                                   s[r] + c * g.gpc))
-                              : _mm512_set1_ps(s[r][gi]);
+      const __m512 sv = chunk_cells(g, s[r], c, gw);
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t)
         acc[r][t] = _mm512_fmadd_ps(P == 2 ? _mm512_add_ps(sum[0][r][t], sum[P - 1][r][t]) : sum[0][r][t], sv,
                                     acc[r][t]);
     }
-    if (!g.gpc && ++cnt == g.cpg) {
-      cnt = 0;
-      ++gi;
-    }
   }
   // Asymmetric: subtract sum_g z_g s_g X_g (X_g: the token's sum over group g), a short loop over the groups.
   if (z[0])
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-      for (int64_t j = 0; j < g.gcols; j += 16) {
-        const __mmask16 m = mask16(g.gcols - j);
-        const __m512 zs = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, z[r] + j), _mm512_maskz_loadu_ps(m, s[r] + j));
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t)
-          acc[r][t] = _mm512_fnmadd_ps(zs, _mm512_maskz_loadu_ps(m, x[t].gsum + j), acc[r][t]);
-      }
+    for (int r = 0; r < R; ++r) sub_zero_points<T>(g, s[r], z[r], x, acc[r]);
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
@@ -236,7 +200,7 @@ __attribute__((noinline)) void nib_tile(const NibGeom& g, const uint8_t* const* 
 
 // Rows in tiles of R, then the remainder in tiles of 2 and 1.
 template <int R, int T>
-void nib_rows(const NibGeom& g, int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+void nib_rows(const LaneGeom& g, int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
               __m512 lut, const NibX* x, float* y, int64_t ystride) {
   int i = 0;
   for (; i + R <= nr; i += R) nib_tile<R, T>(g, rows + i, s + i, z + i, lut, x, y + i, ystride);
@@ -273,7 +237,7 @@ void nib_layout(const float* x, int64_t cols, int64_t group, float* xp, float* g
 
 void nib_gemv_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int64_t cols,
                      int64_t group, const float* lut16, int T, const NibX* x, float* y, int64_t ystride) {
-  const NibGeom g = nib_geom(cols, group);
+  const LaneGeom g = nib_lane_geom(cols, group);
   const __m512 lut = _mm512_loadu_ps(lut16);
   switch (T) {
     case 1: return nib_rows<4, 1>(g, nr, rows, s, z, lut, x, y, ystride);
@@ -360,21 +324,16 @@ void qx_layout_avx512(int bits, const int8_t* nat, int64_t cols, int8_t* q, int3
 
 float vnni_dot_avx512(int bits, const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                       const QxRow& x) {
-  const int64_t ch = bits == 4 ? 128 : 64, le = bits == 4 ? 8 : 4;
-  const int64_t nch = qx_chunks(bits, cols), rbytes = bits == 4 ? (cols + 1) / 2 : cols;
-  const int64_t gcols = (cols + group - 1) / group;
-  const bool one = group >= cols, big = !one && group % ch == 0;
-  const int64_t chunks_per_group = big ? group / ch : 1, groups_per_chunk = (!one && !big) ? ch / group : 0;
-  alignas(64) int32_t idx_arr[16];
-  for (int l = 0; l < 16; ++l) idx_arr[l] = groups_per_chunk ? static_cast<int32_t>(l * le / group) : 0;
-  const __m512i idx = _mm512_load_si512(idx_arr);
+  // Chunks of 128 (INT4) / 64 (INT8) codes; lane l covers 8 / 4 consecutive elements (qx_layout).
+  const int64_t le = bits == 4 ? 8 : 4;
+  const LaneGeom g = lane_geom(cols, group, 16 * le, [le](int l) { return l * le; });
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const int zshift = bits == 4 ? 3 : 7;
   __m512 acc = _mm512_setzero_ps();
-  int64_t gi = 0, cnt = 0;
-  for (int64_t c = 0; c < nch; ++c) {
+  GroupWalk gw;
+  for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
     const uint8_t* p = row + c * 64;
-    const int64_t left = rbytes - c * 64;
+    const int64_t left = g.rbytes - c * 64;
     const __m512i b = left >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(mask64(left), p);
     __m512i isum;
     if (bits == 4) {
@@ -384,28 +343,11 @@ float vnni_dot_avx512(int bits, const uint8_t* row, int64_t cols, int64_t group,
     } else {
       isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), b, _mm512_loadu_si512(x.q + 64 * c));
     }
+    // Remove the zero point (stored zero, or the 2^(bits-1) offset of symmetric codes) exactly in int32.
     const __m512i ls = _mm512_loadu_si512(x.lanesum + 16 * c);
-    __m512 sv;
-    if (groups_per_chunk) {
-      const int64_t base = c * groups_per_chunk;
-      const __mmask16 m = mask16(gcols - base);
-      sv = _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(m, s + base));
-      if (z) {
-        const __m512i zv = _mm512_cvtps_epi32(_mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(m, z + base)));
-        isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(zv, ls));
-      } else {
-        isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(ls, zshift));
-      }
-    } else {
-      sv = _mm512_set1_ps(s[gi]);
-      if (z) isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(_mm512_set1_epi32(static_cast<int>(z[gi])), ls));
-      else isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(ls, zshift));
-      if (big && ++cnt == chunks_per_group) {
-        cnt = 0;
-        ++gi;
-      }
-    }
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), sv, acc);
+    if (z) isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(_mm512_cvtps_epi32(chunk_cells(g, z, c, gw)), ls));
+    else isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(ls, zshift));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), chunk_cells(g, s, c, gw), acc);
   }
   return x.scale * _mm512_reduce_add_ps(acc);
 }

@@ -37,16 +37,10 @@
 
 #include "core/half.h"
 #include "kernels/kernel_plan.h"
+#include "kernels/lane_avx512.h"
 
 namespace lowbit::kern {
 namespace {
-
-inline __mmask16 mask16(int64_t n) {
-  return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
-}
-inline __mmask64 mask64(int64_t n) {
-  return n >= 64 ? ~__mmask64{0} : ((__mmask64{1} << n) - 1);
-}
 
 // vpmultishiftqb controls of step k: per qword (lanes 2q, 2q+1), byte 0 <- bits 8k.. (nibble 2k of the even
 // lane), byte 2 <- bits 8k+4.. (nibble 2k+1), bytes 4 / 6 the same in the odd lane; odd bytes are don't-care
@@ -57,38 +51,17 @@ __m512i step_ctrl(int k) {
   return _mm512_set1_epi64(static_cast<long long>(q));
 }
 
-struct Geom {
-  int64_t nch, rbytes, gcols;
-  int64_t gpc;   // groups per chunk (groups < 128), else 0
-  int64_t cpg;   // chunks per group (groups of k*128, or one group per row)
-  __m512i sidx;  // lane -> group within the chunk (groups < 128)
-};
-
-Geom geom(int64_t cols, int64_t group) {
-  Geom g;
-  g.nch = (cols + 127) / 128;
-  g.rbytes = (cols + 1) / 2;
-  g.gcols = (cols + group - 1) / group;
-  const bool small = group < 128 && group < cols;
-  g.gpc = small ? 128 / group : 0;
-  g.cpg = small ? 0 : (group >= cols ? g.nch : group / 128);
-  alignas(64) int32_t idx[16];
-  for (int l = 0; l < 16; ++l) idx[l] = small ? static_cast<int32_t>(8 * l / group) : 0;
-  g.sidx = _mm512_load_si512(idx);
-  return g;
-}
-
 // One row, T tokens. LO: the value table has a low part (NF4).
 template <int T, bool LO>
-__attribute__((noinline)) void row_tile(const Geom& g, const uint8_t* row, const float* s, const float* z,
+__attribute__((noinline)) void row_tile(const LaneGeom& g, const uint8_t* row, const float* s, const float* z,
                                         __m512i lut_hi, __m512i lut_lo, const Nib16X* x, float* y,
                                         int64_t ystride) {
   const __m512i c0 = step_ctrl(0), c1 = step_ctrl(1), c2 = step_ctrl(2), c3 = step_ctrl(3);
   __m512 acc[T];
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  int64_t gi = 0, cnt = 0;
-  for (int64_t c = 0; c < g.nch; ++c) {
+  GroupWalk gw;
+  for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
     const int64_t left = g.rbytes - 64 * c;
     // DRAM streaming: 4 KiB ahead (one sequential stream per thread; harmless past the end).
     _mm_prefetch(reinterpret_cast<const char*>(row + 64 * c + 4096), _MM_HINT_T0);
@@ -109,33 +82,19 @@ __attribute__((noinline)) void row_tile(const Geom& g, const uint8_t* row, const
         if constexpr (LO) sk = _mm512_dpbf16_ps(sk, (__m512bh)_mm512_permutexvar_epi16(idx, lut_lo), xv);
       }
     }
-    const __m512 sv = g.gpc ? _mm512_permutexvar_ps(
-                                  g.sidx, _mm512_maskz_loadu_ps(mask16(g.gcols - c * g.gpc), s + c * g.gpc))
-                            : _mm512_set1_ps(s[gi]);
+    const __m512 sv = chunk_cells(g, s, c, gw);
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(_mm512_add_ps(s0[t], s1[t]), sv, acc[t]);
-    if (!g.gpc && ++cnt == g.cpg) {
-      cnt = 0;
-      ++gi;
-    }
   }
-  // Asymmetric: the table holds u, so subtract sum_g z_g s_g X_g (X_g: the token's sum of its BF16
-  // activations over group g).
-  if (z)
-    for (int64_t j = 0; j < g.gcols; j += 16) {
-      const __mmask16 m = mask16(g.gcols - j);
-      const __m512 zs = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, z + j), _mm512_maskz_loadu_ps(m, s + j));
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t)
-        acc[t] = _mm512_fnmadd_ps(zs, _mm512_maskz_loadu_ps(m, x[t].gsum + j), acc[t]);
-    }
+  // Asymmetric: the table holds u (X_g: the token's sum of its BF16 activations over group g).
+  if (z) sub_zero_points<T>(g, s, z, x, acc);
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) y[t * ystride] = _mm512_reduce_add_ps(acc[t]);
 }
 
 template <int T>
-void rows_t(const Geom& g, int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
-            const Nib16Lut& lut, const Nib16X* x, float* y, int64_t ystride) {
+void rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const float* const* s,
+            const float* const* z, const Nib16Lut& lut, const Nib16X* x, float* y, int64_t ystride) {
   const __m512i hi = _mm512_loadu_si512(lut.hi), lo = _mm512_loadu_si512(lut.lo);
   // One row at a time: a thread reads its rows as one sequential stream (as the dense decode does).
   for (int i = 0; i < nr; ++i) {
@@ -146,44 +105,28 @@ void rows_t(const Geom& g, int nr, const uint8_t* const* rows, const float* cons
   }
 }
 
-// byte: one row, T tokens.
-struct ByteGeom {
-  int64_t nch, gcols;
-  int64_t gpc;   // groups per 64-code chunk (groups of 16 / 32), else 0
-  int64_t cpg;   // chunks per group (groups of k*64, or one group per row)
-  __m512i sidx;  // lane -> group within the chunk (groups < 64)
-};
-
-ByteGeom byte_geom(int64_t cols, int64_t group) {
-  ByteGeom g;
-  g.nch = (cols + 63) / 64;
-  g.gcols = (cols + group - 1) / group;
-  const bool small = group < 64 && group < cols;
-  g.gpc = small ? 64 / group : 0;
-  g.cpg = small ? 0 : (group >= cols ? g.nch : group / 64);
-  alignas(64) int32_t idx[16];
-  for (int l = 0; l < 16; ++l)
-    idx[l] = small ? static_cast<int32_t>(16 * (l / 4) / group) : 0;  // lane 4L + j
-  g.sidx = _mm512_load_si512(idx);
-  return g;
+// byte16: chunks of 64 codes; lane 4L + j holds two elements of the 16-element block L.
+LaneGeom byte_lane_geom(int64_t cols, int64_t group) {
+  return lane_geom(cols, group, 64, [](int l) { return 16 * (l / 4); });
 }
 
+// byte: one row, T tokens.
 template <int T, bool SM>
-__attribute__((noinline)) void byte_row(const ByteGeom& g, int64_t cols, const uint8_t* row, const float* s,
-                                        const float* z, const __m512i* lo, const __m512i* hi,
-                                        const Byte16X* x, float* y, int64_t ystride) {
+__attribute__((noinline)) void byte_row(const LaneGeom& g, const uint8_t* row, const float* s, const float* z,
+                                        const __m512i* lo, const __m512i* hi, const Byte16X* x, float* y,
+                                        int64_t ystride) {
   __m512 acc[T];
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  int64_t gi = 0, cnt = 0;
-  for (int64_t c = 0; c < g.nch; ++c) {
-    const int64_t left = cols - 64 * c;
+  GroupWalk gw;
+  for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
+    const int64_t left = g.rbytes - 64 * c;
     _mm_prefetch(reinterpret_cast<const char*>(row + 64 * c + 4096), _MM_HINT_T0);
     const __m512i b =
         left >= 64 ? _mm512_loadu_si512(row + 64 * c) : _mm512_maskz_loadu_epi8(mask64(left), row + 64 * c);
     __m512i lb, hb;
-    if constexpr (SM) {  // sign-magnitude codes (FP8): 128-entry tables (vpermi2b reads 7 index bits), sign
-                         // bit ORed
+    if constexpr (SM) {
+      // Sign-magnitude codes (FP8): 128-entry tables (vpermi2b reads 7 index bits), the sign bit ORed in.
       lb = _mm512_permutex2var_epi8(lo[0], b, lo[1]);
       hb = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi[0], b, hi[1]), b, _mm512_set1_epi8(-128),
                                      0xF8);
@@ -195,9 +138,7 @@ __attribute__((noinline)) void byte_row(const ByteGeom& g, int64_t cols, const u
                                   _mm512_permutex2var_epi8(hi[2], b, hi[3]));
     }
     const __m512bh w0 = (__m512bh)_mm512_unpacklo_epi8(lb, hb), w1 = (__m512bh)_mm512_unpackhi_epi8(lb, hb);
-    const __m512 sv = g.gpc ? _mm512_permutexvar_ps(
-                                  g.sidx, _mm512_maskz_loadu_ps(mask16(g.gcols - c * g.gpc), s + c * g.gpc))
-                            : _mm512_set1_ps(s[gi]);
+    const __m512 sv = chunk_cells(g, s, c, gw);
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       const uint16_t* xb = x[t].xb + 64 * c;
@@ -205,19 +146,8 @@ __attribute__((noinline)) void byte_row(const ByteGeom& g, int64_t cols, const u
       p = _mm512_dpbf16_ps(p, w1, (__m512bh)_mm512_loadu_si512(xb + 32));
       acc[t] = _mm512_fmadd_ps(p, sv, acc[t]);
     }
-    if (!g.gpc && ++cnt == g.cpg) {
-      cnt = 0;
-      ++gi;
-    }
   }
-  if (z)
-    for (int64_t j = 0; j < g.gcols; j += 16) {
-      const __mmask16 m = mask16(g.gcols - j);
-      const __m512 zs = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, z + j), _mm512_maskz_loadu_ps(m, s + j));
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t)
-        acc[t] = _mm512_fnmadd_ps(zs, _mm512_maskz_loadu_ps(m, x[t].gsum + j), acc[t]);
-    }
+  if (z) sub_zero_points<T>(g, s, z, x, acc);
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) y[t * ystride] = _mm512_reduce_add_ps(acc[t]);
 }
@@ -266,7 +196,7 @@ void byte16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, fl
 void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
                             int64_t cols, int64_t group, const Byte16Lut& lut, int T, const Byte16X* x,
                             float* y, int64_t ystride) {
-  const ByteGeom g = byte_geom(cols, group);
+  const LaneGeom g = byte_lane_geom(cols, group);
   __m512i lo[4], hi[4];
   for (int i = 0; i < 4; ++i) {
     lo[i] = _mm512_loadu_si512(lut.lo + 64 * i);
@@ -278,18 +208,18 @@ void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* con
       float* yi = y + i + t0 * ystride;
       if (lut.sign_magnitude) {
         if (n == 1)
-          byte_row<1, true>(g, cols, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
+          byte_row<1, true>(g, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
         else if (n == 2)
-          byte_row<2, true>(g, cols, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
+          byte_row<2, true>(g, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
         else
-          byte_row<3, true>(g, cols, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
+          byte_row<3, true>(g, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
       } else {
         if (n == 1)
-          byte_row<1, false>(g, cols, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
+          byte_row<1, false>(g, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
         else if (n == 2)
-          byte_row<2, false>(g, cols, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
+          byte_row<2, false>(g, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
         else
-          byte_row<3, false>(g, cols, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
+          byte_row<3, false>(g, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
       }
     }
   }
@@ -328,7 +258,7 @@ void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, flo
 void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
                            int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Nib16X* x, float* y,
                            int64_t ystride) {
-  const Geom g = geom(cols, group);
+  const LaneGeom g = nib_lane_geom(cols, group);
   switch (T) {
     case 1:
       return rows_t<1>(g, nr, rows, s, z, lut, x, y, ystride);

@@ -1,0 +1,86 @@
+// Pieces shared by the lane-major decode kernels: `nib` (matmul_avx512_q.cpp) and `nib16` / `byte16`
+// (matmul_avx512bf16.cpp). A row is read in chunks of one 64-byte code load; each 32-bit accumulator lane
+// sums products of elements that lie inside one scale group, so group scales are applied per lane once per
+// chunk and asymmetric zero points once per row (−Σ_g z_g s_g X_g with the token's group sums X_g).
+//
+// Only for AVX-512 translation units. Everything here has internal linkage on purpose: the including files
+// are compiled with different ISA flags, and one shared inline definition could be emitted with the wider
+// ISA.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace lowbit::kern {
+namespace {
+
+inline __mmask16 mask16(int64_t n) {
+  return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
+}
+inline __mmask64 mask64(int64_t n) {
+  return n >= 64 ? ~__mmask64{0} : ((__mmask64{1} << n) - 1);
+}
+
+struct LaneGeom {
+  int64_t nch = 0;     // chunks per row
+  int64_t rbytes = 0;  // code bytes per row (the last chunk's load is masked to them)
+  int64_t gcols = 0;   // scale groups per row
+  int64_t gpc = 0;     // groups per chunk (groups smaller than a chunk), else 0
+  int64_t cpg = 0;     // chunks per group (groups of k chunks, or one group per row)
+  __m512i sidx;        // lane -> group within the chunk (groups smaller than a chunk)
+};
+
+// chunk: elements per chunk (one 64-byte load of codes); lane_first(l): the first element of lane l inside
+// its chunk (every element of the lane is in the same group as that one).
+template <typename LaneFirst>
+LaneGeom lane_geom(int64_t cols, int64_t group, int64_t chunk, LaneFirst lane_first) {
+  LaneGeom g;
+  g.nch = (cols + chunk - 1) / chunk;
+  g.rbytes = (cols * 64 + chunk - 1) / chunk;
+  g.gcols = (cols + group - 1) / group;
+  const bool small = group < chunk && group < cols;
+  g.gpc = small ? chunk / group : 0;
+  g.cpg = small ? 0 : (group >= cols ? g.nch : group / chunk);
+  alignas(64) int32_t idx[16];
+  for (int l = 0; l < 16; ++l) idx[l] = small ? static_cast<int32_t>(lane_first(l) / group) : 0;
+  g.sidx = _mm512_load_si512(idx);
+  return g;
+}
+
+// The nib layout (nib, nib16): chunks of 128 4-bit codes, lane l holds elements 8l..8l+7.
+inline LaneGeom nib_lane_geom(int64_t cols, int64_t group) {
+  return lane_geom(cols, group, 128, [](int l) { return 8 * l; });
+}
+
+// The group of the current chunk for groups of k chunks / one group per row (next() after each chunk).
+struct GroupWalk {
+  int64_t gi = 0, cnt = 0;
+  void next(const LaneGeom& g) {
+    if (!g.gpc && ++cnt == g.cpg) {
+      cnt = 0;
+      ++gi;
+    }
+  }
+};
+
+// Per-lane values of chunk c from a row's per-group cells [g.gcols] (scales, zero points).
+inline __m512 chunk_cells(const LaneGeom& g, const float* cells, int64_t c, const GroupWalk& w) {
+  return g.gpc ? _mm512_permutexvar_ps(g.sidx,
+                                       _mm512_maskz_loadu_ps(mask16(g.gcols - c * g.gpc), cells + c * g.gpc))
+               : _mm512_set1_ps(cells[w.gi]);
+}
+
+// Asymmetric weights whose value table holds u: acc[t] -= Σ_g z_g s_g X_g for each token (x[t].gsum: X_g).
+template <int T, typename X>
+inline void sub_zero_points(const LaneGeom& g, const float* s, const float* z, const X* x, __m512* acc) {
+  for (int64_t j = 0; j < g.gcols; j += 16) {
+    const __mmask16 m = mask16(g.gcols - j);
+    const __m512 zs = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, z + j), _mm512_maskz_loadu_ps(m, s + j));
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm512_fnmadd_ps(zs, _mm512_maskz_loadu_ps(m, x[t].gsum + j), acc[t]);
+  }
+}
+
+}  // namespace
+}  // namespace lowbit::kern
