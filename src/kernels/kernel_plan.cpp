@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "formats/format.h"
 #include "kernels/dispatch.h"
 #include "kernels/matmul.h"
@@ -71,6 +72,10 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
     if (ok) {
       p->route = Route::Byte;
       p->kernel = "byte";
+      if (best_isa() >= Isa::Avx512Bf16 && kern::byte16_lanes_ok(G, cols)) {
+        auto t = std::make_shared<kern::Byte16Lut>();
+        if (kern::byte16_make_lut(p->lut.data(), *t)) p->byte16 = std::move(t);
+      }
     }
   }
   // VNNI lane mapping: a chunk is 128 (INT4) or 64 (INT8) elements; lane l covers 8 (INT4) or 4 (INT8)
@@ -153,6 +158,44 @@ const Int8Tile* int8_tile(const WeightMatrix& w, const KernelPlan& p) {
     p.tile = std::move(t);
   }
   return p.tile.get();
+}
+
+bool kern::byte16_make_lut(const float* lut256, Byte16Lut& out) {
+  for (int i = 0; i < 256; ++i) {
+    const float v = lut256[i];
+    const uint16_t h = f32_to_bf16(v);
+    const float back = bf16_to_f32(h);
+    if (!(back == v) && !(v != v && back != back)) return false;  // not exact (NaN stays NaN)
+    out.lo[i] = static_cast<uint8_t>(h & 0xFF);
+    out.hi[i] = static_cast<uint8_t>(h >> 8);
+  }
+  // Sign-magnitude (FP8): code 128 + i is -(code i) bit for bit, so the upper half of the table is not
+  // needed.
+  out.sign_magnitude = true;
+  for (int i = 0; i < 128; ++i)
+    if (out.lo[128 + i] != out.lo[i] || out.hi[128 + i] != (out.hi[i] | 0x80) || (out.hi[i] & 0x80))
+      out.sign_magnitude = false;
+  return true;
+}
+
+void kern::nib16_make_lut(const float* lut16, Nib16Lut& out) {
+  out.has_lo = false;
+  for (int i = 0; i < 32; ++i) {
+    const float v = lut16[i & 15];
+    const uint16_t h = f32_to_bf16(v);
+    const uint16_t l = f32_to_bf16(v - bf16_to_f32(h));
+    out.hi[i] = h;
+    out.lo[i] = l;
+    if (bf16_to_f32(h) != v) out.has_lo = true;
+  }
+}
+
+void kern::group_sums(const float* x, int64_t cols, int64_t group, bool bf16, float* gsum) {
+  for (int64_t c0 = 0, j = 0; c0 < cols; c0 += group, ++j) {
+    double acc = 0;
+    for (int64_t i = c0; i < std::min(cols, c0 + group); ++i) acc += bf16 ? bf16_to_f32(f32_to_bf16(x[i])) : x[i];
+    gsum[j] = static_cast<float>(acc);
+  }
 }
 
 void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* out) {

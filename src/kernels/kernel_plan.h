@@ -68,6 +68,15 @@ std::shared_ptr<const QBlkPack> build_qblk_pack(int ggml_type, const uint8_t* da
 // Row r of the pack, dequantized (the test oracle of the packer: equals the GGUF row decoder bit for bit).
 void qblk_row_f32(const QBlkPack& p, int64_t r, float* out);
 
+namespace kern {
+// The byte route's 256 code values as BF16 in low / high byte planes (the byte16 kernel's vpermi2b tables).
+struct Byte16Lut {
+  alignas(64) uint8_t lo[256];
+  alignas(64) uint8_t hi[256];
+  bool sign_magnitude = false;  // code 128 + i = -(code i) (FP8): the kernel reads only the first half
+};
+}  // namespace kern
+
 struct KernelPlan {
   Route route = Route::Deq;
   int bits = 0;
@@ -90,10 +99,13 @@ struct KernelPlan {
   // GGUF Q4_0 / Q5_0 / Q8_0 repacked at load (prepare_weight); serves every product of the weight on AVX-512, so
   // the GGUF rows themselves are then only read for embedding lookups (WeightMatrix::nbytes counts the pack).
   std::shared_ptr<const QBlkPack> qblk;
+  // Byte route on a CPU with the Avx512Bf16 tier, lane-compatible groups and every code value exact in BF16: the
+  // byte16 decode kernel's table (built with the plan, so no product rebuilds it).
+  std::shared_ptr<const kern::Byte16Lut> byte16;
 
   size_t bytes() const {
     return (scales.size() + zeros.size() + lut.size()) * sizeof(float) + (tile ? tile->bytes() : 0) +
-           (qblk ? qblk->bytes() : 0);
+           (qblk ? qblk->bytes() : 0) + (byte16 ? sizeof(kern::Byte16Lut) : 0);
   }
   const float* scale_row(int64_t r) const { return scales.data() + (r / row_block) * gcols; }
   const float* zero_row(int64_t r) const { return zeros.empty() ? nullptr : zeros.data() + (r / row_block) * gcols; }
@@ -135,13 +147,21 @@ float nib_dot_avx512(const uint8_t* row, int64_t cols, int64_t group, const floa
                      const float* lut16, const float* x);
 float byte_dot_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                       ByteDec dec, const float* x);
-// Float-activation 4-bit GEMV (T = 1..3) over several rows (matmul_avx512_q.cpp): activations of one token in
-// the nib lane layout (nib_layout: xp [nib_padded(cols)] permuted per 128-element chunk so that xp[128c+16k+l] =
-// x[128c+8l+k], zero-padded; gsum [ceil(cols/group)] the token's sum over each scale group, asym weights only).
-struct NibX {
-  const float* xp = nullptr;
+// Activations of one token for a lane-major decode kernel: act [padded cols] in the kernel's layout (float for
+// nib, BF16 bits for nib16 / byte16), zero-padded; gsum [ceil(cols/group)] the token's sum over each scale group
+// (asymmetric weights only, else null).
+template <typename E>
+struct LaneX {
+  const E* act = nullptr;
   const float* gsum = nullptr;
 };
+// Float-activation 4-bit GEMV (T = 1..3) over several rows (matmul_avx512_q.cpp). nib_layout permutes each
+// 128-element chunk so that act[128c+16k+l] = x[128c+8l+k].
+using NibX = LaneX<float>;
+// gsum[j] = the token's sum over scale group j (x[cols], groups of `group`), in double: z_g s_g X_g cancels
+// against the float sum of u * x, so X_g must not add a float-order error that grows with the group size
+// (per-channel groups are a whole row). bf16: sum the BF16-rounded values the BF16-activation kernels multiply.
+void group_sums(const float* x, int64_t cols, int64_t group, bool bf16, float* gsum);
 bool nib_lanes_ok(int64_t group, int64_t cols);  // every 8-element lane inside one group, regular per chunk
 int64_t nib_padded(int64_t cols);
 void nib_layout(const float* x, int64_t cols, int64_t group, float* xp, float* gsum);
@@ -151,13 +171,9 @@ void nib_gemv_avx512(int nr, const uint8_t* const* rows, const float* const* s, 
                      int64_t group, const float* lut16, int T, const NibX* x, float* y, int64_t ystride);
 void nib_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                     const float* lut16, float* out);
-// The same GEMV with BF16 activations on the Avx512Bf16 tier (matmul_avx512bf16.cpp, where the layout is
-// described): xb [nib_padded(cols)] the token's activations rounded to BF16 in the kernel's pair layout, gsum as
-// in NibX but summing the BF16 values.
-struct Nib16X {
-  const uint16_t* xb = nullptr;
-  const float* gsum = nullptr;
-};
+// The same GEMV with BF16 activations on the Avx512Bf16 tier (matmul_avx512bf16.cpp, where the layouts are
+// described): act [nib_padded(cols)] rounded to BF16 in the kernel's pair layout, gsum summing the BF16 values.
+using Bf16X = LaneX<uint16_t>;
 // The 16-entry value table as BF16, twice (32 entries, the vpermw table), split into hi + lo when a value is not
 // exact in BF16 (NF4); has_lo is then true.
 struct Nib16Lut {
@@ -168,24 +184,16 @@ struct Nib16Lut {
 void nib16_make_lut(const float* lut16, Nib16Lut& out);
 void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, float* gsum);
 // 8-bit codes (byte route) with BF16 activations on the same tier: a 256-entry BF16 table as low / high byte
-// planes; xb [ceil(cols/64)*64] in the kernel's layout (matmul_avx512bf16.cpp), gsum as above (asym INT8).
-struct Byte16X {
-  const uint16_t* xb = nullptr;
-  const float* gsum = nullptr;
-};
-struct Byte16Lut {
-  alignas(64) uint8_t lo[256];
-  alignas(64) uint8_t hi[256];
-  bool sign_magnitude = false;  // code 128 + i = -(code i) (FP8): the kernel reads only the first half
-};
+// planes; act [byte16_padded(cols)] in the kernel's layout, gsum as above (asym INT8).
+int64_t byte16_padded(int64_t cols);
 bool byte16_lanes_ok(int64_t group, int64_t cols);  // per-channel, groups of 16 / 32 / k*64
 bool byte16_make_lut(const float* lut256, Byte16Lut& out);  // false when a value is not exact in BF16
 void byte16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, float* gsum);
 void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
-                            int64_t cols, int64_t group, const Byte16Lut& lut, int T, const Byte16X* x, float* y,
+                            int64_t cols, int64_t group, const Byte16Lut& lut, int T, const Bf16X* x, float* y,
                             int64_t ystride);
 void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
-                           int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Nib16X* x, float* y,
+                           int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
                            int64_t ystride);
 void byte_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                      ByteDec dec, float* out);

@@ -210,23 +210,23 @@ void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
 // Groups per row that need activation group sums (asymmetric weights), else 0.
 int64_t asym_groups(const KernelPlan& p, int64_t cols) { return p.zeros.empty() ? 0 : (cols + p.group - 1) / p.group; }
 
-// Decode with BF16 activations on the Avx512Bf16 tier (matmul_avx512bf16.cpp): each token's activations rounded
-// and laid out once (xb [pad] + group sums for asymmetric weights), then gemv(nr, rows, scales, zeros, X*, y) per
-// block of rows. X: kern::Nib16X / kern::Byte16X.
-template <typename X, typename Layout, typename Gemv>
-void run_bf16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y, int64_t pad,
+// Decode on the lane kernels (nib, nib16, byte16): each token's activations laid out once in the kernel's lane
+// layout (act [pad] of E: float, or BF16 bits for the Avx512Bf16 tier's kernels; group sums for asymmetric
+// weights), then gemv(nr, rows, scales, zeros, LaneX<E>*, y) per block of rows.
+template <typename E, typename Layout, typename Gemv>
+void run_lane_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y, int64_t pad,
                    Layout&& layout, Gemv&& gemv) {
   const int64_t rows = w.rows, cols = w.cols;
   const int64_t ng = asym_groups(p, cols);
-  thread_local std::vector<uint16_t> xb;
+  thread_local std::vector<E> act;
   thread_local std::vector<float> gs;
-  xb.resize(static_cast<size_t>(T * pad));
+  act.resize(static_cast<size_t>(T * pad));
   gs.resize(static_cast<size_t>(T * ng));
-  std::vector<X> xr(static_cast<size_t>(T));
+  std::vector<kern::LaneX<E>> xr(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
     float* gsum = ng ? gs.data() + t * ng : nullptr;
-    xr[t] = {xb.data() + t * pad, gsum};
-    layout(x + t * cols, cols, p.group, xb.data() + t * pad, gsum);
+    xr[t] = {act.data() + t * pad, gsum};
+    layout(x + t * cols, cols, p.group, act.data() + t * pad, gsum);
   }
   for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
     const uint8_t* rp[kRowBlock];
@@ -241,71 +241,45 @@ void run_bf16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, i
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
-void run_nib16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
-  kern::Nib16Lut lut;
-  kern::nib16_make_lut(p.lut.data(), lut);
-  run_bf16_gemv<kern::Nib16X>(w, p, x, T, y, kern::nib_padded(w.cols), kern::nib16_layout,
-                              [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
-                                  const kern::Nib16X* xr, float* yb) {
-                                kern::nib16_gemv_avx512bf16(nr, rp, sp, zp, w.cols, p.group, lut, static_cast<int>(T),
-                                                            xr, yb, w.rows);
-                              });
-}
-
-// True when the byte route's decode runs the BF16-activation kernel (Avx512Bf16 tier, lane-compatible groups,
-// every code value exact in BF16; lut receives the table).
-bool byte16_ok(const WeightMatrix& w, const KernelPlan& p, kern::Byte16Lut* lut = nullptr) {
-  if (kernel_isa() < Isa::Avx512Bf16 || p.route != Route::Byte || p.lut.size() != 256 ||
-      !kern::byte16_lanes_ok(p.group, w.cols))
-    return false;
-  kern::Byte16Lut tmp;
-  return kern::byte16_make_lut(p.lut.data(), lut ? *lut : tmp);
-}
-
-void run_byte16_gemv(const WeightMatrix& w, const KernelPlan& p, const kern::Byte16Lut& lut, const float* x,
-                     int64_t T, float* y) {
-  run_bf16_gemv<kern::Byte16X>(w, p, x, T, y, (w.cols + 63) / 64 * 64, kern::byte16_layout,
-                               [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
-                                   const kern::Byte16X* xr, float* yb) {
-                                 kern::byte16_gemv_avx512bf16(nr, rp, sp, zp, w.cols, p.group, lut,
-                                                              static_cast<int>(T), xr, yb, w.rows);
-                               });
-}
-
-// Decode on the nib route: activations permuted once per token into the kernel's lane layout, then row tiles
-// that share the activation loads (and, for T > 1, the code decode).
+// Decode on the nib route: FP32 activations permuted into the nib lane layout (rows in tiles that share the
+// activation loads, and for T > 1 the code decode), or BF16 activations on the Avx512Bf16 tier.
 void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
-  if (kernel_isa() >= Isa::Avx512Bf16) return run_nib16_gemv(w, p, x, T, y);
-  const int64_t rows = w.rows, cols = w.cols, pad = kern::nib_padded(cols);
-  const int64_t ng = asym_groups(p, cols);
-  thread_local std::vector<float> xp, gs;
-  xp.resize(static_cast<size_t>(T * pad));
-  gs.resize(static_cast<size_t>(T * ng));
-  std::vector<kern::NibX> xr(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) {
-    xr[t].xp = xp.data() + t * pad;
-    float* gsum = ng ? gs.data() + t * ng : nullptr;
-    xr[t].gsum = gsum;
-    kern::nib_layout(x + t * cols, cols, p.group, xp.data() + t * pad, gsum);
+  const int64_t pad = kern::nib_padded(w.cols);
+  const int nt = static_cast<int>(T);
+  if (kernel_isa() >= Isa::Avx512Bf16) {
+    kern::Nib16Lut lut;  // 32 entries: cheaper to build than to look up
+    kern::nib16_make_lut(p.lut.data(), lut);
+    return run_lane_gemv<uint16_t>(w, p, x, T, y, pad, kern::nib16_layout,
+                                   [&](int nr, const uint8_t* const* rp, const float* const* sp,
+                                       const float* const* zp, const kern::Bf16X* xr, float* yb) {
+                                     kern::nib16_gemv_avx512bf16(nr, rp, sp, zp, w.cols, p.group, lut, nt, xr, yb,
+                                                                 w.rows);
+                                   });
   }
-  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
-    const uint8_t* rp[kRowBlock];
-    const float* sp[kRowBlock];
-    const float* zp[kRowBlock];
-    for (int64_t r = r0; r < r1; ++r) {
-      rp[r - r0] = row_ptr(w, r);
-      sp[r - r0] = p.scale_row(r);
-      zp[r - r0] = p.zero_row(r);
-    }
-    kern::nib_gemv_avx512(static_cast<int>(r1 - r0), rp, sp, zp, cols, p.group, p.lut.data(), static_cast<int>(T),
-                          xr.data(), y + r0, rows);
-  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+  run_lane_gemv<float>(w, p, x, T, y, pad, kern::nib_layout,
+                       [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
+                           const kern::NibX* xr, float* yb) {
+                         kern::nib_gemv_avx512(nr, rp, sp, zp, w.cols, p.group, p.lut.data(), nt, xr, yb, w.rows);
+                       });
+}
+
+// True when the byte route's decode runs the BF16-activation kernel: the Avx512Bf16 tier and a plan with the
+// byte16 table (lane-compatible groups, every code value exact in BF16).
+bool byte16_ok(const KernelPlan& p) { return kernel_isa() >= Isa::Avx512Bf16 && p.route == Route::Byte && p.byte16; }
+
+void run_byte16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  run_lane_gemv<uint16_t>(w, p, x, T, y, kern::byte16_padded(w.cols), kern::byte16_layout,
+                          [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
+                              const kern::Bf16X* xr, float* yb) {
+                            kern::byte16_gemv_avx512bf16(nr, rp, sp, zp, w.cols, p.group, *p.byte16,
+                                                         static_cast<int>(T), xr, yb, w.rows);
+                          });
 }
 
 void run_codes512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   if (T >= kPrefillTokens) return run_deq(w, p, Isa::Avx512, x, T, y);
   if (p.route == Route::Nib && kern::nib_lanes_ok(p.group, w.cols)) return run_nib_gemv512(w, p, x, T, y);
-  if (kern::Byte16Lut lut; byte16_ok(w, p, &lut)) return run_byte16_gemv(w, p, lut, x, T, y);
+  if (byte16_ok(p)) return run_byte16_gemv(w, p, x, T, y);
   const int64_t rows = w.rows, cols = w.cols;
   for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < T; ++t)
@@ -511,7 +485,7 @@ bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
   const KernelPlan& p = kernel_plan(w);
   if (kernel_isa() < Isa::Avx512Bf16 || T >= kPrefillTokens) return false;
   const Path path = choose(w, p, kernel_isa());
-  return (path == Path::Nib512 && kern::nib_lanes_ok(p.group, w.cols)) || (path == Path::Byte512 && byte16_ok(w, p));
+  return (path == Path::Nib512 && kern::nib_lanes_ok(p.group, w.cols)) || (path == Path::Byte512 && byte16_ok(p));
 }
 
 bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {

@@ -171,7 +171,7 @@ __attribute__((noinline)) void nib_tile(const LaneGeom& g, const uint8_t* const*
     for (int k = 0; k < 8; ++k) {
       __m512 xv[T];
 #pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) xv[t] = _mm512_loadu_ps(x[t].xp + 128 * c + 16 * k);
+      for (int t = 0; t < T; ++t) xv[t] = _mm512_loadu_ps(x[t].act + 128 * c + 16 * k);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const __m512 w = _mm512_permutexvar_ps(_mm512_srli_epi32(code[r], 4 * k), lut);
@@ -225,14 +225,7 @@ void nib_layout(const float* x, int64_t cols, int64_t group, float* xp, float* g
         const int64_t i = 128 * c + 8 * l + k;
         xp[128 * c + 16 * k + l] = i < cols ? x[i] : 0.0f;  // zero padding: the tail codes contribute 0
       }
-  if (!gsum) return;
-  // In double: z_g * s_g * X_g cancels against the float sum of u * x, so X_g must not add a float-order error
-  // that grows with the group size (per-channel groups are a whole row).
-  for (int64_t c0 = 0, j = 0; c0 < cols; c0 += group, ++j) {
-    double acc = 0;
-    for (int64_t i = c0; i < std::min(cols, c0 + group); ++i) acc += x[i];
-    gsum[j] = static_cast<float>(acc);
-  }
+  if (gsum) group_sums(x, cols, group, false, gsum);
 }
 
 void nib_gemv_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int64_t cols,

@@ -54,7 +54,7 @@ __m512i step_ctrl(int k) {
 // One row, T tokens. LO: the value table has a low part (NF4).
 template <int T, bool LO>
 __attribute__((noinline)) void row_tile(const LaneGeom& g, const uint8_t* row, const float* s, const float* z,
-                                        __m512i lut_hi, __m512i lut_lo, const Nib16X* x, float* y,
+                                        __m512i lut_hi, __m512i lut_lo, const Bf16X* x, float* y,
                                         int64_t ystride) {
   const __m512i c0 = step_ctrl(0), c1 = step_ctrl(1), c2 = step_ctrl(2), c3 = step_ctrl(3);
   __m512 acc[T];
@@ -76,7 +76,7 @@ __attribute__((noinline)) void row_tile(const LaneGeom& g, const uint8_t* row, c
       const __m512bh wh = (__m512bh)_mm512_permutexvar_epi16(idx, lut_hi);
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
-        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x[t].xb + 128 * c + 32 * k);
+        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x[t].act + 128 * c + 32 * k);
         __m512& sk = (k & 1) ? s1[t] : s0[t];
         sk = _mm512_dpbf16_ps(sk, wh, xv);
         if constexpr (LO) sk = _mm512_dpbf16_ps(sk, (__m512bh)_mm512_permutexvar_epi16(idx, lut_lo), xv);
@@ -94,7 +94,7 @@ __attribute__((noinline)) void row_tile(const LaneGeom& g, const uint8_t* row, c
 
 template <int T>
 void rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const float* const* s,
-            const float* const* z, const Nib16Lut& lut, const Nib16X* x, float* y, int64_t ystride) {
+            const float* const* z, const Nib16Lut& lut, const Bf16X* x, float* y, int64_t ystride) {
   const __m512i hi = _mm512_loadu_si512(lut.hi), lo = _mm512_loadu_si512(lut.lo);
   // One row at a time: a thread reads its rows as one sequential stream (as the dense decode does).
   for (int i = 0; i < nr; ++i) {
@@ -113,7 +113,7 @@ LaneGeom byte_lane_geom(int64_t cols, int64_t group) {
 // byte: one row, T tokens.
 template <int T, bool SM>
 __attribute__((noinline)) void byte_row(const LaneGeom& g, const uint8_t* row, const float* s, const float* z,
-                                        const __m512i* lo, const __m512i* hi, const Byte16X* x, float* y,
+                                        const __m512i* lo, const __m512i* hi, const Bf16X* x, float* y,
                                         int64_t ystride) {
   __m512 acc[T];
 #pragma GCC unroll 4
@@ -141,7 +141,7 @@ __attribute__((noinline)) void byte_row(const LaneGeom& g, const uint8_t* row, c
     const __m512 sv = chunk_cells(g, s, c, gw);
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
-      const uint16_t* xb = x[t].xb + 64 * c;
+      const uint16_t* xb = x[t].act + 64 * c;
       __m512 p = _mm512_dpbf16_ps(_mm512_setzero_ps(), w0, (__m512bh)_mm512_loadu_si512(xb));
       p = _mm512_dpbf16_ps(p, w1, (__m512bh)_mm512_loadu_si512(xb + 32));
       acc[t] = _mm512_fmadd_ps(p, sv, acc[t]);
@@ -154,30 +154,14 @@ __attribute__((noinline)) void byte_row(const LaneGeom& g, const uint8_t* row, c
 
 }  // namespace
 
+int64_t byte16_padded(int64_t cols) { return (cols + 63) / 64 * 64; }
+
 bool byte16_lanes_ok(int64_t group, int64_t cols) {
   return group >= cols || group % 64 == 0 || group == 16 || group == 32;
 }
 
-bool byte16_make_lut(const float* lut256, Byte16Lut& out) {
-  for (int i = 0; i < 256; ++i) {
-    const float v = lut256[i];
-    const uint16_t h = f32_to_bf16(v);
-    const float back = bf16_to_f32(h);
-    if (!(back == v) && !(v != v && back != back)) return false;  // not exact (NaN stays NaN)
-    out.lo[i] = static_cast<uint8_t>(h & 0xFF);
-    out.hi[i] = static_cast<uint8_t>(h >> 8);
-  }
-  // Sign-magnitude (FP8): code 128 + i is -(code i) bit for bit, so the upper half of the table is not
-  // needed.
-  out.sign_magnitude = true;
-  for (int i = 0; i < 128; ++i)
-    if (out.lo[128 + i] != out.lo[i] || out.hi[128 + i] != (out.hi[i] | 0x80) || (out.hi[i] & 0x80))
-      out.sign_magnitude = false;
-  return true;
-}
-
 void byte16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, float* gsum) {
-  const int64_t nch = (cols + 63) / 64;
+  const int64_t nch = byte16_padded(cols) / 64;
   for (int64_t c = 0; c < nch; ++c)
     for (int64_t z = 0; z < 2; ++z)
       for (int64_t L = 0; L < 4; ++L)
@@ -185,16 +169,11 @@ void byte16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, fl
           const int64_t i = 64 * c + 16 * L + 8 * z + m;
           xb[64 * c + 32 * z + 8 * L + m] = i < cols ? f32_to_bf16(x[i]) : uint16_t{0};
         }
-  if (!gsum) return;
-  for (int64_t c0 = 0, j = 0; c0 < cols; c0 += group, ++j) {
-    double acc = 0;
-    for (int64_t i = c0; i < std::min(cols, c0 + group); ++i) acc += bf16_to_f32(f32_to_bf16(x[i]));
-    gsum[j] = static_cast<float>(acc);
-  }
+  if (gsum) group_sums(x, cols, group, true, gsum);
 }
 
 void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
-                            int64_t cols, int64_t group, const Byte16Lut& lut, int T, const Byte16X* x,
+                            int64_t cols, int64_t group, const Byte16Lut& lut, int T, const Bf16X* x,
                             float* y, int64_t ystride) {
   const LaneGeom g = byte_lane_geom(cols, group);
   __m512i lo[4], hi[4];
@@ -225,18 +204,6 @@ void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* con
   }
 }
 
-void nib16_make_lut(const float* lut16, Nib16Lut& out) {
-  out.has_lo = false;
-  for (int i = 0; i < 32; ++i) {
-    const float v = lut16[i & 15];
-    const uint16_t h = f32_to_bf16(v);
-    const uint16_t l = f32_to_bf16(v - bf16_to_f32(h));
-    out.hi[i] = h;
-    out.lo[i] = l;
-    if (bf16_to_f32(h) != v) out.has_lo = true;
-  }
-}
-
 void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, float* gsum) {
   const int64_t nch = nib_padded(cols) / 128;
   for (int64_t c = 0; c < nch; ++c)
@@ -246,17 +213,11 @@ void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, flo
           const int64_t i = 128 * c + 8 * l + 2 * k + e;
           xb[128 * c + 32 * k + 2 * l + e] = i < cols ? f32_to_bf16(x[i]) : uint16_t{0};
         }
-  if (!gsum) return;
-  // In double, of the BF16 values the products see (see nib_layout).
-  for (int64_t c0 = 0, j = 0; c0 < cols; c0 += group, ++j) {
-    double acc = 0;
-    for (int64_t i = c0; i < std::min(cols, c0 + group); ++i) acc += bf16_to_f32(f32_to_bf16(x[i]));
-    gsum[j] = static_cast<float>(acc);
-  }
+  if (gsum) group_sums(x, cols, group, true, gsum);
 }
 
 void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
-                           int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Nib16X* x, float* y,
+                           int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
                            int64_t ystride) {
   const LaneGeom g = nib_lane_geom(cols, group);
   switch (T) {

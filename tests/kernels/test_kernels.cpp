@@ -20,6 +20,7 @@
 #include "formats/format.h"
 #include "formats/scheme.h"
 #include "kernels/dispatch.h"
+#include "kernels/kernel_plan.h"
 #include "kernels/matmul.h"
 #include "kernels/weight.h"
 #include "tensor/qtensor.h"
@@ -345,6 +346,15 @@ TEST(KernelPlan, SideTablesCountedInNbytes) {
   // codes 64*128 + f16 scales 64*8*2; decoded float scales 64*8*4 + 16-entry LUT.
   EXPECT_EQ(w.q->storage_bytes(), 64u * 128 + 64 * 8 * 2);
   EXPECT_EQ(w.nbytes(), w.q->storage_bytes() + 64 * 8 * 4 + 16 * 4);
+}
+
+// The byte16 decode table is built with the plan on CPUs with the Avx512Bf16 tier, and counted.
+TEST(KernelPlan, Byte16TableCountedInNbytes) {
+  WeightMatrix w = make_weight({"e4m3:channel", ""}, 64, 256, 3);
+  const bool bf16 = best_isa() >= Isa::Avx512Bf16;
+  EXPECT_EQ(w.plan->byte16 != nullptr, bf16);
+  // decoded float scales 64 (per channel) + 256-entry LUT, + the BF16 byte planes.
+  EXPECT_EQ(w.nbytes(), w.q->storage_bytes() + 64 * 4 + 256 * 4 + (bf16 ? sizeof(kern::Byte16Lut) : 0));
 }
 
 TEST(Dispatch, IsaNames) {
