@@ -152,24 +152,31 @@ __attribute__((noinline)) void byte_row(const LaneGeom& g, const uint8_t* row, c
   for (int t = 0; t < T; ++t) y[t * ystride] = _mm512_reduce_add_ps(acc[t]);
 }
 
+// Activations of one token rounded to BF16 and placed by the kernel's lane layout: element o of each chunk
+// goes to position dst(o) of that chunk; zero padding to whole chunks; group sums of the BF16 values.
+template <typename Dst>
+void bf16_lane_layout(const float* x, int64_t cols, int64_t group, int64_t chunk, Dst dst, uint16_t* xb,
+                      float* gsum) {
+  const int64_t pad = (cols + chunk - 1) / chunk * chunk;
+  for (int64_t i = 0; i < pad; ++i)
+    xb[i - i % chunk + dst(i % chunk)] = i < cols ? f32_to_bf16(x[i]) : uint16_t{0};
+  if (gsum) group_sums(x, cols, group, true, gsum);
+}
+
 }  // namespace
 
-int64_t byte16_padded(int64_t cols) { return (cols + 63) / 64 * 64; }
+int64_t byte16_padded(int64_t cols) {
+  return (cols + 63) / 64 * 64;
+}
 
 bool byte16_lanes_ok(int64_t group, int64_t cols) {
   return group >= cols || group % 64 == 0 || group == 16 || group == 32;
 }
 
 void byte16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, float* gsum) {
-  const int64_t nch = byte16_padded(cols) / 64;
-  for (int64_t c = 0; c < nch; ++c)
-    for (int64_t z = 0; z < 2; ++z)
-      for (int64_t L = 0; L < 4; ++L)
-        for (int64_t m = 0; m < 8; ++m) {
-          const int64_t i = 64 * c + 16 * L + 8 * z + m;
-          xb[64 * c + 32 * z + 8 * L + m] = i < cols ? f32_to_bf16(x[i]) : uint16_t{0};
-        }
-  if (gsum) group_sums(x, cols, group, true, gsum);
+  // o = 16L + 8z + m -> 32z + 8L + m
+  bf16_lane_layout(
+      x, cols, group, 64, [](int64_t o) { return 32 * (o / 8 % 2) + 8 * (o / 16) + o % 8; }, xb, gsum);
 }
 
 void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
@@ -205,15 +212,9 @@ void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* con
 }
 
 void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, float* gsum) {
-  const int64_t nch = nib_padded(cols) / 128;
-  for (int64_t c = 0; c < nch; ++c)
-    for (int64_t k = 0; k < 4; ++k)
-      for (int64_t l = 0; l < 16; ++l)
-        for (int64_t e = 0; e < 2; ++e) {
-          const int64_t i = 128 * c + 8 * l + 2 * k + e;
-          xb[128 * c + 32 * k + 2 * l + e] = i < cols ? f32_to_bf16(x[i]) : uint16_t{0};
-        }
-  if (gsum) group_sums(x, cols, group, true, gsum);
+  // o = 8l + 2k + e -> 32k + 2l + e
+  bf16_lane_layout(
+      x, cols, group, 128, [](int64_t o) { return 32 * (o % 8 / 2) + 2 * (o / 8) + o % 2; }, xb, gsum);
 }
 
 void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
