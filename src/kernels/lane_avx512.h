@@ -47,6 +47,12 @@ LaneGeom lane_geom(int64_t cols, int64_t group, int64_t chunk, LaneFirst lane_fi
   return g;
 }
 
+// The 64 code bytes of chunk c of a row (the last chunk masked to the row's bytes, the rest zero).
+inline __m512i load_chunk(const LaneGeom& g, const uint8_t* row, int64_t c) {
+  const int64_t left = g.rbytes - 64 * c;
+  return left >= 64 ? _mm512_loadu_si512(row + 64 * c) : _mm512_maskz_loadu_epi8(mask64(left), row + 64 * c);
+}
+
 // The nib layout (nib, nib16): chunks of 128 4-bit codes, lane l holds elements 8l..8l+7.
 inline LaneGeom nib_lane_geom(int64_t cols, int64_t group) {
   return lane_geom(cols, group, 128, [](int l) { return 8 * l; });

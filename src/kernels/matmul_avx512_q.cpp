@@ -151,14 +151,12 @@ __attribute__((noinline)) void nib_tile(const LaneGeom& g, const uint8_t* const*
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   GroupWalk gw;
   for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
-    const int64_t left = g.rbytes - 64 * c;
     __m512i code[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       // DRAM streaming: prefetch 4 KiB ahead in each row (as the dense GEMV does); harmless past the end.
       _mm_prefetch(reinterpret_cast<const char*>(rows[r] + 64 * c + 4096), _MM_HINT_T0);
-      code[r] = left >= 64 ? _mm512_loadu_si512(rows[r] + 64 * c)
-                           : _mm512_maskz_loadu_epi8(mask64(left), rows[r] + 64 * c);
+      code[r] = load_chunk(g, rows[r], c);
     }
     __m512 sum[P][R][T];
 #pragma GCC unroll 4
@@ -325,9 +323,7 @@ float vnni_dot_avx512(int bits, const uint8_t* row, int64_t cols, int64_t group,
   __m512 acc = _mm512_setzero_ps();
   GroupWalk gw;
   for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
-    const uint8_t* p = row + c * 64;
-    const int64_t left = g.rbytes - c * 64;
-    const __m512i b = left >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(mask64(left), p);
+    const __m512i b = load_chunk(g, row, c);
     __m512i isum;
     if (bits == 4) {
       const __m512i lo = _mm512_and_si512(b, m4), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);

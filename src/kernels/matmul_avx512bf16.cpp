@@ -62,11 +62,9 @@ __attribute__((noinline)) void row_tile(const LaneGeom& g, const uint8_t* row, c
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   GroupWalk gw;
   for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
-    const int64_t left = g.rbytes - 64 * c;
     // DRAM streaming: 4 KiB ahead (one sequential stream per thread; harmless past the end).
     _mm_prefetch(reinterpret_cast<const char*>(row + 64 * c + 4096), _MM_HINT_T0);
-    const __m512i code =
-        left >= 64 ? _mm512_loadu_si512(row + 64 * c) : _mm512_maskz_loadu_epi8(mask64(left), row + 64 * c);
+    const __m512i code = load_chunk(g, row, c);
     __m512 s0[T], s1[T];
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) s0[t] = s1[t] = _mm512_setzero_ps();
@@ -120,10 +118,8 @@ __attribute__((noinline)) void byte_row(const LaneGeom& g, const uint8_t* row, c
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   GroupWalk gw;
   for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
-    const int64_t left = g.rbytes - 64 * c;
     _mm_prefetch(reinterpret_cast<const char*>(row + 64 * c + 4096), _MM_HINT_T0);
-    const __m512i b =
-        left >= 64 ? _mm512_loadu_si512(row + 64 * c) : _mm512_maskz_loadu_epi8(mask64(left), row + 64 * c);
+    const __m512i b = load_chunk(g, row, c);
     __m512i lb, hb;
     if constexpr (SM) {
       // Sign-magnitude codes (FP8): 128-entry tables (vpermi2b reads 7 index bits), the sign bit ORed in.
