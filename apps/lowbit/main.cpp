@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
     c.setup(*sub);
   }
   try {
+    cpu_features();  // validates LOWBIT_ISA here, on the main thread, before any command runs
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

@@ -1,5 +1,7 @@
 #include "core/cpu.h"
 
+#include "core/error.h"
+
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -85,6 +87,10 @@ CpuFeatures apply_mask(CpuFeatures f) {
     f.avx512bf16 = f.avx512vbmi = f.avx512fp16 = false;  // the plain AVX-512 tier (dispatch.h)
   } else if (s == "avx512bf16") {
     drop_amx();
+  } else if (s != "amx" && !s.empty()) {
+    // A typo must not silently run the best tier (an A/B against LOWBIT_ISA=avx512 would compare a tier with itself).
+    throw UsageError("core", "LOWBIT_ISA=" + s + " is not an ISA tier; use generic, avx2, avx512, avx512bf16 or amx, "
+                             "or unset it");
   }
   return f;
 }

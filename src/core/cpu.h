@@ -16,7 +16,8 @@ struct CpuFeatures {
   std::string summary() const;
 };
 
-// Detected once, cached. Honors LOWBIT_ISA (generic|avx2|avx512|avx512bf16|amx) to mask features for testing.
+// Detected once, cached. Honors LOWBIT_ISA (generic|avx2|avx512|avx512bf16|amx) to mask features for testing;
+// any other non-empty value throws UsageError.
 const CpuFeatures& cpu_features();
 // Unmasked hardware features (ignores LOWBIT_ISA).
 const CpuFeatures& cpu_features_hw();

@@ -125,4 +125,10 @@ TEST(InfoCli, KernelTierFollowsLowbitIsa) {
   EXPECT_EQ(tier("generic"), "generic");
   if (best == "avx512bf16") EXPECT_EQ(tier("avx512"), "avx512");
   if (best == "avx512bf16" || best == "avx512") EXPECT_EQ(tier("avx2"), "avx2");
+  // A value that is not a tier is refused with a clear error instead of silently running the best tier.
+  setenv("LOWBIT_ISA", "avx512bf", 1);
+  const auto bad = lowbit::testing_cli::run_cli("info --json", true);
+  unsetenv("LOWBIT_ISA");
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.out.find("[core] LOWBIT_ISA=avx512bf is not an ISA tier"), std::string::npos) << bad.out;
 }
