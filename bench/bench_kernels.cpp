@@ -19,8 +19,9 @@
 namespace {
 using namespace lowbit;
 
-// GGUF types lowbit reads but cannot write (Q5_K, Q6_K): random blocks with small positive f16 scales at the
-// given byte offsets, as a zero-copy WeightKind::Ggml weight. Speed does not depend on the code values.
+// GGUF types lowbit reads but cannot write (Q5_0, Q5_K, Q6_K, IQ4_NL, MXFP4): random blocks with small positive
+// f16 scales at the given byte offsets (MXFP4: E8M0 exponent 127 at byte 0), as a zero-copy WeightKind::Ggml
+// weight. Speed does not depend on the code values.
 WeightMatrix random_ggml(const std::string& fmt, const std::vector<int>& f16_offsets, int64_t rows, int64_t cols) {
   const FormatInfo& fi = format_by_name(fmt);
   const int64_t nblk = rows * cols / fi.block_elems;
@@ -30,6 +31,8 @@ WeightMatrix random_ggml(const std::string& fmt, const std::vector<int>& f16_off
   const uint16_t h = f32_to_f16(0.001f);
   for (int64_t k = 0; k < nblk; ++k)
     for (int off : f16_offsets) std::memcpy(buf->data() + k * fi.block_bytes + off, &h, 2);
+  if (fi.native_scale == ScaleType::E8M0)
+    for (int64_t k = 0; k < nblk; ++k) (*buf)[static_cast<size_t>(k * fi.block_bytes)] = 127;
   return make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
 }
 
@@ -47,8 +50,8 @@ std::vector<float> gaussian_weights(int64_t rows, int64_t cols) {
 WeightMatrix gguf_weight(const std::string& fmt, int64_t rows, int64_t cols) {
   const bool pack = fmt.rfind("gguf:", 0) == 0;
   const std::string type = fmt.substr(fmt.find(':') + 1);
-  if (type == "q5_0") {  // lowbit reads Q5_0 but has no quantizer: random blocks (f16 scale at byte 0)
-    WeightMatrix m = random_ggml(type, {0}, rows, cols);
+  if (type == "q5_0" || type == "iq4_nl" || type == "ggml_mxfp4") {  // no quantizer in lowbit: random blocks
+    WeightMatrix m = random_ggml(type, type == "ggml_mxfp4" ? std::vector<int>{} : std::vector<int>{0}, rows, cols);
     prepare_weight(m, pack);
     return m;
   }
@@ -110,7 +113,8 @@ int register_all() {
         benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, f, a, r, c, T)->UseRealTime()->Unit(benchmark::kMicrosecond);
       }
   // GGUF tensors as loaded, with and without the load-time pack, in one run.
-  for (const char* f : {"gguf:q4_0", "rows:q4_0", "gguf:q5_0", "rows:q5_0", "gguf:q8_0", "rows:q8_0"}) {
+  for (const char* f : {"gguf:q4_0", "rows:q4_0", "gguf:q5_0", "rows:q5_0", "gguf:q8_0", "rows:q8_0", "gguf:iq4_nl",
+                        "rows:iq4_nl", "gguf:ggml_mxfp4", "rows:ggml_mxfp4"}) {
     for (const auto& [r, c] : all_shapes)
       for (int64_t T : {int64_t{1}, int64_t{64}}) {
         if (r == 151936 && T != 1) continue;

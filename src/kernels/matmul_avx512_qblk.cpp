@@ -1,4 +1,4 @@
-// GGUF Q4_0 / Q5_0 / Q8_0 products on the load-time QBlkPack layout (kernel_plan.h), AVX-512 VNNI, decode and
+// GGUF Q4_0 / Q5_0 / Q8_0 / IQ4_NL / MXFP4 products on the load-time QBlkPack layout (kernel_plan.h), AVX-512 VNNI, decode and
 // prefill alike.
 //
 // Why: the stored GGUF rows put an f16 scale before every 16 (32) code bytes, so a row-at-a-time kernel
@@ -8,7 +8,8 @@
 // reduction. Per 32-column block the 16 int32 sums start from -offset * (sum of the activation codes) (exact:
 // w = d * (c - offset)), are converted once and scaled by d[16 rows] * dx with one FMA. A tile of 16 rows x
 // up to 8 tokens keeps its accumulators in registers, so prefill decodes each nibble vector once for 8
-// tokens.
+// tokens. The non-linear 4-bit grids (IQ4_NL, MXFP4) cost one vpshufb per 64 codes more: nibble -> grid value +
+// 128, then the same unsigned x signed product with offset 128.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -20,7 +21,7 @@
 namespace lowbit::kern {
 namespace {
 
-constexpr int kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8;
+constexpr int kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8, kIq4Nl = 20, kMxfp4 = 39;
 
 inline __m512i bcast32(const int8_t* p) {
   int32_t v;
@@ -34,6 +35,7 @@ void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols,
                const float* dx, const int32_t* xo, int64_t t0, float* y, int64_t rows, int64_t r,
                __mmask16 m) {
   const __m512i m4 = _mm512_set1_epi8(0x0F), h16 = _mm512_set1_epi8(0x10);
+  const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.lut.data())));
   __m512 accf[NT];
   for (int j = 0; j < NT; ++j) accf[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -58,14 +60,20 @@ void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols,
           lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(_cvtu64_mask64(ml), h16));
           hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(_cvtu64_mask64(mh), h16));
         }
+        if constexpr (TY == kIq4Nl || TY == kMxfp4) {
+          lo = _mm512_shuffle_epi8(lut, lo);
+          hi = _mm512_shuffle_epi8(lut, hi);
+        }
         for (int j = 0; j < NT; ++j) {
           acc[j] = _mm512_dpbusd_epi32(acc[j], lo, bcast32(xb + j * cols + 8 * k));
           acc[j] = _mm512_dpbusd_epi32(acc[j], hi, bcast32(xb + j * cols + 8 * k + 4));
         }
       }
     }
-    const __m512 d =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + p.scale_off(b, nb))));
+    const __m256i sh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + p.scale_off(b, nb)));
+    __m512 d;
+    if constexpr (TY == kMxfp4) d = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sh), 16));
+    else d = _mm512_cvtph_ps(sh);
     for (int j = 0; j < NT; ++j)
       accf[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j]),
                                 _mm512_mul_ps(d, _mm512_set1_ps(dx[(t0 + j) * nb + b])), accf[j]);
@@ -98,6 +106,10 @@ void qblk_gemm_avx512(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q
       return qblk_rows<kQ4_0>(p, r0, r1, q, dx, xo, T, y);
     case kQ5_0:
       return qblk_rows<kQ5_0>(p, r0, r1, q, dx, xo, T, y);
+    case kIq4Nl:
+      return qblk_rows<kIq4Nl>(p, r0, r1, q, dx, xo, T, y);
+    case kMxfp4:
+      return qblk_rows<kMxfp4>(p, r0, r1, q, dx, xo, T, y);
     default:
       return qblk_rows<kQ8_0>(p, r0, r1, q, dx, xo, T, y);
   }

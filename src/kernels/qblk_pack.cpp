@@ -1,4 +1,4 @@
-// Load-time repacking of GGUF Q4_0 / Q5_0 / Q8_0 rows into the QBlkPack layout (kernel_plan.h) read by
+// Load-time repacking of GGUF Q4_0 / Q5_0 / Q8_0 / IQ4_NL / MXFP4 rows into the QBlkPack layout (kernel_plan.h) read by
 // matmul_avx512_qblk.cpp. Plain C++: it runs once per weight at load, in parallel over row blocks.
 #include <algorithm>
 #include <cstring>
@@ -6,17 +6,36 @@
 #include "core/half.h"
 #include "core/memory.h"
 #include "core/parallel.h"
+#include "formats/minifloat.h"
 #include "kernels/kernel_plan.h"
 
 namespace lowbit {
 namespace {
 
-constexpr int kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8;
+constexpr int kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8, kIq4Nl = 20, kMxfp4 = 39;
+
+// The non-linear grids as unsigned bytes (value + 128), so that vpdpbusd can take them as its unsigned operand.
+constexpr int8_t kIq4NlGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+constexpr int8_t kMxfp4Grid[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};  // 2 x E2M1
+
+// Where the 16 code bytes start in a GGUF block.
+int qs_offset(int t) { return t == kQ5_0 ? 6 : t == kMxfp4 ? 1 : 2; }
+
+// MXFP4's block scale E8M0 e as the bf16 of 2^(e-127) / 2 (the grid holds 2 x E2M1): exact, denormals included
+// (e = 0 is 2^-128, bf16 0x0020); e = 255 is NaN as in E8M0.
+uint16_t mxfp4_scale_bf16(uint8_t e) {
+  if (e == 255) return 0x7FC0;
+  if (e >= 2) return static_cast<uint16_t>((e - 1) << 7);
+  return static_cast<uint16_t>(e == 1 ? 0x0040 : 0x0020);
+}
+
+float pack_scale(const QBlkPack& p, uint16_t h) { return p.bf16_scales ? bf16_to_f32(h) : f16_to_f32(h); }
 
 }  // namespace
 
 bool qblk_supported(int ggml_type, int64_t cols) {
-  return (ggml_type == kQ4_0 || ggml_type == kQ5_0 || ggml_type == kQ8_0) && cols > 0 && cols % 32 == 0;
+  const int t = ggml_type;
+  return (t == kQ4_0 || t == kQ5_0 || t == kQ8_0 || t == kIq4Nl || t == kMxfp4) && cols > 0 && cols % 32 == 0;
 }
 
 std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int64_t row_bytes, int64_t rows,
@@ -29,7 +48,12 @@ std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int6
   p->code_bytes = t == kQ8_0 ? 512 : 256;
   p->hbit_bytes = t == kQ5_0 ? 64 : 0;
   p->block_bytes = p->code_bytes + p->hbit_bytes + 32;
-  p->offset = t == kQ8_0 ? 128 : t == kQ5_0 ? 16 : 8;
+  p->offset = t == kQ5_0 ? 16 : t == kQ4_0 ? 8 : 128;
+  p->bf16_scales = t == kMxfp4;
+  p->has_lut = t == kIq4Nl || t == kMxfp4;
+  if (p->has_lut)
+    for (int c = 0; c < 16; ++c)
+      p->lut[c] = static_cast<uint8_t>((t == kIq4Nl ? kIq4NlGrid[c] : kMxfp4Grid[c]) + 128);
   const int64_t nb = cols / 32, nrb = (rows + 15) / 16, sb = row_bytes / nb;  // GGUF bytes per block
   auto buf = aligned_bytes(p->bytes());  // zeroed: padding rows get code 0 and scale 0
   uint8_t* out = buf.get();
@@ -48,7 +72,7 @@ std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int6
             // Element e < 16 is the low nibble of qs[e], e + 16 the high one: chunk k pairs elements 8k + j
             // and 8k + 4 + j, i.e. (k = 0, 1) low nibbles of qs[8k + j] and qs[8k + 4 + j], (k = 2, 3) high
             // nibbles of qs[8(k-2) + j] and qs[8(k-2) + 4 + j].
-            const uint8_t* qs = blk + (t == kQ5_0 ? 6 : 2);
+            const uint8_t* qs = blk + qs_offset(t);
             for (int j = 0; j < 4; ++j) {
               codes[4 * lr + j] = static_cast<uint8_t>((qs[j] & 15) | (qs[4 + j] & 15) << 4);
               codes[64 + 4 * lr + j] = static_cast<uint8_t>((qs[8 + j] & 15) | (qs[12 + j] & 15) << 4);
@@ -67,7 +91,12 @@ std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int6
                 }
             }
           }
-          std::memcpy(base + p->scale_off(b, nb) + 2 * lr, blk, 2);
+          if (t == kMxfp4) {
+            const uint16_t h = mxfp4_scale_bf16(blk[0]);
+            std::memcpy(base + p->scale_off(b, nb) + 2 * lr, &h, 2);
+          } else {
+            std::memcpy(base + p->scale_off(b, nb) + 2 * lr, blk, 2);
+          }
         }
       }
     }
@@ -83,7 +112,7 @@ void qblk_row_f32(const QBlkPack& p, int64_t r, float* out) {
   for (int64_t b = 0; b < nb; ++b) {
     uint16_t h;
     std::memcpy(&h, base + p.scale_off(b, nb) + 2 * lr, 2);
-    const float d = f16_to_f32(h);
+    const float d = pack_scale(p, h);
     const uint8_t* codes = base + p.code_off(b);
     for (int j = 0; j < 32; ++j) {
       int c;
@@ -98,7 +127,8 @@ void qblk_row_f32(const QBlkPack& p, int64_t r, float* out) {
           c |= static_cast<int>((m >> (4 * lr + jj % 4)) & 1) << 4;
         }
       }
-      out[b * 32 + j] = d * static_cast<float>(c - p.offset);
+      const int u = p.has_lut ? p.lut[c] : c;
+      out[b * 32 + j] = d * static_cast<float>(u - p.offset);
     }
   }
 }

@@ -204,6 +204,15 @@ TEST(KernelNames, FastPathsSelected) {
   EXPECT_NE(name("int4:g32:asym", FormatId::INT8).find("+a8.vnni.avx512"), std::string::npos);
   EXPECT_EQ(name("ggml:q4_0"), "q4_0.q8vnni16.avx512");  // load-time 16-row pack
   EXPECT_EQ(name("ggml:q8_0"), "q8_0.q8vnni16.avx512");
+  {  // the non-linear 4-bit grids have only the pack (no quantizer here: random blocks)
+    for (auto [t, kname] : {std::pair{"iq4_nl", "iq4_nl"}, {"ggml_mxfp4", "mxfp4"}}) {
+      const FormatInfo& fi = format_by_name(t);
+      auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(16 * 256 / 32 * fi.block_bytes), 1);
+      WeightMatrix g = make_ggml_weight(buf, buf->data(), fi.ggml_type, 16, 256);
+      prepare_weight(g);
+      EXPECT_EQ(matmul_kernel_name(g), std::string(kname) + ".q8vnni16.avx512");
+    }
+  }
   EXPECT_EQ(name("ggml:q4_k"), "q4_k.q8vnni.avx512");
   EXPECT_EQ(name("q4_k"), "q4_k.q8vnni.avx512");
   EXPECT_EQ(name("q8_0").find(".q8vnni.avx512") != std::string::npos, true);
@@ -246,10 +255,11 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
   struct T {
     const char* name;
     std::vector<int> f16_offsets;
+    bool e8m0 = false;  // ggml MXFP4: byte 0 is an E8M0 exponent (near 2^0, and the denormal scales 0 and 1)
   };
-  const std::vector<T> types = {{"q4_1", {0, 2}}, {"q5_0", {0}},     {"q5_1", {0, 2}},   {"iq4_nl", {0}},
-                                {"q4_k", {0, 2}}, {"q5_k", {0, 2}},  {"q6_k", {208}},    {"q2_k", {80, 82}},
-                                {"q3_k", {108}}};
+  const std::vector<T> types = {{"q4_1", {0, 2}}, {"q5_0", {0}},    {"q5_1", {0, 2}}, {"iq4_nl", {0}},
+                                {"q4_k", {0, 2}}, {"q5_k", {0, 2}}, {"q6_k", {208}},  {"q2_k", {80, 82}},
+                                {"q3_k", {108}},  {"ggml_mxfp4", {}, true}};
   const int64_t rows = 9, cols = 768, maxtok = 5;
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> ud(0.001f, 0.01f);
@@ -266,6 +276,10 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
         const uint16_t h = f32_to_f16(ud(rng));
         std::memcpy(buf->data() + k * fi.block_bytes + off, &h, 2);
       }
+    if (t.e8m0)
+      for (int64_t k = 0; k < nblk; ++k)
+        (*buf)[static_cast<size_t>(k * fi.block_bytes)] =
+            static_cast<uint8_t>(k == 1 ? 0 : k == 2 ? 1 : 117 + static_cast<int>(rng() % 12));
     WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
     prepare_weight(w);  // own plan: T >= 4 takes the block-scaled prefill tile for Q4_0 / Q5_0 / Q8_0
     std::vector<float> row(static_cast<size_t>(cols));

@@ -1,5 +1,5 @@
-// The load-time QBlkPack of GGUF Q4_0 / Q5_0 / Q8_0 weights (kernels/kernel_plan.h): the packer against the
-// GGUF row decoder (bit for bit, every code and the 5th bit of Q5_0, padding rows), the AVX-512 Q8 activation
+// The load-time QBlkPack of GGUF Q4_0 / Q5_0 / Q8_0 / IQ4_NL / MXFP4 weights (kernels/kernel_plan.h): the packer against the
+// GGUF row decoder (bit for bit, every code and the 5th bit of Q5_0, every E8M0 exponent, padding rows), the AVX-512 Q8 activation
 // quantizer against the scalar one (bit for bit), and the byte accounting of a repacked weight.
 // (Products on the pack are checked against matmul_reference in test_kernels.cpp, MatmulVsReference.)
 #include <gtest/gtest.h>
@@ -29,6 +29,10 @@ std::shared_ptr<std::vector<uint8_t>> random_rows(const FormatInfo& fi, int64_t 
   for (auto& b : *buf) b = static_cast<uint8_t>(rng());
   std::uniform_real_distribution<float> ud(-0.02f, 0.02f);
   for (int64_t k = 0; k < nblk; ++k) {
+    if (fi.native_scale == ScaleType::E8M0) {
+      (*buf)[static_cast<size_t>(k * fi.block_bytes)] = static_cast<uint8_t>(k);  // every exponent, NaN (255) too
+      continue;
+    }
     const uint16_t h = f32_to_f16(ud(rng));
     std::memcpy(buf->data() + k * fi.block_bytes, &h, 2);
   }
@@ -36,26 +40,31 @@ std::shared_ptr<std::vector<uint8_t>> random_rows(const FormatInfo& fi, int64_t 
 }
 
 TEST(QBlkPack, RowsEqualTheGgufDecoderBitForBit) {
-  for (const char* name : {"q4_0", "q5_0", "q8_0"}) {
+  for (const char* name : {"q4_0", "q5_0", "q8_0", "iq4_nl", "ggml_mxfp4"}) {
     const FormatInfo& fi = format_by_name(name);
-    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {16, 32}, {5, 896}}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {16, 32}, {5, 896}, {40, 2048}}) {
       auto buf = random_rows(fi, rows, cols, static_cast<uint32_t>(rows * 7 + cols));
       const int64_t row_bytes = cols / 32 * fi.block_bytes;
       ASSERT_TRUE(qblk_supported(fi.ggml_type, cols));
       auto pk = build_qblk_pack(fi.ggml_type, buf->data(), row_bytes, rows, cols);
       ASSERT_NE(pk, nullptr);
-      EXPECT_EQ(pk->bytes(), static_cast<size_t>((rows + 15) / 16 * 16 * row_bytes)) << name;
+      // Same bytes reordered; MXFP4's 8-bit exponent becomes a 16-bit scale (17 -> 18 bytes per block).
+      const int64_t packed_row = cols / 32 * (fi.block_bytes == 17 ? 18 : fi.block_bytes);
+      EXPECT_EQ(pk->bytes(), static_cast<size_t>((rows + 15) / 16 * 16 * packed_row)) << name;
       std::vector<float> want(static_cast<size_t>(cols)), got(want.size());
       for (int64_t r = 0; r < rows; ++r) {
         dequantize_row_ggml(fi.ggml_type, buf->data() + r * row_bytes, want.data(), cols);
         qblk_row_f32(*pk, r, got.data());
         for (int64_t c = 0; c < cols; ++c)
-          ASSERT_EQ(f32_bits(got[c]), f32_bits(want[c]))
+          // MXFP4's code 8 is -0 (a signed zero the integer codes cannot carry), and e = 255 is NaN.
+          ASSERT_TRUE(f32_bits(got[c]) == f32_bits(want[c]) || (got[c] == 0 && want[c] == 0) ||
+                      (got[c] != got[c] && want[c] != want[c]))
               << name << " " << rows << "x" << cols << " row " << r << " col " << c;
       }
     }
   }
   EXPECT_FALSE(qblk_supported(format_by_name("q4_1").ggml_type, 256));
+  EXPECT_FALSE(qblk_supported(format_by_name("q4_k").ggml_type, 256));
   EXPECT_FALSE(qblk_supported(format_by_name("q4_0").ggml_type, 200));
 }
 
