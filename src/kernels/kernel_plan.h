@@ -33,25 +33,30 @@ struct Int8Tile {
   size_t bytes() const { return packed.size() + rowsum.size() * sizeof(int32_t); }
 };
 
-// GGUF Q4_0 / Q5_0 / Q8_0 / IQ4_NL / MXFP4 weights repacked at load for AVX-512 VNNI (qblk_pack.cpp,
-// matmul_avx512_qblk.cpp): the GGUF blocks (18 / 22 / 34 / 18 / 17 bytes per 32 weights) reordered so that one
-// 64-byte load feeds vpdpbusd for 16 output rows at once. Per row block rb (16 rows, the last one zero-padded) the
-// region data[rb * nb * block_bytes, +nb * block_bytes) holds the nb = cols / 32 column blocks in pairs (the last
-// pair may hold one block), each pair [codes b, codes b+1][Q5_0 high bits b, b+1][scales b, b+1], so that a
-// decode reads one sequential stream and every code load is 64-byte aligned (a pair is 9 / 11 / 17 cache lines):
+// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 weights repacked at load for AVX-512 VNNI
+// (qblk_pack.cpp, matmul_avx512_qblk.cpp): the GGUF blocks (18 / 20 / 22 / 24 / 34 / 18 / 17 bytes per 32 weights)
+// reordered so that one 64-byte load feeds vpdpbusd for 16 output rows at once. Per row block rb (16 rows, the
+// last one zero-padded) the region data[rb * nb * block_bytes, +nb * block_bytes) holds the nb = cols / 32 column
+// blocks in pairs (the last pair may hold one block), each pair
+//   [codes b, codes b+1][high bits b, b+1][scales b, b+1][mins b, b+1]
+// so that a decode reads one sequential stream and every code load is 64-byte aligned (a pair is 9 / 10 / 11 / 12
+// / 17 / 9 / 9 cache lines):
 //   codes: 4-bit types 4 chunks of 64 bytes, chunk k byte 4r + j = c[r][32b+8k+j] | c[r][32b+8k+4+j] << 4 (low
 //          4 bits of the unsigned code c); Q8_0 8 chunks, chunk k byte 4r + j = q[r][32b+4k+j] + 128
-//   Q5_0 high bits: per chunk k two uint64 masks (low nibbles, high nibbles), bit 4r + j
+//   high bits (Q5_0, Q5_1): per chunk k two uint64 masks (low nibbles, high nibbles), bit 4r + j
 //   scales: 16 x 16 bits, row r: f16 d, or for MXFP4 the bf16 2^(e-128) (exact for every E8M0 e < 255; 255 is NaN)
-// so w[r][c] = d * (u(code) - offset): u(c) = c with offset 8 (Q4_0), 16 (Q5_0), 128 (Q8_0); for the non-linear
-// grids (IQ4_NL, MXFP4) u = lut[c] = grid value + 128 (MXFP4's grid is 2 x E2M1, hence the half in d), offset 128.
-// MXFP4 grows from 17 to 18 bytes per 32 weights (the scale widens to 16 bits; counted in bytes()).
+//   mins (Q4_1, Q5_1): 16 f16 m
+// so w[r][c] = d * (u(code) - offset) + m: u(c) = c with offset 8 (Q4_0), 16 (Q5_0), 128 (Q8_0), 0 (Q4_1, Q5_1);
+// for the non-linear grids (IQ4_NL, MXFP4) u = lut[c] = grid value + 128 (MXFP4's grid is 2 x E2M1, hence the
+// half in d), offset 128; m = 0 where the type has none. MXFP4 grows from 17 to 18 bytes per 32 weights (the
+// scale widens to 16 bits; counted in bytes()); the others keep their size.
 struct QBlkPack {
   int ggml_type = -1;
   int64_t rows = 0, cols = 0;
   int64_t code_bytes = 0;   // per 16 rows x 32 columns: 256 (4-bit) or 512 (Q8_0)
   int64_t hbit_bytes = 0;   // 64 (Q5_0) or 0
-  int64_t block_bytes = 0;  // code_bytes + hbit_bytes + 32: 288 (Q4_0), 352 (Q5_0), 544 (Q8_0)
+  int64_t min_bytes = 0;    // 32 (Q4_1, Q5_1) or 0
+  int64_t block_bytes = 0;  // code_bytes + hbit_bytes + 32 + min_bytes: 288 (Q4_0), 352 (Q5_0), 544 (Q8_0), ...
   int offset = 0;           // w = d * (u - offset): 8 (Q4_0), 16 (Q5_0), 128 (Q8_0, IQ4_NL, MXFP4)
   bool bf16_scales = false;  // MXFP4: the 16-bit scales are bf16, not f16
   bool has_lut = false;      // IQ4_NL, MXFP4: u = lut[code]
@@ -66,9 +71,13 @@ struct QBlkPack {
   int64_t scale_off(int64_t b, int64_t nb) const {
     return (b & ~int64_t{1}) * block_bytes + pair(b, nb) * (code_bytes + hbit_bytes) + (b & 1) * 32;
   }
+  int64_t min_off(int64_t b, int64_t nb) const {
+    return (b & ~int64_t{1}) * block_bytes + pair(b, nb) * (code_bytes + hbit_bytes + 32) + (b & 1) * min_bytes;
+  }
   static int64_t pair(int64_t b, int64_t nb) { return std::min<int64_t>(2, nb - (b & ~int64_t{1})); }
 };
-bool qblk_supported(int ggml_type, int64_t cols);  // Q4_0 / Q5_0 / Q8_0 / IQ4_NL / MXFP4, whole 32-element blocks
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 with whole 32-element blocks.
+bool qblk_supported(int ggml_type, int64_t cols);
 std::shared_ptr<const QBlkPack> build_qblk_pack(int ggml_type, const uint8_t* data, int64_t row_bytes, int64_t rows,
                                                 int64_t cols);
 // Row r of the pack, dequantized (the test oracle of the packer: equals the GGUF row decoder bit for bit).

@@ -343,7 +343,7 @@ void run_vnni_tile512(const WeightMatrix& w, const KernelPlan& p, const Int8Tile
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
-// GGUF Q4_0 / Q5_0 / Q8_0 with a load-time QBlkPack, decode and prefill: activations rounded to Q8 blocks of 32
+// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 with a load-time QBlkPack, decode and prefill: activations rounded to Q8 blocks of 32
 // (as llama.cpp does), each block's code sum times the weight offset folded into the integer accumulator.
 void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int64_t T, float* y) {
   const int64_t cols = w.cols, nb = cols / 32;
@@ -359,7 +359,7 @@ void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int6
     for (int64_t b = 0; b < nb; ++b) {
       int32_t s = 0;
       for (int i = 0; i < 32; ++i) s += qt[b * 32 + i];
-      xo[t * nb + b] = -pk.offset * s;
+      xo[t * nb + b] = pk.min_bytes ? s : -pk.offset * s;  // see qblk_gemm_avx512
     }
   }
   const int8_t* qp = q.data();

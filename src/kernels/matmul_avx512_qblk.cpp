@@ -1,5 +1,5 @@
-// GGUF Q4_0 / Q5_0 / Q8_0 / IQ4_NL / MXFP4 products on the load-time QBlkPack layout (kernel_plan.h), AVX-512 VNNI, decode and
-// prefill alike.
+// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 products on the load-time QBlkPack layout
+// (kernel_plan.h), AVX-512 VNNI, decode and prefill alike.
 //
 // Why: the stored GGUF rows put an f16 scale before every 16 (32) code bytes, so a row-at-a-time kernel
 // spends ~15 instructions per 32 weights on one 256-bit vpdpbusd plus scale handling and a horizontal sum per
@@ -8,8 +8,9 @@
 // reduction. Per 32-column block the 16 int32 sums start from -offset * (sum of the activation codes) (exact:
 // w = d * (c - offset)), are converted once and scaled by d[16 rows] * dx with one FMA. A tile of 16 rows x
 // up to 8 tokens keeps its accumulators in registers, so prefill decodes each nibble vector once for 8
-// tokens. The non-linear 4-bit grids (IQ4_NL, MXFP4) cost one vpshufb per 64 codes more: nibble -> grid value +
-// 128, then the same unsigned x signed product with offset 128.
+// tokens. The non-linear 4-bit grids (IQ4_NL, MXFP4) cost one vpshufb per 64 codes more: nibble -> grid value
+// + 128, then the same unsigned x signed product with offset 128. Q4_1 / Q5_1 (w = d * c + m) have offset 0
+// and one more FMA per block: m[16 rows] * (dx * sum of the activation codes), the block's activation sum.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -21,7 +22,7 @@
 namespace lowbit::kern {
 namespace {
 
-constexpr int kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8, kIq4Nl = 20, kMxfp4 = 39;
+constexpr int kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kIq4Nl = 20, kMxfp4 = 39;
 
 inline __m512i bcast32(const int8_t* p) {
   int32_t v;
@@ -29,7 +30,8 @@ inline __m512i bcast32(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// rows [r, r + 16) x tokens [t0, t0 + NT); base = the row block's region.
+// rows [r, r + 16) x tokens [t0, t0 + NT); base = the row block's region. xo: per token and block, the
+// integer accumulator's start -offset * sum(q) (types without a min), or sum(q) itself (Q4_1 / Q5_1).
 template <int TY, int NT>
 void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols, const int8_t* q,
                const float* dx, const int32_t* xo, int64_t t0, float* y, int64_t rows, int64_t r,
@@ -42,7 +44,9 @@ void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols,
     const uint8_t* cb = base + p.code_off(b);
     const int8_t* xb = q + t0 * cols + 32 * b;
     __m512i acc[NT];
-    for (int j = 0; j < NT; ++j) acc[j] = _mm512_set1_epi32(xo[(t0 + j) * nb + b]);
+    constexpr bool kMin = TY == kQ4_1 || TY == kQ5_1;
+    for (int j = 0; j < NT; ++j)
+      acc[j] = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(xo[(t0 + j) * nb + b]);
     if constexpr (TY == kQ8_0) {
       for (int k = 0; k < 8; ++k) {
         const __m512i w = _mm512_loadu_si512(cb + 64 * k);
@@ -52,7 +56,7 @@ void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols,
       for (int k = 0; k < 4; ++k) {
         const __m512i v = _mm512_loadu_si512(cb + 64 * k);
         __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        if constexpr (TY == kQ5_0) {
+        if constexpr (TY == kQ5_0 || TY == kQ5_1) {
           uint64_t ml, mh;
           const uint8_t* hb = base + p.hbit_off(b, nb);
           std::memcpy(&ml, hb + 16 * k, 8);
@@ -72,11 +76,21 @@ void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols,
     }
     const __m256i sh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + p.scale_off(b, nb)));
     __m512 d;
-    if constexpr (TY == kMxfp4) d = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sh), 16));
-    else d = _mm512_cvtph_ps(sh);
+    if constexpr (TY == kMxfp4)
+      d = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sh), 16));
+    else
+      d = _mm512_cvtph_ps(sh);
     for (int j = 0; j < NT; ++j)
       accf[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j]),
                                 _mm512_mul_ps(d, _mm512_set1_ps(dx[(t0 + j) * nb + b])), accf[j]);
+    if constexpr (kMin) {
+      const __m512 mn =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + p.min_off(b, nb))));
+      for (int j = 0; j < NT; ++j) {
+        const int64_t tb = (t0 + j) * nb + b;
+        accf[j] = _mm512_fmadd_ps(mn, _mm512_set1_ps(dx[tb] * static_cast<float>(xo[tb])), accf[j]);
+      }
+    }
   }
   for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * rows + r, m, accf[j]);
 }
@@ -106,6 +120,10 @@ void qblk_gemm_avx512(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q
       return qblk_rows<kQ4_0>(p, r0, r1, q, dx, xo, T, y);
     case kQ5_0:
       return qblk_rows<kQ5_0>(p, r0, r1, q, dx, xo, T, y);
+    case kQ4_1:
+      return qblk_rows<kQ4_1>(p, r0, r1, q, dx, xo, T, y);
+    case kQ5_1:
+      return qblk_rows<kQ5_1>(p, r0, r1, q, dx, xo, T, y);
     case kIq4Nl:
       return qblk_rows<kIq4Nl>(p, r0, r1, q, dx, xo, T, y);
     case kMxfp4:

@@ -1,5 +1,6 @@
-// Load-time repacking of GGUF Q4_0 / Q5_0 / Q8_0 / IQ4_NL / MXFP4 rows into the QBlkPack layout (kernel_plan.h) read by
-// matmul_avx512_qblk.cpp. Plain C++: it runs once per weight at load, in parallel over row blocks.
+// Load-time repacking of GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 rows into the QBlkPack layout
+// (kernel_plan.h) read by matmul_avx512_qblk.cpp. Plain C++: it runs once per weight at load, in parallel
+// over row blocks.
 #include <algorithm>
 #include <cstring>
 
@@ -12,30 +13,51 @@
 namespace lowbit {
 namespace {
 
-constexpr int kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8, kIq4Nl = 20, kMxfp4 = 39;
+constexpr int kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kIq4Nl = 20, kMxfp4 = 39;
 
-// The non-linear grids as unsigned bytes (value + 128), so that vpdpbusd can take them as its unsigned operand.
+// The non-linear grids as unsigned bytes (value + 128), so that vpdpbusd can take them as its unsigned
+// operand.
 constexpr int8_t kIq4NlGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 constexpr int8_t kMxfp4Grid[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};  // 2 x E2M1
 
 // Where the 16 code bytes start in a GGUF block.
-int qs_offset(int t) { return t == kQ5_0 ? 6 : t == kMxfp4 ? 1 : 2; }
+int qs_offset(int t) {
+  switch (t) {
+    case kQ4_1:
+      return 4;
+    case kQ5_0:
+      return 6;
+    case kQ5_1:
+      return 8;
+    case kMxfp4:
+      return 1;
+    default:
+      return 2;
+  }
+}
+// Where the 32 fifth bits (little-endian uint32) start in a Q5_0 / Q5_1 block.
+int qh_offset(int t) {
+  return t == kQ5_1 ? 4 : 2;
+}
 
-// MXFP4's block scale E8M0 e as the bf16 of 2^(e-127) / 2 (the grid holds 2 x E2M1): exact, denormals included
-// (e = 0 is 2^-128, bf16 0x0020); e = 255 is NaN as in E8M0.
+// MXFP4's block scale E8M0 e as the bf16 of 2^(e-127) / 2 (the grid holds 2 x E2M1): exact, denormals
+// included (e = 0 is 2^-128, bf16 0x0020); e = 255 is NaN as in E8M0.
 uint16_t mxfp4_scale_bf16(uint8_t e) {
   if (e == 255) return 0x7FC0;
   if (e >= 2) return static_cast<uint16_t>((e - 1) << 7);
   return static_cast<uint16_t>(e == 1 ? 0x0040 : 0x0020);
 }
 
-float pack_scale(const QBlkPack& p, uint16_t h) { return p.bf16_scales ? bf16_to_f32(h) : f16_to_f32(h); }
+float pack_scale(const QBlkPack& p, uint16_t h) {
+  return p.bf16_scales ? bf16_to_f32(h) : f16_to_f32(h);
+}
 
 }  // namespace
 
 bool qblk_supported(int ggml_type, int64_t cols) {
   const int t = ggml_type;
-  return (t == kQ4_0 || t == kQ5_0 || t == kQ8_0 || t == kIq4Nl || t == kMxfp4) && cols > 0 && cols % 32 == 0;
+  return (t == kQ4_0 || t == kQ4_1 || t == kQ5_0 || t == kQ5_1 || t == kQ8_0 || t == kIq4Nl || t == kMxfp4) &&
+         cols > 0 && cols % 32 == 0;
 }
 
 std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int64_t row_bytes, int64_t rows,
@@ -46,9 +68,11 @@ std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int6
   p->rows = rows;
   p->cols = cols;
   p->code_bytes = t == kQ8_0 ? 512 : 256;
-  p->hbit_bytes = t == kQ5_0 ? 64 : 0;
-  p->block_bytes = p->code_bytes + p->hbit_bytes + 32;
-  p->offset = t == kQ5_0 ? 16 : t == kQ4_0 ? 8 : 128;
+  const bool five = t == kQ5_0 || t == kQ5_1;
+  p->hbit_bytes = five ? 64 : 0;
+  p->min_bytes = t == kQ4_1 || t == kQ5_1 ? 32 : 0;
+  p->block_bytes = p->code_bytes + p->hbit_bytes + 32 + p->min_bytes;
+  p->offset = t == kQ5_0 ? 16 : t == kQ4_0 ? 8 : p->min_bytes ? 0 : 128;
   p->bf16_scales = t == kMxfp4;
   p->has_lut = t == kIq4Nl || t == kMxfp4;
   if (p->has_lut)
@@ -79,9 +103,9 @@ std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int6
               codes[128 + 4 * lr + j] = static_cast<uint8_t>(qs[j] >> 4 | (qs[4 + j] & 0xF0));
               codes[192 + 4 * lr + j] = static_cast<uint8_t>(qs[8 + j] >> 4 | (qs[12 + j] & 0xF0));
             }
-            if (t == kQ5_0) {
+            if (five) {
               uint32_t qh;
-              std::memcpy(&qh, blk + 2, 4);
+              std::memcpy(&qh, blk + qh_offset(t), 4);
               uint64_t* hb = reinterpret_cast<uint64_t*>(base + p->hbit_off(b, nb));
               for (int k = 0; k < 4; ++k)
                 for (int j = 0; j < 4; ++j) {
@@ -97,6 +121,7 @@ std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int6
           } else {
             std::memcpy(base + p->scale_off(b, nb) + 2 * lr, blk, 2);
           }
+          if (p->min_bytes) std::memcpy(base + p->min_off(b, nb) + 2 * lr, blk + 2, 2);
         }
       }
     }
@@ -113,6 +138,11 @@ void qblk_row_f32(const QBlkPack& p, int64_t r, float* out) {
     uint16_t h;
     std::memcpy(&h, base + p.scale_off(b, nb) + 2 * lr, 2);
     const float d = pack_scale(p, h);
+    float m = 0;
+    if (p.min_bytes) {
+      std::memcpy(&h, base + p.min_off(b, nb) + 2 * lr, 2);
+      m = f16_to_f32(h);
+    }
     const uint8_t* codes = base + p.code_off(b);
     for (int j = 0; j < 32; ++j) {
       int c;
@@ -121,14 +151,15 @@ void qblk_row_f32(const QBlkPack& p, int64_t r, float* out) {
       } else {
         const int k = j / 8, jj = j % 8, half = jj / 4;
         c = (codes[64 * k + 4 * lr + jj % 4] >> (4 * half)) & 15;
-        if (t == kQ5_0) {
-          uint64_t m;
-          std::memcpy(&m, base + p.hbit_off(b, nb) + 16 * k + 8 * half, 8);
-          c |= static_cast<int>((m >> (4 * lr + jj % 4)) & 1) << 4;
+        if (p.hbit_bytes) {
+          uint64_t hb;
+          std::memcpy(&hb, base + p.hbit_off(b, nb) + 16 * k + 8 * half, 8);
+          c |= static_cast<int>((hb >> (4 * lr + jj % 4)) & 1) << 4;
         }
       }
       const int u = p.has_lut ? p.lut[c] : c;
-      out[b * 32 + j] = d * static_cast<float>(u - p.offset);
+      // As the GGUF decoders compute it: d * q (+ m for the types with a min).
+      out[b * 32 + j] = p.min_bytes ? static_cast<float>(u) * d + m : d * static_cast<float>(u - p.offset);
     }
   }
 }

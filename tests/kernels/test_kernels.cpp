@@ -204,8 +204,9 @@ TEST(KernelNames, FastPathsSelected) {
   EXPECT_NE(name("int4:g32:asym", FormatId::INT8).find("+a8.vnni.avx512"), std::string::npos);
   EXPECT_EQ(name("ggml:q4_0"), "q4_0.q8vnni16.avx512");  // load-time 16-row pack
   EXPECT_EQ(name("ggml:q8_0"), "q8_0.q8vnni16.avx512");
-  {  // the non-linear 4-bit grids have only the pack (no quantizer here: random blocks)
-    for (auto [t, kname] : {std::pair{"iq4_nl", "iq4_nl"}, {"ggml_mxfp4", "mxfp4"}}) {
+  {  // types lowbit reads but does not write (random blocks) are packed at load too
+    for (auto [t, kname] : {std::pair{"iq4_nl", "iq4_nl"}, {"ggml_mxfp4", "mxfp4"}, {"q4_1", "q4_1"},
+                            {"q5_0", "q5_0"}, {"q5_1", "q5_1"}}) {
       const FormatInfo& fi = format_by_name(t);
       auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(16 * 256 / 32 * fi.block_bytes), 1);
       WeightMatrix g = make_ggml_weight(buf, buf->data(), fi.ggml_type, 16, 256);

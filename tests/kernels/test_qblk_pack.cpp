@@ -1,7 +1,8 @@
-// The load-time QBlkPack of GGUF Q4_0 / Q5_0 / Q8_0 / IQ4_NL / MXFP4 weights (kernels/kernel_plan.h): the packer against the
-// GGUF row decoder (bit for bit, every code and the 5th bit of Q5_0, every E8M0 exponent, padding rows), the AVX-512 Q8 activation
-// quantizer against the scalar one (bit for bit), and the byte accounting of a repacked weight.
-// (Products on the pack are checked against matmul_reference in test_kernels.cpp, MatmulVsReference.)
+// The load-time QBlkPack of GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 weights
+// (kernels/kernel_plan.h): the packer against the GGUF row decoder (bit for bit, every code and the 5th bit
+// of Q5_0, every E8M0 exponent, padding rows), the AVX-512 Q8 activation quantizer against the scalar one
+// (bit for bit), and the byte accounting of a repacked weight. (Products on the pack are checked against
+// matmul_reference in test_kernels.cpp, MatmulVsReference.)
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -30,17 +31,20 @@ std::shared_ptr<std::vector<uint8_t>> random_rows(const FormatInfo& fi, int64_t 
   std::uniform_real_distribution<float> ud(-0.02f, 0.02f);
   for (int64_t k = 0; k < nblk; ++k) {
     if (fi.native_scale == ScaleType::E8M0) {
-      (*buf)[static_cast<size_t>(k * fi.block_bytes)] = static_cast<uint8_t>(k);  // every exponent, NaN (255) too
+      (*buf)[static_cast<size_t>(k * fi.block_bytes)] =
+          static_cast<uint8_t>(k);  // every exponent, NaN (255) too
       continue;
     }
-    const uint16_t h = f32_to_f16(ud(rng));
+    const uint16_t h = f32_to_f16(ud(rng)), m = f32_to_f16(ud(rng));
     std::memcpy(buf->data() + k * fi.block_bytes, &h, 2);
+    if (fi.ggml_type == 3 || fi.ggml_type == 7)
+      std::memcpy(buf->data() + k * fi.block_bytes + 2, &m, 2);  // Q4_1/Q5_1 min
   }
   return buf;
 }
 
 TEST(QBlkPack, RowsEqualTheGgufDecoderBitForBit) {
-  for (const char* name : {"q4_0", "q5_0", "q8_0", "iq4_nl", "ggml_mxfp4"}) {
+  for (const char* name : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "ggml_mxfp4"}) {
     const FormatInfo& fi = format_by_name(name);
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {16, 32}, {5, 896}, {40, 2048}}) {
       auto buf = random_rows(fi, rows, cols, static_cast<uint32_t>(rows * 7 + cols));
@@ -63,7 +67,6 @@ TEST(QBlkPack, RowsEqualTheGgufDecoderBitForBit) {
       }
     }
   }
-  EXPECT_FALSE(qblk_supported(format_by_name("q4_1").ggml_type, 256));
   EXPECT_FALSE(qblk_supported(format_by_name("q4_k").ggml_type, 256));
   EXPECT_FALSE(qblk_supported(format_by_name("q4_0").ggml_type, 200));
 }
