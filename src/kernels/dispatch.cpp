@@ -10,8 +10,11 @@ namespace lowbit {
 namespace {
 Isa detect() {
   const CpuFeatures& f = cpu_features();
-  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.fma && f.f16c)
-    return f.avx512bf16 && f.avx512vbmi ? Isa::Avx512Bf16 : Isa::Avx512;
+  if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.fma && f.f16c) {
+    if (!f.avx512bf16 || !f.avx512vbmi) return Isa::Avx512;
+    // Tile data state must be granted by the kernel (Linux arch_prctl) before the first tile instruction.
+    return f.amx_tile && f.amx_int8 && amx_request_permission() ? Isa::Amx : Isa::Avx512Bf16;
+  }
   if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
   return Isa::Generic;
 }
@@ -27,6 +30,7 @@ const char* isa_name(Isa isa) {
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
     case Isa::Avx512Bf16: return "avx512bf16";
+    case Isa::Amx: return "amx";
   }
   return "?";
 }
@@ -36,7 +40,8 @@ Isa isa_from_string(std::string_view s) {
   if (s == "avx2") return Isa::Avx2;
   if (s == "avx512") return Isa::Avx512;
   if (s == "avx512bf16") return Isa::Avx512Bf16;
-  throw UsageError("kernels", "unknown ISA '" + std::string(s) + "'; use generic, avx2, avx512 or avx512bf16");
+  if (s == "amx") return Isa::Amx;
+  throw UsageError("kernels", "unknown ISA '" + std::string(s) + "'; use generic, avx2, avx512, avx512bf16 or amx");
 }
 
 Isa best_isa() {

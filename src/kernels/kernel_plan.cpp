@@ -145,10 +145,26 @@ const KernelPlan& kernel_plan(const WeightMatrix& w) {
   return *e.plan;
 }
 
+bool amx_w8a8_eligible(const WeightMatrix& w, const KernelPlan& p) {
+  return w.kind == WeightKind::Quant && p.bits == 8 && p.int_codes && !p.asym && p.gcols == 1 && p.row_block == 1;
+}
+
+const AmxInt8Pack* amx_int8_pack(const WeightMatrix& w, const KernelPlan& p) {
+  static std::mutex mu;
+  if (!amx_w8a8_eligible(w, p)) return nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!p.amx) {
+    auto t = std::make_shared<AmxInt8Pack>();
+    const QuantizedMatrix& q = *w.q;
+    kern::pack_amx_int8(q.codes.data(), q.row_bytes, q.rows, q.cols, *t);
+    p.amx = std::move(t);
+  }
+  return p.amx.get();
+}
+
 const Int8Tile* int8_tile(const WeightMatrix& w, const KernelPlan& p) {
   static std::mutex mu;
-  if (w.kind != WeightKind::Quant || p.bits != 8 || !p.int_codes || p.asym || p.gcols != 1 || p.row_block != 1)
-    return nullptr;
+  if (!amx_w8a8_eligible(w, p)) return nullptr;
   std::lock_guard<std::mutex> lock(mu);
   if (!p.tile) {
     auto t = std::make_shared<Int8Tile>();

@@ -92,6 +92,15 @@ struct Byte16Lut {
 };
 }  // namespace kern
 
+// W8A8 prefill layout for AMX-INT8 (kernels/amx_tiles.h): per 16-row block and 64-column K tile one 1 KiB B tile,
+//   tiles[(rb * kp / 64 + kt) * 1024 + 64 kk + 4 n + i] = w[16 rb + n][64 kt + 4 kk + i]   (signed int8)
+// rows padded to 16 and columns to kp (a multiple of 64) with 0.
+struct AmxInt8Pack {
+  int64_t rows = 0, cols = 0, kp = 0;
+  std::vector<int8_t> tiles;  // [ceil(rows/16), kp/64, 16, 64]
+  size_t bytes() const { return tiles.size(); }
+};
+
 struct KernelPlan {
   Route route = Route::Deq;
   int bits = 0;
@@ -111,6 +120,8 @@ struct KernelPlan {
   // Built on the first INT8-activation prefill of a per-channel symmetric INT8 weight (int8_tile()); a repacked
   // copy of the codes, so it is counted here once it exists.
   mutable std::shared_ptr<const Int8Tile> tile;
+  // The same weight laid out for AMX-INT8 tiles, built instead of `tile` when the AMX kernel serves the prefill.
+  mutable std::shared_ptr<const AmxInt8Pack> amx;
   // GGUF Q4_0 / Q5_0 / Q8_0 repacked at load (prepare_weight); serves every product of the weight on AVX-512, so
   // the GGUF rows themselves are then only read for embedding lookups (WeightMatrix::nbytes counts the pack).
   std::shared_ptr<const QBlkPack> qblk;
@@ -120,6 +131,7 @@ struct KernelPlan {
 
   size_t bytes() const {
     return (scales.size() + zeros.size() + lut.size()) * sizeof(float) + (tile ? tile->bytes() : 0) +
+           (amx ? amx->bytes() : 0) +
            (qblk ? qblk->bytes() : 0) + (byte16 ? sizeof(kern::Byte16Lut) : 0);
   }
   const float* scale_row(int64_t r) const { return scales.data() + (r / row_block) * gcols; }
@@ -133,6 +145,10 @@ const KernelPlan& kernel_plan(const WeightMatrix& w);  // w.plan, or a cached pl
 
 // The W8A8 prefill tile of w (built once, thread-safe), or nullptr when w is not per-channel symmetric INT8.
 const Int8Tile* int8_tile(const WeightMatrix& w, const KernelPlan& p);
+// W8A8 per-channel symmetric INT8 weight (what int8_tile and amx_int8_pack serve).
+bool amx_w8a8_eligible(const WeightMatrix& w, const KernelPlan& p);
+// Its AMX layout, built on the first AMX prefill (nullptr if not eligible).
+const AmxInt8Pack* amx_int8_pack(const WeightMatrix& w, const KernelPlan& p);
 
 // Fast scalar dequantization of row r using the plan's tables (all routes; bit-identical to weight_row_f32).
 void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* out);
@@ -234,6 +250,15 @@ void pack_int8_rows16(const uint8_t* codes, int64_t row_bytes, int64_t rows, int
 // (u8), sx [T] their scales, wscale [rows] the weight scales.
 void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const float* wscale, int64_t r0, int64_t r1,
                            int64_t rows, int64_t cols, const uint8_t* xu, const float* sx, int64_t T, float* y);
+// W8A8 on AMX-INT8 (amx_tiles.h): offset-binary per-channel INT8 codes (u = q + 128) -> AmxInt8Pack.
+void pack_amx_int8(const uint8_t* codes, int64_t row_bytes, int64_t rows, int64_t cols, AmxInt8Pack& out);
+// y[t, r] for rows [r0, r1) (r0 a multiple of 16) and all T tokens: x [ceil(T/16)*16, pk.kp] signed int8
+// activations (zero padding), sx [T] their scales, wscale [rows]. amx_w8a8_tiles runs the tile instructions
+// (only on the Amx tier); amx_w8a8_emulated the scalar model of them (any CPU; tests).
+void amx_w8a8_tiles(const AmxInt8Pack& pk, int64_t r0, int64_t r1, const int8_t* x, const float* sx,
+                    const float* wscale, int64_t T, float* y);
+void amx_w8a8_emulated(const AmxInt8Pack& pk, int64_t r0, int64_t r1, const int8_t* x, const float* sx,
+                       const float* wscale, int64_t T, float* y);
 // Activations in Q8 blocks of 32 for the QBlkPack kernel: q [T, cols] int8, dx [T, cols/32] block scales, xo
 // [T, cols/32] = -offset * (sum of the block's codes), the weight offset folded in exactly.
 // y[t, r] for rows [r0, r1) (r0 a multiple of 16), all T tokens.

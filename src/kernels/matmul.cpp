@@ -1,6 +1,7 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -144,7 +145,8 @@ inline const uint8_t* row_ptr(const WeightMatrix& w, int64_t r) {
 float dot_isa(Isa isa, const float* a, const float* b, int64_t n) {
   switch (isa) {
     case Isa::Avx512:
-    case Isa::Avx512Bf16: return kern::dot_f32_avx512(a, b, n);
+    case Isa::Avx512Bf16:
+    case Isa::Amx: return kern::dot_f32_avx512(a, b, n);
     case Isa::Avx2: return kern::dot_f32_avx2(a, b, n);
     case Isa::Generic: break;
   }
@@ -157,15 +159,23 @@ constexpr int64_t kRowBlock = 16;
 // re-decoding the codes for every token.
 constexpr int64_t kPrefillTokens = 4;
 
+// From this many tokens on, W8A8 prefill runs on AMX tiles where the Amx tier is active: one A tile holds 16
+// tokens, fewer would leave the tile unit partly idle (the VNNI register tile serves 4..15). Not tuned on hardware.
+constexpr int64_t kAmxTokens = 16;
+
+std::atomic<bool> g_amx_emulated{false};
+bool amx_emulated() { return g_amx_emulated.load(std::memory_order_relaxed); }
+
 // Below this much weight traffic (bytes x tokens) a product runs on the calling thread: waking the pool costs
 // more than the work (small models decode ~50 such products per token).
 constexpr double kSerialBytes = 48 * 1024;
 
+// fn(r0, r1) for each block of `block` rows (a multiple of kRowBlock), in parallel unless the work is small.
 template <typename Fn>
-void for_row_blocks(int64_t rows, Fn&& fn, double work_bytes = 1e30) {
-  const int64_t nb = (rows + kRowBlock - 1) / kRowBlock;
+void for_row_blocks(int64_t rows, Fn&& fn, double work_bytes = 1e30, int64_t block = kRowBlock) {
+  const int64_t nb = (rows + block - 1) / block;
   parallel_for(nb, work_bytes < kSerialBytes ? nb : 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) fn(b * kRowBlock, std::min(rows, (b + 1) * kRowBlock));
+    for (int64_t b = b0; b < b1; ++b) fn(b * block, std::min(rows, (b + 1) * block));
   });
 }
 
@@ -343,6 +353,23 @@ void run_vnni_tile512(const WeightMatrix& w, const KernelPlan& p, const Int8Tile
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
+// W8A8 prefill on AMX-INT8 tiles (amx_tiles.h): the same activation quantization; signed codes, no offset.
+void run_amx_w8a8(const WeightMatrix& w, const KernelPlan& p, const AmxInt8Pack& pk, const float* x, int64_t T,
+                  float* y, bool hardware) {
+  const int64_t rows = w.rows, cols = w.cols, tp = (T + 15) / 16 * 16;
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> sx;
+  xq.assign(static_cast<size_t>(tp * pk.kp), 0);  // padding tokens and columns hold x = 0
+  sx.resize(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) quantize_activation_int8(w, x + t * cols, xq.data() + t * pk.kp, &sx[t]);
+  const int8_t* xp = xq.data();
+  const float* sxp = sx.data();
+  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
+    if (hardware) kern::amx_w8a8_tiles(pk, r0, r1, xp, sxp, p.scales.data(), T, y);
+    else kern::amx_w8a8_emulated(pk, r0, r1, xp, sxp, p.scales.data(), T, y);
+  }, static_cast<double>(w.nbytes()) * static_cast<double>(T), 2 * kRowBlock);  // the kernel's 2 x 2 tile blocking
+}
+
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 with a load-time QBlkPack, decode and prefill: activations rounded to Q8 blocks of 32
 // (as llama.cpp does), each block's code sum times the weight offset folded into the integer accumulator.
 void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int64_t T, float* y) {
@@ -405,8 +432,12 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   // (matmul_avx512_tile.cpp). The other VNNI kernels are GEMV-shaped, so from kPrefillTokens on the dense F32 tile
   // over a dequantized row block is faster for them; the product is the same up to float rounding (x still goes
   // through the activation route; GGUF activations are then not rounded to Q8 blocks).
-  if (T >= kPrefillTokens && path == Path::Vnni512)
+  if (T >= kPrefillTokens && path == Path::Vnni512) {
+    const bool amx = isa >= Isa::Amx || amx_emulated();
+    if (amx && T >= kAmxTokens)
+      if (const AmxInt8Pack* pk = amx_int8_pack(w, p)) return run_amx_w8a8(w, p, *pk, x, T, y, isa >= Isa::Amx);
     if (const Int8Tile* tile = int8_tile(w, p)) return run_vnni_tile512(w, p, *tile, x, T, y);
+  }
   const QBlkPack* qblk = path == Path::GgmlQ8_512 ? p.qblk.get() : nullptr;
   if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !qblk))) path = Path::Deq;
   if (path == Path::Vnni512) return run_vnni512(w, p, x, T, y);
@@ -437,7 +468,11 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
   else if (w.act_format != FormatId::F32) name += std::string("+a_") + format_info(w.act_format).name;
   switch (path) {
     case Path::Dense512: return name + ".dense.avx512";
-    case Path::Vnni512: return name + ".vnni.avx512";
+    case Path::Vnni512:
+      // W8A8 per-channel: decode on VNNI, prefill from kAmxTokens tokens on AMX tiles when the tier has them.
+      if ((isa >= Isa::Amx || amx_emulated()) && amx_w8a8_eligible(w, p))
+        return name + (isa >= Isa::Amx ? ".vnni+amxtile.amx" : ".vnni+amxtile-emulated.avx512");
+      return name + ".vnni.avx512";
     case Path::GgmlQ8_512: return name + (p.qblk ? ".q8vnni16.avx512" : ".q8vnni.avx512");
     case Path::Nib512:
       // Decode (T < kPrefillTokens) on the lane kernel; prefill dequantizes rows into the FP32 tile either way.
@@ -453,7 +488,8 @@ float dot_f32(const float* a, const float* b, int64_t n) { return dot_isa(kernel
 void widen_f16(const uint16_t* h, float* out, int64_t n) {
   switch (kernel_isa()) {
     case Isa::Avx512:
-    case Isa::Avx512Bf16: return kern::widen_f16_avx512(h, out, n);
+    case Isa::Avx512Bf16:
+    case Isa::Amx: return kern::widen_f16_avx512(h, out, n);
     case Isa::Avx2: return kern::widen_f16_avx2(h, out, n);
     case Isa::Generic: break;
   }
@@ -474,12 +510,15 @@ void widen_fp8(const uint8_t* codes, bool e4m3, float scale, float* out, int64_t
 void axpy_f32(float a, const float* x, float* y, int64_t n) {
   switch (kernel_isa()) {
     case Isa::Avx512:
-    case Isa::Avx512Bf16: return kern::axpy_f32_avx512(a, x, y, n);
+    case Isa::Avx512Bf16:
+    case Isa::Amx: return kern::axpy_f32_avx512(a, x, y, n);
     case Isa::Avx2: return kern::axpy_f32_avx2(a, x, y, n);
     case Isa::Generic: break;
   }
   kern::axpy_f32_generic(a, x, y, n);
 }
+
+void set_amx_emulation(bool on) { g_amx_emulated.store(on, std::memory_order_relaxed); }
 
 bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
   const KernelPlan& p = kernel_plan(w);

@@ -13,7 +13,8 @@
 // to Q8 blocks of 32 (like llama.cpp; its k-quant kernels use one scale per 256 instead) in decode (T < 4), and in
 // prefill too for the Q4_0 / Q5_0 / Q8_0 weights repacked at load: results then differ from matmul_reference by that
 // rounding (see quantize_q8_blocks, matmul_rounds_to_q8 and docs/kernels.md). From T = 4 tokens on, W8A8 and the
-// repacked GGUF weights run integer register tiles, every other format dequantize-row-block + dense F32 tiles.
+// repacked GGUF weights run integer register tiles (W8A8 from 16 tokens on AMX-INT8 tiles on the Amx tier), every
+// other format dequantize-row-block + dense F32 tiles.
 // Weight-only 4-bit (nib route: INT4, NF4, FP4, MXFP4, NVFP4) and 8-bit (byte route: INT8, FP8) weights on the
 // Avx512Bf16 tier round the activations to BF16 in decode (T < 4): W4A16 / W8A16 with BF16 activations, products
 // exact, FP32 accumulation (matmul_rounds_to_bf16, docs/kernels.md).
@@ -48,6 +49,10 @@ bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T);
 // True when matmul(w, ., T, .) rounds activations to BF16 (round to nearest even; nib / byte route decode on the
 // Avx512Bf16 tier).
 bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T);
+// Test seam: run the AMX W8A8 prefill kernel on a scalar model of the tile unit (kernels/amx_tiles.h) on CPUs
+// without AMX (from the Avx512 tier on), so its packing and tile loops are tested everywhere. Process-wide; off
+// by default; not for use while another thread is inside matmul().
+void set_amx_emulation(bool on);
 // Dot product of two float vectors with the current ISA tier (used by attention).
 float dot_f32(const float* a, const float* b, int64_t n);
 // out[n] = F16 / BF16 values h[n] widened to float (bit-exact; F16C / AVX-512 where available).

@@ -1,0 +1,120 @@
+// Internal to src/kernels: the W8A8 prefill kernel on AMX-INT8 tiles, written once over a tile-unit policy:
+//   AmxHw  (matmul_amx.cpp, compiled with -mamx-tile -mamx-int8): the tile instructions themselves;
+//   AmxEmu (amx_emu.cpp, plain C++): a scalar model of the same instructions, as the Intel SDM defines them
+//          (LDTILECFG palette 1, TILELOADD, TILESTORED, TILEZERO, TDPBSSD), so the packing, the loop over K
+//          and the tails are tested on CPUs without AMX (set_amx_emulation in kernels/matmul.h).
+// Both include this header; internal linkage on purpose (the two files are compiled with different ISA
+// flags).
+//
+// The product, per 16 tokens x 16 rows: C[t][n] (int32) += sum_k x[t][k] * w[n][k] over K in tiles of 64:
+//   A tile (16 x 64 bytes): 16 tokens' int8 activations, row stride = the padded K of the activation buffer;
+//   B tile (16 x 64 bytes): B[kk][4n + i] = w[n][64 kt + 4 kk + i], the AmxInt8Pack layout (kernel_plan.h),
+//   one
+//          contiguous 1 KiB block per (row block, K tile);
+// TDPBSSD: C[m][n] += sum_{kk < 16} sum_{i < 4} A[m][4 kk + i] * B[kk][4 n + i], signed x signed, exact in
+// int32. Two row blocks x two token blocks share each A / B load (tiles 0-3 accumulate, 4-5 hold A, 6-7 hold
+// B).
+#pragma once
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/kernel_plan.h"
+
+namespace lowbit::kern {
+namespace {
+
+// LDTILECFG's 64-byte operand.
+struct alignas(64) AmxTileCfg {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(AmxTileCfg) == 64, "LDTILECFG operand is 64 bytes");
+
+// Every tile used here is 16 rows x 64 bytes.
+inline AmxTileCfg amx_full_cfg() {
+  AmxTileCfg c;
+  for (int i = 0; i < 8; ++i) {
+    c.colsb[i] = 64;
+    c.rows[i] = 16;
+  }
+  return c;
+}
+
+// y[tt + m][rr + n] = (float(c[m][n]) * ws[rr + n]) * sx[tt + m] for m < nm, n < nn.
+inline void amx_scale_out(const int32_t (&c)[16][16], int64_t rr, int64_t nn, int64_t tt, int64_t nm,
+                          const float* ws, const float* sx, int64_t rows, float* y) {
+#if defined(__AVX512F__)
+  const __mmask16 k = static_cast<__mmask16>((1u << nn) - 1);
+  const __m512 w = _mm512_maskz_loadu_ps(k, ws + rr);
+  for (int64_t m = 0; m < nm; ++m) {
+    const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[m])), w);
+    _mm512_mask_storeu_ps(y + (tt + m) * rows + rr, k, _mm512_mul_ps(v, _mm512_set1_ps(sx[tt + m])));
+  }
+#else
+  for (int64_t m = 0; m < nm; ++m)
+    for (int64_t n = 0; n < nn; ++n)
+      y[(tt + m) * rows + rr + n] = (static_cast<float>(c[m][n]) * ws[rr + n]) * sx[tt + m];
+#endif
+}
+
+// x: [Tp, Kp] int8 activations (Tp = T rounded up to 16, Kp = pack.kp; padding is 0); sx [T] per-token
+// scales; ws [rows] per-row weight scales; y [T, rows]. Rows [r0, r1), r0 a multiple of 16. y[t][r] =
+// (float(C[t][r]) * ws[r]) * sx[t], the VNNI tile's rounding order (same bits).
+template <class Ops>
+void amx_w8a8_rows(const AmxInt8Pack& pk, int64_t r0, int64_t r1, const int8_t* x, const float* sx,
+                   const float* ws, int64_t T, float* y) {
+  const AmxTileCfg cfg = amx_full_cfg();
+  Ops::config(cfg);
+  const int64_t kt_n = pk.kp / 64, rows = pk.rows;
+  alignas(64) int32_t c[4][16][16];
+  for (int64_t rb = r0 / 16; rb * 16 < r1; rb += 2) {
+    const bool two_r = (rb + 1) * 16 < r1;
+    const int8_t* b0 = pk.tiles.data() + rb * kt_n * 1024;
+    const int8_t* b1 = b0 + kt_n * 1024;
+    for (int64_t t0 = 0; t0 < T; t0 += 32) {
+      const bool two_t = t0 + 16 < T;
+      Ops::template zero<0>();
+      Ops::template zero<1>();
+      Ops::template zero<2>();
+      Ops::template zero<3>();
+      const int8_t* a0 = x + t0 * pk.kp;
+      const int8_t* a1 = a0 + 16 * pk.kp;
+      for (int64_t kt = 0; kt < kt_n; ++kt) {
+        Ops::template load<4>(a0 + 64 * kt, pk.kp);
+        Ops::template load<6>(b0 + 1024 * kt, 64);
+        Ops::template dpbssd<0, 4, 6>();
+        if (two_r) {
+          Ops::template load<7>(b1 + 1024 * kt, 64);
+          Ops::template dpbssd<1, 4, 7>();
+        }
+        if (two_t) {
+          Ops::template load<5>(a1 + 64 * kt, pk.kp);
+          Ops::template dpbssd<2, 5, 6>();
+          if (two_r) Ops::template dpbssd<3, 5, 7>();
+        }
+      }
+      Ops::template store<0>(c[0], 64);
+      Ops::template store<1>(c[1], 64);
+      Ops::template store<2>(c[2], 64);
+      Ops::template store<3>(c[3], 64);
+      for (int q = 0; q < 4; ++q) {
+        if (((q & 1) && !two_r) || ((q >> 1) && !two_t)) continue;
+        const int64_t rr = (rb + (q & 1)) * 16, tt = t0 + (q >> 1) * 16;
+        amx_scale_out(c[q], rr, std::min<int64_t>(16, std::min(r1, rows) - rr), tt,
+                      std::min<int64_t>(16, T - tt), ws, sx, rows, y);
+      }
+    }
+  }
+  Ops::release();
+}
+
+}  // namespace
+}  // namespace lowbit::kern

@@ -1,0 +1,80 @@
+// The AMX W8A8 prefill kernel (amx_tiles.h) on the tile instructions. Compiled with -mamx-tile -mamx-int8
+// (and the AVX-512 flags for the epilogue); called only on the Amx tier, i.e. after cpuid, XCR0 and the
+// kernel's grant of tile state (amx_request_permission, core/cpu.h). Tested through the scalar model in
+// amx_emu.cpp.
+#include <immintrin.h>
+
+#include "kernels/amx_tiles.h"
+#include "kernels/kernel_plan.h"
+
+namespace lowbit::kern {
+namespace {
+
+// GCC's tile intrinsics are macros that paste the tile number into the instruction text, so the number must
+// be a literal, not a template parameter: each operation dispatches on its compile-time index to literal
+// tiles.
+#define LOWBIT_AMX_EACH(OP)  \
+  if constexpr (I == 0)      \
+    OP(0);                   \
+  else if constexpr (I == 1) \
+    OP(1);                   \
+  else if constexpr (I == 2) \
+    OP(2);                   \
+  else if constexpr (I == 3) \
+    OP(3);                   \
+  else if constexpr (I == 4) \
+    OP(4);                   \
+  else if constexpr (I == 5) \
+    OP(5);                   \
+  else if constexpr (I == 6) \
+    OP(6);                   \
+  else                       \
+    OP(7)
+
+struct AmxHw {
+  static void config(const AmxTileCfg& c) { _tile_loadconfig(&c); }
+  static void release() { _tile_release(); }
+  template <int I>
+  static void zero() {
+#define LOWBIT_OP(n) _tile_zero(n)
+    LOWBIT_AMX_EACH(LOWBIT_OP);
+#undef LOWBIT_OP
+  }
+  template <int I>
+  static void load(const void* p, int64_t stride) {
+#define LOWBIT_OP(n) _tile_loadd(n, p, stride)
+    LOWBIT_AMX_EACH(LOWBIT_OP);
+#undef LOWBIT_OP
+  }
+  template <int I>
+  static void store(void* p, int64_t stride) {
+#define LOWBIT_OP(n) _tile_stored(n, p, stride)
+    LOWBIT_AMX_EACH(LOWBIT_OP);
+#undef LOWBIT_OP
+  }
+  // The four products of the 2 x 2 blocking in amx_w8a8_rows.
+  template <int C, int A, int B>
+  static void dpbssd() {
+    static_assert((C == 0 && A == 4 && B == 6) || (C == 1 && A == 4 && B == 7) ||
+                      (C == 2 && A == 5 && B == 6) || (C == 3 && A == 5 && B == 7),
+                  "add the tile triple here");
+    if constexpr (C == 0)
+      _tile_dpbssd(0, 4, 6);
+    else if constexpr (C == 1)
+      _tile_dpbssd(1, 4, 7);
+    else if constexpr (C == 2)
+      _tile_dpbssd(2, 5, 6);
+    else
+      _tile_dpbssd(3, 5, 7);
+  }
+};
+#undef LOWBIT_AMX_EACH
+
+}  // namespace
+
+void amx_w8a8_tiles(const AmxInt8Pack& pk, int64_t r0, int64_t r1, const int8_t* x, const float* sx,
+                    const float* wscale, int64_t T, float* y) {
+  amx_w8a8_rows<AmxHw>(pk, r0, r1, x, sx, wscale, T, y);
+}
+
+}  // namespace lowbit::kern
