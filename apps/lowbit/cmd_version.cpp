@@ -31,7 +31,7 @@ void setup(CLI::App& cmd) {
                 total_ram_bytes() / 1073741824.0);
     std::printf("features: %s\n", f.summary().c_str());
     if (m.summary() != f.summary()) std::printf("enabled:  %s (LOWBIT_ISA)\n", m.summary().c_str());
-    std::printf("kernels:  %s tier (kernels/dispatch.h; LOWBIT_ISA=generic|avx2|avx512|avx512bf16 lowers it)\n",
+    std::printf("kernels:  %s tier (kernels/dispatch.h; LOWBIT_ISA=generic|avx2|avx512|avx512bf16|amx lowers it)\n",
                 isa_name(best_isa()));
     std::printf("threads:  %d (LOWBIT_THREADS or --threads to change)\n", num_threads());
   });
