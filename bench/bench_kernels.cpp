@@ -19,7 +19,7 @@
 namespace {
 using namespace lowbit;
 
-// GGUF types lowbit reads but cannot write (Q5_0, Q5_K, Q6_K, IQ4_NL, MXFP4): random blocks with small positive
+// GGUF types lowbit reads but cannot write (Q5_0, Q2_K, Q3_K, Q5_K, Q6_K, IQ4_NL, MXFP4): random blocks with small positive
 // f16 scales at the given byte offsets (MXFP4: E8M0 exponent 127 at byte 0), as a zero-copy WeightKind::Ggml
 // weight. Speed does not depend on the code values.
 WeightMatrix random_ggml(const std::string& fmt, const std::vector<int>& f16_offsets, int64_t rows, int64_t cols) {
@@ -68,6 +68,8 @@ WeightMatrix gguf_weight(const std::string& fmt, int64_t rows, int64_t cols) {
 
 WeightMatrix make(const std::string& fmt, const std::string& act, int64_t rows, int64_t cols) {
   if (fmt.rfind("gguf:", 0) == 0 || fmt.rfind("rows:", 0) == 0) return gguf_weight(fmt, rows, cols);
+  if (fmt == "q2_k") return random_ggml(fmt, {80, 82}, rows, cols);
+  if (fmt == "q3_k") return random_ggml(fmt, {108}, rows, cols);
   if (fmt == "q5_k") return random_ggml(fmt, {0, 2}, rows, cols);
   if (fmt == "q6_k") return random_ggml(fmt, {208}, rows, cols);
   const std::vector<float> w = gaussian_weights(rows, cols);
@@ -102,7 +104,7 @@ int register_all() {
       {"int4:g128", ""},    {"int4:g128", "a8"},    {"int4:g32:asym", ""}, {"int4:g32:asym", "a8"},
       {"nf4:g64", ""},      {"mxfp4", ""},          {"nvfp4", ""},        {"e4m3:channel", ""},
       {"q4_0", ""},         {"q8_0", ""},           {"q4_k", ""},         {"q5_k", ""},
-      {"q6_k", ""}};
+      {"q6_k", ""},         {"q2_k", ""},           {"q3_k", ""}};
   // The last shape (a Qwen2.5-0.5B lm_head, 151936 x 896) streams from DRAM, decode only.
   std::vector<std::pair<int64_t, int64_t>> all_shapes = shapes;
   all_shapes.push_back({151936, 896});

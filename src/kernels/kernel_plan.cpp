@@ -16,7 +16,7 @@ namespace {
 
 constexpr int kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlQ8_0 = 8;
 // GGUF types with a VNNI kernel against Q8-rounded activations (Q4_0/Q8_0 in matmul_avx512_q.cpp, the k-quants
-// Q4_K/Q5_K/Q6_K in matmul_avx512_k.cpp).
+// Q2_K..Q6_K in matmul_avx512_k.cpp).
 bool ggml_q8_route(int t) {
   return t == kGgmlQ4_0 || t == kGgmlQ4_1 || t == kGgmlQ5_0 || t == kGgmlQ5_1 || t == kGgmlQ8_0 ||
          kern::ggml_k_supported(t);

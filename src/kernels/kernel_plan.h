@@ -21,7 +21,7 @@ enum class Route : uint8_t {
   Deq,      // any format: dequantize one row into L1 (scalar decoder), SIMD dot with every token
   Nib,      // 4-bit codes (INT4 sym/asym, NF4, FP4 E2M1, MXFP4, NVFP4): in-register LUT decode + FMA
   Byte,     // 8-bit codes (INT8 sym/asym, FP8 E4M3FN/E5M2, MXFP8): in-register decode + FMA
-  GgmlQ8,   // GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q4_K/Q5_K/Q6_K: activations to Q8 blocks of 32, VNNI integer dots
+  GgmlQ8,   // GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q2_K..Q6_K: activations to Q8 blocks of 32, VNNI integer dots
 };
 
 enum class ByteDec : uint8_t { Int8Sym, Int8Asym, E4M3, E5M2 };
@@ -273,8 +273,8 @@ float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const 
 // GGUF k-quants (matmul_avx512_k.cpp) against the same Q8 blocks of 32, re-laid out per token by ggml_k_prep_x:
 // qk[cols] int8 codes in the order the kernel loads them, xk[cols / 256 * ggml_k_xk_floats] per-super-block
 // float factors (activation scales and code sums for the min / offset terms).
-inline bool ggml_k_supported(int ggml_type) { return ggml_type == 12 || ggml_type == 13 || ggml_type == 14; }
-inline int64_t ggml_k_xk_floats(int ggml_type) { return ggml_type == 14 ? 32 : 16; }
+inline bool ggml_k_supported(int ggml_type) { return ggml_type >= 10 && ggml_type <= 14; }  // Q2_K .. Q6_K
+inline int64_t ggml_k_xk_floats(int ggml_type) { return ggml_type == 12 || ggml_type == 13 ? 16 : 32; }
 void ggml_k_prep_x(int ggml_type, const float* x, int64_t cols, int8_t* qk, float* xk);
 float ggml_k_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qk, const float* xk);
 }  // namespace kern

@@ -9,7 +9,7 @@
 //   INT8           x is quantized per token (symmetric, absmax/127, or act_static_scale when > 0) and multiplied
 //                  as integers (AVX-512 VNNI) where the weight codes are INT4/INT8; otherwise emulated exactly.
 //   E4M3FN / E5M2 / FNUZ   x is quantized per token to FP8 and dequantized, then a float product (exact emulation).
-// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights on AVX-512 additionally quantize activations
+// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q2_K .. Q6_K weights on AVX-512 additionally quantize activations
 // to Q8 blocks of 32 (like llama.cpp; its k-quant kernels use one scale per 256 instead) in decode (T < 4), and in
 // prefill too for the Q4_0 / Q5_0 / Q8_0 weights repacked at load: results then differ from matmul_reference by that
 // rounding (see quantize_q8_blocks, matmul_rounds_to_q8 and docs/kernels.md). From T = 4 tokens on, W8A8 and the

@@ -1,4 +1,4 @@
-// GGUF k-quants (Q4_K, Q5_K, Q6_K) x activations rounded to Q8 blocks of 32, AVX-512 VNNI (decode, T < 4).
+// GGUF k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) x activations rounded to Q8 blocks of 32, AVX-512 VNNI (decode, T < 4).
 // Compiled with -mavx512* -mavx512vnni; called only when the Avx512 tier is active (see dispatch.h).
 //
 // Activations: the same Q8 blocks of 32 as Q4_0/Q8_0 (quantize_q8_blocks: one FP32 scale dx per 32 values), so
@@ -11,7 +11,10 @@
 //   Q4_K/Q5_K: [dx_j (j = 0..7 sub-blocks of 32), -dx_j * sum(q_j)]  -> y += d*sc_j*dx_j*<w,q> - dmin*m_j*dx_j*sum
 //   Q6_K:      [dx of sub-block i (i = 0..15 sub-blocks of 16), -32 * sum(q_i)] -> codes are stored + 32, so
 //              y += d*sc_i*dx*(<u,q> - 32*sum(q_i)) with u = stored 6-bit code in [0, 63].
-// Weight codes are unsigned (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), which is what vpdpbusd wants (u8 x s8).
+//   Q3_K:      [dx_i, -4 * sum(q_i)]: u = low 2 bits + 4 * high bit in [0, 7], value u - 4, scale sc_i - 32.
+//   Q2_K:      [dx_i, -dx_i * sum(q_i)]: y += d*sc_i*dx_i*<u,q> - dmin*m_i*dx_i*sum(q_i), u in [0, 3].
+// Weight codes are unsigned (Q2_K 0..3, Q3_K 0..7, Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), which is what vpdpbusd
+// wants (u8 x s8).
 #include <immintrin.h>
 
 #include <cstring>
@@ -23,7 +26,7 @@
 namespace lowbit::kern {
 namespace {
 
-constexpr int kQ4K = 12, kQ5K = 13, kQ6K = 14;
+constexpr int kQ2K = 10, kQ3K = 11, kQ4K = 12, kQ5K = 13, kQ6K = 14;
 
 // Q4_K / Q5_K: the 8 six-bit scales and mins of a super-block (12 bytes, layout in formats/ggml_kquants.h),
 // unpacked with 32-bit integer ops into 8 scale bytes (low qword) and 8 min bytes (high qword):
@@ -148,6 +151,81 @@ float q6k_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* x
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(_mm512_add_ps(acc2, acc3), accm)));
 }
 
+// Q2_K (kQ3 = false) and Q3_K (kQ3 = true). Super-blocks (layouts in formats/ggml_q2_k.cpp, ggml_q3_k.cpp):
+//   Q2_K: scales[16] (low nibble scale, high nibble min), qs[64], d, dmin          84 bytes
+//   Q3_K: hmask[32], qs[64], scales[12] (6-bit, +32), d                           110 bytes
+// One 64-byte load of qs holds half 0 in bytes 0..31 and half 1 in bytes 32..63; step k (0..3) takes bits 2k..2k+1
+// of every byte: elements 32k + l (half 0) and 128 + 32k + l (half 1), l < 32, i.e. sub-blocks 2k, 2k+1 in lanes
+// 0..7 and 8 + 2k, 9 + 2k in lanes 8..15 of the vpdpbusd result. Q3_K's third bit is bit 4h + k of hmask[l],
+// tested on the 32 hmask bytes broadcast to both halves. ggml_k_prep_x orders the activation codes the same way.
+template <bool kQ3>
+float k23_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* xk) {
+  constexpr int64_t kBytes = kQ3 ? 110 : 84, kQs = kQ3 ? 32 : 16;
+  const int64_t nsb = cols / 256;
+  const __m512i m3 = _mm512_set1_epi8(3), b4 = _mm512_set1_epi8(4);
+  const __m512i i0 = _mm512_set_epi32(9, 9, 9, 9, 8, 8, 8, 8, 1, 1, 1, 1, 0, 0, 0, 0);
+  const __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(2));
+  const __m512i i2 = _mm512_add_epi32(i0, _mm512_set1_epi32(4));
+  const __m512i i3 = _mm512_add_epi32(i0, _mm512_set1_epi32(6));
+  const __m512i t0 = lanes_from_halves(0x01, 0x10), t1 = lanes_from_halves(0x02, 0x20);
+  const __m512i t2 = lanes_from_halves(0x04, 0x40), t3 = lanes_from_halves(0x08, 0x80);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps(),
+         acc3 = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const uint8_t* p = row + kBytes * s;
+    const int8_t* q = qx + 256 * s;
+    __m512 f;
+    if constexpr (kQ3) {
+      uint16_t dh;
+      std::memcpy(&dh, p + 108, 2);
+      // 16 six-bit scales from 12 bytes (formats/ggml_q3_k.cpp), minus 32.
+      uint32_t a, b, c;
+      std::memcpy(&a, p + 96, 4);
+      std::memcpy(&b, p + 100, 4);
+      std::memcpy(&c, p + 104, 4);
+      constexpr uint32_t k4 = 0x0F0F0F0Fu, k2 = 0x03030303u;
+      const __m128i sc8 = _mm_sub_epi8(
+          _mm_set_epi32(static_cast<int>(((b >> 4) & k4) | ((c >> 6) & k2) << 4),
+                        static_cast<int>(((a >> 4) & k4) | ((c >> 4) & k2) << 4),
+                        static_cast<int>((b & k4) | ((c >> 2) & k2) << 4), static_cast<int>((a & k4) | (c & k2) << 4)),
+          _mm_set1_epi8(32));
+      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8));
+      f = _mm512_mul_ps(_mm512_mul_ps(sc, _mm512_set1_ps(_cvtsh_ss(dh))), _mm512_loadu_ps(xk + 32 * s));
+      accm = _mm512_fmadd_ps(f, _mm512_loadu_ps(xk + 32 * s + 16), accm);  // -4 * sum(q_i) * factor
+    } else {
+      uint16_t dh, mh;
+      std::memcpy(&dh, p + 80, 2);
+      std::memcpy(&mh, p + 82, 2);
+      const __m512i sm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      const __m512 sc = _mm512_cvtepi32_ps(_mm512_and_si512(sm, _mm512_set1_epi32(15)));
+      const __m512 mn = _mm512_cvtepi32_ps(_mm512_srli_epi32(sm, 4));
+      f = _mm512_mul_ps(_mm512_mul_ps(sc, _mm512_set1_ps(_cvtsh_ss(dh))), _mm512_loadu_ps(xk + 32 * s));
+      accm = _mm512_fmadd_ps(_mm512_mul_ps(mn, _mm512_set1_ps(_cvtsh_ss(mh))), _mm512_loadu_ps(xk + 32 * s + 16),
+                             accm);  // -dmin * m_i * dx_i * sum(q_i)
+    }
+    const __m512i qs = _mm512_loadu_si512(p + kQs);
+    __m512i u0 = _mm512_and_si512(qs, m3), u1 = _mm512_and_si512(_mm512_srli_epi16(qs, 2), m3);
+    __m512i u2 = _mm512_and_si512(_mm512_srli_epi16(qs, 4), m3), u3 = _mm512_and_si512(_mm512_srli_epi16(qs, 6), m3);
+    if constexpr (kQ3) {
+      const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+      u0 = _mm512_mask_add_epi8(u0, _mm512_test_epi8_mask(h, t0), u0, b4);
+      u1 = _mm512_mask_add_epi8(u1, _mm512_test_epi8_mask(h, t1), u1, b4);
+      u2 = _mm512_mask_add_epi8(u2, _mm512_test_epi8_mask(h, t2), u2, b4);
+      u3 = _mm512_mask_add_epi8(u3, _mm512_test_epi8_mask(h, t3), u3, b4);
+    }
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i s0 = _mm512_dpbusd_epi32(z, u0, _mm512_loadu_si512(q));
+    const __m512i s1 = _mm512_dpbusd_epi32(z, u1, _mm512_loadu_si512(q + 64));
+    const __m512i s2 = _mm512_dpbusd_epi32(z, u2, _mm512_loadu_si512(q + 128));
+    const __m512i s3 = _mm512_dpbusd_epi32(z, u3, _mm512_loadu_si512(q + 192));
+    acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_permutexvar_ps(i0, f), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_permutexvar_ps(i1, f), acc1);
+    acc2 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_permutexvar_ps(i2, f), acc2);
+    acc3 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s3), _mm512_permutexvar_ps(i3, f), acc3);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(_mm512_add_ps(acc2, acc3), accm)));
+}
+
 }  // namespace
 
 void ggml_k_prep_x(int ggml_type, const float* x, int64_t cols, int8_t* qk, float* xk) {
@@ -164,6 +242,19 @@ void ggml_k_prep_x(int ggml_type, const float* x, int64_t cols, int8_t* qk, floa
   };
   for (int64_t s = 0; s < nsb; ++s) {
     const int64_t base = 256 * s;
+    if (ggml_type == kQ2K || ggml_type == kQ3K) {
+      // Step k meets elements 32k.. (half 0) and 128 + 32k.. (half 1).
+      for (int k = 0; k < 4; ++k) {
+        std::memcpy(qk + base + 64 * k, qn.data() + base + 32 * k, 32);
+        std::memcpy(qk + base + 64 * k + 32, qn.data() + base + 128 + 32 * k, 32);
+      }
+      for (int i = 0; i < 16; ++i) {
+        const float dxi = dx[8 * s + i / 2], si = static_cast<float>(sum(base + 16 * i, 16));
+        xk[32 * s + i] = dxi;
+        xk[32 * s + 16 + i] = ggml_type == kQ3K ? -4.0f * si : -dxi * si;
+      }
+      continue;
+    }
     if (ggml_type == kQ6K) {
       std::memcpy(qk + base, qn.data() + base, 256);
       for (int i = 0; i < 16; ++i) {
@@ -192,6 +283,8 @@ float ggml_k_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const i
   switch (ggml_type) {
     case kQ4K: return k4_dot<false>(row, cols, qk, xk);
     case kQ5K: return k4_dot<true>(row, cols, qk, xk);
+    case kQ2K: return k23_dot<false>(row, cols, qk, xk);
+    case kQ3K: return k23_dot<true>(row, cols, qk, xk);
     default: return q6k_dot(row, cols, qk, xk);
   }
 }
