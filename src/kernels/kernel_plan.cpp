@@ -112,6 +112,10 @@ std::shared_ptr<const KernelPlan> build_kernel_plan(const WeightMatrix& w, bool 
     p->kernel = "q8vnni16";
     p->route = Route::GgmlQ8;  // IQ4_NL / MXFP4 have no row-at-a-time VNNI kernel: only the pack serves them
   }
+  if (repack && w.kind == WeightKind::Ggml && best_isa() >= Isa::Avx512 && kpack_supported(w.ggml_type, w.cols)) {
+    p->kpack = build_kpack(w.ggml_type, w.data, static_cast<int64_t>(w.row_bytes()), w.rows, w.cols);
+    p->kernel = "q8vnni16";
+  }
   return p;
 }
 

@@ -76,6 +76,30 @@ struct QBlkPack {
   }
   static int64_t pair(int64_t b, int64_t nb) { return std::min<int64_t>(2, nb - (b & ~int64_t{1})); }
 };
+// GGUF Q4_K / Q6_K weights repacked at load for AVX-512 VNNI (kpack.cpp, matmul_avx512_kpack.cpp), the k-quant
+// counterpart of QBlkPack: per row block rb (16 rows, the last one zero-padded) and super-block s (256 columns)
+// one region of sb_bytes at data[(rb * cols / 256 + s) * sb_bytes]:
+//   codes: 32 chunks of 64 bytes, chunk k byte 4r + j = u[r][8k+j] & 15 | (u[r][8k+4+j] & 15) << 4
+//          (u the unsigned code: Q4_K 0..15, Q6_K 0..63)
+//   Q4_K:  then d[16] f16, dmin[16] f16, sc[8][16] u8, m[8][16] u8 (sub-blocks of 32 columns)  2368 bytes
+//   Q6_K:  then the high 2 bits: per sub-block i (16 columns = chunks 2i, 2i+1) 64 bytes, byte 4r + j bits
+//          0-1 / 2-3 / 4-5 / 6-7 = u >> 4 of columns 16i + j / 16i + 4 + j / 16i + 8 + j / 16i + 12 + j; then
+//          sc[16][16] int8, d[16] f16, 32 bytes of padding (64-byte regions)                   3392 bytes
+// so w[r][c] = d * sc_j * u - dmin * m_j (Q4_K), d * sc_i * (u - 32) (Q6_K). Q4_K grows 2304 -> 2368 bytes per
+// 16 x 256 (+2.8 %: scales unpacked to bytes), Q6_K 3360 -> 3392 (+1 %); counted in bytes().
+struct KPack {
+  int ggml_type = -1;
+  int64_t rows = 0, cols = 0;
+  int64_t sb_bytes = 0;
+  std::shared_ptr<uint8_t> data;  // [ceil(rows/16), cols/256, sb_bytes], 64-byte aligned
+  size_t bytes() const { return static_cast<size_t>((rows + 15) / 16 * (cols / 256) * sb_bytes); }
+};
+bool kpack_supported(int ggml_type, int64_t cols);  // Q4_K / Q6_K with whole super-blocks
+std::shared_ptr<const KPack> build_kpack(int ggml_type, const uint8_t* data, int64_t row_bytes, int64_t rows,
+                                         int64_t cols);
+// Row r of the pack, dequantized (the packer's oracle: equals the GGUF row decoder bit for bit).
+void kpack_row_f32(const KPack& p, int64_t r, float* out);
+
 // Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 with whole 32-element blocks.
 bool qblk_supported(int ggml_type, int64_t cols);
 std::shared_ptr<const QBlkPack> build_qblk_pack(int ggml_type, const uint8_t* data, int64_t row_bytes, int64_t rows,
@@ -125,6 +149,8 @@ struct KernelPlan {
   // GGUF Q4_0 / Q5_0 / Q8_0 repacked at load (prepare_weight); serves every product of the weight on AVX-512, so
   // the GGUF rows themselves are then only read for embedding lookups (WeightMatrix::nbytes counts the pack).
   std::shared_ptr<const QBlkPack> qblk;
+  // GGUF Q4_K / Q6_K repacked at load, likewise.
+  std::shared_ptr<const KPack> kpack;
   // Byte route on a CPU with the Avx512Bf16 tier, lane-compatible groups and every code value exact in BF16: the
   // byte16 decode kernel's table (built with the plan, so no product rebuilds it).
   std::shared_ptr<const kern::Byte16Lut> byte16;
@@ -132,7 +158,7 @@ struct KernelPlan {
   size_t bytes() const {
     return (scales.size() + zeros.size() + lut.size()) * sizeof(float) + (tile ? tile->bytes() : 0) +
            (amx ? amx->bytes() : 0) +
-           (qblk ? qblk->bytes() : 0) + (byte16 ? sizeof(kern::Byte16Lut) : 0);
+           (qblk ? qblk->bytes() : 0) + (kpack ? kpack->bytes() : 0) + (byte16 ? sizeof(kern::Byte16Lut) : 0);
   }
   const float* scale_row(int64_t r) const { return scales.data() + (r / row_block) * gcols; }
   const float* zero_row(int64_t r) const { return zeros.empty() ? nullptr : zeros.data() + (r / row_block) * gcols; }
@@ -264,6 +290,10 @@ void amx_w8a8_emulated(const AmxInt8Pack& pk, int64_t r0, int64_t r1, const int8
 // y[t, r] for rows [r0, r1) (r0 a multiple of 16), all T tokens.
 void qblk_gemm_avx512(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* xo,
                       int64_t T, float* y);
+// The KPack kernel: q [T, cols] int8 Q8 blocks of 32, dx [T, cols/32] their scales, s16 [T, cols/16] the sums of
+// the codes per 16 columns. y[t, r] for rows [r0, r1) (r0 a multiple of 16), all T tokens.
+void kpack_gemm_avx512(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* s16,
+                       int64_t T, float* y);
 // quantize_q8_blocks (kernels/matmul.h) with AVX-512: the same float operations, so bit-identical.
 void quantize_q8_blocks_avx512(const float* x, int64_t n, int8_t* q, float* d);
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows as stored (weights without a QBlkPack) against activations quantized

@@ -396,6 +396,31 @@ void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int6
                  static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
+// GGUF Q4_K / Q6_K with a load-time KPack, decode and prefill: the same Q8 blocks of 32, plus per-16 code sums.
+void run_kpack512(const WeightMatrix& w, const KPack& pk, const float* x, int64_t T, float* y) {
+  const int64_t cols = w.cols, nb = cols / 32, n16 = cols / 16;
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> dx;
+  thread_local std::vector<int32_t> s16;
+  q.resize(static_cast<size_t>(T * cols));
+  dx.resize(static_cast<size_t>(T * nb));
+  s16.resize(static_cast<size_t>(T * n16));
+  for (int64_t t = 0; t < T; ++t) {
+    int8_t* qt = q.data() + t * cols;
+    kern::quantize_q8_blocks_avx512(x + t * cols, cols, qt, dx.data() + t * nb);
+    for (int64_t b = 0; b < n16; ++b) {
+      int32_t sum = 0;
+      for (int i = 0; i < 16; ++i) sum += qt[b * 16 + i];
+      s16[t * n16 + b] = sum;
+    }
+  }
+  const int8_t* qp = q.data();
+  const float* dxp = dx.data();
+  const int32_t* sp = s16.data();
+  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) { kern::kpack_gemm_avx512(pk, r0, r1, qp, dxp, sp, T, y); },
+                 static_cast<double>(pk.bytes()) * static_cast<double>(T));
+}
+
 void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols, nb = cols / 32;
   const int type = p.ggml_type;
@@ -439,7 +464,9 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
     if (const Int8Tile* tile = int8_tile(w, p)) return run_vnni_tile512(w, p, *tile, x, T, y);
   }
   const QBlkPack* qblk = path == Path::GgmlQ8_512 ? p.qblk.get() : nullptr;
-  if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !qblk))) path = Path::Deq;
+  const KPack* kpack = path == Path::GgmlQ8_512 ? p.kpack.get() : nullptr;
+  if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !qblk && !kpack)))
+    path = Path::Deq;
   if (path == Path::Vnni512) return run_vnni512(w, p, x, T, y);
   std::vector<float> xq_storage;
   if (w.act_format != FormatId::F32) {
@@ -450,7 +477,9 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   switch (path) {
     case Path::Dense512: return matmul_dense_avx512(w, x, T, y);
     case Path::GgmlQ8_512:  // x has been through the activation route; these kernels add the Q8 block rounding
-      return qblk ? run_qblk512(w, *qblk, x, T, y) : run_ggml_q8_512(w, p, x, T, y);
+      if (qblk) return run_qblk512(w, *qblk, x, T, y);
+      if (kpack) return run_kpack512(w, *kpack, x, T, y);
+      return run_ggml_q8_512(w, p, x, T, y);
     case Path::Nib512:
     case Path::Byte512: return run_codes512(w, p, x, T, y);
     case Path::Vnni512:
@@ -473,7 +502,7 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
       if ((isa >= Isa::Amx || amx_emulated()) && amx_w8a8_eligible(w, p))
         return name + (isa >= Isa::Amx ? ".vnni+amxtile.amx" : ".vnni+amxtile-emulated.avx512");
       return name + ".vnni.avx512";
-    case Path::GgmlQ8_512: return name + (p.qblk ? ".q8vnni16.avx512" : ".q8vnni.avx512");
+    case Path::GgmlQ8_512: return name + (p.qblk || p.kpack ? ".q8vnni16.avx512" : ".q8vnni.avx512");
     case Path::Nib512:
       // Decode (T < kPrefillTokens) on the lane kernel; prefill dequantizes rows into the FP32 tile either way.
       return name + (matmul_rounds_to_bf16(w, 1) ? ".nib16.avx512bf16" : ".nib.avx512");
@@ -531,7 +560,7 @@ bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {
   const KernelPlan& p = kernel_plan(w);
   if (choose(w, p, kernel_isa()) != Path::GgmlQ8_512) return false;
   // Prefill rounds too when a load-time pack serves it (GGUF Q4_0 / Q5_0 / Q8_0 weights with their own plan).
-  return T < kPrefillTokens || p.qblk != nullptr;
+  return T < kPrefillTokens || p.qblk != nullptr || p.kpack != nullptr;
 }
 
 namespace kern {

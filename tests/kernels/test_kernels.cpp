@@ -213,15 +213,16 @@ TEST(KernelNames, FastPathsSelected) {
       prepare_weight(g);
       EXPECT_EQ(matmul_kernel_name(g), std::string(kname) + ".q8vnni16.avx512");
     }
-    for (const char* t : {"q2_k", "q3_k", "q5_k", "q6_k"}) {  // row-at-a-time VNNI k-quant kernels
+    for (const char* t : {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}) {  // Q4_K / Q6_K packed, the others by row
       const FormatInfo& fi = format_by_name(t);
       auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(16 * fi.block_bytes), 1);
       WeightMatrix g = make_ggml_weight(buf, buf->data(), fi.ggml_type, 16, 256);
       prepare_weight(g);
-      EXPECT_EQ(matmul_kernel_name(g), std::string(t) + ".q8vnni.avx512");
+      const bool packed = std::string(t) == "q4_k" || std::string(t) == "q6_k";
+      EXPECT_EQ(matmul_kernel_name(g), std::string(t) + (packed ? ".q8vnni16.avx512" : ".q8vnni.avx512"));
     }
   }
-  EXPECT_EQ(name("ggml:q4_k"), "q4_k.q8vnni.avx512");
+  EXPECT_EQ(name("ggml:q4_k"), "q4_k.q8vnni16.avx512");  // load-time KPack
   EXPECT_EQ(name("q4_k"), "q4_k.q8vnni.avx512");
   EXPECT_EQ(name("q8_0").find(".q8vnni.avx512") != std::string::npos, true);
   EXPECT_EQ(name("f32"), "f32.dense.avx512");

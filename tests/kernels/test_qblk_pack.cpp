@@ -7,6 +7,8 @@
 
 #include <cstring>
 #include <memory>
+#include <string>
+#include <utility>
 #include <random>
 #include <vector>
 
@@ -69,6 +71,41 @@ TEST(QBlkPack, RowsEqualTheGgufDecoderBitForBit) {
   }
   EXPECT_FALSE(qblk_supported(format_by_name("q4_k").ggml_type, 256));
   EXPECT_FALSE(qblk_supported(format_by_name("q4_0").ggml_type, 200));
+}
+
+// The k-quant pack: random super-blocks (every code, every 6-bit scale / min, every Q6_K scale byte), sane f16
+// d (and dmin), against the GGUF row decoder bit for bit; padding rows; the byte count.
+TEST(KPack, RowsEqualTheGgufDecoderBitForBit) {
+  for (auto [name, f16s] : {std::pair<const char*, std::vector<int>>{"q4_k", {0, 2}}, {"q6_k", {208}}}) {
+    const FormatInfo& fi = format_by_name(name);
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {16, 512}, {5, 2048}}) {
+      std::mt19937 rng(static_cast<uint32_t>(rows * 7 + cols));
+      const int64_t nsb = cols / 256, row_bytes = nsb * fi.block_bytes;
+      auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows * row_bytes));
+      for (auto& b : *buf) b = static_cast<uint8_t>(rng());
+      std::uniform_real_distribution<float> ud(-0.02f, 0.02f);
+      for (int64_t k = 0; k < rows * nsb; ++k)
+        for (int off : f16s) {
+          const uint16_t h = f32_to_f16(ud(rng));
+          std::memcpy(buf->data() + k * fi.block_bytes + off, &h, 2);
+        }
+      ASSERT_TRUE(kpack_supported(fi.ggml_type, cols));
+      auto pk = build_kpack(fi.ggml_type, buf->data(), row_bytes, rows, cols);
+      ASSERT_NE(pk, nullptr);
+      const int64_t sb = std::string(name) == "q4_k" ? 2368 : 3392;
+      EXPECT_EQ(pk->bytes(), static_cast<size_t>((rows + 15) / 16 * nsb * sb)) << name;
+      std::vector<float> want(static_cast<size_t>(cols)), got(want.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row_ggml(fi.ggml_type, buf->data() + r * row_bytes, want.data(), cols);
+        kpack_row_f32(*pk, r, got.data());
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(f32_bits(got[c]), f32_bits(want[c])) << name << " " << rows << "x" << cols << " row " << r
+                                                         << " col " << c;
+      }
+    }
+  }
+  EXPECT_FALSE(kpack_supported(format_by_name("q4_k").ggml_type, 896));
+  EXPECT_FALSE(kpack_supported(format_by_name("q5_k").ggml_type, 256));
 }
 
 TEST(QBlkPack, RepackedWeightCountsThePackNotTheStoredRowsTwice) {

@@ -1,0 +1,134 @@
+// GGUF Q4_K / Q6_K products on the load-time KPack layout (kernel_plan.h), AVX-512 VNNI, decode and prefill.
+//
+// Why: the row-at-a-time k-quant kernels (matmul_avx512_k.cpp) spend per 64 weights a vpdpbusd, a convert, a
+// vpermps and an FMA, because every int32 lane mixes sub-blocks with different scales; for prefill that is no
+// fewer operations than the FP32 tile, so k-quant prefill ran dequantize + FP32 tile (at llama.cpp's speed,
+// not ahead). In the pack the 16 int32 lanes are 16 rows of one sub-block: a broadcast 32-bit word of Q8
+// activations makes one vpdpbusd do 64 multiply-adds for 16 rows, and the float step (convert + FMA with
+// d*sc[16 rows]*dx) comes once per sub-block (Q4_K 32 columns: 8 vpdpbusd; Q6_K 16 columns: 4) instead of
+// once per 64 weights of a row. A 16-row x up to 8-token tile keeps its accumulators in registers, so prefill
+// decodes every code vector once per 8 tokens.
+//   Q4_K: y += (d*sc_j)[16] * dx * <u, q> - (dmin*m_j)[16] * dx * sum(q)   over sub-block j (32 columns)
+//   Q6_K: y += (d*sc_i)[16] * dx * (<u, q> - 32 * sum(q))                  over sub-block i (16 columns); the
+//         -32 * sum(q) starts the int32 accumulator, exactly.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/kernel_plan.h"
+#include "kernels/with_nt.h"
+
+namespace lowbit::kern {
+namespace {
+
+constexpr int kQ4K = 12;
+constexpr int64_t kCodes = 2048;
+
+inline __m512i bcast32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+inline __m512 cvt_u8x16(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m512 cvt_i8x16(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m512 cvt_f16x16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Rows [r, r + 16) x tokens [t0, t0 + NT). reg0: the row block's first super-block region.
+template <bool Q4, int NT>
+void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* q, const float* dx,
+                const int32_t* s16, int64_t t0, float* y, int64_t r, __mmask16 m) {
+  const int64_t cols = p.cols, n32 = cols / 32, n16 = cols / 16;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  __m512 accf[NT];
+  for (int j = 0; j < NT; ++j) accf[j] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const uint8_t* reg = reg0 + s * p.sb_bytes;
+    _mm_prefetch(reinterpret_cast<const char*>(reg + 4096), _MM_HINT_T0);
+    if constexpr (Q4) {
+      const __m512 d = cvt_f16x16(reg + kCodes), dmin = cvt_f16x16(reg + kCodes + 32);
+      for (int sb = 0; sb < 8; ++sb) {
+        const __m512 ds = _mm512_mul_ps(d, cvt_u8x16(reg + kCodes + 64 + 16 * sb));
+        const __m512 dm = _mm512_mul_ps(dmin, cvt_u8x16(reg + kCodes + 192 + 16 * sb));
+        __m512i acc[NT];
+        for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_si512();
+        for (int k = 0; k < 4; ++k) {
+          const __m512i v = _mm512_load_si512(reg + 64 * (4 * sb + k));
+          const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+          for (int j = 0; j < NT; ++j) {
+            const int8_t* xb = q + (t0 + j) * cols + 256 * s + 32 * sb + 8 * k;
+            acc[j] = _mm512_dpbusd_epi32(acc[j], lo, bcast32(xb));
+            acc[j] = _mm512_dpbusd_epi32(acc[j], hi, bcast32(xb + 4));
+          }
+        }
+        for (int j = 0; j < NT; ++j) {
+          const int64_t tb = (t0 + j) * n32 + 8 * s + sb, t16 = (t0 + j) * n16 + 16 * s + 2 * sb;
+          const float xd = dx[tb];
+          accf[j] =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j]), _mm512_mul_ps(ds, _mm512_set1_ps(xd)), accf[j]);
+          accf[j] =
+              _mm512_fnmadd_ps(dm, _mm512_set1_ps(xd * static_cast<float>(s16[t16] + s16[t16 + 1])), accf[j]);
+        }
+      }
+    } else {
+      const __m512 d = cvt_f16x16(reg + kCodes + 1024 + 256);
+      for (int i = 0; i < 16; ++i) {
+        const __m512 ds = _mm512_mul_ps(d, cvt_i8x16(reg + kCodes + 1024 + 16 * i));
+        const __m512i h = _mm512_load_si512(reg + kCodes + 64 * i);
+        const __m512i a = _mm512_load_si512(reg + 64 * (2 * i)),
+                      b = _mm512_load_si512(reg + 64 * (2 * i + 1));
+        // u = low nibble | (two high bits) << 4, per quarter of the sub-block (kernel_plan.h).
+        const __m512i u0 =
+            _mm512_or_si512(_mm512_and_si512(a, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
+        const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
+                                           _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+        const __m512i u2 = _mm512_or_si512(_mm512_and_si512(b, m4), _mm512_and_si512(h, m30));
+        const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), m4),
+                                           _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+        for (int j = 0; j < NT; ++j) {
+          const int8_t* xb = q + (t0 + j) * cols + 256 * s + 16 * i;
+          __m512i acc = _mm512_set1_epi32(-32 * s16[(t0 + j) * n16 + 16 * s + i]);
+          acc = _mm512_dpbusd_epi32(acc, u0, bcast32(xb));
+          acc = _mm512_dpbusd_epi32(acc, u1, bcast32(xb + 4));
+          acc = _mm512_dpbusd_epi32(acc, u2, bcast32(xb + 8));
+          acc = _mm512_dpbusd_epi32(acc, u3, bcast32(xb + 12));
+          const float xd = dx[(t0 + j) * n32 + 8 * s + i / 2];
+          accf[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(ds, _mm512_set1_ps(xd)), accf[j]);
+        }
+      }
+    }
+  }
+  for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * p.rows + r, m, accf[j]);
+}
+
+template <bool Q4>
+void kpack_rows(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* s16,
+                int64_t T, float* y) {
+  const int64_t nsb = p.cols / 256;
+  for (int64_t r = r0; r < r1; r += 16) {
+    const int64_t nr = std::min<int64_t>(16, r1 - r);
+    const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1);
+    const uint8_t* reg0 = p.data.get() + (r / 16) * nsb * p.sb_bytes;
+    for (int64_t t0 = 0; t0 < T; t0 += 8) {
+      with_nt(static_cast<int>(std::min<int64_t>(8, T - t0)),
+              [&](auto n) { kpack_tile<Q4, decltype(n)::value>(p, reg0, nsb, q, dx, s16, t0, y, r, m); });
+    }
+  }
+}
+
+}  // namespace
+
+void kpack_gemm_avx512(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
+                       const int32_t* s16, int64_t T, float* y) {
+  if (p.ggml_type == kQ4K) return kpack_rows<true>(p, r0, r1, q, dx, s16, T, y);
+  kpack_rows<false>(p, r0, r1, q, dx, s16, T, y);
+}
+
+}  // namespace lowbit::kern
