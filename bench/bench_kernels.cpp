@@ -123,9 +123,9 @@ int register_all() {
                         "rows:q5_1", "gguf:q8_0", "rows:q8_0", "gguf:iq4_nl", "rows:iq4_nl", "gguf:ggml_mxfp4",
                         "rows:ggml_mxfp4", "gguf:q4_k", "rows:q4_k", "gguf:q6_k", "rows:q6_k"}) {
     const bool kq = std::string(f).back() == 'k';
-    for (const auto& [r, c] : kq ? std::vector<std::pair<int64_t, int64_t>>{{896, 4864}, {4864, 2048}} : all_shapes)
+    for (const auto& [r, c] : kq ? std::vector<std::pair<int64_t, int64_t>>{{896, 4864}, {4864, 2048}, {131072, 2048}} : all_shapes)
       for (int64_t T : {int64_t{1}, int64_t{64}}) {
-        if (r == 151936 && T != 1) continue;
+        if (r >= 131072 && T != 1) continue;
         const std::string name = "matmul/" + std::string(f) + "/" + std::to_string(r) + "x" + std::to_string(c) +
                                  "/T" + std::to_string(T);
         benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, f, "", r, c, T)->UseRealTime()->Unit(benchmark::kMicrosecond);

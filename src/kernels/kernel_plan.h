@@ -79,12 +79,14 @@ struct QBlkPack {
 // GGUF Q4_K / Q6_K weights repacked at load for AVX-512 VNNI (kpack.cpp, matmul_avx512_kpack.cpp), the k-quant
 // counterpart of QBlkPack: per row block rb (16 rows, the last one zero-padded) and super-block s (256 columns)
 // one region of sb_bytes at data[(rb * cols / 256 + s) * sb_bytes]:
-//   codes: 32 chunks of 64 bytes, chunk k byte 4r + j = u[r][8k+j] & 15 | (u[r][8k+4+j] & 15) << 4
-//          (u the unsigned code: Q4_K 0..15, Q6_K 0..63)
-//   Q4_K:  then d[16] f16, dmin[16] f16, sc[8][16] u8, m[8][16] u8 (sub-blocks of 32 columns)  2368 bytes
-//   Q6_K:  then the high 2 bits: per sub-block i (16 columns = chunks 2i, 2i+1) 64 bytes, byte 4r + j bits
-//          0-1 / 2-3 / 4-5 / 6-7 = u >> 4 of columns 16i + j / 16i + 4 + j / 16i + 8 + j / 16i + 12 + j; then
-//          sc[16][16] int8, d[16] f16, 32 bytes of padding (64-byte regions)                   3392 bytes
+//   a code chunk is 64 bytes: byte 4r + j of the chunk of columns 8k..8k+7 = u[r][8k+j] & 15 | (u[r][8k+4+j] & 15)
+//   << 4 (u the unsigned code: Q4_K 0..15, Q6_K 0..63)
+//   Q4_K:  32 code chunks, then d[16] f16, dmin[16] f16, sc[8][16] u8, m[8][16] u8 (sub-blocks of 32 columns)
+//                                                                                             2368 bytes
+//   Q6_K:  4 groups of 4 sub-blocks (16 columns each), group g at 832 g: the 8 code chunks of columns 64g..64g+63,
+//          then per sub-block i of the group 64 bytes of high bits (byte 4r + j, bits 0-1 / 2-3 / 4-5 / 6-7 =
+//          u >> 4 of columns 16i + j / 16i + 4 + j / 16i + 8 + j / 16i + 12 + j), then sc[4][16] int8; after the
+//          groups d[16] f16 and 32 bytes of padding (one near-sequential stream, 64-byte regions)  3392 bytes
 // so w[r][c] = d * sc_j * u - dmin * m_j (Q4_K), d * sc_i * (u - 32) (Q6_K). Q4_K grows 2304 -> 2368 bytes per
 // 16 x 256 (+2.8 %: scales unpacked to bytes), Q6_K 3360 -> 3392 (+1 %); counted in bytes().
 struct KPack {

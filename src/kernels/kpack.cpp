@@ -42,7 +42,18 @@ void q6k_unpack(const uint8_t* b, uint8_t* u) {
 // Offsets inside a region (kernel_plan.h).
 constexpr int64_t kCodes = 2048;
 constexpr int64_t kQ4KD = kCodes, kQ4KDmin = kCodes + 32, kQ4KSc = kCodes + 64, kQ4KM = kCodes + 192;
-constexpr int64_t kQ6KHi = kCodes, kQ6KSc = kCodes + 1024, kQ6KD = kCodes + 1024 + 256;
+// Q6_K: group g = sub-blocks 4g..4g+3 at 832 g: codes (512), high bits (256), scales (64); d after the
+// groups.
+constexpr int64_t kQ6KGroup = 832, kQ6KD = 4 * kQ6KGroup;
+inline int64_t q6k_chunk(int k) {
+  return (k / 8) * kQ6KGroup + 64 * (k % 8);
+}  // code chunk k (0..31)
+inline int64_t q6k_hi(int i) {
+  return (i / 4) * kQ6KGroup + 512 + 64 * (i % 4);
+}  // sub-block i (0..15)
+inline int64_t q6k_sc(int i) {
+  return (i / 4) * kQ6KGroup + 768 + 16 * (i % 4);
+}
 
 }  // namespace
 
@@ -75,7 +86,7 @@ std::shared_ptr<const KPack> build_kpack(int t, const uint8_t* data, int64_t row
             q6k_unpack(blk, u);
           for (int k = 0; k < 32; ++k)
             for (int j = 0; j < 4; ++j)
-              reg[64 * k + 4 * lr + j] =
+              reg[(t == kQ4K ? 64 * k : q6k_chunk(k)) + 4 * lr + j] =
                   static_cast<uint8_t>((u[8 * k + j] & 15) | (u[8 * k + 4 + j] & 15) << 4);
           if (t == kQ4K) {
             std::memcpy(reg + kQ4KD + 2 * lr, blk, 2);
@@ -88,10 +99,10 @@ std::shared_ptr<const KPack> build_kpack(int t, const uint8_t* data, int64_t row
             for (int i = 0; i < 16; ++i)
               for (int j = 0; j < 4; ++j) {
                 const int c = 16 * i + j;
-                reg[kQ6KHi + 64 * i + 4 * lr + j] = static_cast<uint8_t>(
+                reg[q6k_hi(i) + 4 * lr + j] = static_cast<uint8_t>(
                     (u[c] >> 4) | (u[c + 4] >> 4) << 2 | (u[c + 8] >> 4) << 4 | (u[c + 12] >> 4) << 6);
               }
-            for (int i = 0; i < 16; ++i) reg[kQ6KSc + 16 * i + lr] = blk[192 + i];
+            for (int i = 0; i < 16; ++i) reg[q6k_sc(i) + lr] = blk[192 + i];
             std::memcpy(reg + kQ6KD + 2 * lr, blk + 208, 2);
           }
         }
@@ -107,10 +118,10 @@ void kpack_row_f32(const KPack& p, int64_t r, float* out) {
     const uint8_t* reg = p.data.get() + ((r / 16) * nsb + s) * p.sb_bytes;
     auto code = [&](int c) {
       const int k = c / 8, j = c % 8;
-      const int lo = (reg[64 * k + 4 * lr + j % 4] >> (4 * (j / 4))) & 15;
-      if (p.ggml_type == kQ4K) return lo;
+      if (p.ggml_type == kQ4K) return (reg[64 * k + 4 * lr + j % 4] >> (4 * (j / 4))) & 15;
+      const int lo = (reg[q6k_chunk(k) + 4 * lr + j % 4] >> (4 * (j / 4))) & 15;
       const int i = c / 16, q = (c % 16) / 4;  // quarter of the sub-block: bits 2q..2q+1
-      return lo | ((reg[kQ6KHi + 64 * i + 4 * lr + c % 4] >> (2 * q)) & 3) << 4;
+      return lo | ((reg[q6k_hi(i) + 4 * lr + c % 4] >> (2 * q)) & 3) << 4;
     };
     uint16_t h;
     if (p.ggml_type == kQ4K) {
@@ -128,7 +139,7 @@ void kpack_row_f32(const KPack& p, int64_t r, float* out) {
       std::memcpy(&h, reg + kQ6KD + 2 * lr, 2);
       const float d = f16_to_f32(h);
       for (int c = 0; c < 256; ++c) {
-        const int8_t sc = static_cast<int8_t>(reg[kQ6KSc + 16 * (c / 16) + lr]);
+        const int8_t sc = static_cast<int8_t>(reg[q6k_sc(c / 16) + lr]);
         out[256 * s + c] = d * sc * (code(c) - 32);
       }
     }

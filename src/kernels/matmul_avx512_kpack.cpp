@@ -51,6 +51,8 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
   for (int j = 0; j < NT; ++j) accf[j] = _mm512_setzero_ps();
   for (int64_t s = 0; s < nsb; ++s) {
     const uint8_t* reg = reg0 + s * p.sb_bytes;
+    // DRAM streaming: 4 KiB ahead (the regions of a row block are one sequential stream; harmless past the
+    // end).
     _mm_prefetch(reinterpret_cast<const char*>(reg + 4096), _MM_HINT_T0);
     if constexpr (Q4) {
       const __m512 d = cvt_f16x16(reg + kCodes), dmin = cvt_f16x16(reg + kCodes + 32);
@@ -78,12 +80,12 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
         }
       }
     } else {
-      const __m512 d = cvt_f16x16(reg + kCodes + 1024 + 256);
+      const __m512 d = cvt_f16x16(reg + 4 * 832);
       for (int i = 0; i < 16; ++i) {
-        const __m512 ds = _mm512_mul_ps(d, cvt_i8x16(reg + kCodes + 1024 + 16 * i));
-        const __m512i h = _mm512_load_si512(reg + kCodes + 64 * i);
-        const __m512i a = _mm512_load_si512(reg + 64 * (2 * i)),
-                      b = _mm512_load_si512(reg + 64 * (2 * i + 1));
+        const uint8_t* g = reg + (i / 4) * 832;  // the group of sub-blocks 4(i/4)..+3 (kernel_plan.h)
+        const __m512 ds = _mm512_mul_ps(d, cvt_i8x16(g + 768 + 16 * (i % 4)));
+        const __m512i h = _mm512_load_si512(g + 512 + 64 * (i % 4));
+        const __m512i a = _mm512_load_si512(g + 128 * (i % 4)), b = _mm512_load_si512(g + 128 * (i % 4) + 64);
         // u = low nibble | (two high bits) << 4, per quarter of the sub-block (kernel_plan.h).
         const __m512i u0 =
             _mm512_or_si512(_mm512_and_si512(a, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
