@@ -370,54 +370,48 @@ void run_amx_w8a8(const WeightMatrix& w, const KernelPlan& p, const AmxInt8Pack&
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T), 2 * kRowBlock);  // the kernel's 2 x 2 tile blocking
 }
 
-// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 with a load-time QBlkPack, decode and prefill: activations rounded to Q8 blocks of 32
-// (as llama.cpp does), each block's code sum times the weight offset folded into the integer accumulator.
-void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int64_t T, float* y) {
-  const int64_t cols = w.cols, nb = cols / 32;
+// Activations of the load-time packs: per token Q8 blocks of 32 (q [T, cols], dx [T, cols/32]) and the sums of
+// the codes per `width` columns (sums [T, cols/width]). Thread-local buffers, valid until the next call.
+struct Q8Acts {
+  const int8_t* q;
+  const float* dx;
+  int32_t* sums;
+};
+Q8Acts q8_acts(const float* x, int64_t T, int64_t cols, int64_t width) {
+  const int64_t nb = cols / 32, ns = cols / width;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> dx;
-  thread_local std::vector<int32_t> xo;
+  thread_local std::vector<int32_t> sums;
   q.resize(static_cast<size_t>(T * cols));
   dx.resize(static_cast<size_t>(T * nb));
-  xo.resize(static_cast<size_t>(T * nb));
+  sums.resize(static_cast<size_t>(T * ns));
   for (int64_t t = 0; t < T; ++t) {
     int8_t* qt = q.data() + t * cols;
     kern::quantize_q8_blocks_avx512(x + t * cols, cols, qt, dx.data() + t * nb);
-    for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t b = 0; b < ns; ++b) {
       int32_t s = 0;
-      for (int i = 0; i < 32; ++i) s += qt[b * 32 + i];
-      xo[t * nb + b] = pk.min_bytes ? s : -pk.offset * s;  // see qblk_gemm_avx512
+      for (int64_t i = 0; i < width; ++i) s += qt[b * width + i];
+      sums[t * ns + b] = s;
     }
   }
-  const int8_t* qp = q.data();
-  const float* dxp = dx.data();
-  const int32_t* xop = xo.data();
-  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) { kern::qblk_gemm_avx512(pk, r0, r1, qp, dxp, xop, T, y); },
+  return {q.data(), dx.data(), sums.data()};
+}
+
+// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 with a load-time QBlkPack, decode and prefill:
+// activations rounded to Q8 blocks of 32 (as llama.cpp does), each block's code sum times the weight offset
+// folded into the integer accumulator.
+void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int64_t T, float* y) {
+  const Q8Acts a = q8_acts(x, T, w.cols, 32);
+  if (!pk.min_bytes)  // see qblk_gemm_avx512: -offset * sum, or the sum itself for the types with a min
+    for (int64_t i = 0; i < T * (w.cols / 32); ++i) a.sums[i] *= -pk.offset;
+  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) { kern::qblk_gemm_avx512(pk, r0, r1, a.q, a.dx, a.sums, T, y); },
                  static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
 // GGUF Q4_K / Q6_K with a load-time KPack, decode and prefill: the same Q8 blocks of 32, plus per-16 code sums.
 void run_kpack512(const WeightMatrix& w, const KPack& pk, const float* x, int64_t T, float* y) {
-  const int64_t cols = w.cols, nb = cols / 32, n16 = cols / 16;
-  thread_local std::vector<int8_t> q;
-  thread_local std::vector<float> dx;
-  thread_local std::vector<int32_t> s16;
-  q.resize(static_cast<size_t>(T * cols));
-  dx.resize(static_cast<size_t>(T * nb));
-  s16.resize(static_cast<size_t>(T * n16));
-  for (int64_t t = 0; t < T; ++t) {
-    int8_t* qt = q.data() + t * cols;
-    kern::quantize_q8_blocks_avx512(x + t * cols, cols, qt, dx.data() + t * nb);
-    for (int64_t b = 0; b < n16; ++b) {
-      int32_t sum = 0;
-      for (int i = 0; i < 16; ++i) sum += qt[b * 16 + i];
-      s16[t * n16 + b] = sum;
-    }
-  }
-  const int8_t* qp = q.data();
-  const float* dxp = dx.data();
-  const int32_t* sp = s16.data();
-  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) { kern::kpack_gemm_avx512(pk, r0, r1, qp, dxp, sp, T, y); },
+  const Q8Acts a = q8_acts(x, T, w.cols, 16);
+  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) { kern::kpack_gemm_avx512(pk, r0, r1, a.q, a.dx, a.sums, T, y); },
                  static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 

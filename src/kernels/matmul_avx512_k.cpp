@@ -48,6 +48,23 @@ inline __m512i lanes_from_halves(uint8_t a, uint8_t b) {
   return _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(a)), _mm256_set1_epi8(static_cast<char>(b)), 1);
 }
 
+// The four int32 sums of a super-block (one vpdpbusd per 64 codes u[k] x activations q[64k..]), each lane scaled
+// by its sub-block's factor (f spread over the lanes with idx[k]), accumulated per k; m collects the min / offset
+// terms.
+struct KAcc {
+  __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 m = _mm512_setzero_ps();
+  void add(const __m512i (&u)[4], const int8_t* q, __m512 f, const __m512i (&idx)[4]) {
+    for (int k = 0; k < 4; ++k) {
+      const __m512i sk = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[k], _mm512_loadu_si512(q + 64 * k));
+      a[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sk), _mm512_permutexvar_ps(idx[k], f), a[k]);
+    }
+  }
+  float sum() const {
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(_mm512_add_ps(a[2], a[3]), m)));
+  }
+};
+
 // Q4_K (kFive = false) and Q5_K (kFive = true). Super-block: d, dmin (f16), scales[12], [qh[32]], qs[128].
 // A 64-byte load of qs covers two 32-byte chunks c, c+1: its low nibbles are elements 64c+0..31 and 64(c+1)+0..31
 // (sub-blocks 2c, 2c+2), its high nibbles elements 64c+32.. and 64(c+1)+32.. (sub-blocks 2c+1, 2c+3); ggml_k_prep_x
@@ -67,8 +84,8 @@ float k4_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* xk
   const __m512i t0 = lanes_from_halves(0x01, 0x04), t1 = lanes_from_halves(0x02, 0x08);
   const __m512i t2 = lanes_from_halves(0x10, 0x40), t3 = lanes_from_halves(0x20, 0x80);
   const __m512i b16 = _mm512_set1_epi8(16);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps(),
-         acc3 = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+  const __m512i idx[4] = {i0, i1, i2, i3};
+  KAcc acc;
   for (int64_t s = 0; s < nsb; ++s) {
     const uint8_t* p = row + kBytes * s;
     const int8_t* q = qx + 256 * s;
@@ -79,7 +96,7 @@ float k4_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* xk
     const __m512 dd = _mm512_permutexvar_ps(idd, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dw)))));
     const __m512 sm = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scales_mins(p + 4)));
     const __m512 f = _mm512_mul_ps(_mm512_mul_ps(sm, dd), _mm512_loadu_ps(xk + 16 * s));
-    accm = _mm512_mask_add_ps(accm, 0xFF00, accm, f);
+    acc.m = _mm512_mask_add_ps(acc.m, 0xFF00, acc.m, f);
     const __m512i a = _mm512_loadu_si512(p + kQs), b = _mm512_loadu_si512(p + kQs + 64);
     __m512i la = _mm512_and_si512(a, m4), ha = _mm512_and_si512(_mm512_srli_epi16(a, 4), m4);
     __m512i lb = _mm512_and_si512(b, m4), hb = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
@@ -90,17 +107,9 @@ float k4_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* xk
       lb = _mm512_mask_add_epi8(lb, _mm512_test_epi8_mask(h, t2), lb, b16);
       hb = _mm512_mask_add_epi8(hb, _mm512_test_epi8_mask(h, t3), hb, b16);
     }
-    const __m512i z = _mm512_setzero_si512();
-    const __m512i s0 = _mm512_dpbusd_epi32(z, la, _mm512_loadu_si512(q));
-    const __m512i s1 = _mm512_dpbusd_epi32(z, ha, _mm512_loadu_si512(q + 64));
-    const __m512i s2 = _mm512_dpbusd_epi32(z, lb, _mm512_loadu_si512(q + 128));
-    const __m512i s3 = _mm512_dpbusd_epi32(z, hb, _mm512_loadu_si512(q + 192));
-    acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_permutexvar_ps(i0, f), acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_permutexvar_ps(i1, f), acc1);
-    acc2 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_permutexvar_ps(i2, f), acc2);
-    acc3 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s3), _mm512_permutexvar_ps(i3, f), acc3);
+    acc.add({la, ha, lb, hb}, q, f, idx);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(_mm512_add_ps(acc2, acc3), accm)));
+  return acc.sum();
 }
 
 // Q6_K. Super-block: ql[128], qh[64], scales[16] (int8), d (f16). Per half h (128 elements), a 64-byte load of
@@ -118,8 +127,8 @@ float q6k_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* x
   const __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32(4));
   const __m512i i2 = _mm512_add_epi32(i0, _mm512_set1_epi32(8));
   const __m512i i3 = _mm512_add_epi32(i0, _mm512_set1_epi32(12));
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps(),
-         acc3 = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+  const __m512i idx[4] = {i0, i1, i2, i3};
+  KAcc acc;
   for (int64_t s = 0; s < nsb; ++s) {
     const uint8_t* p = row + 210 * s;
     const int8_t* q = qx + 256 * s;
@@ -128,7 +137,7 @@ float q6k_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* x
     const __m512 d = _mm512_set1_ps(_cvtsh_ss(dh));
     const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192))));
     const __m512 f = _mm512_mul_ps(_mm512_mul_ps(sc, d), _mm512_loadu_ps(xk + 32 * s));
-    accm = _mm512_fmadd_ps(f, _mm512_loadu_ps(xk + 32 * s + 16), accm);
+    acc.m = _mm512_fmadd_ps(f, _mm512_loadu_ps(xk + 32 * s + 16), acc.m);
     __m512i u[4];
     for (int h = 0; h < 2; ++h) {
       const __m512i l = _mm512_loadu_si512(p + 64 * h);
@@ -138,17 +147,9 @@ float q6k_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* x
                                      _mm512_srlv_epi16(_mm512_and_si512(hb, mhi), chi));
     }
     // u[0] = elements 0..63, u[1] = 64..127, u[2] = 128..191, u[3] = 192..255.
-    const __m512i z = _mm512_setzero_si512();
-    const __m512i s0 = _mm512_dpbusd_epi32(z, u[0], _mm512_loadu_si512(q));
-    const __m512i s1 = _mm512_dpbusd_epi32(z, u[1], _mm512_loadu_si512(q + 64));
-    const __m512i s2 = _mm512_dpbusd_epi32(z, u[2], _mm512_loadu_si512(q + 128));
-    const __m512i s3 = _mm512_dpbusd_epi32(z, u[3], _mm512_loadu_si512(q + 192));
-    acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_permutexvar_ps(i0, f), acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_permutexvar_ps(i1, f), acc1);
-    acc2 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_permutexvar_ps(i2, f), acc2);
-    acc3 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s3), _mm512_permutexvar_ps(i3, f), acc3);
+    acc.add({u[0], u[1], u[2], u[3]}, q, f, idx);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(_mm512_add_ps(acc2, acc3), accm)));
+  return acc.sum();
 }
 
 // Q2_K (kQ3 = false) and Q3_K (kQ3 = true). Super-blocks (layouts in formats/ggml_q2_k.cpp, ggml_q3_k.cpp):
@@ -169,8 +170,8 @@ float k23_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* x
   const __m512i i3 = _mm512_add_epi32(i0, _mm512_set1_epi32(6));
   const __m512i t0 = lanes_from_halves(0x01, 0x10), t1 = lanes_from_halves(0x02, 0x20);
   const __m512i t2 = lanes_from_halves(0x04, 0x40), t3 = lanes_from_halves(0x08, 0x80);
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps(), acc2 = _mm512_setzero_ps(),
-         acc3 = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+  const __m512i idx[4] = {i0, i1, i2, i3};
+  KAcc acc;
   for (int64_t s = 0; s < nsb; ++s) {
     const uint8_t* p = row + kBytes * s;
     const int8_t* q = qx + 256 * s;
@@ -191,7 +192,7 @@ float k23_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* x
           _mm_set1_epi8(32));
       const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8));
       f = _mm512_mul_ps(_mm512_mul_ps(sc, _mm512_set1_ps(_cvtsh_ss(dh))), _mm512_loadu_ps(xk + 32 * s));
-      accm = _mm512_fmadd_ps(f, _mm512_loadu_ps(xk + 32 * s + 16), accm);  // -4 * sum(q_i) * factor
+      acc.m = _mm512_fmadd_ps(f, _mm512_loadu_ps(xk + 32 * s + 16), acc.m);  // -4 * sum(q_i) * factor
     } else {
       uint16_t dh, mh;
       std::memcpy(&dh, p + 80, 2);
@@ -200,8 +201,8 @@ float k23_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* x
       const __m512 sc = _mm512_cvtepi32_ps(_mm512_and_si512(sm, _mm512_set1_epi32(15)));
       const __m512 mn = _mm512_cvtepi32_ps(_mm512_srli_epi32(sm, 4));
       f = _mm512_mul_ps(_mm512_mul_ps(sc, _mm512_set1_ps(_cvtsh_ss(dh))), _mm512_loadu_ps(xk + 32 * s));
-      accm = _mm512_fmadd_ps(_mm512_mul_ps(mn, _mm512_set1_ps(_cvtsh_ss(mh))), _mm512_loadu_ps(xk + 32 * s + 16),
-                             accm);  // -dmin * m_i * dx_i * sum(q_i)
+      acc.m = _mm512_fmadd_ps(_mm512_mul_ps(mn, _mm512_set1_ps(_cvtsh_ss(mh))), _mm512_loadu_ps(xk + 32 * s + 16),
+                             acc.m);  // -dmin * m_i * dx_i * sum(q_i)
     }
     const __m512i qs = _mm512_loadu_si512(p + kQs);
     __m512i u0 = _mm512_and_si512(qs, m3), u1 = _mm512_and_si512(_mm512_srli_epi16(qs, 2), m3);
@@ -213,17 +214,9 @@ float k23_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* x
       u2 = _mm512_mask_add_epi8(u2, _mm512_test_epi8_mask(h, t2), u2, b4);
       u3 = _mm512_mask_add_epi8(u3, _mm512_test_epi8_mask(h, t3), u3, b4);
     }
-    const __m512i z = _mm512_setzero_si512();
-    const __m512i s0 = _mm512_dpbusd_epi32(z, u0, _mm512_loadu_si512(q));
-    const __m512i s1 = _mm512_dpbusd_epi32(z, u1, _mm512_loadu_si512(q + 64));
-    const __m512i s2 = _mm512_dpbusd_epi32(z, u2, _mm512_loadu_si512(q + 128));
-    const __m512i s3 = _mm512_dpbusd_epi32(z, u3, _mm512_loadu_si512(q + 192));
-    acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_permutexvar_ps(i0, f), acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_permutexvar_ps(i1, f), acc1);
-    acc2 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_permutexvar_ps(i2, f), acc2);
-    acc3 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s3), _mm512_permutexvar_ps(i3, f), acc3);
+    acc.add({u0, u1, u2, u3}, q, f, idx);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(_mm512_add_ps(acc2, acc3), accm)));
+  return acc.sum();
 }
 
 }  // namespace

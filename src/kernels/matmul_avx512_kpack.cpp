@@ -114,15 +114,10 @@ template <bool Q4>
 void kpack_rows(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* s16,
                 int64_t T, float* y) {
   const int64_t nsb = p.cols / 256;
-  for (int64_t r = r0; r < r1; r += 16) {
-    const int64_t nr = std::min<int64_t>(16, r1 - r);
-    const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1);
+  for_tiles16x8(r0, r1, T, [&](int64_t r, uint16_t m, int64_t t0, auto n) {
     const uint8_t* reg0 = p.data.get() + (r / 16) * nsb * p.sb_bytes;
-    for (int64_t t0 = 0; t0 < T; t0 += 8) {
-      with_nt(static_cast<int>(std::min<int64_t>(8, T - t0)),
-              [&](auto n) { kpack_tile<Q4, decltype(n)::value>(p, reg0, nsb, q, dx, s16, t0, y, r, m); });
-    }
-  }
+    kpack_tile<Q4, decltype(n)::value>(p, reg0, nsb, q, dx, s16, t0, y, r, m);
+  });
 }
 
 }  // namespace

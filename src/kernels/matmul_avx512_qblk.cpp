@@ -99,16 +99,10 @@ template <int TY>
 void qblk_rows(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* xo,
                int64_t T, float* y) {
   const int64_t nb = p.cols / 32;
-  for (int64_t r = r0; r < r1; r += 16) {
-    const int64_t nr = std::min<int64_t>(16, r1 - r);
-    const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1);
+  for_tiles16x8(r0, r1, T, [&](int64_t r, uint16_t m, int64_t t0, auto n) {
     const uint8_t* base = p.data.get() + (r / 16) * nb * p.block_bytes;
-    for (int64_t t0 = 0; t0 < T; t0 += 8) {
-      with_nt(static_cast<int>(std::min<int64_t>(8, T - t0)), [&](auto n) {
-        qblk_tile<TY, decltype(n)::value>(p, base, nb, p.cols, q, dx, xo, t0, y, p.rows, r, m);
-      });
-    }
-  }
+    qblk_tile<TY, decltype(n)::value>(p, base, nb, p.cols, q, dx, xo, t0, y, p.rows, r, m);
+  });
 }
 
 }  // namespace

@@ -289,24 +289,28 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
       for (int64_t k = 0; k < nblk; ++k)
         (*buf)[static_cast<size_t>(k * fi.block_bytes)] =
             static_cast<uint8_t>(k == 1 ? 0 : k == 2 ? 1 : 117 + static_cast<int>(rng() % 12));
-    WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
-    prepare_weight(w);  // own plan: T >= 4 takes the block-scaled prefill tile for Q4_0 / Q5_0 / Q8_0
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t ntok : {int64_t{1}, int64_t{3}, maxtok}) {
-      const std::vector<float> x(xall.begin(), xall.begin() + ntok * cols);
-      std::vector<float> ref(static_cast<size_t>(ntok * rows)), y(ref.size());
-      for (Isa isa : available_isas()) {
-        set_kernel_isa(isa);
-        const std::vector<float> xe = matmul_rounds_to_q8(w, ntok) ? q8_rounded(x, ntok, cols) : x;
-        matmul_reference(w, xe.data(), ntok, ref.data());
-        matmul(w, x.data(), ntok, y.data());
-        for (int64_t r = 0; r < rows; ++r) {
-          weight_row_f32(w, r, row.data());
-          for (int64_t tk = 0; tk < ntok; ++tk) {
-            double mag = 0;
-            for (int64_t i = 0; i < cols; ++i) mag += std::fabs(static_cast<double>(row[i]) * xe[tk * cols + i]);
-            EXPECT_NEAR(y[tk * rows + r], ref[tk * rows + r], 2e-5 * mag + 1e-6)
-                << t.name << " " << matmul_kernel_name(w) << " T " << ntok << " row " << r;
+    // With the load-time pack where the type has one (QBlkPack / KPack: decode and prefill on it), and without
+    // (the row-at-a-time kernels, as an unpacked weight such as an untied embedding runs).
+    for (bool repack : {true, false}) {
+      WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
+      prepare_weight(w, repack);
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t ntok : {int64_t{1}, int64_t{3}, maxtok}) {
+        const std::vector<float> x(xall.begin(), xall.begin() + ntok * cols);
+        std::vector<float> ref(static_cast<size_t>(ntok * rows)), y(ref.size());
+        for (Isa isa : available_isas()) {
+          set_kernel_isa(isa);
+          const std::vector<float> xe = matmul_rounds_to_q8(w, ntok) ? q8_rounded(x, ntok, cols) : x;
+          matmul_reference(w, xe.data(), ntok, ref.data());
+          matmul(w, x.data(), ntok, y.data());
+          for (int64_t r = 0; r < rows; ++r) {
+            weight_row_f32(w, r, row.data());
+            for (int64_t tk = 0; tk < ntok; ++tk) {
+              double mag = 0;
+              for (int64_t i = 0; i < cols; ++i) mag += std::fabs(static_cast<double>(row[i]) * xe[tk * cols + i]);
+              EXPECT_NEAR(y[tk * rows + r], ref[tk * rows + r], 2e-5 * mag + 1e-6)
+                  << t.name << " " << matmul_kernel_name(w) << " T " << ntok << " row " << r;
+            }
           }
         }
       }
