@@ -48,6 +48,11 @@ inline __m512i lanes_from_halves(uint8_t a, uint8_t b) {
   return _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(a)), _mm256_set1_epi8(static_cast<char>(b)), 1);
 }
 
+// Adds `v` to the code bytes of u[k] whose bit t[k] is set in h (the Q3_K / Q5_K high bit of each code).
+inline void add_high_bit(__m512i (&u)[4], __m512i h, const __m512i (&t)[4], __m512i v) {
+  for (int k = 0; k < 4; ++k) u[k] = _mm512_mask_add_epi8(u[k], _mm512_test_epi8_mask(h, t[k]), u[k], v);
+}
+
 // The four int32 sums of a super-block (one vpdpbusd per 64 codes u[k] x activations q[64k..]), each lane scaled
 // by its sub-block's factor (f spread over the lanes with idx[k]), accumulated per k; m collects the min / offset
 // terms.
@@ -98,16 +103,12 @@ float k4_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* xk
     const __m512 f = _mm512_mul_ps(_mm512_mul_ps(sm, dd), _mm512_loadu_ps(xk + 16 * s));
     acc.m = _mm512_mask_add_ps(acc.m, 0xFF00, acc.m, f);
     const __m512i a = _mm512_loadu_si512(p + kQs), b = _mm512_loadu_si512(p + kQs + 64);
-    __m512i la = _mm512_and_si512(a, m4), ha = _mm512_and_si512(_mm512_srli_epi16(a, 4), m4);
-    __m512i lb = _mm512_and_si512(b, m4), hb = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
-    if constexpr (kFive) {
-      const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
-      la = _mm512_mask_add_epi8(la, _mm512_test_epi8_mask(h, t0), la, b16);
-      ha = _mm512_mask_add_epi8(ha, _mm512_test_epi8_mask(h, t1), ha, b16);
-      lb = _mm512_mask_add_epi8(lb, _mm512_test_epi8_mask(h, t2), lb, b16);
-      hb = _mm512_mask_add_epi8(hb, _mm512_test_epi8_mask(h, t3), hb, b16);
-    }
-    acc.add({la, ha, lb, hb}, q, f, idx);
+    __m512i u[4] = {_mm512_and_si512(a, m4), _mm512_and_si512(_mm512_srli_epi16(a, 4), m4), _mm512_and_si512(b, m4),
+                    _mm512_and_si512(_mm512_srli_epi16(b, 4), m4)};
+    if constexpr (kFive)
+      add_high_bit(u, _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16))),
+                   {t0, t1, t2, t3}, b16);
+    acc.add(u, q, f, idx);
   }
   return acc.sum();
 }
@@ -205,16 +206,12 @@ float k23_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* x
                              acc.m);  // -dmin * m_i * dx_i * sum(q_i)
     }
     const __m512i qs = _mm512_loadu_si512(p + kQs);
-    __m512i u0 = _mm512_and_si512(qs, m3), u1 = _mm512_and_si512(_mm512_srli_epi16(qs, 2), m3);
-    __m512i u2 = _mm512_and_si512(_mm512_srli_epi16(qs, 4), m3), u3 = _mm512_and_si512(_mm512_srli_epi16(qs, 6), m3);
-    if constexpr (kQ3) {
-      const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-      u0 = _mm512_mask_add_epi8(u0, _mm512_test_epi8_mask(h, t0), u0, b4);
-      u1 = _mm512_mask_add_epi8(u1, _mm512_test_epi8_mask(h, t1), u1, b4);
-      u2 = _mm512_mask_add_epi8(u2, _mm512_test_epi8_mask(h, t2), u2, b4);
-      u3 = _mm512_mask_add_epi8(u3, _mm512_test_epi8_mask(h, t3), u3, b4);
-    }
-    acc.add({u0, u1, u2, u3}, q, f, idx);
+    __m512i u[4] = {_mm512_and_si512(qs, m3), _mm512_and_si512(_mm512_srli_epi16(qs, 2), m3),
+                    _mm512_and_si512(_mm512_srli_epi16(qs, 4), m3), _mm512_and_si512(_mm512_srli_epi16(qs, 6), m3)};
+    if constexpr (kQ3)
+      add_high_bit(u, _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))),
+                   {t0, t1, t2, t3}, b4);
+    acc.add(u, q, f, idx);
   }
   return acc.sum();
 }
