@@ -76,19 +76,23 @@ struct QBlkPack {
   }
   static int64_t pair(int64_t b, int64_t nb) { return std::min<int64_t>(2, nb - (b & ~int64_t{1})); }
 };
-// GGUF Q4_K / Q6_K weights repacked at load for AVX-512 VNNI (kpack.cpp, matmul_avx512_kpack.cpp), the k-quant
-// counterpart of QBlkPack: per row block rb (16 rows, the last one zero-padded) and super-block s (256 columns)
-// one region of sb_bytes at data[(rb * cols / 256 + s) * sb_bytes]:
+// GGUF Q4_K / Q5_K / Q6_K weights repacked at load for AVX-512 VNNI (kpack.cpp, matmul_avx512_kpack.cpp), the
+// k-quant counterpart of QBlkPack: per row block rb (16 rows, the last one zero-padded) and super-block s (256
+// columns) one region of sb_bytes at data[(rb * cols / 256 + s) * sb_bytes], read front to back (a decode that
+// jumped to scales at a region's end streamed 10-30 % slower from DRAM):
 //   a code chunk is 64 bytes: byte 4r + j of the chunk of columns 8k..8k+7 = u[r][8k+j] & 15 | (u[r][8k+4+j] & 15)
-//   << 4 (u the unsigned code: Q4_K 0..15, Q6_K 0..63)
-//   Q4_K:  32 code chunks, then d[16] f16, dmin[16] f16, sc[8][16] u8, m[8][16] u8 (sub-blocks of 32 columns)
-//                                                                                             2368 bytes
-//   Q6_K:  4 groups of 4 sub-blocks (16 columns each), group g at 832 g: the 8 code chunks of columns 64g..64g+63,
-//          then per sub-block i of the group 64 bytes of high bits (byte 4r + j, bits 0-1 / 2-3 / 4-5 / 6-7 =
-//          u >> 4 of columns 16i + j / 16i + 4 + j / 16i + 8 + j / 16i + 12 + j), then sc[4][16] int8; after the
-//          groups d[16] f16 and 32 bytes of padding (one near-sequential stream, 64-byte regions)  3392 bytes
-// so w[r][c] = d * sc_j * u - dmin * m_j (Q4_K), d * sc_i * (u - 32) (Q6_K). Q4_K grows 2304 -> 2368 bytes per
-// 16 x 256 (+2.8 %: scales unpacked to bytes), Q6_K 3360 -> 3392 (+1 %); counted in bytes().
+//   << 4 (u the unsigned code: Q4_K 0..15, Q5_K 0..31, Q6_K 0..63)
+//   Q4_K:  the scale block d[16] f16, dmin[16] f16, sc[8][16] u8, m[8][16] u8 (sub-blocks of 32 columns; 320
+//          bytes), then the 32 code chunks                                                      2368 bytes
+//   Q5_K:  the same scale block, then per sub-block j at 320 + 320 j its 4 code chunks and per chunk two uint64
+//          fifth-bit masks (low / high nibbles, bit 4r + j)                                    2880 bytes
+//   Q6_K:  d[16] f16 and 32 bytes of padding, then 4 groups of 4 sub-blocks (16 columns each), group g at
+//          64 + 832 g: the 8 code chunks of columns 64g..64g+63, per sub-block i of the group 64 bytes of high bits
+//          (byte 4r + j, bits 0-1 / 2-3 / 4-5 / 6-7 = u >> 4 of columns 16i + j / 16i + 4 + j / 16i + 8 + j /
+//          16i + 12 + j), then sc[4][16] int8                                                  3392 bytes
+// so w[r][c] = d * sc_j * u - dmin * m_j (Q4_K, Q5_K), d * sc_i * (u - 32) (Q6_K). Q4_K grows 2304 -> 2368
+// bytes per 16 x 256 (+2.8 %: scales unpacked to bytes), Q5_K 2816 -> 2880 (+2.3 %), Q6_K 3360 -> 3392 (+1 %);
+// counted in bytes().
 struct KPack {
   int ggml_type = -1;
   int64_t rows = 0, cols = 0;
@@ -96,7 +100,7 @@ struct KPack {
   std::shared_ptr<uint8_t> data;  // [ceil(rows/16), cols/256, sb_bytes], 64-byte aligned
   size_t bytes() const { return static_cast<size_t>((rows + 15) / 16 * (cols / 256) * sb_bytes); }
 };
-bool kpack_supported(int ggml_type, int64_t cols);  // Q4_K / Q6_K with whole super-blocks
+bool kpack_supported(int ggml_type, int64_t cols);  // Q4_K / Q5_K / Q6_K with whole super-blocks
 std::shared_ptr<const KPack> build_kpack(int ggml_type, const uint8_t* data, int64_t row_bytes, int64_t rows,
                                          int64_t cols);
 // Row r of the pack, dequantized (the packer's oracle: equals the GGUF row decoder bit for bit).
@@ -151,7 +155,7 @@ struct KernelPlan {
   // GGUF Q4_0 / Q5_0 / Q8_0 repacked at load (prepare_weight); serves every product of the weight on AVX-512, so
   // the GGUF rows themselves are then only read for embedding lookups (WeightMatrix::nbytes counts the pack).
   std::shared_ptr<const QBlkPack> qblk;
-  // GGUF Q4_K / Q6_K repacked at load, likewise.
+  // GGUF Q4_K / Q5_K / Q6_K repacked at load, likewise.
   std::shared_ptr<const KPack> kpack;
   // Byte route on a CPU with the Avx512Bf16 tier, lane-compatible groups and every code value exact in BF16: the
   // byte16 decode kernel's table (built with the plan, so no product rebuilds it).

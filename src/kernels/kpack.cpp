@@ -1,4 +1,4 @@
-// Load-time repacking of GGUF Q4_K / Q6_K rows into the KPack layout (kernel_plan.h) read by
+// Load-time repacking of GGUF Q4_K / Q5_K / Q6_K rows into the KPack layout (kernel_plan.h) read by
 // matmul_avx512_kpack.cpp. Plain C++: it runs once per weight at load, in parallel over row blocks.
 #include <algorithm>
 #include <cstring>
@@ -12,8 +12,8 @@
 namespace lowbit {
 namespace {
 
-constexpr int kQ4K = 12, kQ6K = 14;
-constexpr int64_t kQ4KBytes = 144, kQ6KBytes = 210;
+constexpr int kQ4K = 12, kQ5K = 13, kQ6K = 14;
+constexpr int64_t kQ4KBytes = 144, kQ5KBytes = 176, kQ6KBytes = 210;
 
 // One GGUF super-block -> unsigned codes u[256] in column order and its scales.
 void q4k_unpack(const uint8_t* b, uint8_t* u, uint8_t* sc, uint8_t* m) {
@@ -23,6 +23,18 @@ void q4k_unpack(const uint8_t* b, uint8_t* u, uint8_t* sc, uint8_t* m) {
     for (int l = 0; l < 32; ++l) {
       u[64 * c + l] = qs[32 * c + l] & 15;
       u[64 * c + 32 + l] = qs[32 * c + l] >> 4;
+    }
+}
+
+// Q5_K: d, dmin, scales[12] as Q4_K, qh[32] at 16 (bit 2c / 2c+1 of qh[l]: fifth bit of element 64c + l /
+// 64c + 32 + l), qs[128] at 48 in Q4_K's nibble order.
+void q5k_unpack(const uint8_t* b, uint8_t* u, uint8_t* sc, uint8_t* m) {
+  for (int j = 0; j < 8; ++j) formats_detail::k4_scale_min(j, b + 4, &sc[j], &m[j]);
+  const uint8_t *qh = b + 16, *qs = b + 48;
+  for (int c = 0; c < 4; ++c)
+    for (int l = 0; l < 32; ++l) {
+      u[64 * c + l] = static_cast<uint8_t>((qs[32 * c + l] & 15) | ((qh[l] >> (2 * c)) & 1) << 4);
+      u[64 * c + 32 + l] = static_cast<uint8_t>((qs[32 * c + l] >> 4) | ((qh[l] >> (2 * c + 1)) & 1) << 4);
     }
 }
 
@@ -40,25 +52,36 @@ void q6k_unpack(const uint8_t* b, uint8_t* u) {
 }
 
 // Offsets inside a region (kernel_plan.h).
-constexpr int64_t kCodes = 2048;
-constexpr int64_t kQ4KD = kCodes, kQ4KDmin = kCodes + 32, kQ4KSc = kCodes + 64, kQ4KM = kCodes + 192;
-// Q6_K: group g = sub-blocks 4g..4g+3 at 832 g: codes (512), high bits (256), scales (64); d after the
-// groups.
-constexpr int64_t kQ6KGroup = 832, kQ6KD = 4 * kQ6KGroup;
+// Q4_K / Q5_K: the scale block d[16], dmin[16], sc[8][16], m[8][16] leads the region (320 bytes).
+constexpr int64_t kD = 0, kDmin = 32, kSc = 64, kM = 192, kScaleBlock = 320;
+// Q5_K: sub-block j at 320 + 320 j: 4 code chunks (256), per chunk two uint64 fifth-bit masks (64).
+inline int64_t q5k_chunk(int k) {
+  return kScaleBlock + 320 * (k / 4) + 64 * (k % 4);
+}
+inline int64_t q5k_hbit(int k) {
+  return kScaleBlock + 320 * (k / 4) + 256 + 16 * (k % 4);
+}
+// Q6_K: d[16] and 32 bytes of padding lead the region; group g = sub-blocks 4g..4g+3 at 64 + 832 g: codes
+// (512), high bits (256), scales (64). Code chunk k (0..31), high-bit plane and scales of sub-block i
+// (0..15):
+constexpr int64_t kQ6KGroup = 832, kQ6KD = 0;
 inline int64_t q6k_chunk(int k) {
-  return (k / 8) * kQ6KGroup + 64 * (k % 8);
-}  // code chunk k (0..31)
+  return 64 + (k / 8) * kQ6KGroup + 64 * (k % 8);
+}
 inline int64_t q6k_hi(int i) {
-  return (i / 4) * kQ6KGroup + 512 + 64 * (i % 4);
-}  // sub-block i (0..15)
+  return 64 + (i / 4) * kQ6KGroup + 512 + 64 * (i % 4);
+}
 inline int64_t q6k_sc(int i) {
-  return (i / 4) * kQ6KGroup + 768 + 16 * (i % 4);
+  return 64 + (i / 4) * kQ6KGroup + 768 + 16 * (i % 4);
+}
+inline int64_t chunk_off(int t, int k) {
+  return t == kQ4K ? kScaleBlock + 64 * k : t == kQ5K ? q5k_chunk(k) : q6k_chunk(k);
 }
 
 }  // namespace
 
 bool kpack_supported(int ggml_type, int64_t cols) {
-  return (ggml_type == kQ4K || ggml_type == kQ6K) && cols > 0 && cols % 256 == 0;
+  return (ggml_type == kQ4K || ggml_type == kQ5K || ggml_type == kQ6K) && cols > 0 && cols % 256 == 0;
 }
 
 std::shared_ptr<const KPack> build_kpack(int t, const uint8_t* data, int64_t row_bytes, int64_t rows,
@@ -68,8 +91,9 @@ std::shared_ptr<const KPack> build_kpack(int t, const uint8_t* data, int64_t row
   p->ggml_type = t;
   p->rows = rows;
   p->cols = cols;
-  p->sb_bytes = t == kQ4K ? 2368 : 3392;
-  const int64_t nsb = cols / 256, nrb = (rows + 15) / 16, bb = t == kQ4K ? kQ4KBytes : kQ6KBytes;
+  p->sb_bytes = t == kQ4K ? 2368 : t == kQ5K ? 2880 : 3392;
+  const int64_t nsb = cols / 256, nrb = (rows + 15) / 16;
+  const int64_t bb = t == kQ4K ? kQ4KBytes : t == kQ5K ? kQ5KBytes : kQ6KBytes;
   auto buf = aligned_bytes(p->bytes());  // zeroed: padding rows get code 0 and scale 0
   uint8_t* out = buf.get();
   parallel_for(nrb, 8, [&](int64_t rb0, int64_t rb1) {
@@ -82,19 +106,30 @@ std::shared_ptr<const KPack> build_kpack(int t, const uint8_t* data, int64_t row
           uint8_t* reg = out + (rb * nsb + s) * p->sb_bytes;
           if (t == kQ4K)
             q4k_unpack(blk, u, sc, m);
+          else if (t == kQ5K)
+            q5k_unpack(blk, u, sc, m);
           else
             q6k_unpack(blk, u);
           for (int k = 0; k < 32; ++k)
             for (int j = 0; j < 4; ++j)
-              reg[(t == kQ4K ? 64 * k : q6k_chunk(k)) + 4 * lr + j] =
+              reg[chunk_off(t, k) + 4 * lr + j] =
                   static_cast<uint8_t>((u[8 * k + j] & 15) | (u[8 * k + 4 + j] & 15) << 4);
-          if (t == kQ4K) {
-            std::memcpy(reg + kQ4KD + 2 * lr, blk, 2);
-            std::memcpy(reg + kQ4KDmin + 2 * lr, blk + 2, 2);
+          if (t != kQ6K) {
+            uint8_t* sb = reg;  // the scale block
+            std::memcpy(sb + kD + 2 * lr, blk, 2);
+            std::memcpy(sb + kDmin + 2 * lr, blk + 2, 2);
             for (int j = 0; j < 8; ++j) {
-              reg[kQ4KSc + 16 * j + lr] = sc[j];
-              reg[kQ4KM + 16 * j + lr] = m[j];
+              sb[kSc + 16 * j + lr] = sc[j];
+              sb[kM + 16 * j + lr] = m[j];
             }
+            if (t == kQ5K)
+              for (int k = 0; k < 32; ++k) {
+                uint64_t* hb = reinterpret_cast<uint64_t*>(reg + q5k_hbit(k));
+                for (int j = 0; j < 4; ++j) {
+                  hb[0] |= static_cast<uint64_t>(u[8 * k + j] >> 4) << (4 * lr + j);
+                  hb[1] |= static_cast<uint64_t>(u[8 * k + 4 + j] >> 4) << (4 * lr + j);
+                }
+              }
           } else {
             for (int i = 0; i < 16; ++i)
               for (int j = 0; j < 4; ++j) {
@@ -118,21 +153,27 @@ void kpack_row_f32(const KPack& p, int64_t r, float* out) {
     const uint8_t* reg = p.data.get() + ((r / 16) * nsb + s) * p.sb_bytes;
     auto code = [&](int c) {
       const int k = c / 8, j = c % 8;
-      if (p.ggml_type == kQ4K) return (reg[64 * k + 4 * lr + j % 4] >> (4 * (j / 4))) & 15;
-      const int lo = (reg[q6k_chunk(k) + 4 * lr + j % 4] >> (4 * (j / 4))) & 15;
+      const int lo = (reg[chunk_off(p.ggml_type, k) + 4 * lr + j % 4] >> (4 * (j / 4))) & 15;
+      if (p.ggml_type == kQ4K) return lo;
+      if (p.ggml_type == kQ5K) {
+        uint64_t hb;
+        std::memcpy(&hb, reg + q5k_hbit(k) + 8 * (j / 4), 8);
+        return lo | static_cast<int>((hb >> (4 * lr + j % 4)) & 1) << 4;
+      }
       const int i = c / 16, q = (c % 16) / 4;  // quarter of the sub-block: bits 2q..2q+1
       return lo | ((reg[q6k_hi(i) + 4 * lr + c % 4] >> (2 * q)) & 3) << 4;
     };
     uint16_t h;
-    if (p.ggml_type == kQ4K) {
-      std::memcpy(&h, reg + kQ4KD + 2 * lr, 2);
+    if (p.ggml_type != kQ6K) {
+      const uint8_t* sb = reg;  // the scale block
+      std::memcpy(&h, sb + kD + 2 * lr, 2);
       const float d = f16_to_f32(h);
-      std::memcpy(&h, reg + kQ4KDmin + 2 * lr, 2);
+      std::memcpy(&h, sb + kDmin + 2 * lr, 2);
       const float dmin = f16_to_f32(h);
       for (int c = 0; c < 256; ++c) {
         const int j = c / 32;
-        // As the GGUF decoder: (d * sc) * q - dmin * m.
-        const float d1 = d * reg[kQ4KSc + 16 * j + lr], m1 = dmin * reg[kQ4KM + 16 * j + lr];
+        // As the GGUF decoders: (d * sc) * q - dmin * m.
+        const float d1 = d * sb[kSc + 16 * j + lr], m1 = dmin * sb[kM + 16 * j + lr];
         out[256 * s + c] = d1 * static_cast<float>(code(c)) - m1;
       }
     } else {

@@ -1,4 +1,5 @@
-// GGUF Q4_K / Q6_K products on the load-time KPack layout (kernel_plan.h), AVX-512 VNNI, decode and prefill.
+// GGUF Q4_K / Q5_K / Q6_K products on the load-time KPack layout (kernel_plan.h), AVX-512 VNNI, decode and
+// prefill.
 //
 // Why: the row-at-a-time k-quant kernels (matmul_avx512_k.cpp) spend per 64 weights a vpdpbusd, a convert, a
 // vpermps and an FMA, because every int32 lane mixes sub-blocks with different scales; for prefill that is no
@@ -8,7 +9,9 @@
 // d*sc[16 rows]*dx) comes once per sub-block (Q4_K 32 columns: 8 vpdpbusd; Q6_K 16 columns: 4) instead of
 // once per 64 weights of a row. A 16-row x up to 8-token tile keeps its accumulators in registers, so prefill
 // decodes every code vector once per 8 tokens.
-//   Q4_K: y += (d*sc_j)[16] * dx * <u, q> - (dmin*m_j)[16] * dx * sum(q)   over sub-block j (32 columns)
+//   Q4_K, Q5_K: y += (d*sc_j)[16] * dx * <u, q> - (dmin*m_j)[16] * dx * sum(q)   over sub-block j (32
+//   columns);
+//         Q5_K's fifth bit ORed into the nibbles from two 64-bit masks per code chunk
 //   Q6_K: y += (d*sc_i)[16] * dx * (<u, q> - 32 * sum(q))                  over sub-block i (16 columns); the
 //         -32 * sum(q) starts the int32 accumulator, exactly.
 #include <immintrin.h>
@@ -22,8 +25,13 @@
 namespace lowbit::kern {
 namespace {
 
-constexpr int kQ4K = 12;
-constexpr int64_t kCodes = 2048;
+constexpr int kQ4K = 12, kQ5K = 13, kQ6K = 14;
+
+// Q4_K / Q5_K region offsets (kernel_plan.h): the 320-byte scale block leads, then code chunk k.
+template <int TY>
+constexpr int64_t k45_chunk(int k) {
+  return TY == kQ4K ? 320 + 64 * k : 320 + 320 * (k / 4) + 64 * (k % 4);
+}
 
 inline __m512i bcast32(const int8_t* p) {
   int32_t v;
@@ -42,7 +50,7 @@ inline __m512 cvt_f16x16(const uint8_t* p) {
 }
 
 // Rows [r, r + 16) x tokens [t0, t0 + NT). reg0: the row block's first super-block region.
-template <bool Q4, int NT>
+template <int TY, int NT>
 void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* q, const float* dx,
                 const int32_t* s16, int64_t t0, float* y, int64_t r, __mmask16 m) {
   const int64_t cols = p.cols, n32 = cols / 32, n16 = cols / 16;
@@ -54,16 +62,25 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
     // DRAM streaming: 4 KiB ahead (the regions of a row block are one sequential stream; harmless past the
     // end).
     _mm_prefetch(reinterpret_cast<const char*>(reg + 4096), _MM_HINT_T0);
-    if constexpr (Q4) {
-      const __m512 d = cvt_f16x16(reg + kCodes), dmin = cvt_f16x16(reg + kCodes + 32);
+    if constexpr (TY != kQ6K) {
+      const uint8_t* sc = reg;  // the scale block
+      const __m512 d = cvt_f16x16(sc), dmin = cvt_f16x16(sc + 32);
       for (int sb = 0; sb < 8; ++sb) {
-        const __m512 ds = _mm512_mul_ps(d, cvt_u8x16(reg + kCodes + 64 + 16 * sb));
-        const __m512 dm = _mm512_mul_ps(dmin, cvt_u8x16(reg + kCodes + 192 + 16 * sb));
+        const __m512 ds = _mm512_mul_ps(d, cvt_u8x16(sc + 64 + 16 * sb));
+        const __m512 dm = _mm512_mul_ps(dmin, cvt_u8x16(sc + 192 + 16 * sb));
         __m512i acc[NT];
         for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_si512();
         for (int k = 0; k < 4; ++k) {
-          const __m512i v = _mm512_load_si512(reg + 64 * (4 * sb + k));
-          const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+          const __m512i v = _mm512_load_si512(reg + k45_chunk<TY>(4 * sb + k));
+          __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+          if constexpr (TY == kQ5K) {
+            uint64_t ml, mh;
+            const uint8_t* hb = reg + 320 + 320 * sb + 256 + 16 * k;
+            std::memcpy(&ml, hb, 8);
+            std::memcpy(&mh, hb + 8, 8);
+            lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(_cvtu64_mask64(ml), _mm512_set1_epi8(0x10)));
+            hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(_cvtu64_mask64(mh), _mm512_set1_epi8(0x10)));
+          }
           for (int j = 0; j < NT; ++j) {
             const int8_t* xb = q + (t0 + j) * cols + 256 * s + 32 * sb + 8 * k;
             acc[j] = _mm512_dpbusd_epi32(acc[j], lo, bcast32(xb));
@@ -80,9 +97,9 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
         }
       }
     } else {
-      const __m512 d = cvt_f16x16(reg + 4 * 832);
+      const __m512 d = cvt_f16x16(reg);
       for (int i = 0; i < 16; ++i) {
-        const uint8_t* g = reg + (i / 4) * 832;  // the group of sub-blocks 4(i/4)..+3 (kernel_plan.h)
+        const uint8_t* g = reg + 64 + (i / 4) * 832;  // the group of sub-blocks 4(i/4)..+3 (kernel_plan.h)
         const __m512 ds = _mm512_mul_ps(d, cvt_i8x16(g + 768 + 16 * (i % 4)));
         const __m512i h = _mm512_load_si512(g + 512 + 64 * (i % 4));
         const __m512i a = _mm512_load_si512(g + 128 * (i % 4)), b = _mm512_load_si512(g + 128 * (i % 4) + 64);
@@ -110,13 +127,13 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
   for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * p.rows + r, m, accf[j]);
 }
 
-template <bool Q4>
+template <int TY>
 void kpack_rows(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* s16,
                 int64_t T, float* y) {
   const int64_t nsb = p.cols / 256;
   for_tiles16x8(r0, r1, T, [&](int64_t r, uint16_t m, int64_t t0, auto n) {
     const uint8_t* reg0 = p.data.get() + (r / 16) * nsb * p.sb_bytes;
-    kpack_tile<Q4, decltype(n)::value>(p, reg0, nsb, q, dx, s16, t0, y, r, m);
+    kpack_tile<TY, decltype(n)::value>(p, reg0, nsb, q, dx, s16, t0, y, r, m);
   });
 }
 
@@ -124,8 +141,14 @@ void kpack_rows(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const f
 
 void kpack_gemm_avx512(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
                        const int32_t* s16, int64_t T, float* y) {
-  if (p.ggml_type == kQ4K) return kpack_rows<true>(p, r0, r1, q, dx, s16, T, y);
-  kpack_rows<false>(p, r0, r1, q, dx, s16, T, y);
+  switch (p.ggml_type) {
+    case kQ4K:
+      return kpack_rows<kQ4K>(p, r0, r1, q, dx, s16, T, y);
+    case kQ5K:
+      return kpack_rows<kQ5K>(p, r0, r1, q, dx, s16, T, y);
+    default:
+      return kpack_rows<kQ6K>(p, r0, r1, q, dx, s16, T, y);
+  }
 }
 
 }  // namespace lowbit::kern

@@ -213,12 +213,12 @@ TEST(KernelNames, FastPathsSelected) {
       prepare_weight(g);
       EXPECT_EQ(matmul_kernel_name(g), std::string(kname) + ".q8vnni16.avx512");
     }
-    for (const char* t : {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}) {  // Q4_K / Q6_K packed, the others by row
+    for (const char* t : {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}) {  // Q4_K..Q6_K packed, the others by row
       const FormatInfo& fi = format_by_name(t);
       auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(16 * fi.block_bytes), 1);
       WeightMatrix g = make_ggml_weight(buf, buf->data(), fi.ggml_type, 16, 256);
       prepare_weight(g);
-      const bool packed = std::string(t) == "q4_k" || std::string(t) == "q6_k";
+      const bool packed = std::string(t) == "q4_k" || std::string(t) == "q5_k" || std::string(t) == "q6_k";
       EXPECT_EQ(matmul_kernel_name(g), std::string(t) + (packed ? ".q8vnni16.avx512" : ".q8vnni.avx512"));
     }
   }

@@ -76,7 +76,8 @@ TEST(QBlkPack, RowsEqualTheGgufDecoderBitForBit) {
 // The k-quant pack: random super-blocks (every code, every 6-bit scale / min, every Q6_K scale byte), sane f16
 // d (and dmin), against the GGUF row decoder bit for bit; padding rows; the byte count.
 TEST(KPack, RowsEqualTheGgufDecoderBitForBit) {
-  for (auto [name, f16s] : {std::pair<const char*, std::vector<int>>{"q4_k", {0, 2}}, {"q6_k", {208}}}) {
+  for (auto [name, f16s] :
+       {std::pair<const char*, std::vector<int>>{"q4_k", {0, 2}}, {"q5_k", {0, 2}}, {"q6_k", {208}}}) {
     const FormatInfo& fi = format_by_name(name);
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {16, 512}, {5, 2048}}) {
       std::mt19937 rng(static_cast<uint32_t>(rows * 7 + cols));
@@ -92,7 +93,7 @@ TEST(KPack, RowsEqualTheGgufDecoderBitForBit) {
       ASSERT_TRUE(kpack_supported(fi.ggml_type, cols));
       auto pk = build_kpack(fi.ggml_type, buf->data(), row_bytes, rows, cols);
       ASSERT_NE(pk, nullptr);
-      const int64_t sb = std::string(name) == "q4_k" ? 2368 : 3392;
+      const int64_t sb = std::string(name) == "q4_k" ? 2368 : std::string(name) == "q5_k" ? 2880 : 3392;
       EXPECT_EQ(pk->bytes(), static_cast<size_t>((rows + 15) / 16 * nsb * sb)) << name;
       std::vector<float> want(static_cast<size_t>(cols)), got(want.size());
       for (int64_t r = 0; r < rows; ++r) {
@@ -105,7 +106,7 @@ TEST(KPack, RowsEqualTheGgufDecoderBitForBit) {
     }
   }
   EXPECT_FALSE(kpack_supported(format_by_name("q4_k").ggml_type, 896));
-  EXPECT_FALSE(kpack_supported(format_by_name("q5_k").ggml_type, 256));
+  EXPECT_FALSE(kpack_supported(format_by_name("q3_k").ggml_type, 256));
 }
 
 TEST(QBlkPack, RepackedWeightCountsThePackNotTheStoredRowsTwice) {
