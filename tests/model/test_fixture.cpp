@@ -119,19 +119,25 @@ INSTANTIATE_TEST_SUITE_P(Arch, GgufConversion, ::testing::Values("tiny-llama", "
                            return s;
                          });
 
-// GGUF Q4_0 / Q8_0 models on AVX-512 serve their products from the load-time pack (kernels' QBlkPack) and the loader
-// drops the packed tensors' file pages: decode logits equal those of the same model with plans rebuilt without
-// the pack (the row-at-a-time kernel rounds activations to the same Q8 blocks), a tied embedding shares lm_head's
-// plan, and embedding rows read after the page drop still equal the file's bytes decoded.
+// GGUF Q4_0 / Q8_0 / Q4_K models on AVX-512 serve their products from the load-time packs (kernels' QBlkPack /
+// KPack) and the loader drops the packed tensors' file pages: decode logits equal those of the same model with
+// plans rebuilt without the pack (the row-at-a-time kernels round activations to the same Q8 blocks), a tied
+// embedding shares lm_head's plan, and embedding rows read after the page drop still equal the file's bytes
+// decoded.
 TEST(GgufPack, PackedModelMatchesRowKernelsAndKeepsEmbeddingRows) {
   if (best_isa() < Isa::Avx512) GTEST_SKIP() << "the pack is only built for the AVX-512 kernels";
-  const std::string dir = tmpdir("pack");
   FixtureOptions o;
   o.seed = 9;
   o.dtype = "f32";
-  write_fixture_hf(fixture_shape("tiny-qwen2"), o, dir);  // tied embeddings, QKV bias
-  auto ck = io::HfCheckpoint::open(dir);
-  for (const char* type : {"q4_0", "q8_0"}) {
+  // Q4_K (the k-quant pack) needs rows of whole 256-element super-blocks: the same model, widened.
+  FixtureShape wide = fixture_shape("tiny-qwen2");
+  wide.config["hidden_size"] = 256;
+  wide.config["intermediate_size"] = 512;
+  for (const char* type : {"q4_0", "q8_0", "q4_k"}) {
+    const bool k = std::string(type) == "q4_k";
+    const std::string dir = tmpdir(std::string("pack_") + type);
+    write_fixture_hf(k ? wide : fixture_shape("tiny-qwen2"), o, dir);  // tied embeddings, QKV bias
+    auto ck = io::HfCheckpoint::open(dir);
     const std::string gguf = dir + "." + type + ".gguf";
     GgufExportOptions eo;
     eo.type = type;
@@ -169,8 +175,8 @@ TEST(GgufPack, PackedModelMatchesRowKernelsAndKeepsEmbeddingRows) {
       EXPECT_EQ(got, want) << type << " row " << r;
     }
     fs::remove(gguf);
+    fs::remove_all(dir);
   }
-  fs::remove_all(dir);
 }
 
 // general.file_type follows llama.cpp's llama_ftype numbering (llama-bench labels files with it), and quantized
