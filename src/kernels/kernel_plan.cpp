@@ -106,15 +106,14 @@ const KernelPlan& static_plan(Route r, const char* name, int ggml_type = -1) {
 std::shared_ptr<const KernelPlan> build_kernel_plan(const WeightMatrix& w, bool repack) {
   if (w.kind == WeightKind::Quant) return plan_for_quant(*w.q);
   auto p = std::make_shared<KernelPlan>(kernel_plan(w));
-  // The pack is only read by the AVX-512 kernels: not built on CPUs (or LOWBIT_ISA masks) without them.
-  if (repack && w.kind == WeightKind::Ggml && best_isa() >= Isa::Avx512 && qblk_supported(w.ggml_type, w.cols)) {
-    p->qblk = build_qblk_pack(w.ggml_type, w.data, static_cast<int64_t>(w.row_bytes()), w.rows, w.cols);
+  // The packs are only read by the AVX-512 kernels: not built on CPUs (or LOWBIT_ISA masks) without them.
+  if (!repack || w.kind != WeightKind::Ggml || best_isa() < Isa::Avx512) return p;
+  const int64_t rb = static_cast<int64_t>(w.row_bytes());
+  if (qblk_supported(w.ggml_type, w.cols)) p->qblk = build_qblk_pack(w.ggml_type, w.data, rb, w.rows, w.cols);
+  if (kpack_supported(w.ggml_type, w.cols)) p->kpack = build_kpack(w.ggml_type, w.data, rb, w.rows, w.cols);
+  if (p->load_pack()) {
     p->kernel = "q8vnni16";
     p->route = Route::GgmlQ8;  // IQ4_NL / MXFP4 have no row-at-a-time VNNI kernel: only the pack serves them
-  }
-  if (repack && w.kind == WeightKind::Ggml && best_isa() >= Isa::Avx512 && kpack_supported(w.ggml_type, w.cols)) {
-    p->kpack = build_kpack(w.ggml_type, w.data, static_cast<int64_t>(w.row_bytes()), w.rows, w.cols);
-    p->kernel = "q8vnni16";
   }
   return p;
 }
@@ -149,13 +148,13 @@ const KernelPlan& kernel_plan(const WeightMatrix& w) {
   return *e.plan;
 }
 
-bool amx_w8a8_eligible(const WeightMatrix& w, const KernelPlan& p) {
+bool w8a8_per_channel(const WeightMatrix& w, const KernelPlan& p) {
   return w.kind == WeightKind::Quant && p.bits == 8 && p.int_codes && !p.asym && p.gcols == 1 && p.row_block == 1;
 }
 
 const AmxInt8Pack* amx_int8_pack(const WeightMatrix& w, const KernelPlan& p) {
   static std::mutex mu;
-  if (!amx_w8a8_eligible(w, p)) return nullptr;
+  if (!w8a8_per_channel(w, p)) return nullptr;
   std::lock_guard<std::mutex> lock(mu);
   if (!p.amx) {
     auto t = std::make_shared<AmxInt8Pack>();
@@ -168,7 +167,7 @@ const AmxInt8Pack* amx_int8_pack(const WeightMatrix& w, const KernelPlan& p) {
 
 const Int8Tile* int8_tile(const WeightMatrix& w, const KernelPlan& p) {
   static std::mutex mu;
-  if (!amx_w8a8_eligible(w, p)) return nullptr;
+  if (!w8a8_per_channel(w, p)) return nullptr;
   std::lock_guard<std::mutex> lock(mu);
   if (!p.tile) {
     auto t = std::make_shared<Int8Tile>();

@@ -152,11 +152,14 @@ struct KernelPlan {
   mutable std::shared_ptr<const Int8Tile> tile;
   // The same weight laid out for AMX-INT8 tiles, built instead of `tile` when the AMX kernel serves the prefill.
   mutable std::shared_ptr<const AmxInt8Pack> amx;
-  // GGUF Q4_0 / Q5_0 / Q8_0 repacked at load (prepare_weight); serves every product of the weight on AVX-512, so
-  // the GGUF rows themselves are then only read for embedding lookups (WeightMatrix::nbytes counts the pack).
+  // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 repacked at load (prepare_weight); serves every
+  // product of the weight on AVX-512, so the GGUF rows themselves are then only read for embedding lookups
+  // (WeightMatrix::nbytes counts the pack).
   std::shared_ptr<const QBlkPack> qblk;
   // GGUF Q4_K / Q5_K / Q6_K repacked at load, likewise.
   std::shared_ptr<const KPack> kpack;
+  // A load-time pack serves this (GGUF) weight's products.
+  bool load_pack() const { return qblk || kpack; }
   // Byte route on a CPU with the Avx512Bf16 tier, lane-compatible groups and every code value exact in BF16: the
   // byte16 decode kernel's table (built with the plan, so no product rebuilds it).
   std::shared_ptr<const kern::Byte16Lut> byte16;
@@ -178,7 +181,7 @@ const KernelPlan& kernel_plan(const WeightMatrix& w);  // w.plan, or a cached pl
 // The W8A8 prefill tile of w (built once, thread-safe), or nullptr when w is not per-channel symmetric INT8.
 const Int8Tile* int8_tile(const WeightMatrix& w, const KernelPlan& p);
 // W8A8 per-channel symmetric INT8 weight (what int8_tile and amx_int8_pack serve).
-bool amx_w8a8_eligible(const WeightMatrix& w, const KernelPlan& p);
+bool w8a8_per_channel(const WeightMatrix& w, const KernelPlan& p);
 // Its AMX layout, built on the first AMX prefill (nullptr if not eligible).
 const AmxInt8Pack* amx_int8_pack(const WeightMatrix& w, const KernelPlan& p);
 

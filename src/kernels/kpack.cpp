@@ -97,7 +97,7 @@ std::shared_ptr<const KPack> build_kpack(int t, const uint8_t* data, int64_t row
   auto buf = aligned_bytes(p->bytes());  // zeroed: padding rows get code 0 and scale 0
   uint8_t* out = buf.get();
   parallel_for(nrb, 8, [&](int64_t rb0, int64_t rb1) {
-    uint8_t u[256], sc[8], m[8];
+    uint8_t u[256], sc[8] = {}, m[8] = {};  // sc, m: Q4_K / Q5_K only
     for (int64_t rb = rb0; rb < rb1; ++rb)
       for (int64_t r = rb * 16; r < std::min(rows, rb * 16 + 16); ++r) {
         const int lr = static_cast<int>(r - rb * 16);

@@ -408,7 +408,7 @@ void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int6
                  static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
-// GGUF Q4_K / Q6_K with a load-time KPack, decode and prefill: the same Q8 blocks of 32, plus per-16 code sums.
+// GGUF Q4_K / Q5_K / Q6_K with a load-time KPack, decode and prefill: the same Q8 blocks of 32, plus per-16 code sums.
 void run_kpack512(const WeightMatrix& w, const KPack& pk, const float* x, int64_t T, float* y) {
   const Q8Acts a = q8_acts(x, T, w.cols, 16);
   for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) { kern::kpack_gemm_avx512(pk, r0, r1, a.q, a.dx, a.sums, T, y); },
@@ -457,9 +457,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
       if (const AmxInt8Pack* pk = amx_int8_pack(w, p)) return run_amx_w8a8(w, p, *pk, x, T, y, isa >= Isa::Amx);
     if (const Int8Tile* tile = int8_tile(w, p)) return run_vnni_tile512(w, p, *tile, x, T, y);
   }
-  const QBlkPack* qblk = path == Path::GgmlQ8_512 ? p.qblk.get() : nullptr;
-  const KPack* kpack = path == Path::GgmlQ8_512 ? p.kpack.get() : nullptr;
-  if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !qblk && !kpack)))
+  if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !p.load_pack())))
     path = Path::Deq;
   if (path == Path::Vnni512) return run_vnni512(w, p, x, T, y);
   std::vector<float> xq_storage;
@@ -471,8 +469,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   switch (path) {
     case Path::Dense512: return matmul_dense_avx512(w, x, T, y);
     case Path::GgmlQ8_512:  // x has been through the activation route; these kernels add the Q8 block rounding
-      if (qblk) return run_qblk512(w, *qblk, x, T, y);
-      if (kpack) return run_kpack512(w, *kpack, x, T, y);
+      if (p.qblk) return run_qblk512(w, *p.qblk, x, T, y);
+      if (p.kpack) return run_kpack512(w, *p.kpack, x, T, y);
       return run_ggml_q8_512(w, p, x, T, y);
     case Path::Nib512:
     case Path::Byte512: return run_codes512(w, p, x, T, y);
@@ -493,10 +491,10 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
     case Path::Dense512: return name + ".dense.avx512";
     case Path::Vnni512:
       // W8A8 per-channel: decode on VNNI, prefill from kAmxTokens tokens on AMX tiles when the tier has them.
-      if ((isa >= Isa::Amx || amx_emulated()) && amx_w8a8_eligible(w, p))
+      if ((isa >= Isa::Amx || amx_emulated()) && w8a8_per_channel(w, p))
         return name + (isa >= Isa::Amx ? ".vnni+amxtile.amx" : ".vnni+amxtile-emulated.avx512");
       return name + ".vnni.avx512";
-    case Path::GgmlQ8_512: return name + (p.qblk || p.kpack ? ".q8vnni16.avx512" : ".q8vnni.avx512");
+    case Path::GgmlQ8_512: return name + (p.load_pack() ? ".q8vnni16.avx512" : ".q8vnni.avx512");
     case Path::Nib512:
       // Decode (T < kPrefillTokens) on the lane kernel; prefill dequantizes rows into the FP32 tile either way.
       return name + (matmul_rounds_to_bf16(w, 1) ? ".nib16.avx512bf16" : ".nib.avx512");
@@ -553,8 +551,8 @@ bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
 bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {
   const KernelPlan& p = kernel_plan(w);
   if (choose(w, p, kernel_isa()) != Path::GgmlQ8_512) return false;
-  // Prefill rounds too when a load-time pack serves it (GGUF Q4_0 / Q5_0 / Q8_0 weights with their own plan).
-  return T < kPrefillTokens || p.qblk != nullptr || p.kpack != nullptr;
+  // Prefill rounds too when a load-time pack serves it (GGUF weights with their own plan, prepare_weight).
+  return T < kPrefillTokens || p.load_pack();
 }
 
 namespace kern {

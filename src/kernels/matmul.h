@@ -11,7 +11,7 @@
 //   E4M3FN / E5M2 / FNUZ   x is quantized per token to FP8 and dequantized, then a float product (exact emulation).
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q2_K .. Q6_K weights on AVX-512 additionally quantize activations
 // to Q8 blocks of 32 (like llama.cpp; its k-quant kernels use one scale per 256 instead) in decode (T < 4), and in
-// prefill too for the Q4_0 / Q5_0 / Q8_0 weights repacked at load: results then differ from matmul_reference by that
+// prefill too for the weights repacked at load (prepare_weight): results then differ from matmul_reference by that
 // rounding (see quantize_q8_blocks, matmul_rounds_to_q8 and docs/kernels.md). From T = 4 tokens on, W8A8 and the
 // repacked GGUF weights run integer register tiles (W8A8 from 16 tokens on AMX-INT8 tiles on the Amx tier), every
 // other format dequantize-row-block + dense F32 tiles.

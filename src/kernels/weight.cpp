@@ -30,7 +30,7 @@ size_t WeightMatrix::row_bytes() const {
 size_t WeightMatrix::nbytes() const {
   // A load-time pack (GGUF QBlkPack / KPack types) serves every product instead of the stored rows, which stay in the
   // file mapping and are read only for embedding lookups (load_model drops their pages once packed).
-  if (kind == WeightKind::Ggml && plan && (plan->qblk || plan->kpack)) return plan->bytes();
+  if (kind == WeightKind::Ggml && plan && plan->load_pack()) return plan->bytes();
   const size_t base = kind == WeightKind::Quant ? q->storage_bytes() : row_bytes() * static_cast<size_t>(rows);
   return base + (plan ? plan->bytes() : 0);
 }
@@ -111,6 +111,6 @@ void prepare_weight(WeightMatrix& w, bool repack) {
   if (!w.plan) w.plan = build_kernel_plan(w, repack);
 }
 
-bool weight_is_repacked(const WeightMatrix& w) { return w.plan && (w.plan->qblk || w.plan->kpack); }
+bool weight_is_repacked(const WeightMatrix& w) { return w.plan && w.plan->load_pack(); }
 
 }  // namespace lowbit
