@@ -3,11 +3,12 @@
 //
 // Why: the FP32 nib kernel spends, per 16 weights, a shift + a vpermps (LUT) + an FMA, and this CPU class
 // issues about two 512-bit operations per cycle, so it decodes ~25 G weights/s per core: below the rate at
-// which one core streams 4-bit codes from DRAM. Here, per 32 weights: one vpmultishiftqb picks two nibbles
-// per 32-bit lane into the low bits of two 16-bit words, one vpermw maps them through a 32-entry BF16 table
-// (the 16 values twice, so the stray fifth index bit is harmless), and one vdpbf16ps multiplies 32 weights by
-// 32 BF16 activations and accumulates in FP32: 3 operations per 32 weights instead of 6. Measured in L3, 1
-// core: 25 -> 41 G weights/s.
+// which one core streams 4-bit codes from DRAM. Here, per 32 weights: one vpsrlw brings the next nibble of
+// every 16-bit word to its low bits (none for the first), one vpermw maps the word's low 5 bits through a
+// 32-entry BF16 table (the 16 values twice, so the stray fifth index bit is harmless), and one vdpbf16ps
+// multiplies 32 weights by 32 BF16 activations and accumulates in FP32: under 3 operations per 32 weights
+// instead of 6. On Zen 4 the shift issues beside vdpbf16ps (vpmultishiftqb, used before, shares its pipe:
+// 1.5 instead of 2 operations per cycle, measured). R rows are decoded together (rows_tile).
 //
 // Numerics: the activations are rounded to BF16 once per token (W4A16 with BF16 activations), the products of
 // two BF16 numbers are exact in FP32 and accumulate in FP32. Every 4-bit value table of the nib route (INT4
@@ -17,8 +18,9 @@
 // 2^-126) as zero.
 //
 // Layout (nib16_layout): a 128-element chunk of codes is one zmm; 32-bit lane l holds elements 8l..8l+7
-// (nibble k = element 8l+k). Step k (0..3) takes nibbles 2k, 2k+1 of every lane, so the activations of step k
-// are xb[128c + 32k + 2l + e] = bf16(x[128c + 8l + 2k + e]). A lane stays inside one scale group (groups are
+// (nibble j = element 8l+j), so its 16-bit words 2l and 2l+1 hold elements 8l..8l+3 and 8l+4..8l+7. Step k
+// (0..3) shifts every word right by 4k: word 2l+e yields element 8l + 4e + k, so the activations of step k
+// are xb[128c + 32k + 2l + e] = bf16(x[128c + 8l + 4e + k]). A lane stays inside one scale group (groups are
 // multiples of 8), so the group scales are applied per lane once per chunk exactly as in the FP32 nib kernel.
 //
 // byte (INT8 sym/asym, FP8 E4M3FN / E5M2, decode T = 1..3): the FP32 byte kernel widens 16 codes with 3-5
@@ -42,65 +44,86 @@
 namespace lowbit::kern {
 namespace {
 
-// vpmultishiftqb controls of step k: per qword (lanes 2q, 2q+1), byte 0 <- bits 8k.. (nibble 2k of the even
-// lane), byte 2 <- bits 8k+4.. (nibble 2k+1), bytes 4 / 6 the same in the odd lane; odd bytes are don't-care
-// (vpermw reads only the low 5 bits of each word).
-__m512i step_ctrl(int k) {
-  const uint64_t b = static_cast<uint64_t>(8 * k);
-  const uint64_t q = b | (b + 4) << 16 | (b + 32) << 32 | (b + 36) << 48;
-  return _mm512_set1_epi64(static_cast<long long>(q));
-}
-
-// One row, T tokens. LO: the value table has a low part (NF4).
-template <int T, bool LO>
-__attribute__((noinline)) void row_tile(const LaneGeom& g, const uint8_t* row, const float* s, const float* z,
-                                        __m512i lut_hi, __m512i lut_lo, const Bf16X* x, float* y,
-                                        int64_t ystride) {
-  const __m512i c0 = step_ctrl(0), c1 = step_ctrl(1), c2 = step_ctrl(2), c3 = step_ctrl(3);
-  __m512 acc[T];
+// R rows x T tokens. LO: the value table has a low part (NF4). The R rows share each activation load and give
+// the core R independent dependency chains (one row alone was latency-bound: ~2x below the issue rate of its
+// vpmultishiftqb / vpermw / vdpbf16ps mix); their rows lie one after another in memory, one stream.
+template <int T, int R, bool LO>
+__attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const* row, const float* const* s,
+                                         const float* const* z, __m512i lut_hi, __m512i lut_lo, const Bf16X* x,
+                                         float* y, int64_t ystride) {
+  __m512 acc[R][T];
 #pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   GroupWalk gw;
   for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
-    // DRAM streaming: 4 KiB ahead (one sequential stream per thread; harmless past the end).
-    _mm_prefetch(reinterpret_cast<const char*>(row + 64 * c + 4096), _MM_HINT_T0);
-    const __m512i code = load_chunk(g, row, c);
-    __m512 s0[T], s1[T];
+    __m512i code[R];
+    __m512 s0[R][T], s1[R][T];
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) s0[t] = s1[t] = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) {
+      // DRAM streaming: the tile's rows are consecutive in memory, so prefetch in address order 4 KiB ahead of
+      // the tile (a hint: harmless past the end or for rows that are not consecutive).
+      _mm_prefetch(reinterpret_cast<const char*>(row[0] + 64 * (R * c + r) + 4096), _MM_HINT_T0);
+      code[r] = load_chunk(g, row[r], c);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) s0[r][t] = s1[r][t] = _mm512_setzero_ps();
+    }
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      const __m512i idx = _mm512_multishift_epi64_epi8(k == 0 ? c0 : k == 1 ? c1 : k == 2 ? c2 : c3, code);
-      const __m512bh wh = (__m512bh)_mm512_permutexvar_epi16(idx, lut_hi);
+      __m512i idx[R];
+      __m512bh wh[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        idx[r] = k == 0 ? code[r] : _mm512_srli_epi16(code[r], 4 * k);
+        wh[r] = (__m512bh)_mm512_permutexvar_epi16(idx[r], lut_hi);
+      }
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
         const __m512bh xv = (__m512bh)_mm512_loadu_si512(x[t].act + 128 * c + 32 * k);
-        __m512& sk = (k & 1) ? s1[t] : s0[t];
-        sk = _mm512_dpbf16_ps(sk, wh, xv);
-        if constexpr (LO) sk = _mm512_dpbf16_ps(sk, (__m512bh)_mm512_permutexvar_epi16(idx, lut_lo), xv);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          __m512& sk = (k & 1) ? s1[r][t] : s0[r][t];
+          sk = _mm512_dpbf16_ps(sk, wh[r], xv);
+          if constexpr (LO)
+            sk = _mm512_dpbf16_ps(sk, (__m512bh)_mm512_permutexvar_epi16(idx[r], lut_lo), xv);
+        }
       }
     }
-    const __m512 sv = chunk_cells(g, s, c, gw);
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(_mm512_add_ps(s0[t], s1[t]), sv, acc[t]);
+    for (int r = 0; r < R; ++r) {
+      const __m512 sv = chunk_cells(g, s[r], c, gw);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(_mm512_add_ps(s0[r][t], s1[r][t]), sv, acc[r][t]);
+    }
   }
-  // Asymmetric: the table holds u (X_g: the token's sum of its BF16 activations over group g).
-  if (z) sub_zero_points<T>(g, s, z, x, acc);
 #pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) y[t * ystride] = _mm512_reduce_add_ps(acc[t]);
+  for (int r = 0; r < R; ++r) {
+    // Asymmetric: the table holds u (X_g: the token's sum of its BF16 activations over group g).
+    if (z[r]) sub_zero_points<T>(g, s[r], z[r], x, acc[r]);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) y[r + t * ystride] = _mm512_reduce_add_ps(acc[r][t]);
+  }
+}
+
+// Rows in tiles of R (decode: R * T partial sums fit the 32 registers), the tail one row at a time.
+template <int T, int R, bool LO>
+void rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const float* const* s,
+            const float* const* z, __m512i hi, __m512i lo, const Bf16X* x, float* y, int64_t ystride) {
+  int i = 0;
+  for (; i + R <= nr; i += R) rows_tile<T, R, LO>(g, rows + i, s + i, z + i, hi, lo, x, y + i, ystride);
+  for (; i < nr; ++i) rows_tile<T, 1, LO>(g, rows + i, s + i, z + i, hi, lo, x, y + i, ystride);
 }
 
 template <int T>
 void rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const float* const* s,
             const float* const* z, const Nib16Lut& lut, const Bf16X* x, float* y, int64_t ystride) {
   const __m512i hi = _mm512_loadu_si512(lut.hi), lo = _mm512_loadu_si512(lut.lo);
-  // One row at a time: a thread reads its rows as one sequential stream (as the dense decode does).
-  for (int i = 0; i < nr; ++i) {
-    if (lut.has_lo)
-      row_tile<T, true>(g, rows[i], s[i], z[i], hi, lo, x, y + i, ystride);
-    else
-      row_tile<T, false>(g, rows[i], s[i], z[i], hi, lo, x, y + i, ystride);
-  }
+  constexpr int R = T == 1 ? 4 : 2;
+  if (lut.has_lo)
+    rows_t<T, R, true>(g, nr, rows, s, z, hi, lo, x, y, ystride);
+  else
+    rows_t<T, R, false>(g, nr, rows, s, z, hi, lo, x, y, ystride);
 }
 
 // byte16: chunks of 64 codes; lane 4L + j holds two elements of the 16-element block L.
@@ -108,44 +131,81 @@ LaneGeom byte_lane_geom(int64_t cols, int64_t group) {
   return lane_geom(cols, group, 64, [](int l) { return 16 * (l / 4); });
 }
 
-// byte: one row, T tokens.
-template <int T, bool SM>
-__attribute__((noinline)) void byte_row(const LaneGeom& g, const uint8_t* row, const float* s, const float* z,
-                                        const __m512i* lo, const __m512i* hi, const Bf16X* x, float* y,
-                                        int64_t ystride) {
-  __m512 acc[T];
+// byte: R rows x T tokens (R rows for the same reasons as rows_tile).
+template <int T, int R, bool SM>
+__attribute__((noinline)) void byte_rows(const LaneGeom& g, const uint8_t* const* row, const float* const* s,
+                                         const float* const* z, const __m512i* lo, const __m512i* hi,
+                                         const Bf16X* x, float* y, int64_t ystride) {
+  __m512 acc[R][T];
 #pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   GroupWalk gw;
   for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
-    _mm_prefetch(reinterpret_cast<const char*>(row + 64 * c + 4096), _MM_HINT_T0);
-    const __m512i b = load_chunk(g, row, c);
-    __m512i lb, hb;
-    if constexpr (SM) {
-      // Sign-magnitude codes (FP8): 128-entry tables (vpermi2b reads 7 index bits), the sign bit ORed in.
-      lb = _mm512_permutex2var_epi8(lo[0], b, lo[1]);
-      hb = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi[0], b, hi[1]), b, _mm512_set1_epi8(-128),
-                                     0xF8);
-    } else {
-      const __mmask64 top = _mm512_movepi8_mask(b);  // codes 128..255: the second half of each table
-      lb = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo[0], b, lo[1]),
-                                  _mm512_permutex2var_epi8(lo[2], b, lo[3]));
-      hb = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(hi[0], b, hi[1]),
-                                  _mm512_permutex2var_epi8(hi[2], b, hi[3]));
+    __m512bh w0[R], w1[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(row[0] + 64 * (R * c + r) + 4096), _MM_HINT_T0);
+      const __m512i b = load_chunk(g, row[r], c);
+      __m512i lb, hb;
+      if constexpr (SM) {
+        // Sign-magnitude codes (FP8): 128-entry tables (vpermi2b reads 7 index bits), the sign bit ORed in.
+        lb = _mm512_permutex2var_epi8(lo[0], b, lo[1]);
+        hb = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi[0], b, hi[1]), b, _mm512_set1_epi8(-128),
+                                       0xF8);
+      } else {
+        const __mmask64 top = _mm512_movepi8_mask(b);  // codes 128..255: the second half of each table
+        lb = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo[0], b, lo[1]),
+                                    _mm512_permutex2var_epi8(lo[2], b, lo[3]));
+        hb = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(hi[0], b, hi[1]),
+                                    _mm512_permutex2var_epi8(hi[2], b, hi[3]));
+      }
+      w0[r] = (__m512bh)_mm512_unpacklo_epi8(lb, hb);
+      w1[r] = (__m512bh)_mm512_unpackhi_epi8(lb, hb);
     }
-    const __m512bh w0 = (__m512bh)_mm512_unpacklo_epi8(lb, hb), w1 = (__m512bh)_mm512_unpackhi_epi8(lb, hb);
-    const __m512 sv = chunk_cells(g, s, c, gw);
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       const uint16_t* xb = x[t].act + 64 * c;
-      __m512 p = _mm512_dpbf16_ps(_mm512_setzero_ps(), w0, (__m512bh)_mm512_loadu_si512(xb));
-      p = _mm512_dpbf16_ps(p, w1, (__m512bh)_mm512_loadu_si512(xb + 32));
-      acc[t] = _mm512_fmadd_ps(p, sv, acc[t]);
+      const __m512bh x0 = (__m512bh)_mm512_loadu_si512(xb), x1 = (__m512bh)_mm512_loadu_si512(xb + 32);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512 p = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), w0[r], x0), w1[r], x1);
+        acc[r][t] = _mm512_fmadd_ps(p, chunk_cells(g, s[r], c, gw), acc[r][t]);
+      }
     }
   }
-  if (z) sub_zero_points<T>(g, s, z, x, acc);
 #pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) y[t * ystride] = _mm512_reduce_add_ps(acc[t]);
+  for (int r = 0; r < R; ++r) {
+    if (z[r]) sub_zero_points<T>(g, s[r], z[r], x, acc[r]);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) y[r + t * ystride] = _mm512_reduce_add_ps(acc[r][t]);
+  }
+}
+
+template <int T, bool SM>
+void byte_rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const float* const* s,
+                 const float* const* z, const __m512i* lo, const __m512i* hi, const Bf16X* x, float* y,
+                 int64_t ystride) {
+  constexpr int R = T == 1 ? 4 : 2;
+  int i = 0;
+  for (; i + R <= nr; i += R) byte_rows<T, R, SM>(g, rows + i, s + i, z + i, lo, hi, x, y + i, ystride);
+  for (; i < nr; ++i) byte_rows<T, 1, SM>(g, rows + i, s + i, z + i, lo, hi, x, y + i, ystride);
+}
+
+template <bool SM>
+void byte_rows_any(const LaneGeom& g, int nr, const uint8_t* const* rows, const float* const* s,
+                   const float* const* z, const __m512i* lo, const __m512i* hi, int T, const Bf16X* x, float* y,
+                   int64_t ystride) {
+  for (int t0 = 0; t0 < T; t0 += 3) {
+    const int n = std::min(3, T - t0);
+    if (n == 1)
+      byte_rows_t<1, SM>(g, nr, rows, s, z, lo, hi, x + t0, y + t0 * ystride, ystride);
+    else if (n == 2)
+      byte_rows_t<2, SM>(g, nr, rows, s, z, lo, hi, x + t0, y + t0 * ystride, ystride);
+    else
+      byte_rows_t<3, SM>(g, nr, rows, s, z, lo, hi, x + t0, y + t0 * ystride, ystride);
+  }
 }
 
 // Activations of one token rounded to BF16 and placed by the kernel's lane layout: element o of each chunk
@@ -184,33 +244,16 @@ void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* con
     lo[i] = _mm512_loadu_si512(lut.lo + 64 * i);
     hi[i] = _mm512_loadu_si512(lut.hi + 64 * i);
   }
-  for (int i = 0; i < nr; ++i) {
-    for (int t0 = 0; t0 < T; t0 += 3) {
-      const int n = std::min(3, T - t0);
-      float* yi = y + i + t0 * ystride;
-      if (lut.sign_magnitude) {
-        if (n == 1)
-          byte_row<1, true>(g, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
-        else if (n == 2)
-          byte_row<2, true>(g, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
-        else
-          byte_row<3, true>(g, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
-      } else {
-        if (n == 1)
-          byte_row<1, false>(g, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
-        else if (n == 2)
-          byte_row<2, false>(g, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
-        else
-          byte_row<3, false>(g, rows[i], s[i], z[i], lo, hi, x + t0, yi, ystride);
-      }
-    }
-  }
+  if (lut.sign_magnitude)
+    byte_rows_any<true>(g, nr, rows, s, z, lo, hi, T, x, y, ystride);
+  else
+    byte_rows_any<false>(g, nr, rows, s, z, lo, hi, T, x, y, ystride);
 }
 
 void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, float* gsum) {
-  // o = 8l + 2k + e -> 32k + 2l + e
+  // o = 8l + 4e + k -> 32k + 2l + e
   bf16_lane_layout(
-      x, cols, group, 128, [](int64_t o) { return 32 * (o % 8 / 2) + 2 * (o / 8) + o % 2; }, xb, gsum);
+      x, cols, group, 128, [](int64_t o) { return 32 * (o % 4) + 2 * (o / 8) + o / 4 % 2; }, xb, gsum);
 }
 
 void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
