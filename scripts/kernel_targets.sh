@@ -1,8 +1,9 @@
 #!/bin/bash
 # Decode / prefill targets of docs/kernels.md: every weight format on a 0.5B- (or 1B-) shaped fixture, 2 threads,
-# decode as a fraction of the measured read-bandwidth bound (lowbit bench), in one run. Each row's bound uses the
-# read bandwidth lowbit bench measures right after that row's decode: on this (virtual) machine the bandwidth drifts
-# by 20-30 % over minutes, so one probe at the start would mis-state later rows.
+# decode as a fraction of the measured read-bandwidth bound (lowbit bench), in one run. lowbit bench probes the read
+# bandwidth right after each decode repetition and compares each repetition with its own probe (mean ± sd of those
+# fractions): on this (virtual) machine the bandwidth drifts by 20-30 % within a minute, so one probe at the start
+# would mis-state later rows.
 # (q4_k cannot be applied online to a 0.5B shape: its 896-wide rows are not whole 256-element super-blocks; the
 # Q4_K_M file from llama-quantize, which falls back to other types for such rows, is measured instead.)
 # Usage: scripts/kernel_targets.sh [FIXTURE_DIR] [GGUF_DIR] [GGUF_PREFIX]   (defaults: /tmp/q05, /tmp, q05)
@@ -15,7 +16,7 @@ M=${1:-/tmp/q05}
 G=${2:-/tmp}
 P=${3:-q05}
 T=${THREADS:-2}
-echo "| weights | size | kernel(s) | pp64 t/s | tg32 t/s | bytes/token | read GB/s | bound t/s | of bound |"
+echo "| weights | size | kernel(s) | pp64 t/s | tg32 t/s | bytes/token | read GB/s (per rep.) | bound t/s | of bound |"
 echo "|---|---:|---|---:|---:|---:|---:|---:|---:|"
 row() {  # label, then bench args
   local label=$1; shift
@@ -23,10 +24,11 @@ row() {  # label, then bench args
 import json, sys
 j = json.load(sys.stdin); d = j["decode"]; p = j.get("prefill", {})
 k = ", ".join(sorted(j["kernels"].keys()))
-print("| %s | %.0f MiB | %s | %.1f ± %.1f | %.2f ± %.2f | %.0f MiB | %.1f | %.2f | %.0f %% |" % (sys.argv[1],
+bw = " / ".join("%.1f" % (b / 1e9) for b in d["read_bandwidth_per_repetition"])
+print("| %s | %.0f MiB | %s | %.1f ± %.1f | %.2f ± %.2f | %.0f MiB | %s | %.2f | %.0f ± %.0f %% |" % (sys.argv[1],
       j["size_bytes"] / 2**20, k, p.get("tokens_per_second", 0), p.get("sd", 0), d["tokens_per_second"], d["sd"],
-      d["bytes_per_token"] / 2**20, d["read_bandwidth_bytes_per_second"] / 1e9, d["bound_tokens_per_second"],
-      100 * d["fraction_of_bound"]))' "$label"
+      d["bytes_per_token"] / 2**20, bw, d["bound_tokens_per_second"], 100 * d["fraction_of_bound"],
+      100 * d["fraction_of_bound_sd"]))' "$label"
 }
 row "bf16 (as stored)" -m "$M"
 for q in int8:channel int4:g128 int4:g32 "int4:g32:asym" nf4:g64 mxfp4 nvfp4 e4m3:channel q4_0 q8_0 W8A8; do

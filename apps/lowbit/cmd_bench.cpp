@@ -37,37 +37,45 @@ struct BenchArgs {
 };
 
 // Streaming read of a buffer much larger than the last-level cache, split over the worker threads; best of
-// `reps` passes, in bytes per second.
-double measure_read_bandwidth(size_t bytes, int reps) {
-  const size_t n = bytes / sizeof(uint64_t);
-  std::vector<uint64_t> buf(n);
-  lowbit::parallel_for(static_cast<int64_t>(n), 1 << 16, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) buf[i] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
-  });
-  double best = 0;
-  volatile uint64_t sink = 0;
-  for (int r = 0; r < reps; ++r) {
-    const int nt = lowbit::num_threads();
-    std::vector<uint64_t> part(static_cast<size_t>(nt) * 8, 0);
-    auto t0 = Clock::now();
-    lowbit::parallel_for(static_cast<int64_t>(n), 1 << 16, [&](int64_t b, int64_t e) {
-      uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-      int64_t i = b;
-      for (; i + 4 <= e; i += 4) {
-        a0 += buf[i];
-        a1 += buf[i + 1];
-        a2 += buf[i + 2];
-        a3 += buf[i + 3];
-      }
-      for (; i < e; ++i) a0 += buf[i];
-      part[static_cast<size_t>(lowbit::thread_index()) * 8] += a0 + a1 + a2 + a3;
+// `reps` passes, in bytes per second. The buffer is allocated once: the decode test probes after every
+// repetition.
+class ReadProbe {
+ public:
+  explicit ReadProbe(size_t bytes) : buf_(bytes / sizeof(uint64_t)) {
+    lowbit::parallel_for(static_cast<int64_t>(buf_.size()), 1 << 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) buf_[i] = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
     });
-    const double s = seconds_since(t0);
-    for (auto v : part) sink = sink + v;
-    best = std::max(best, static_cast<double>(n * sizeof(uint64_t)) / s);
   }
-  return best;
-}
+  double measure(int reps) {
+    const int64_t n = static_cast<int64_t>(buf_.size());
+    double best = 0;
+    for (int r = 0; r < reps; ++r) {
+      const int nt = lowbit::num_threads();
+      std::vector<uint64_t> part(static_cast<size_t>(nt) * 8, 0);
+      auto t0 = Clock::now();
+      lowbit::parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
+        uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        int64_t i = b;
+        for (; i + 4 <= e; i += 4) {
+          a0 += buf_[i];
+          a1 += buf_[i + 1];
+          a2 += buf_[i + 2];
+          a3 += buf_[i + 3];
+        }
+        for (; i < e; ++i) a0 += buf_[i];
+        part[static_cast<size_t>(lowbit::thread_index()) * 8] += a0 + a1 + a2 + a3;
+      });
+      const double s = seconds_since(t0);
+      for (auto v : part) sink_ = sink_ + v;
+      best = std::max(best, static_cast<double>(n) * sizeof(uint64_t) / s);
+    }
+    return best;
+  }
+
+ private:
+  std::vector<uint64_t> buf_;
+  volatile uint64_t sink_ = 0;
+};
 
 struct Stat {
   double mean = 0, sd = 0;
@@ -91,7 +99,7 @@ void run_bandwidth(const BenchArgs& a) {
   if (!a.json) std::printf("| threads | read GB/s |\n|---:|---:|\n");
   for (int t = 1; t <= maxt; ++t) {
     lowbit::set_num_threads(t);
-    const double bw = measure_read_bandwidth(bytes, 5);
+    const double bw = ReadProbe(bytes).measure(5);
     rows.push_back({{"threads", t}, {"read_bytes_per_second", bw}});
     if (!a.json) std::printf("| %d | %.1f |\n", t, bw / 1e9);
   }
@@ -150,7 +158,19 @@ void run_model(const BenchArgs& a) {
     }
   };
   bool printed_kv = a.json;
+  // The decode bound's bandwidth is probed right after each counted decode repetition and each repetition is
+  // compared with its own probe: on a shared (virtual) machine the bandwidth drifts by 20-30 % within a minute,
+  // so one probe before or after the whole test mis-states the fraction. Peak RSS is read before the probe's
+  // buffer exists (after the warm-up repetition, which did all the work a counted one does).
+  const bool probe_bw = a.n > 0 && a.bw_gbs <= 0;
+  std::unique_ptr<ReadProbe> probe;
+  uint64_t peak = 0;
+  std::vector<double> bws;
   for (int r = 0; r < a.reps + 1; ++r) {  // repetition 0 warms up (page faults, plans) and is not counted
+    if (r == 1) {
+      peak = peak_rss_bytes();
+      if (probe_bw) probe = std::make_unique<ReadProbe>(size_t{1} << 29);
+    }
     if (a.p > 0) {
       KvCache kv(c, 1, cap, kvs);
       if (!printed_kv) app::print_kv_cache(kv), printed_kv = true;
@@ -167,9 +187,9 @@ void run_model(const BenchArgs& a) {
       auto t1 = Clock::now();
       for (int i = 0; i < a.n; ++i) dec.forward({{tok(rng), 0, a.depth + i, true}}, kv, logits.data());
       if (r > 0) tg.push_back(a.n / seconds_since(t1));
+      if (r > 0) bws.push_back(probe ? probe->measure(2) : a.bw_gbs * 1e9);
     }
   }
-  const uint64_t peak = peak_rss_bytes();
   KvCache kv1(c, 1, cap, kvs);
   // Mean live tokens read per decode step (eviction caps them at its budget).
   double live = static_cast<double>(a.depth) + (a.n - 1) / 2.0;
@@ -177,9 +197,10 @@ void run_model(const BenchArgs& a) {
     live = std::min<double>(live, static_cast<double>(kv1.paged_cache()->evict_budget()));
   const double kv_read = kv1.bytes_per_token_exact() * live;
   const double bytes_per_token = static_cast<double>(wbytes) + kv_read;
-  double bw = a.bw_gbs * 1e9;
-  if (a.n > 0 && bw <= 0) bw = measure_read_bandwidth(size_t{1} << 29, 3);
-  const Stat sp = stats(pp), sg = stats(tg);
+  std::vector<double> fr;  // each repetition's tokens/s over its own bound
+  for (size_t i = 0; i < tg.size(); ++i) fr.push_back(tg[i] * bytes_per_token / bws[i]);
+  const Stat sp = stats(pp), sg = stats(tg), sb = stats(bws), sf = stats(fr);
+  const double bw = sb.mean;
   const double bound = bw > 0 ? bw / bytes_per_token : 0;
   const std::string wname = a.quant.recipe.empty() ? m->format : a.quant.recipe;
   const std::string backend = std::string("CPU ") + isa_name(kernel_isa());
@@ -202,7 +223,8 @@ void run_model(const BenchArgs& a) {
     if (a.n > 0)
       j["decode"] = {{"test", "tg" + std::to_string(a.n) + (a.depth > 0 ? " @ d" + std::to_string(a.depth) : "")}, {"tokens_per_second", sg.mean}, {"sd", sg.sd},
                      {"bytes_per_token", bytes_per_token}, {"read_bandwidth_bytes_per_second", bw},
-                     {"bound_tokens_per_second", bound}, {"fraction_of_bound", bound > 0 ? sg.mean / bound : 0}};
+                     {"read_bandwidth_sd", sb.sd}, {"read_bandwidth_per_repetition", bws},
+                     {"bound_tokens_per_second", bound}, {"fraction_of_bound", sf.mean}, {"fraction_of_bound_sd", sf.sd}};
     std::cout << j.dump(2) << "\n";
     return;
   }
@@ -214,11 +236,11 @@ void run_model(const BenchArgs& a) {
     std::printf("| %s | %s | %.1f M | %s | %d | pp%d | %.2f ± %.2f | |\n", wname.c_str(), size.c_str(), params,
                 backend.c_str(), num_threads(), a.p, sp.mean, sp.sd);
   if (a.n > 0)
-    std::printf("| %s | %s | %.1f M | %s | %d | tg%d%s | %.2f ± %.2f | %.0f %% |\n", wname.c_str(), size.c_str(),
-                params, backend.c_str(), num_threads(), a.n,
-                a.depth > 0 ? (" @ d" + std::to_string(a.depth)).c_str() : "", sg.mean, sg.sd,
-                bound > 0 ? 100.0 * sg.mean / bound : 0.0);
-  std::printf("\nload %.3f s | peak RSS %s | decode reads %s/token, bound %.1f t/s at %.1f GB/s | KV %s\n", load_s,
+    std::printf("| %s | %s | %.1f M | %s | %d | tg%d%s | %.2f ± %.2f | %.0f ± %.0f %% |\n", wname.c_str(),
+                size.c_str(), params, backend.c_str(), num_threads(), a.n,
+                a.depth > 0 ? (" @ d" + std::to_string(a.depth)).c_str() : "", sg.mean, sg.sd, 100.0 * sf.mean,
+                100.0 * sf.sd);
+  std::printf("\nload %.3f s | peak RSS %s | decode reads %s/token, bound %.1f t/s at %.1f GB/s (probed after each repetition) | KV %s\n", load_s,
               app::human_bytes(static_cast<double>(peak)).c_str(), app::human_bytes(bytes_per_token).c_str(), bound,
               bw / 1e9, kv1.describe().c_str());
 }
@@ -236,7 +258,8 @@ void setup(CLI::App& cmd) {
                  "Decode test starts from a cache already holding this many tokens (synthetic rows stored through "
                  "the cache's encoder; like llama-bench -d). Example: -d 4096 --kv-cache int8");
   cmd.add_option("--dtype", a.dtype, "Dense weights in memory: native (default), f32, f16, bf16");
-  cmd.add_option("--bw", a.bw_gbs, "Read bandwidth in GB/s for the decode bound (default: measured, ~1 s)");
+  cmd.add_option("--bw", a.bw_gbs, "Read bandwidth in GB/s for the decode bound (default: probed right after each decode repetition, "
+                 "~0.1 s each, and each repetition compared with its own probe)");
   cmd.add_flag("--bandwidth", a.bandwidth, "Only measure this machine's read bandwidth for 1..threads threads");
   cmd.add_flag("--json", a.json, "Print one JSON object");
   cmd.footer("Example: lowbit bench -m /tmp/qwen05-q4_0.gguf -p 128 -n 32 -r 3 --threads 2\n"

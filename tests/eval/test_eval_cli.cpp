@@ -123,12 +123,42 @@ TEST(InfoCli, KernelTierFollowsLowbitIsa) {
   const std::string best = tier(nullptr);
   EXPECT_TRUE(best == "generic" || best == "avx2" || best == "avx512" || best == "avx512bf16") << best;
   EXPECT_EQ(tier("generic"), "generic");
-  if (best == "avx512bf16") EXPECT_EQ(tier("avx512"), "avx512");
-  if (best == "avx512bf16" || best == "avx512") EXPECT_EQ(tier("avx2"), "avx2");
+  if (best == "avx512bf16") {
+    EXPECT_EQ(tier("avx512"), "avx512");
+  }
+  if (best == "avx512bf16" || best == "avx512") {
+    EXPECT_EQ(tier("avx2"), "avx2");
+  }
   // A value that is not a tier is refused with a clear error instead of silently running the best tier.
   setenv("LOWBIT_ISA", "avx512bf", 1);
   const auto bad = lowbit::testing_cli::run_cli("info --json", true);
   unsetenv("LOWBIT_ISA");
   EXPECT_EQ(bad.rc, 2);
   EXPECT_NE(bad.out.find("[core] LOWBIT_ISA=avx512bf is not an ISA tier"), std::string::npos) << bad.out;
+}
+
+// `lowbit bench --json`: each counted decode repetition is compared with the read bandwidth probed right after
+// it (fraction_of_bound is the mean of those ratios), and a fixed --bw replaces the probe. Bad flags exit 2.
+TEST(BenchCli, DecodeBoundPerRepetition) {
+  const auto r = lowbit::testing_cli::run_cli("bench -m " + kModel + " -p 8 -n 4 -r 2 -t 1 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["prefill"]["tokens_per_second"].get<double>(), 0.0);
+  const auto& d = j["decode"];
+  ASSERT_EQ(d["read_bandwidth_per_repetition"].size(), 2u);
+  for (const auto& bw : d["read_bandwidth_per_repetition"]) EXPECT_GT(bw.get<double>(), 1e8);
+  EXPECT_GT(d["fraction_of_bound"].get<double>(), 0.0);
+  EXPECT_GE(d["fraction_of_bound_sd"].get<double>(), 0.0);
+  EXPECT_GT(j["peak_rss_bytes"].get<double>(), 0.0);
+
+  // --bw 10: every repetition's bound is 10 GB/s, so the fraction is tokens/s x bytes/token / 1e10.
+  const auto f = lowbit::testing_cli::run_cli("bench -m " + kModel + " -p 0 -n 4 -r 2 -t 1 --bw 10 --json");
+  ASSERT_EQ(f.rc, 0) << f.out;
+  const auto k = nlohmann::json::parse(f.out)["decode"];
+  for (const auto& bw : k["read_bandwidth_per_repetition"]) EXPECT_EQ(bw.get<double>(), 1e10);
+  const double want = k["tokens_per_second"].get<double>() * k["bytes_per_token"].get<double>() / 1e10;
+  EXPECT_NEAR(k["fraction_of_bound"].get<double>(), want, 1e-9 * want);
+
+  EXPECT_EQ(lowbit::testing_cli::run_cli("bench -m " + kModel + " -r 0").rc, 2);
+  EXPECT_EQ(lowbit::testing_cli::run_cli("bench -n 4").rc, 2);  // no model
 }
