@@ -263,6 +263,14 @@ void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* cons
                            int64_t ystride);
 void byte_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                      ByteDec dec, float* out);
+// Weight-only prefill with BF16 activations (matmul_avx512bf16_tile.cpp): y[t*ystride + i] = row i . x[t] for
+// nr <= 16 rows and T tokens. Exactly one of nib (4-bit codes) / byte (8-bit codes through the byte16 planes);
+// xb [T][xstride] the BF16-rounded activations zero-padded to an even count, gsum [T][groups] their group sums
+// (asymmetric weights: z[i] non-null). Groups must be even or span the row.
+void bf16_tile_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                          int64_t cols, int64_t group, const Nib16Lut* nib, const Byte16Lut* byte,
+                          const uint16_t* xb, int64_t xstride, const float* gsum, int T, float* y,
+                          int64_t ystride);
 
 // INT8 activations for the VNNI kernels, one token: codes laid out for the weight's bits (bits 8: natural
 // order padded to 64; bits 4: per 128-element chunk the 64 even then the 64 odd elements), plus per-chunk

@@ -286,7 +286,49 @@ void run_byte16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x,
                           });
 }
 
+// True when prefill of a nib / byte route weight runs the BF16 register tile: the Avx512Bf16 tier, a value table
+// exact in BF16 (nib: every table, NF4 as hi + lo; byte: the byte16 table) and groups of whole pairs.
+bool bf16_tile_ok(const WeightMatrix& w, const KernelPlan& p) {
+  if (kernel_isa() < Isa::Avx512Bf16 || !(p.group >= w.cols || p.group % 2 == 0)) return false;
+  return (p.route == Route::Nib && p.lut.size() >= 16) || byte16_ok(p);
+}
+
+// Prefill on the BF16 tile: activations rounded to BF16 once (zero-padded to an even count; group sums of the
+// rounded values for asymmetric weights), then each block of 16 rows decoded once and multiplied by all tokens.
+void run_bf16_tile(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  const int64_t rows = w.rows, cols = w.cols, xstride = (cols + 31) / 32 * 32;
+  const int64_t ng = asym_groups(p, cols);
+  thread_local std::vector<uint16_t> act;
+  thread_local std::vector<float> gs;
+  act.assign(static_cast<size_t>(T * xstride), 0);
+  gs.resize(static_cast<size_t>(T * ng));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < cols; ++i) act[t * xstride + i] = f32_to_bf16(x[t * cols + i]);
+    if (ng) kern::group_sums(x + t * cols, cols, p.group, true, gs.data() + t * ng);
+  }
+  kern::Nib16Lut lut;
+  if (p.route == Route::Nib) kern::nib16_make_lut(p.lut.data(), lut);
+  const kern::Nib16Lut* nib = p.route == Route::Nib ? &lut : nullptr;
+  const kern::Byte16Lut* byte = nib ? nullptr : p.byte16.get();
+  // The pool's workers see their own thread_local vectors: pass the caller's buffers as plain pointers.
+  const uint16_t* xb = act.data();
+  const float* gsum = ng ? gs.data() : nullptr;
+  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
+    const uint8_t* rp[kRowBlock];
+    const float* sp[kRowBlock];
+    const float* zp[kRowBlock];
+    for (int64_t r = r0; r < r1; ++r) {
+      rp[r - r0] = row_ptr(w, r);
+      sp[r - r0] = p.scale_row(r);
+      zp[r - r0] = p.zero_row(r);
+    }
+    kern::bf16_tile_avx512bf16(static_cast<int>(r1 - r0), rp, sp, zp, cols, p.group, nib, byte, xb, xstride, gsum,
+                               static_cast<int>(T), y + r0, rows);
+  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+}
+
 void run_codes512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  if (T >= kPrefillTokens && bf16_tile_ok(w, p)) return run_bf16_tile(w, p, x, T, y);
   if (T >= kPrefillTokens) return run_deq(w, p, Isa::Avx512, x, T, y);
   if (p.route == Route::Nib && kern::nib_lanes_ok(p.group, w.cols)) return run_nib_gemv512(w, p, x, T, y);
   if (byte16_ok(p)) return run_byte16_gemv(w, p, x, T, y);
@@ -496,9 +538,13 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
       return name + ".vnni.avx512";
     case Path::GgmlQ8_512: return name + (p.load_pack() ? ".q8vnni16.avx512" : ".q8vnni.avx512");
     case Path::Nib512:
-      // Decode (T < kPrefillTokens) on the lane kernel; prefill dequantizes rows into the FP32 tile either way.
-      return name + (matmul_rounds_to_bf16(w, 1) ? ".nib16.avx512bf16" : ".nib.avx512");
-    case Path::Byte512: return name + (matmul_rounds_to_bf16(w, 1) ? ".byte16.avx512bf16" : ".byte.avx512");
+    case Path::Byte512: {
+      // Decode (T < kPrefillTokens) on the lane kernel; prefill on the BF16 tile where it applies, else rows
+      // dequantized into the FP32 tile (not named).
+      const bool dec16 = matmul_rounds_to_bf16(w, 1), tile16 = bf16_tile_ok(w, p);
+      return name + "." + (path == Path::Nib512 ? "nib" : "byte") + (dec16 ? "16" : "") + (tile16 ? "+bf16tile" : "") +
+             (dec16 || tile16 ? ".avx512bf16" : ".avx512");
+    }
     case Path::Deq: break;
   }
   return name + (w.kind == WeightKind::F32 ? ".dot." : ".deq.") + isa_name(isa);
@@ -543,8 +589,10 @@ void set_amx_emulation(bool on) { g_amx_emulated.store(on, std::memory_order_rel
 
 bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
   const KernelPlan& p = kernel_plan(w);
-  if (kernel_isa() < Isa::Avx512Bf16 || T >= kPrefillTokens) return false;
+  if (kernel_isa() < Isa::Avx512Bf16) return false;
   const Path path = choose(w, p, kernel_isa());
+  if (path != Path::Nib512 && path != Path::Byte512) return false;
+  if (T >= kPrefillTokens) return bf16_tile_ok(w, p);
   return (path == Path::Nib512 && kern::nib_lanes_ok(p.group, w.cols)) || (path == Path::Byte512 && byte16_ok(p));
 }
 

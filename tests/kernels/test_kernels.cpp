@@ -236,11 +236,14 @@ TEST(KernelNames, Bf16KernelsSelected) {
   if (best_isa() < Isa::Avx512Bf16) GTEST_SKIP() << "no AVX512_BF16 + VBMI here";
   set_kernel_isa(Isa::Avx512Bf16);
   auto name = [](const std::string& s) { return matmul_kernel_name(make_weight({s, ""}, 8, 256, 1)); };
-  EXPECT_EQ(name("int4:g128"), "int4:g128:sym:f16.nib16.avx512bf16");
+  // Decode on nib16 / byte16, prefill on the BF16 tile.
+  EXPECT_EQ(name("int4:g128"), "int4:g128:sym:f16.nib16+bf16tile.avx512bf16");
   for (const char* s : {"int4:g32:asym", "nf4:g64", "nvfp4", "mxfp4", "e2m1:g32", "int4:channel"})
-    EXPECT_NE(name(s).find(".nib16.avx512bf16"), std::string::npos) << s;
+    EXPECT_NE(name(s).find(".nib16+bf16tile.avx512bf16"), std::string::npos) << s;
   for (const char* s : {"e4m3:channel", "e5m2:channel", "int8:channel", "int8:g128:asym", "int8:g32", "mxfp8"})
-    EXPECT_NE(name(s).find(".byte16.avx512bf16"), std::string::npos) << s;
+    EXPECT_NE(name(s).find(".byte16+bf16tile.avx512bf16"), std::string::npos) << s;
+  // g48: not a lane group for the decode kernel, but whole pairs for the tile.
+  EXPECT_EQ(name("int4:g48"), "int4:g48:sym:f16.nib+bf16tile.avx512bf16");
   EXPECT_EQ(name("f32"), "f32.dense.avx512");
   set_kernel_isa(best_isa());
 }
