@@ -136,13 +136,16 @@ void bf16_tile_avx512bf16(int nr, const uint8_t* const* rows, const float* const
   const int64_t grp = std::min(group, cols), ng = (cols + grp - 1) / grp, gpairs = ng == 1 ? npairs : grp / 2;
   const bool lo_part = nib && nib->has_lo;
   const bool asym = z[0] != nullptr;
-  // Scratch per thread: the block's pairs (and low parts), its scales and z * s per group.
-  thread_local std::vector<__m512i> buf;
+  // Scratch per thread, in 64-byte lines: the block's pairs (and low parts), its scales and z * s per group.
+  struct alignas(64) Line {
+    uint32_t v[16];
+  };
+  thread_local std::vector<Line> buf;
   const size_t wvec = static_cast<size_t>(nblk * 16), svec = static_cast<size_t>(ng);
   buf.resize(wvec * (lo_part ? 2 : 1) + svec * 2);
-  uint32_t* wb = reinterpret_cast<uint32_t*>(buf.data());
-  uint32_t* wl = lo_part ? wb + wvec * 16 : nullptr;
-  float* sv = reinterpret_cast<float*>(buf.data() + wvec * (lo_part ? 2 : 1));
+  uint32_t* wb = buf.data()->v;
+  uint32_t* wl = lo_part ? buf[wvec].v : nullptr;
+  float* sv = reinterpret_cast<float*>(buf[wvec * (lo_part ? 2 : 1)].v);
   float* zs = sv + svec * 16;
   for (int64_t g = 0; g < ng; ++g)
     for (int i = 0; i < 16; ++i) {
