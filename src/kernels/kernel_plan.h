@@ -110,6 +110,12 @@ void kpack_row_f32(const KPack& p, int64_t r, float* out);
 bool qblk_supported(int ggml_type, int64_t cols);
 std::shared_ptr<const QBlkPack> build_qblk_pack(int ggml_type, const uint8_t* data, int64_t row_bytes, int64_t rows,
                                                 int64_t cols);
+// The pack's layout fields for a type and shape, without data.
+QBlkPack qblk_layout(int ggml_type, int64_t rows, int64_t cols);
+// One 16-row block of the pack (layout p) at base [cols/32 * block_bytes], from nr <= 16 GGUF rows (rows[i]:
+// row i's blocks); rows nr..15 are zero. build_qblk_pack runs it per block at load; prefill of a weight
+// without a load-time pack runs it per block and call (a transient pack, kernels/matmul.cpp).
+void pack_qblk_block(const QBlkPack& p, const uint8_t* const* rows, int nr, uint8_t* base);
 // Row r of the pack, dequantized (the test oracle of the packer: equals the GGUF row decoder bit for bit).
 void qblk_row_f32(const QBlkPack& p, int64_t r, float* out);
 
@@ -307,6 +313,10 @@ void amx_w8a8_emulated(const AmxInt8Pack& pk, int64_t r0, int64_t r1, const int8
 // y[t, r] for rows [r0, r1) (r0 a multiple of 16), all T tokens.
 void qblk_gemm_avx512(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* xo,
                       int64_t T, float* y);
+// The same kernel on one 16-row block held elsewhere (base: pack_qblk_block's output for rows r..r+nr-1 of a
+// weight whose outputs have row stride ystride).
+void qblk_block_gemm_avx512(const QBlkPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q,
+                            const float* dx, const int32_t* xo, int64_t T, float* y, int64_t ystride);
 // The KPack kernel: q [T, cols] int8 Q8 blocks of 32, dx [T, cols/32] their scales, s16 [T, cols/16] the sums of
 // the codes per 16 columns. y[t, r] for rows [r0, r1) (r0 a multiple of 16), all T tokens.
 void kpack_gemm_avx512(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* s16,

@@ -450,6 +450,32 @@ void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int6
                  static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
+// Prefill of a QBlkPack type held as rows (online --quantize q4_0 / q8_0, i.e. WeightKind::Quant, or a GGUF
+// weight without its load-time pack): each 16-row block is packed into a per-thread buffer and multiplied by
+// all tokens on the pack's tile, so the packing (~1 byte operation per weight byte) is paid once per call and
+// block, not per token, and nothing stays resident. Decode keeps the row kernel (a pack per call would cost
+// more than the product).
+bool transient_qblk_ok(const WeightMatrix& w, const KernelPlan& p) {
+  return !p.load_pack() && qblk_supported(p.ggml_type, w.cols);
+}
+
+void run_qblk_transient(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  const QBlkPack meta = qblk_layout(p.ggml_type, w.rows, w.cols);
+  const Q8Acts a = q8_acts(x, T, w.cols, 32);
+  if (!meta.min_bytes)
+    for (int64_t i = 0; i < T * (w.cols / 32); ++i) a.sums[i] *= -meta.offset;
+  const size_t block = static_cast<size_t>(w.cols / 32 * meta.block_bytes);
+  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<uint8_t> buf;
+    buf.resize(block + 64);
+    uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
+    const uint8_t* rp[kRowBlock];
+    for (int64_t r = r0; r < r1; ++r) rp[r - r0] = row_ptr(w, r);
+    pack_qblk_block(meta, rp, static_cast<int>(r1 - r0), base);
+    kern::qblk_block_gemm_avx512(meta, base, r0, static_cast<int>(r1 - r0), a.q, a.dx, a.sums, T, y, w.rows);
+  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+}
+
 // GGUF Q4_K / Q5_K / Q6_K with a load-time KPack, decode and prefill: the same Q8 blocks of 32, plus per-16 code sums.
 void run_kpack512(const WeightMatrix& w, const KPack& pk, const float* x, int64_t T, float* y) {
   const Q8Acts a = q8_acts(x, T, w.cols, 16);
@@ -499,7 +525,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
       if (const AmxInt8Pack* pk = amx_int8_pack(w, p)) return run_amx_w8a8(w, p, *pk, x, T, y, isa >= Isa::Amx);
     if (const Int8Tile* tile = int8_tile(w, p)) return run_vnni_tile512(w, p, *tile, x, T, y);
   }
-  if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !p.load_pack())))
+  if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !p.load_pack() &&
+                                                        !transient_qblk_ok(w, p))))
     path = Path::Deq;
   if (path == Path::Vnni512) return run_vnni512(w, p, x, T, y);
   std::vector<float> xq_storage;
@@ -513,6 +540,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
     case Path::GgmlQ8_512:  // x has been through the activation route; these kernels add the Q8 block rounding
       if (p.qblk) return run_qblk512(w, *p.qblk, x, T, y);
       if (p.kpack) return run_kpack512(w, *p.kpack, x, T, y);
+      if (T >= kPrefillTokens) return run_qblk_transient(w, p, x, T, y);  // transient_qblk_ok (see above)
       return run_ggml_q8_512(w, p, x, T, y);
     case Path::Nib512:
     case Path::Byte512: return run_codes512(w, p, x, T, y);
@@ -536,7 +564,11 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
       if ((isa >= Isa::Amx || amx_emulated()) && w8a8_per_channel(w, p))
         return name + (isa >= Isa::Amx ? ".vnni+amxtile.amx" : ".vnni+amxtile-emulated.avx512");
       return name + ".vnni.avx512";
-    case Path::GgmlQ8_512: return name + (p.load_pack() ? ".q8vnni16.avx512" : ".q8vnni.avx512");
+    case Path::GgmlQ8_512:
+      // Without a load-time pack: decode by row, prefill on the pack's tile with a per-call pack (QBlkPack types).
+      return name + (p.load_pack()              ? ".q8vnni16.avx512"
+                     : transient_qblk_ok(w, p) ? ".q8vnni+q8vnni16.avx512"
+                                               : ".q8vnni.avx512");
     case Path::Nib512:
     case Path::Byte512: {
       // Decode (T < kPrefillTokens) on the lane kernel; prefill on the BF16 tile where it applies, else rows
@@ -599,8 +631,9 @@ bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
 bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {
   const KernelPlan& p = kernel_plan(w);
   if (choose(w, p, kernel_isa()) != Path::GgmlQ8_512) return false;
-  // Prefill rounds too when a load-time pack serves it (GGUF weights with their own plan, prepare_weight).
-  return T < kPrefillTokens || p.load_pack();
+  // Prefill rounds too when a load-time pack serves it (GGUF weights with their own plan, prepare_weight) or a
+  // per-call pack of a QBlkPack type.
+  return T < kPrefillTokens || p.load_pack() || transient_qblk_ok(w, p);
 }
 
 namespace kern {

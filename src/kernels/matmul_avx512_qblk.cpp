@@ -107,6 +107,25 @@ void qblk_rows(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const
 
 }  // namespace
 
+void qblk_block_gemm_avx512(const QBlkPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q,
+                            const float* dx, const int32_t* xo, int64_t T, float* y, int64_t ystride) {
+  const int64_t nb = p.cols / 32;
+  const auto m = static_cast<uint16_t>((1u << nr) - 1);
+  for (int64_t t0 = 0; t0 < T; t0 += 8)
+    with_nt(static_cast<int>(std::min<int64_t>(8, T - t0)), [&](auto n) {
+      constexpr int NT = decltype(n)::value;
+      switch (p.ggml_type) {
+        case kQ4_0: return qblk_tile<kQ4_0, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
+        case kQ5_0: return qblk_tile<kQ5_0, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
+        case kQ4_1: return qblk_tile<kQ4_1, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
+        case kQ5_1: return qblk_tile<kQ5_1, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
+        case kIq4Nl: return qblk_tile<kIq4Nl, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
+        case kMxfp4: return qblk_tile<kMxfp4, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
+        default: return qblk_tile<kQ8_0, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
+      }
+    });
+}
+
 void qblk_gemm_avx512(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
                       const int32_t* xo, int64_t T, float* y) {
   switch (p.ggml_type) {

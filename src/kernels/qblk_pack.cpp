@@ -7,6 +7,7 @@
 #include "core/half.h"
 #include "core/memory.h"
 #include "core/parallel.h"
+#include "formats/format.h"
 #include "formats/minifloat.h"
 #include "kernels/kernel_plan.h"
 
@@ -60,70 +61,85 @@ bool qblk_supported(int ggml_type, int64_t cols) {
          cols > 0 && cols % 32 == 0;
 }
 
+QBlkPack qblk_layout(int t, int64_t rows, int64_t cols) {
+  QBlkPack p;
+  p.ggml_type = t;
+  p.rows = rows;
+  p.cols = cols;
+  p.code_bytes = t == kQ8_0 ? 512 : 256;
+  const bool five = t == kQ5_0 || t == kQ5_1;
+  p.hbit_bytes = five ? 64 : 0;
+  p.min_bytes = t == kQ4_1 || t == kQ5_1 ? 32 : 0;
+  p.block_bytes = p.code_bytes + p.hbit_bytes + 32 + p.min_bytes;
+  p.offset = t == kQ5_0 ? 16 : t == kQ4_0 ? 8 : p.min_bytes ? 0 : 128;
+  p.bf16_scales = t == kMxfp4;
+  p.has_lut = t == kIq4Nl || t == kMxfp4;
+  if (p.has_lut)
+    for (int c = 0; c < 16; ++c)
+      p.lut[c] = static_cast<uint8_t>((t == kIq4Nl ? kIq4NlGrid[c] : kMxfp4Grid[c]) + 128);
+  return p;
+}
+
+void pack_qblk_block(const QBlkPack& p, const uint8_t* const* rows, int nr, uint8_t* base) {
+  const int t = p.ggml_type;
+  const bool five = t == kQ5_0 || t == kQ5_1;
+  const int64_t nb = p.cols / 32;
+  const int64_t sb = format_by_ggml_type(t)->block_bytes;  // GGUF bytes per block of 32
+  std::memset(base, 0, static_cast<size_t>(nb * p.block_bytes));  // padding rows: code 0, scale 0
+  for (int lr = 0; lr < nr; ++lr) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = rows[lr] + b * sb;
+      uint8_t* codes = base + p.code_off(b);
+      if (t == kQ8_0) {
+        for (int k = 0; k < 8; ++k)
+          for (int j = 0; j < 4; ++j) codes[64 * k + 4 * lr + j] = blk[2 + 4 * k + j] ^ 0x80;  // q + 128
+      } else {
+        // Element e < 16 is the low nibble of qs[e], e + 16 the high one: chunk k pairs elements 8k + j
+        // and 8k + 4 + j, i.e. (k = 0, 1) low nibbles of qs[8k + j] and qs[8k + 4 + j], (k = 2, 3) high
+        // nibbles of qs[8(k-2) + j] and qs[8(k-2) + 4 + j].
+        const uint8_t* qs = blk + qs_offset(t);
+        for (int j = 0; j < 4; ++j) {
+          codes[4 * lr + j] = static_cast<uint8_t>((qs[j] & 15) | (qs[4 + j] & 15) << 4);
+          codes[64 + 4 * lr + j] = static_cast<uint8_t>((qs[8 + j] & 15) | (qs[12 + j] & 15) << 4);
+          codes[128 + 4 * lr + j] = static_cast<uint8_t>(qs[j] >> 4 | (qs[4 + j] & 0xF0));
+          codes[192 + 4 * lr + j] = static_cast<uint8_t>(qs[8 + j] >> 4 | (qs[12 + j] & 0xF0));
+        }
+        if (five) {
+          uint32_t qh;
+          std::memcpy(&qh, blk + qh_offset(t), 4);
+          uint64_t* hb = reinterpret_cast<uint64_t*>(base + p.hbit_off(b, nb));
+          for (int k = 0; k < 4; ++k)
+            for (int j = 0; j < 4; ++j) {
+              const int bit = 4 * lr + j;
+              hb[2 * k] |= static_cast<uint64_t>((qh >> (8 * k + j)) & 1) << bit;
+              hb[2 * k + 1] |= static_cast<uint64_t>((qh >> (8 * k + 4 + j)) & 1) << bit;
+            }
+        }
+      }
+      if (t == kMxfp4) {
+        const uint16_t h = mxfp4_scale_bf16(blk[0]);
+        std::memcpy(base + p.scale_off(b, nb) + 2 * lr, &h, 2);
+      } else {
+        std::memcpy(base + p.scale_off(b, nb) + 2 * lr, blk, 2);
+      }
+      if (p.min_bytes) std::memcpy(base + p.min_off(b, nb) + 2 * lr, blk + 2, 2);
+    }
+  }
+}
+
 std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int64_t row_bytes, int64_t rows,
                                                 int64_t cols) {
   if (!qblk_supported(t, cols)) return nullptr;
-  auto p = std::make_shared<QBlkPack>();
-  p->ggml_type = t;
-  p->rows = rows;
-  p->cols = cols;
-  p->code_bytes = t == kQ8_0 ? 512 : 256;
-  const bool five = t == kQ5_0 || t == kQ5_1;
-  p->hbit_bytes = five ? 64 : 0;
-  p->min_bytes = t == kQ4_1 || t == kQ5_1 ? 32 : 0;
-  p->block_bytes = p->code_bytes + p->hbit_bytes + 32 + p->min_bytes;
-  p->offset = t == kQ5_0 ? 16 : t == kQ4_0 ? 8 : p->min_bytes ? 0 : 128;
-  p->bf16_scales = t == kMxfp4;
-  p->has_lut = t == kIq4Nl || t == kMxfp4;
-  if (p->has_lut)
-    for (int c = 0; c < 16; ++c)
-      p->lut[c] = static_cast<uint8_t>((t == kIq4Nl ? kIq4NlGrid[c] : kMxfp4Grid[c]) + 128);
-  const int64_t nb = cols / 32, nrb = (rows + 15) / 16, sb = row_bytes / nb;  // GGUF bytes per block
-  auto buf = aligned_bytes(p->bytes());  // zeroed: padding rows get code 0 and scale 0
+  auto p = std::make_shared<QBlkPack>(qblk_layout(t, rows, cols));
+  const int64_t nb = cols / 32, nrb = (rows + 15) / 16;
+  auto buf = aligned_bytes(p->bytes());
   uint8_t* out = buf.get();
   parallel_for(nrb, 16, [&](int64_t rb0, int64_t rb1) {
     for (int64_t rb = rb0; rb < rb1; ++rb) {
-      uint8_t* base = out + rb * nb * p->block_bytes;
-      for (int64_t r = rb * 16; r < std::min(rows, rb * 16 + 16); ++r) {
-        const int lr = static_cast<int>(r - rb * 16);
-        for (int64_t b = 0; b < nb; ++b) {
-          const uint8_t* blk = data + r * row_bytes + b * sb;
-          uint8_t* codes = base + p->code_off(b);
-          if (t == kQ8_0) {
-            for (int k = 0; k < 8; ++k)
-              for (int j = 0; j < 4; ++j) codes[64 * k + 4 * lr + j] = blk[2 + 4 * k + j] ^ 0x80;  // q + 128
-          } else {
-            // Element e < 16 is the low nibble of qs[e], e + 16 the high one: chunk k pairs elements 8k + j
-            // and 8k + 4 + j, i.e. (k = 0, 1) low nibbles of qs[8k + j] and qs[8k + 4 + j], (k = 2, 3) high
-            // nibbles of qs[8(k-2) + j] and qs[8(k-2) + 4 + j].
-            const uint8_t* qs = blk + qs_offset(t);
-            for (int j = 0; j < 4; ++j) {
-              codes[4 * lr + j] = static_cast<uint8_t>((qs[j] & 15) | (qs[4 + j] & 15) << 4);
-              codes[64 + 4 * lr + j] = static_cast<uint8_t>((qs[8 + j] & 15) | (qs[12 + j] & 15) << 4);
-              codes[128 + 4 * lr + j] = static_cast<uint8_t>(qs[j] >> 4 | (qs[4 + j] & 0xF0));
-              codes[192 + 4 * lr + j] = static_cast<uint8_t>(qs[8 + j] >> 4 | (qs[12 + j] & 0xF0));
-            }
-            if (five) {
-              uint32_t qh;
-              std::memcpy(&qh, blk + qh_offset(t), 4);
-              uint64_t* hb = reinterpret_cast<uint64_t*>(base + p->hbit_off(b, nb));
-              for (int k = 0; k < 4; ++k)
-                for (int j = 0; j < 4; ++j) {
-                  const int bit = 4 * lr + j;
-                  hb[2 * k] |= static_cast<uint64_t>((qh >> (8 * k + j)) & 1) << bit;
-                  hb[2 * k + 1] |= static_cast<uint64_t>((qh >> (8 * k + 4 + j)) & 1) << bit;
-                }
-            }
-          }
-          if (t == kMxfp4) {
-            const uint16_t h = mxfp4_scale_bf16(blk[0]);
-            std::memcpy(base + p->scale_off(b, nb) + 2 * lr, &h, 2);
-          } else {
-            std::memcpy(base + p->scale_off(b, nb) + 2 * lr, blk, 2);
-          }
-          if (p->min_bytes) std::memcpy(base + p->min_off(b, nb) + 2 * lr, blk + 2, 2);
-        }
-      }
+      const uint8_t* rp[16];
+      const int nr = static_cast<int>(std::min<int64_t>(16, rows - rb * 16));
+      for (int i = 0; i < nr; ++i) rp[i] = data + (rb * 16 + i) * row_bytes;
+      pack_qblk_block(*p, rp, nr, out + rb * nb * p->block_bytes);
     }
   });
   p->data = std::shared_ptr<uint8_t>(buf.release(), AlignedFree{});
