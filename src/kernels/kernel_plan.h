@@ -211,6 +211,7 @@ void widen_fp8_avx512(const uint8_t* codes, bool e4m3, float scale, float* out, 
 void axpy_f32_generic(float a, const float* x, float* y, int64_t n);
 void axpy_f32_avx2(float a, const float* x, float* y, int64_t n);
 void axpy_f32_avx512(float a, const float* x, float* y, int64_t n);
+void silu_mul_f32_avx512(float* g, const float* u, int64_t n);
 // y[t*ystride + i] = w[i,:] . x[t,:] for i < nr, t < T; w: [nr, cols] float rows (stride cols).
 void gemm_rows_f32_avx512(const float* w, int64_t nr, int64_t cols, const float* x, int64_t T, float* y,
                           int64_t ystride);

@@ -617,6 +617,14 @@ void axpy_f32(float a, const float* x, float* y, int64_t n) {
   kern::axpy_f32_generic(a, x, y, n);
 }
 
+void silu_mul_f32(float* g, const float* u, int64_t n) {
+  if (kernel_isa() >= Isa::Avx512) return kern::silu_mul_f32_avx512(g, u, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = g[i];
+    g[i] = a / (1.0f + std::exp(-a)) * u[i];
+  }
+}
+
 void set_amx_emulation(bool on) { g_amx_emulated.store(on, std::memory_order_relaxed); }
 
 bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {

@@ -63,5 +63,9 @@ void widen_bf16(const uint16_t* h, float* out, int64_t n);
 void widen_fp8(const uint8_t* codes, bool e4m3, float scale, float* out, int64_t n);
 // y[n] += a * x[n] with the current ISA tier (attention's value accumulation).
 void axpy_f32(float a, const float* x, float* y, int64_t n);
+// The gated MLP's activation: g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i]. AVX-512: a polynomial
+// exp (relative error ~1e-7, kernels/exp_avx512.h) instead of libm's scalar expf, which cost ~5 % of a small
+// model's decode step (117 K calls per token on a 0.5B shape) and more in prefill. NaN stays NaN.
+void silu_mul_f32(float* g, const float* u, int64_t n);
 
 }  // namespace lowbit

@@ -9,6 +9,7 @@
 #include "core/half.h"
 
 #include "core/parallel.h"
+#include "kernels/exp_avx512.h"
 #include "kernels/kernel_plan.h"
 
 namespace lowbit {
@@ -211,6 +212,16 @@ void widen_bf16_avx512(const uint16_t* h, float* out, int64_t n) {
     _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
   }
   if (i < n) widen_bf16_generic(h + i, out + i, n - i);
+}
+
+void silu_mul_f32_avx512(float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 a = _mm512_maskz_loadu_ps(k, g + i);
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), a));
+    const __m512 s = _mm512_div_ps(a, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+    _mm512_mask_storeu_ps(g + i, k, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(k, u + i)));
+  }
 }
 
 void axpy_f32_avx512(float a, const float* x, float* y, int64_t n) {

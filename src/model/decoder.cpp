@@ -225,10 +225,7 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
     if (observer_) observer_->observe(static_cast<int>(l), ActSite::MlpIn, xn.data(), T, D);
     matmul(L.w_gate, xn.data(), T, g.data());
     matmul(L.w_up, xn.data(), T, u.data());
-    for (int64_t i = 0; i < T * F; ++i) {
-      float a = g[i];
-      g[i] = a / (1.0f + std::exp(-a)) * u[i];
-    }
+    silu_mul_f32(g.data(), u.data(), T * F);
     if (observer_) observer_->observe(static_cast<int>(l), ActSite::DownIn, g.data(), T, F);
     matmul(L.w_down, g.data(), T, tmp.data());
     for (int64_t i = 0; i < T * D; ++i) x[i] += tmp[i];

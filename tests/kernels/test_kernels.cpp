@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <string>
@@ -324,10 +325,10 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
   }
 }
 
-// The attention row helpers: every binary16 / bfloat16 bit pattern widens exactly as the scalar reference (NaN
+// The row helpers (attention's widen / axpy, the MLP's silu_mul): every binary16 / bfloat16 bit pattern widens exactly as the scalar reference (NaN
 // stays NaN of the same sign), and
 // axpy matches y + a*x to float rounding, on every tier and for lengths that leave a tail.
-TEST(AttentionRowHelpers, MatchScalarOnEveryIsa) {
+TEST(RowHelpers, MatchScalarOnEveryIsa) {
   std::vector<uint16_t> all(65536);
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
   for (Isa isa : available_isas()) {
@@ -368,6 +369,22 @@ TEST(AttentionRowHelpers, MatchScalarOnEveryIsa) {
       for (int64_t i = 0; i < n; ++i) ref[i] += 0.75f * x[i];
       axpy_f32(0.75f, x.data(), y.data(), n);
       for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], ref[i], 1e-6f * (1 + std::fabs(ref[i]))) << n << " " << i;
+    }
+    // silu(g) * u against libm (the generic tier is the reference): the whole float range that matters, the
+    // saturated ends, and NaN; lengths that leave a tail.
+    for (int64_t n : {1, 16, 17, 200}) {
+      std::vector<float> g(static_cast<size_t>(n)), u(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        g[i] = i % 7 == 6 ? (i % 2 ? -120.0f : 95.0f) : 0.37f * static_cast<float>(i % 61) - 11.0f;
+        u[i] = 1.0f - 0.013f * static_cast<float>(i);
+      }
+      if (n == 200) g[100] = std::numeric_limits<float>::quiet_NaN();
+      for (int64_t i = 0; i < n; ++i) want[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      silu_mul_f32(g.data(), u.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(g[i])) << isa_name(isa) << " " << i;
+        else EXPECT_NEAR(g[i], want[i], 1e-6f * (std::fabs(want[i]) + 1e-30f)) << isa_name(isa) << " " << n << " " << i;
+      }
     }
   }
   set_kernel_isa(best_isa());
