@@ -103,6 +103,9 @@ struct KPack {
 bool kpack_supported(int ggml_type, int64_t cols);  // Q4_K / Q5_K / Q6_K with whole super-blocks
 std::shared_ptr<const KPack> build_kpack(int ggml_type, const uint8_t* data, int64_t row_bytes, int64_t rows,
                                          int64_t cols);
+// Layout fields without data, and one 16-row block of the pack from nr <= 16 GGUF rows (as pack_qblk_block).
+KPack kpack_layout(int ggml_type, int64_t rows, int64_t cols);
+void pack_kpack_block(const KPack& p, const uint8_t* const* rows, int nr, uint8_t* base);
 // Row r of the pack, dequantized (the packer's oracle: equals the GGUF row decoder bit for bit).
 void kpack_row_f32(const KPack& p, int64_t r, float* out);
 
@@ -322,6 +325,10 @@ void qblk_block_gemm_avx512(const QBlkPack& p, const uint8_t* base, int64_t r, i
 // the codes per 16 columns. y[t, r] for rows [r0, r1) (r0 a multiple of 16), all T tokens.
 void kpack_gemm_avx512(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* s16,
                        int64_t T, float* y);
+// The same kernel on one 16-row block held elsewhere (base: pack_kpack_block's output for rows r..r+nr-1; the
+// output row stride is p.rows).
+void kpack_block_gemm_avx512(const KPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q, const float* dx,
+                             const int32_t* s16, int64_t T, float* y);
 // quantize_q8_blocks (kernels/matmul.h) with AVX-512: the same float operations, so bit-identical.
 void quantize_q8_blocks_avx512(const float* x, int64_t n, int8_t* q, float* d);
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows as stored (weights without a QBlkPack) against activations quantized

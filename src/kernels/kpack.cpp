@@ -84,64 +84,78 @@ bool kpack_supported(int ggml_type, int64_t cols) {
   return (ggml_type == kQ4K || ggml_type == kQ5K || ggml_type == kQ6K) && cols > 0 && cols % 256 == 0;
 }
 
+KPack kpack_layout(int t, int64_t rows, int64_t cols) {
+  KPack p;
+  p.ggml_type = t;
+  p.rows = rows;
+  p.cols = cols;
+  p.sb_bytes = t == kQ4K ? 2368 : t == kQ5K ? 2880 : 3392;
+  return p;
+}
+
+void pack_kpack_block(const KPack& p, const uint8_t* const* rows, int nr, uint8_t* base) {
+  const int t = p.ggml_type;
+  const int64_t nsb = p.cols / 256;
+  const int64_t bb = t == kQ4K ? kQ4KBytes : t == kQ5K ? kQ5KBytes : kQ6KBytes;
+  std::memset(base, 0, static_cast<size_t>(nsb * p.sb_bytes));  // padding rows: code 0, scale 0
+  uint8_t u[256], sc[8] = {}, m[8] = {};  // sc, m: Q4_K / Q5_K only
+  for (int lr = 0; lr < nr; ++lr) {
+    for (int64_t s = 0; s < nsb; ++s) {
+      const uint8_t* blk = rows[lr] + s * bb;
+      uint8_t* reg = base + s * p.sb_bytes;
+      if (t == kQ4K)
+        q4k_unpack(blk, u, sc, m);
+      else if (t == kQ5K)
+        q5k_unpack(blk, u, sc, m);
+      else
+        q6k_unpack(blk, u);
+      for (int k = 0; k < 32; ++k)
+        for (int j = 0; j < 4; ++j)
+          reg[chunk_off(t, k) + 4 * lr + j] = static_cast<uint8_t>((u[8 * k + j] & 15) | (u[8 * k + 4 + j] & 15) << 4);
+      if (t != kQ6K) {
+        uint8_t* sb = reg;  // the scale block
+        std::memcpy(sb + kD + 2 * lr, blk, 2);
+        std::memcpy(sb + kDmin + 2 * lr, blk + 2, 2);
+        for (int j = 0; j < 8; ++j) {
+          sb[kSc + 16 * j + lr] = sc[j];
+          sb[kM + 16 * j + lr] = m[j];
+        }
+        if (t == kQ5K)
+          for (int k = 0; k < 32; ++k) {
+            uint64_t* hb = reinterpret_cast<uint64_t*>(reg + q5k_hbit(k));
+            for (int j = 0; j < 4; ++j) {
+              hb[0] |= static_cast<uint64_t>(u[8 * k + j] >> 4) << (4 * lr + j);
+              hb[1] |= static_cast<uint64_t>(u[8 * k + 4 + j] >> 4) << (4 * lr + j);
+            }
+          }
+      } else {
+        for (int i = 0; i < 16; ++i)
+          for (int j = 0; j < 4; ++j) {
+            const int c = 16 * i + j;
+            reg[q6k_hi(i) + 4 * lr + j] = static_cast<uint8_t>((u[c] >> 4) | (u[c + 4] >> 4) << 2 |
+                                                               (u[c + 8] >> 4) << 4 | (u[c + 12] >> 4) << 6);
+          }
+        for (int i = 0; i < 16; ++i) reg[q6k_sc(i) + lr] = blk[192 + i];
+        std::memcpy(reg + kQ6KD + 2 * lr, blk + 208, 2);
+      }
+    }
+  }
+}
+
 std::shared_ptr<const KPack> build_kpack(int t, const uint8_t* data, int64_t row_bytes, int64_t rows,
                                          int64_t cols) {
   if (!kpack_supported(t, cols)) return nullptr;
-  auto p = std::make_shared<KPack>();
-  p->ggml_type = t;
-  p->rows = rows;
-  p->cols = cols;
-  p->sb_bytes = t == kQ4K ? 2368 : t == kQ5K ? 2880 : 3392;
+  auto p = std::make_shared<KPack>(kpack_layout(t, rows, cols));
   const int64_t nsb = cols / 256, nrb = (rows + 15) / 16;
-  const int64_t bb = t == kQ4K ? kQ4KBytes : t == kQ5K ? kQ5KBytes : kQ6KBytes;
-  auto buf = aligned_bytes(p->bytes());  // zeroed: padding rows get code 0 and scale 0
+  auto buf = aligned_bytes(p->bytes());
   uint8_t* out = buf.get();
   parallel_for(nrb, 8, [&](int64_t rb0, int64_t rb1) {
-    uint8_t u[256], sc[8] = {}, m[8] = {};  // sc, m: Q4_K / Q5_K only
-    for (int64_t rb = rb0; rb < rb1; ++rb)
-      for (int64_t r = rb * 16; r < std::min(rows, rb * 16 + 16); ++r) {
-        const int lr = static_cast<int>(r - rb * 16);
-        for (int64_t s = 0; s < nsb; ++s) {
-          const uint8_t* blk = data + r * row_bytes + s * bb;
-          uint8_t* reg = out + (rb * nsb + s) * p->sb_bytes;
-          if (t == kQ4K)
-            q4k_unpack(blk, u, sc, m);
-          else if (t == kQ5K)
-            q5k_unpack(blk, u, sc, m);
-          else
-            q6k_unpack(blk, u);
-          for (int k = 0; k < 32; ++k)
-            for (int j = 0; j < 4; ++j)
-              reg[chunk_off(t, k) + 4 * lr + j] =
-                  static_cast<uint8_t>((u[8 * k + j] & 15) | (u[8 * k + 4 + j] & 15) << 4);
-          if (t != kQ6K) {
-            uint8_t* sb = reg;  // the scale block
-            std::memcpy(sb + kD + 2 * lr, blk, 2);
-            std::memcpy(sb + kDmin + 2 * lr, blk + 2, 2);
-            for (int j = 0; j < 8; ++j) {
-              sb[kSc + 16 * j + lr] = sc[j];
-              sb[kM + 16 * j + lr] = m[j];
-            }
-            if (t == kQ5K)
-              for (int k = 0; k < 32; ++k) {
-                uint64_t* hb = reinterpret_cast<uint64_t*>(reg + q5k_hbit(k));
-                for (int j = 0; j < 4; ++j) {
-                  hb[0] |= static_cast<uint64_t>(u[8 * k + j] >> 4) << (4 * lr + j);
-                  hb[1] |= static_cast<uint64_t>(u[8 * k + 4 + j] >> 4) << (4 * lr + j);
-                }
-              }
-          } else {
-            for (int i = 0; i < 16; ++i)
-              for (int j = 0; j < 4; ++j) {
-                const int c = 16 * i + j;
-                reg[q6k_hi(i) + 4 * lr + j] = static_cast<uint8_t>(
-                    (u[c] >> 4) | (u[c + 4] >> 4) << 2 | (u[c + 8] >> 4) << 4 | (u[c + 12] >> 4) << 6);
-              }
-            for (int i = 0; i < 16; ++i) reg[q6k_sc(i) + lr] = blk[192 + i];
-            std::memcpy(reg + kQ6KD + 2 * lr, blk + 208, 2);
-          }
-        }
-      }
+    for (int64_t rb = rb0; rb < rb1; ++rb) {
+      const uint8_t* rp[16];
+      const int nr = static_cast<int>(std::min<int64_t>(16, rows - rb * 16));
+      for (int i = 0; i < nr; ++i) rp[i] = data + (rb * 16 + i) * row_bytes;
+      pack_kpack_block(*p, rp, nr, out + rb * nsb * p->sb_bytes);
+    }
   });
   p->data = std::shared_ptr<uint8_t>(buf.release(), AlignedFree{});
   return p;

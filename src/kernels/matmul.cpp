@@ -450,13 +450,40 @@ void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int6
                  static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
-// Prefill of a QBlkPack type held as rows (online --quantize q4_0 / q8_0, i.e. WeightKind::Quant, or a GGUF
+// Prefill of a QBlkPack or KPack type held as rows (online --quantize q4_0 / q8_0 / q4_k, i.e. WeightKind::Quant, or a GGUF
 // weight without its load-time pack): each 16-row block is packed into a per-thread buffer and multiplied by
 // all tokens on the pack's tile, so the packing (~1 byte operation per weight byte) is paid once per call and
 // block, not per token, and nothing stays resident. Decode keeps the row kernel (a pack per call would cost
 // more than the product).
 bool transient_qblk_ok(const WeightMatrix& w, const KernelPlan& p) {
   return !p.load_pack() && qblk_supported(p.ggml_type, w.cols);
+}
+// The same for the k-quant pack (online --quantize q4_k; Q5_K / Q6_K weights without their pack).
+bool transient_kpack_ok(const WeightMatrix& w, const KernelPlan& p) {
+  return !p.load_pack() && kpack_supported(p.ggml_type, w.cols);
+}
+bool transient_pack_ok(const WeightMatrix& w, const KernelPlan& p) {
+  return transient_qblk_ok(w, p) || transient_kpack_ok(w, p);
+}
+
+// 64-byte aligned per-thread scratch of at least n bytes.
+uint8_t* tls_aligned(size_t n) {
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < n + 64) buf.resize(n + 64);
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
+}
+
+void run_kpack_transient(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  const KPack meta = kpack_layout(p.ggml_type, w.rows, w.cols);
+  const Q8Acts a = q8_acts(x, T, w.cols, 16);
+  const size_t block = static_cast<size_t>(w.cols / 256 * meta.sb_bytes);
+  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) {
+    uint8_t* base = tls_aligned(block);
+    const uint8_t* rp[kRowBlock];
+    for (int64_t r = r0; r < r1; ++r) rp[r - r0] = row_ptr(w, r);
+    pack_kpack_block(meta, rp, static_cast<int>(r1 - r0), base);
+    kern::kpack_block_gemm_avx512(meta, base, r0, static_cast<int>(r1 - r0), a.q, a.dx, a.sums, T, y);
+  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
 void run_qblk_transient(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
@@ -466,9 +493,7 @@ void run_qblk_transient(const WeightMatrix& w, const KernelPlan& p, const float*
     for (int64_t i = 0; i < T * (w.cols / 32); ++i) a.sums[i] *= -meta.offset;
   const size_t block = static_cast<size_t>(w.cols / 32 * meta.block_bytes);
   for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) {
-    thread_local std::vector<uint8_t> buf;
-    buf.resize(block + 64);
-    uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
+    uint8_t* base = tls_aligned(block);
     const uint8_t* rp[kRowBlock];
     for (int64_t r = r0; r < r1; ++r) rp[r - r0] = row_ptr(w, r);
     pack_qblk_block(meta, rp, static_cast<int>(r1 - r0), base);
@@ -526,7 +551,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
     if (const Int8Tile* tile = int8_tile(w, p)) return run_vnni_tile512(w, p, *tile, x, T, y);
   }
   if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !p.load_pack() &&
-                                                        !transient_qblk_ok(w, p))))
+                                                        !transient_pack_ok(w, p))))
     path = Path::Deq;
   if (path == Path::Vnni512) return run_vnni512(w, p, x, T, y);
   std::vector<float> xq_storage;
@@ -540,7 +565,10 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
     case Path::GgmlQ8_512:  // x has been through the activation route; these kernels add the Q8 block rounding
       if (p.qblk) return run_qblk512(w, *p.qblk, x, T, y);
       if (p.kpack) return run_kpack512(w, *p.kpack, x, T, y);
-      if (T >= kPrefillTokens) return run_qblk_transient(w, p, x, T, y);  // transient_qblk_ok (see above)
+      if (T >= kPrefillTokens) {  // transient_pack_ok (see above)
+        if (transient_kpack_ok(w, p)) return run_kpack_transient(w, p, x, T, y);
+        return run_qblk_transient(w, p, x, T, y);
+      }
       return run_ggml_q8_512(w, p, x, T, y);
     case Path::Nib512:
     case Path::Byte512: return run_codes512(w, p, x, T, y);
@@ -567,7 +595,7 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
     case Path::GgmlQ8_512:
       // Without a load-time pack: decode by row, prefill on the pack's tile with a per-call pack (QBlkPack types).
       return name + (p.load_pack()              ? ".q8vnni16.avx512"
-                     : transient_qblk_ok(w, p) ? ".q8vnni+q8vnni16.avx512"
+                     : transient_pack_ok(w, p) ? ".q8vnni+q8vnni16.avx512"
                                                : ".q8vnni.avx512");
     case Path::Nib512:
     case Path::Byte512: {
@@ -641,7 +669,7 @@ bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {
   if (choose(w, p, kernel_isa()) != Path::GgmlQ8_512) return false;
   // Prefill rounds too when a load-time pack serves it (GGUF weights with their own plan, prepare_weight) or a
   // per-call pack of a QBlkPack type.
-  return T < kPrefillTokens || p.load_pack() || transient_qblk_ok(w, p);
+  return T < kPrefillTokens || p.load_pack() || transient_pack_ok(w, p);
 }
 
 namespace kern {

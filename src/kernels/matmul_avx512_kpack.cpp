@@ -139,6 +139,21 @@ void kpack_rows(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const f
 
 }  // namespace
 
+void kpack_block_gemm_avx512(const KPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q, const float* dx,
+                             const int32_t* s16, int64_t T, float* y) {
+  const int64_t nsb = p.cols / 256;
+  const auto m = static_cast<uint16_t>((1u << nr) - 1);
+  for (int64_t t0 = 0; t0 < T; t0 += 8)
+    with_nt(static_cast<int>(std::min<int64_t>(8, T - t0)), [&](auto n) {
+      constexpr int NT = decltype(n)::value;
+      switch (p.ggml_type) {
+        case kQ4K: return kpack_tile<kQ4K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
+        case kQ5K: return kpack_tile<kQ5K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
+        default: return kpack_tile<kQ6K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
+      }
+    });
+}
+
 void kpack_gemm_avx512(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
                        const int32_t* s16, int64_t T, float* y) {
   switch (p.ggml_type) {

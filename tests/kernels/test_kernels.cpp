@@ -224,7 +224,7 @@ TEST(KernelNames, FastPathsSelected) {
     }
   }
   EXPECT_EQ(name("ggml:q4_k"), "q4_k.q8vnni16.avx512");  // load-time KPack
-  EXPECT_EQ(name("q4_k"), "q4_k.q8vnni.avx512");
+  EXPECT_EQ(name("q4_k"), "q4_k.q8vnni+q8vnni16.avx512");  // online: rows, prefill on a per-call KPack
   // Online Q8_0 / Q4_0 (rows, no load-time pack): decode by row, prefill on a per-call pack.
   EXPECT_EQ(name("q8_0"), "q8_0.q8vnni+q8vnni16.avx512");
   EXPECT_EQ(name("q4_0"), "q4_0.q8vnni+q8vnni16.avx512");
