@@ -8,6 +8,7 @@
 #include "core/parallel.h"
 #include "formats/ggml_kquants.h"
 #include "kernels/kernel_plan.h"
+#include "kernels/row_blocks.h"
 
 namespace lowbit {
 namespace {
@@ -146,17 +147,9 @@ std::shared_ptr<const KPack> build_kpack(int t, const uint8_t* data, int64_t row
                                          int64_t cols) {
   if (!kpack_supported(t, cols)) return nullptr;
   auto p = std::make_shared<KPack>(kpack_layout(t, rows, cols));
-  const int64_t nsb = cols / 256, nrb = (rows + 15) / 16;
   auto buf = aligned_bytes(p->bytes());
-  uint8_t* out = buf.get();
-  parallel_for(nrb, 8, [&](int64_t rb0, int64_t rb1) {
-    for (int64_t rb = rb0; rb < rb1; ++rb) {
-      const uint8_t* rp[16];
-      const int nr = static_cast<int>(std::min<int64_t>(16, rows - rb * 16));
-      for (int i = 0; i < nr; ++i) rp[i] = data + (rb * 16 + i) * row_bytes;
-      pack_kpack_block(*p, rp, nr, out + rb * nsb * p->sb_bytes);
-    }
-  });
+  kern::pack_row_blocks16(data, row_bytes, rows, cols / 256 * p->sb_bytes, buf.get(), 8,
+                          [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_kpack_block(*p, rp, nr, base); });
   p->data = std::shared_ptr<uint8_t>(buf.release(), AlignedFree{});
   return p;
 }

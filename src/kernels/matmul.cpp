@@ -217,6 +217,23 @@ void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
   }, work);
 }
 
+// fn(nr, rows, scales, zeros, r0) for each block of rows of a nib / byte route weight, in parallel: the block's
+// row codes, scale cells and zero cells (null for symmetric weights) as pointer arrays, the kernels' input.
+template <typename Fn>
+void for_code_row_blocks(const WeightMatrix& w, const KernelPlan& p, double work_bytes, Fn&& fn) {
+  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) {
+    const uint8_t* rp[kRowBlock];
+    const float* sp[kRowBlock];
+    const float* zp[kRowBlock];
+    for (int64_t r = r0; r < r1; ++r) {
+      rp[r - r0] = row_ptr(w, r);
+      sp[r - r0] = p.scale_row(r);
+      zp[r - r0] = p.zero_row(r);
+    }
+    fn(static_cast<int>(r1 - r0), rp, sp, zp, r0);
+  }, work_bytes);
+}
+
 // Groups per row that need activation group sums (asymmetric weights), else 0.
 int64_t asym_groups(const KernelPlan& p, int64_t cols) { return p.zeros.empty() ? 0 : (cols + p.group - 1) / p.group; }
 
@@ -226,7 +243,7 @@ int64_t asym_groups(const KernelPlan& p, int64_t cols) { return p.zeros.empty() 
 template <typename E, typename Layout, typename Gemv>
 void run_lane_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y, int64_t pad,
                    Layout&& layout, Gemv&& gemv) {
-  const int64_t rows = w.rows, cols = w.cols;
+  const int64_t cols = w.cols;
   const int64_t ng = asym_groups(p, cols);
   thread_local std::vector<E> act;
   thread_local std::vector<float> gs;
@@ -238,17 +255,9 @@ void run_lane_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, i
     xr[t] = {act.data() + t * pad, gsum};
     layout(x + t * cols, cols, p.group, act.data() + t * pad, gsum);
   }
-  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
-    const uint8_t* rp[kRowBlock];
-    const float* sp[kRowBlock];
-    const float* zp[kRowBlock];
-    for (int64_t r = r0; r < r1; ++r) {
-      rp[r - r0] = row_ptr(w, r);
-      sp[r - r0] = p.scale_row(r);
-      zp[r - r0] = p.zero_row(r);
-    }
-    gemv(static_cast<int>(r1 - r0), rp, sp, zp, xr.data(), y + r0);
-  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+  for_code_row_blocks(w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
+                      [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
+                          int64_t r0) { gemv(nr, rp, sp, zp, xr.data(), y + r0); });
 }
 
 // Decode on the nib route: FP32 activations permuted into the nib lane layout (rows in tiles that share the
@@ -313,18 +322,12 @@ void run_bf16_tile(const WeightMatrix& w, const KernelPlan& p, const float* x, i
   // The pool's workers see their own thread_local vectors: pass the caller's buffers as plain pointers.
   const uint16_t* xb = act.data();
   const float* gsum = ng ? gs.data() : nullptr;
-  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
-    const uint8_t* rp[kRowBlock];
-    const float* sp[kRowBlock];
-    const float* zp[kRowBlock];
-    for (int64_t r = r0; r < r1; ++r) {
-      rp[r - r0] = row_ptr(w, r);
-      sp[r - r0] = p.scale_row(r);
-      zp[r - r0] = p.zero_row(r);
-    }
-    kern::bf16_tile_avx512bf16(static_cast<int>(r1 - r0), rp, sp, zp, cols, p.group, nib, byte, xb, xstride, gsum,
-                               static_cast<int>(T), y + r0, rows);
-  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+  for_code_row_blocks(w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
+                      [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
+                          int64_t r0) {
+                        kern::bf16_tile_avx512bf16(nr, rp, sp, zp, cols, p.group, nib, byte, xb, xstride, gsum,
+                                                   static_cast<int>(T), y + r0, rows);
+                      });
 }
 
 void run_codes512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {

@@ -10,6 +10,7 @@
 #include "formats/format.h"
 #include "formats/minifloat.h"
 #include "kernels/kernel_plan.h"
+#include "kernels/row_blocks.h"
 
 namespace lowbit {
 namespace {
@@ -131,17 +132,9 @@ std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int6
                                                 int64_t cols) {
   if (!qblk_supported(t, cols)) return nullptr;
   auto p = std::make_shared<QBlkPack>(qblk_layout(t, rows, cols));
-  const int64_t nb = cols / 32, nrb = (rows + 15) / 16;
   auto buf = aligned_bytes(p->bytes());
-  uint8_t* out = buf.get();
-  parallel_for(nrb, 16, [&](int64_t rb0, int64_t rb1) {
-    for (int64_t rb = rb0; rb < rb1; ++rb) {
-      const uint8_t* rp[16];
-      const int nr = static_cast<int>(std::min<int64_t>(16, rows - rb * 16));
-      for (int i = 0; i < nr; ++i) rp[i] = data + (rb * 16 + i) * row_bytes;
-      pack_qblk_block(*p, rp, nr, out + rb * nb * p->block_bytes);
-    }
-  });
+  kern::pack_row_blocks16(data, row_bytes, rows, cols / 32 * p->block_bytes, buf.get(), 16,
+                          [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_qblk_block(*p, rp, nr, base); });
   p->data = std::shared_ptr<uint8_t>(buf.release(), AlignedFree{});
   return p;
 }
