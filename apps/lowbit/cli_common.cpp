@@ -94,7 +94,7 @@ std::string human_bytes(double b) {
 }
 
 nlohmann::json KernelReport::to_json() const {
-  return {{"by_kernel", by_kernel}, {"by_tensor", by_tensor}, {"slow_fallback", fallback}};
+  return {{"by_kernel", by_kernel}, {"by_tensor", by_tensor}, {"slow_fallback", fallback}, {"unfused", unfused}};
 }
 
 void KernelReport::print(bool per_tensor) const {
@@ -103,9 +103,19 @@ void KernelReport::print(bool per_tensor) const {
   std::fprintf(stderr, "\n");
   if (per_tensor)
     for (auto& [t, k] : by_tensor) std::fprintf(stderr, "  %-24s %s\n", t.c_str(), k.c_str());
-  if (fallback)
-    std::fprintf(stderr, "WARNING: a slow reference kernel (*.ref) served some weights; expect low speed. "
-                         "Run with --kernels to see which.\n");
+  if (fallback) {
+    int n = 0;
+    std::string which;
+    for (auto& [k, c] : unfused) {
+      n += c;
+      which += (which.empty() ? "" : ", ") + k + " x" + std::to_string(c);
+    }
+    std::fprintf(stderr,
+                 "WARNING: %d matrices run the unfused kernel (%s): their rows are dequantized into a buffer, then "
+                 "multiplied; expect several times lower speed than a fused format (docs/kernels.md lists them). "
+                 "Run with --kernels to see which.\n",
+                 n, which.c_str());
+  }
 }
 
 KernelReport kernel_report(Model& m) {
@@ -115,7 +125,10 @@ KernelReport kernel_report(Model& m) {
     std::string k = matmul_kernel_name(*w);
     r.by_tensor[name] = k;
     r.by_kernel[k]++;
-    if (k.size() > 4 && k.compare(k.size() - 4, 4, ".ref") == 0) r.fallback = true;
+    if (k.find(".deq.") != std::string::npos) {
+      r.unfused[k]++;
+      r.fallback = true;
+    }
   }
   return r;
 }

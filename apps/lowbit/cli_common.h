@@ -19,7 +19,11 @@ std::string human_bytes(double bytes);  // "1.25 GiB"
 struct KernelReport {
   std::map<std::string, int> by_kernel;                // kernel -> number of matrices
   std::map<std::string, std::string> by_tensor;        // matrix name -> kernel
-  bool fallback = false;
+  // Matrices on the unfused kernel (`deq`: each row dequantized into a buffer, then dot products): kernel ->
+  // count. No fused kernel serves their format / group on this ISA tier (INT3 / INT2, FP6, odd groups, Q2_K /
+  // Q3_K prefill, or every format below the avx512 tier), so expect several times lower speed than a fused one.
+  std::map<std::string, int> unfused;
+  bool fallback = false;  // !unfused.empty()
   nlohmann::json to_json() const;
   void print(bool per_tensor) const;                   // to stderr
 };

@@ -64,7 +64,7 @@ TEST_P(FixtureVsReference, LogitsMatchNumpy) {
   o.seed = 7;
   o.dtype = "f32";
   write_fixture_hf(fixture_shape(GetParam()), o, dir);
-  auto m = load_model(dir, {DenseMode::F32});
+  auto m = load_model(dir, {DenseMode::F32, {}});
   std::vector<int32_t> ids = {1, 17, 42, 99, 5, 300, 7, 250, 3, 77, 128};
   auto got = engine_logits(*m, ids);
   auto ref = reference_logits(dir, ids);
@@ -97,8 +97,8 @@ TEST_P(GgufConversion, F32GgufGivesIdenticalLogits) {
   auto ck = io::HfCheckpoint::open(dir);
   std::string gguf = dir + ".gguf";
   export_gguf(config_from_hf(ck.config), ck.tensors, ck.tokenizer, {}, gguf);
-  auto a = load_model(dir, {DenseMode::F32});
-  auto b = load_model(gguf, {DenseMode::F32});
+  auto a = load_model(dir, {DenseMode::F32, {}});
+  auto b = load_model(gguf, {DenseMode::F32, {}});
   EXPECT_EQ(b->format, "gguf");
   std::vector<int32_t> ids = {1, 20, 40, 60, 80, 100, 120};
   auto la = engine_logits(*a, ids), lb = engine_logits(*b, ids);
@@ -142,8 +142,8 @@ TEST(GgufPack, PackedModelMatchesRowKernelsAndKeepsEmbeddingRows) {
     GgufExportOptions eo;
     eo.type = type;
     export_gguf(config_from_hf(ck.config), ck.tensors, ck.tokenizer, eo, gguf);
-    auto packed = load_model(gguf, {DenseMode::F32});
-    auto rows = load_model(gguf, {DenseMode::F32});
+    auto packed = load_model(gguf, {DenseMode::F32, {}});
+    auto rows = load_model(gguf, {DenseMode::F32, {}});
     ModelWeights& W = packed->weights;
     ASSERT_TRUE(weight_is_repacked(W.lm_head)) << type;
     EXPECT_EQ(W.tok_embed.plan, W.lm_head.plan) << type;  // tied: one plan, one pack
