@@ -334,6 +334,9 @@ void quantize_q8_blocks_avx512(const float* x, int64_t n, int8_t* q, float* d);
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows as stored (weights without a QBlkPack) against activations quantized
 // to Q8 blocks of 32 (qx int8, dx one scale per block).
 float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx);
+// The same for four Q4_0 (ggml type 2) or Q8_0 (8) rows at once: out[i] = rows[i] . x.
+void ggml_q8_dot4_avx512(int ggml_type, const uint8_t* const* rows, int64_t cols, const int8_t* qx, const float* dx,
+                         float* out);
 
 // GGUF k-quants (matmul_avx512_k.cpp) against the same Q8 blocks of 32, re-laid out per token by ggml_k_prep_x:
 // qk[cols] int8 codes in the order the kernel loads them, xk[cols / 256 * ggml_k_xk_floats] per-super-block

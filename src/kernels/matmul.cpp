@@ -528,11 +528,21 @@ void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x,
   }
   const int8_t* qxp = qx.data();
   const float* dxp = dx.data();
+  const bool four = type == 2 || type == 8;  // Q4_0, Q8_0: four rows per call
   for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t r = r0; r < r1; ++r)
+    for (int64_t t = 0; t < T; ++t) {
+      int64_t r = r0;
+      if (four)
+        for (; r + 4 <= r1; r += 4) {
+          const uint8_t* rp[4] = {row_ptr(w, r), row_ptr(w, r + 1), row_ptr(w, r + 2), row_ptr(w, r + 3)};
+          float o[4];
+          kern::ggml_q8_dot4_avx512(type, rp, cols, qxp + t * cols, dxp + t * nf, o);
+          for (int i = 0; i < 4; ++i) y[t * rows + r + i] = o[i];
+        }
+      for (; r < r1; ++r)
         y[t * rows + r] = kq ? kern::ggml_k_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
                              : kern::ggml_q8_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf);
+    }
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
