@@ -476,17 +476,28 @@ uint8_t* tls_aligned(size_t n) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
 }
 
+// For each 16-row block: the block's rows packed into per-thread scratch of block_bytes, then multiplied.
+// pack(rows, nr, base); gemm(base, r0, nr).
+template <typename Pack, typename Gemm>
+void for_packed_row_blocks(const WeightMatrix& w, size_t block_bytes, double work_bytes, Pack&& pack, Gemm&& gemm) {
+  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) {
+    uint8_t* base = tls_aligned(block_bytes);
+    const uint8_t* rp[kRowBlock];
+    for (int64_t r = r0; r < r1; ++r) rp[r - r0] = row_ptr(w, r);
+    pack(rp, static_cast<int>(r1 - r0), base);
+    gemm(base, r0, static_cast<int>(r1 - r0));
+  }, work_bytes);
+}
+
 void run_kpack_transient(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   const KPack meta = kpack_layout(p.ggml_type, w.rows, w.cols);
   const Q8Acts a = q8_acts(x, T, w.cols, 16);
-  const size_t block = static_cast<size_t>(w.cols / 256 * meta.sb_bytes);
-  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) {
-    uint8_t* base = tls_aligned(block);
-    const uint8_t* rp[kRowBlock];
-    for (int64_t r = r0; r < r1; ++r) rp[r - r0] = row_ptr(w, r);
-    pack_kpack_block(meta, rp, static_cast<int>(r1 - r0), base);
-    kern::kpack_block_gemm_avx512(meta, base, r0, static_cast<int>(r1 - r0), a.q, a.dx, a.sums, T, y);
-  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+  for_packed_row_blocks(
+      w, static_cast<size_t>(w.cols / 256 * meta.sb_bytes), static_cast<double>(w.nbytes()) * static_cast<double>(T),
+      [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_kpack_block(meta, rp, nr, base); },
+      [&](const uint8_t* base, int64_t r0, int nr) {
+        kern::kpack_block_gemm_avx512(meta, base, r0, nr, a.q, a.dx, a.sums, T, y);
+      });
 }
 
 void run_qblk_transient(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
@@ -494,14 +505,12 @@ void run_qblk_transient(const WeightMatrix& w, const KernelPlan& p, const float*
   const Q8Acts a = q8_acts(x, T, w.cols, 32);
   if (!meta.min_bytes)
     for (int64_t i = 0; i < T * (w.cols / 32); ++i) a.sums[i] *= -meta.offset;
-  const size_t block = static_cast<size_t>(w.cols / 32 * meta.block_bytes);
-  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) {
-    uint8_t* base = tls_aligned(block);
-    const uint8_t* rp[kRowBlock];
-    for (int64_t r = r0; r < r1; ++r) rp[r - r0] = row_ptr(w, r);
-    pack_qblk_block(meta, rp, static_cast<int>(r1 - r0), base);
-    kern::qblk_block_gemm_avx512(meta, base, r0, static_cast<int>(r1 - r0), a.q, a.dx, a.sums, T, y, w.rows);
-  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+  for_packed_row_blocks(
+      w, static_cast<size_t>(w.cols / 32 * meta.block_bytes), static_cast<double>(w.nbytes()) * static_cast<double>(T),
+      [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_qblk_block(meta, rp, nr, base); },
+      [&](const uint8_t* base, int64_t r0, int nr) {
+        kern::qblk_block_gemm_avx512(meta, base, r0, nr, a.q, a.dx, a.sums, T, y, w.rows);
+      });
 }
 
 // GGUF Q4_K / Q5_K / Q6_K with a load-time KPack, decode and prefill: the same Q8 blocks of 32, plus per-16 code sums.
