@@ -369,7 +369,17 @@ void run_vnni512(const WeightMatrix& w, const KernelPlan& p, const float* x, int
   for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < T; ++t) {
       kern::QxRow xr{qxp + t * pad, lsp + t * nch * 16, sxp[t]};
-      for (int64_t r = r0; r < r1; ++r)
+      int64_t r = r0;
+      for (; r + 4 <= r1; r += 4) {
+        const uint8_t* rp[4];
+        const float* sp[4];
+        const float* zp[4];
+        for (int i = 0; i < 4; ++i) rp[i] = row_ptr(w, r + i), sp[i] = p.scale_row(r + i), zp[i] = p.zero_row(r + i);
+        float o[4];
+        kern::vnni_dot4_avx512(bits, rp, cols, p.group, sp, zp, xr, o);
+        for (int i = 0; i < 4; ++i) y[t * rows + r + i] = o[i];
+      }
+      for (; r < r1; ++r)
         y[t * rows + r] = kern::vnni_dot_avx512(bits, row_ptr(w, r), cols, p.group, p.scale_row(r), p.zero_row(r), xr);
     }
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
