@@ -94,7 +94,7 @@ std::string human_bytes(double b) {
 }
 
 nlohmann::json KernelReport::to_json() const {
-  return {{"by_kernel", by_kernel}, {"by_tensor", by_tensor}, {"slow_fallback", fallback}, {"unfused", unfused}};
+  return {{"by_kernel", by_kernel}, {"by_tensor", by_tensor}, {"slow_fallback", fallback()}, {"unfused", unfused}};
 }
 
 void KernelReport::print(bool per_tensor) const {
@@ -103,7 +103,7 @@ void KernelReport::print(bool per_tensor) const {
   std::fprintf(stderr, "\n");
   if (per_tensor)
     for (auto& [t, k] : by_tensor) std::fprintf(stderr, "  %-24s %s\n", t.c_str(), k.c_str());
-  if (fallback) {
+  if (fallback()) {
     int n = 0;
     std::string which;
     for (auto& [k, c] : unfused) {
@@ -125,10 +125,7 @@ KernelReport kernel_report(Model& m) {
     std::string k = matmul_kernel_name(*w);
     r.by_tensor[name] = k;
     r.by_kernel[k]++;
-    if (k.find(".deq.") != std::string::npos) {
-      r.unfused[k]++;
-      r.fallback = true;
-    }
+    if (k.find(".deq.") != std::string::npos) r.unfused[k]++;
   }
   return r;
 }

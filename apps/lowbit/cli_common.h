@@ -15,7 +15,7 @@ namespace lowbit::app {
 std::string human_bytes(double bytes);  // "1.25 GiB"
 
 // Which kernel serves each weight matrix: {"f32.avx512": ["layers.0.wq", ...]} collapsed to counts, and
-// whether any slow reference fallback ran.
+// whether any slow fallback (the unfused kernel) ran.
 struct KernelReport {
   std::map<std::string, int> by_kernel;                // kernel -> number of matrices
   std::map<std::string, std::string> by_tensor;        // matrix name -> kernel
@@ -23,7 +23,7 @@ struct KernelReport {
   // count. No fused kernel serves their format / group on this ISA tier (INT3 / INT2, FP6, odd groups, Q2_K /
   // Q3_K prefill, or every format below the avx512 tier), so expect several times lower speed than a fused one.
   std::map<std::string, int> unfused;
-  bool fallback = false;  // !unfused.empty()
+  bool fallback() const { return !unfused.empty(); }
   nlohmann::json to_json() const;
   void print(bool per_tensor) const;                   // to stderr
 };

@@ -293,10 +293,9 @@ struct QxRow {
 int64_t qx_padded(int bits, int64_t cols);  // bytes of q per token
 int64_t qx_chunks(int bits, int64_t cols);  // chunks per token (16 lane sums each)
 void qx_layout_avx512(int bits, const int8_t* natural, int64_t cols, int8_t* q, int32_t* lanesum);
-float vnni_dot_avx512(int bits, const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
-                      const QxRow& x);
-// Four rows at once (rows[i], s[i], z[i] as above): out[i] = rows[i] . x.
-void vnni_dot4_avx512(int bits, const uint8_t* const* rows, int64_t cols, int64_t group, const float* const* s,
+// out[i] = rows[i] . x for nr rows (row i's codes, scale cells s[i], zero cells z[i], null for symmetric), four
+// rows at a time, the tail one by one.
+void vnni_rows_avx512(int bits, int nr, const uint8_t* const* rows, int64_t cols, int64_t group, const float* const* s,
                       const float* const* z, const QxRow& x, float* out);
 
 // W8A8: per-channel INT8 codes -> the Int8Tile layout.

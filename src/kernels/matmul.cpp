@@ -366,23 +366,13 @@ void run_vnni512(const WeightMatrix& w, const KernelPlan& p, const float* x, int
   const int8_t* qxp = qx.data();
   const int32_t* lsp = ls.data();
   const float* sxp = sx.data();
-  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t t = 0; t < T; ++t) {
-      kern::QxRow xr{qxp + t * pad, lsp + t * nch * 16, sxp[t]};
-      int64_t r = r0;
-      for (; r + 4 <= r1; r += 4) {
-        const uint8_t* rp[4];
-        const float* sp[4];
-        const float* zp[4];
-        for (int i = 0; i < 4; ++i) rp[i] = row_ptr(w, r + i), sp[i] = p.scale_row(r + i), zp[i] = p.zero_row(r + i);
-        float o[4];
-        kern::vnni_dot4_avx512(bits, rp, cols, p.group, sp, zp, xr, o);
-        for (int i = 0; i < 4; ++i) y[t * rows + r + i] = o[i];
-      }
-      for (; r < r1; ++r)
-        y[t * rows + r] = kern::vnni_dot_avx512(bits, row_ptr(w, r), cols, p.group, p.scale_row(r), p.zero_row(r), xr);
-    }
-  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+  for_code_row_blocks(w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
+                      [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
+                          int64_t r0) {
+                        for (int64_t t = 0; t < T; ++t)
+                          kern::vnni_rows_avx512(bits, nr, rp, cols, p.group, sp, zp,
+                                                 {qxp + t * pad, lsp + t * nch * 16, sxp[t]}, y + t * rows + r0);
+                      });
 }
 
 // W8A8 prefill: activations quantized per token as the decode route does, then the register-tiled VNNI kernel.
@@ -455,28 +445,28 @@ Q8Acts q8_acts(const float* x, int64_t T, int64_t cols, int64_t width) {
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 with a load-time QBlkPack, decode and prefill:
 // activations rounded to Q8 blocks of 32 (as llama.cpp does), each block's code sum times the weight offset
 // folded into the integer accumulator.
+// The QBlkPack kernel's activations: q8_acts with each block's sum turned into the integer accumulator's start
+// (see qblk_gemm_avx512: -offset * sum, or the sum itself for the types with a min). pk: the pack or its layout.
+Q8Acts qblk_acts(const QBlkPack& pk, const float* x, int64_t T, int64_t cols) {
+  const Q8Acts a = q8_acts(x, T, cols, 32);
+  if (!pk.min_bytes)
+    for (int64_t i = 0; i < T * (cols / 32); ++i) a.sums[i] *= -pk.offset;
+  return a;
+}
+
 void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int64_t T, float* y) {
-  const Q8Acts a = q8_acts(x, T, w.cols, 32);
-  if (!pk.min_bytes)  // see qblk_gemm_avx512: -offset * sum, or the sum itself for the types with a min
-    for (int64_t i = 0; i < T * (w.cols / 32); ++i) a.sums[i] *= -pk.offset;
+  const Q8Acts a = qblk_acts(pk, x, T, w.cols);
   for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) { kern::qblk_gemm_avx512(pk, r0, r1, a.q, a.dx, a.sums, T, y); },
                  static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
-// Prefill of a QBlkPack or KPack type held as rows (online --quantize q4_0 / q8_0 / q4_k, i.e. WeightKind::Quant, or a GGUF
-// weight without its load-time pack): each 16-row block is packed into a per-thread buffer and multiplied by
-// all tokens on the pack's tile, so the packing (~1 byte operation per weight byte) is paid once per call and
-// block, not per token, and nothing stays resident. Decode keeps the row kernel (a pack per call would cost
-// more than the product).
-bool transient_qblk_ok(const WeightMatrix& w, const KernelPlan& p) {
-  return !p.load_pack() && qblk_supported(p.ggml_type, w.cols);
-}
-// The same for the k-quant pack (online --quantize q4_k; Q5_K / Q6_K weights without their pack).
-bool transient_kpack_ok(const WeightMatrix& w, const KernelPlan& p) {
-  return !p.load_pack() && kpack_supported(p.ggml_type, w.cols);
-}
-bool transient_pack_ok(const WeightMatrix& w, const KernelPlan& p) {
-  return transient_qblk_ok(w, p) || transient_kpack_ok(w, p);
+// True when GGUF-type prefill (T >= kPrefillTokens) runs on a pack's tile: the load-time pack, or, for a QBlkPack
+// or KPack type held as rows (online --quantize q4_0 / q8_0 / q4_k, i.e. WeightKind::Quant, or a GGUF weight
+// without its load-time pack), a per-call pack: each 16-row block is packed into a per-thread buffer and multiplied
+// by all tokens, so the packing (~1 byte operation per weight byte) is paid once per call and block, not per
+// token, and nothing stays resident. Decode keeps the row kernel (a pack per call would cost more than the product).
+bool pack_tile_ok(const WeightMatrix& w, const KernelPlan& p) {
+  return p.load_pack() || qblk_supported(p.ggml_type, w.cols) || kpack_supported(p.ggml_type, w.cols);
 }
 
 // 64-byte aligned per-thread scratch of at least n bytes.
@@ -512,9 +502,7 @@ void run_kpack_transient(const WeightMatrix& w, const KernelPlan& p, const float
 
 void run_qblk_transient(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   const QBlkPack meta = qblk_layout(p.ggml_type, w.rows, w.cols);
-  const Q8Acts a = q8_acts(x, T, w.cols, 32);
-  if (!meta.min_bytes)
-    for (int64_t i = 0; i < T * (w.cols / 32); ++i) a.sums[i] *= -meta.offset;
+  const Q8Acts a = qblk_acts(meta, x, T, w.cols);
   for_packed_row_blocks(
       w, static_cast<size_t>(w.cols / 32 * meta.block_bytes), static_cast<double>(w.nbytes()) * static_cast<double>(T),
       [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_qblk_block(meta, rp, nr, base); },
@@ -582,8 +570,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
       if (const AmxInt8Pack* pk = amx_int8_pack(w, p)) return run_amx_w8a8(w, p, *pk, x, T, y, isa >= Isa::Amx);
     if (const Int8Tile* tile = int8_tile(w, p)) return run_vnni_tile512(w, p, *tile, x, T, y);
   }
-  if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !p.load_pack() &&
-                                                        !transient_pack_ok(w, p))))
+  if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !pack_tile_ok(w, p))))
     path = Path::Deq;
   if (path == Path::Vnni512) return run_vnni512(w, p, x, T, y);
   std::vector<float> xq_storage;
@@ -597,8 +584,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
     case Path::GgmlQ8_512:  // x has been through the activation route; these kernels add the Q8 block rounding
       if (p.qblk) return run_qblk512(w, *p.qblk, x, T, y);
       if (p.kpack) return run_kpack512(w, *p.kpack, x, T, y);
-      if (T >= kPrefillTokens) {  // transient_pack_ok (see above)
-        if (transient_kpack_ok(w, p)) return run_kpack_transient(w, p, x, T, y);
+      if (T >= kPrefillTokens) {  // a per-call pack (pack_tile_ok, see above)
+        if (kpack_supported(p.ggml_type, w.cols)) return run_kpack_transient(w, p, x, T, y);
         return run_qblk_transient(w, p, x, T, y);
       }
       return run_ggml_q8_512(w, p, x, T, y);
@@ -625,10 +612,10 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
         return name + (isa >= Isa::Amx ? ".vnni+amxtile.amx" : ".vnni+amxtile-emulated.avx512");
       return name + ".vnni.avx512";
     case Path::GgmlQ8_512:
-      // Without a load-time pack: decode by row, prefill on the pack's tile with a per-call pack (QBlkPack types).
-      return name + (p.load_pack()              ? ".q8vnni16.avx512"
-                     : transient_pack_ok(w, p) ? ".q8vnni+q8vnni16.avx512"
-                                               : ".q8vnni.avx512");
+      // Without a load-time pack: decode by row, prefill on the pack's tile with a per-call pack where one exists.
+      return name + (p.load_pack()           ? ".q8vnni16.avx512"
+                     : pack_tile_ok(w, p)    ? ".q8vnni+q8vnni16.avx512"
+                                             : ".q8vnni.avx512");
     case Path::Nib512:
     case Path::Byte512: {
       // Decode (T < kPrefillTokens) on the lane kernel; prefill on the BF16 tile where it applies, else rows
@@ -701,7 +688,7 @@ bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {
   if (choose(w, p, kernel_isa()) != Path::GgmlQ8_512) return false;
   // Prefill rounds too when a load-time pack serves it (GGUF weights with their own plan, prepare_weight) or a
   // per-call pack of a QBlkPack type.
-  return T < kPrefillTokens || p.load_pack() || transient_pack_ok(w, p);
+  return T < kPrefillTokens || pack_tile_ok(w, p);
 }
 
 namespace kern {

@@ -11,12 +11,13 @@
 //   E4M3FN / E5M2 / FNUZ   x is quantized per token to FP8 and dequantized, then a float product (exact emulation).
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q2_K .. Q6_K weights on AVX-512 additionally quantize activations
 // to Q8 blocks of 32 (like llama.cpp; its k-quant kernels use one scale per 256 instead) in decode (T < 4), and in
-// prefill too for the weights repacked at load (prepare_weight): results then differ from matmul_reference by that
-// rounding (see quantize_q8_blocks, matmul_rounds_to_q8 and docs/kernels.md). From T = 4 tokens on, W8A8 and the
-// repacked GGUF weights run integer register tiles (W8A8 from 16 tokens on AMX-INT8 tiles on the Amx tier), every
-// other format dequantize-row-block + dense F32 tiles.
+// prefill too where a pack serves it (load-time, or per call for the QBlkPack / KPack types held as rows): results
+// then differ from matmul_reference by that rounding (see quantize_q8_blocks, matmul_rounds_to_q8 and
+// docs/kernels.md). From T = 4 tokens on, W8A8 and those GGUF weights run integer register tiles (W8A8 from 16
+// tokens on AMX-INT8 tiles on the Amx tier), the weight-only 4- / 8-bit formats the BF16 tile on the Avx512Bf16
+// tier, every other format dequantize-row-block + dense F32 tiles.
 // Weight-only 4-bit (nib route: INT4, NF4, FP4, MXFP4, NVFP4) and 8-bit (byte route: INT8, FP8) weights on the
-// Avx512Bf16 tier round the activations to BF16 in decode (T < 4): W4A16 / W8A16 with BF16 activations, products
+// Avx512Bf16 tier round the activations to BF16 in decode and prefill: W4A16 / W8A16 with BF16 activations, products
 // exact, FP32 accumulation (matmul_rounds_to_bf16, docs/kernels.md).
 #pragma once
 #include <cstdint>

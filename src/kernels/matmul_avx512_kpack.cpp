@@ -127,16 +127,6 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
   for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * p.rows + r, m, accf[j]);
 }
 
-template <int TY>
-void kpack_rows(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* s16,
-                int64_t T, float* y) {
-  const int64_t nsb = p.cols / 256;
-  for_tiles16x8(r0, r1, T, [&](int64_t r, uint16_t m, int64_t t0, auto n) {
-    const uint8_t* reg0 = p.data.get() + (r / 16) * nsb * p.sb_bytes;
-    kpack_tile<TY, decltype(n)::value>(p, reg0, nsb, q, dx, s16, t0, y, r, m);
-  });
-}
-
 }  // namespace
 
 void kpack_block_gemm_avx512(const KPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q, const float* dx,
@@ -156,14 +146,10 @@ void kpack_block_gemm_avx512(const KPack& p, const uint8_t* base, int64_t r, int
 
 void kpack_gemm_avx512(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
                        const int32_t* s16, int64_t T, float* y) {
-  switch (p.ggml_type) {
-    case kQ4K:
-      return kpack_rows<kQ4K>(p, r0, r1, q, dx, s16, T, y);
-    case kQ5K:
-      return kpack_rows<kQ5K>(p, r0, r1, q, dx, s16, T, y);
-    default:
-      return kpack_rows<kQ6K>(p, r0, r1, q, dx, s16, T, y);
-  }
+  const int64_t region = p.cols / 256 * p.sb_bytes;
+  for (int64_t r = r0; r < r1; r += 16)
+    kpack_block_gemm_avx512(p, p.data.get() + (r / 16) * region, r, static_cast<int>(std::min<int64_t>(16, r1 - r)), q,
+                            dx, s16, T, y);
 }
 
 }  // namespace lowbit::kern

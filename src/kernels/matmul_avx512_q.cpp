@@ -313,53 +313,32 @@ void qx_layout_avx512(int bits, const int8_t* nat, int64_t cols, int8_t* q, int3
     }
 }
 
-float vnni_dot_avx512(int bits, const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
-                      const QxRow& x) {
+namespace {
+
+// R rows at once (R = 4: the rows share each activation load and lane-sum load, give the core four independent
+// chains, and are prefetched in address order: the rows are consecutive in memory, and read interleaved they
+// defeat the hardware prefetcher). Each row's sum is formed in the same order for any R.
+template <int R>
+void vnni_rows_r(int bits, const uint8_t* const* rows, int64_t cols, int64_t group, const float* const* s,
+                 const float* const* z, const QxRow& x, float* out) {
   // Chunks of 128 (INT4) / 64 (INT8) codes; lane l covers 8 / 4 consecutive elements (qx_layout).
   const int64_t le = bits == 4 ? 8 : 4;
   const LaneGeom g = lane_geom(cols, group, 16 * le, [le](int l) { return l * le; });
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const int zshift = bits == 4 ? 3 : 7;
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
   GroupWalk gw;
   for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
-    const __m512i b = load_chunk(g, row, c);
-    __m512i isum;
-    if (bits == 4) {
-      const __m512i lo = _mm512_and_si512(b, m4), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
-      isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(x.q + 128 * c));
-      isum = _mm512_dpbusd_epi32(isum, hi, _mm512_loadu_si512(x.q + 128 * c + 64));
-    } else {
-      isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), b, _mm512_loadu_si512(x.q + 64 * c));
+    if constexpr (R > 1) {
+      const char* ahead = reinterpret_cast<const char*>(rows[0]) + 64 * R * c + 4096;
+      for (int k = 0; k < R; ++k) _mm_prefetch(ahead + 64 * k, _MM_HINT_T0);
     }
-    // Remove the zero point (stored zero, or the 2^(bits-1) offset of symmetric codes) exactly in int32.
-    const __m512i ls = _mm512_loadu_si512(x.lanesum + 16 * c);
-    if (z) isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(_mm512_cvtps_epi32(chunk_cells(g, z, c, gw)), ls));
-    else isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(ls, zshift));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), chunk_cells(g, s, c, gw), acc);
-  }
-  return x.scale * _mm512_reduce_add_ps(acc);
-}
-
-// Four rows at once (same result per row up to float summation order): the rows share each activation load and
-// lane-sum load, give the core four independent chains, and are prefetched in address order (the four rows are
-// consecutive in memory; read interleaved they defeat the hardware prefetcher).
-void vnni_dot4_avx512(int bits, const uint8_t* const* rows, int64_t cols, int64_t group, const float* const* s,
-                      const float* const* z, const QxRow& x, float* out) {
-  const int64_t le = bits == 4 ? 8 : 4;
-  const LaneGeom g = lane_geom(cols, group, 16 * le, [le](int l) { return l * le; });
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const int zshift = bits == 4 ? 3 : 7;
-  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-  GroupWalk gw;
-  for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
-    const char* ahead = reinterpret_cast<const char*>(rows[0]) + 256 * c + 4096;
-    for (int k = 0; k < 4; ++k) _mm_prefetch(ahead + 64 * k, _MM_HINT_T0);
     const __m512i ls = _mm512_loadu_si512(x.lanesum + 16 * c);
     const __m512i x0 = _mm512_loadu_si512(x.q + (bits == 4 ? 128 : 64) * c);
     const __m512i x1 = bits == 4 ? _mm512_loadu_si512(x.q + 128 * c + 64) : x0;
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < R; ++i) {
       const __m512i b = load_chunk(g, rows[i], c);
       __m512i isum;
       if (bits == 4) {
@@ -368,12 +347,22 @@ void vnni_dot4_avx512(int bits, const uint8_t* const* rows, int64_t cols, int64_
       } else {
         isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), b, x0);
       }
+      // Remove the zero point (stored zero, or the 2^(bits-1) offset of symmetric codes) exactly in int32.
       if (z[i]) isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(_mm512_cvtps_epi32(chunk_cells(g, z[i], c, gw)), ls));
       else isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(ls, zshift));
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), chunk_cells(g, s[i], c, gw), acc[i]);
     }
   }
-  for (int i = 0; i < 4; ++i) out[i] = x.scale * _mm512_reduce_add_ps(acc[i]);
+  for (int i = 0; i < R; ++i) out[i] = x.scale * _mm512_reduce_add_ps(acc[i]);
+}
+
+}  // namespace
+
+void vnni_rows_avx512(int bits, int nr, const uint8_t* const* rows, int64_t cols, int64_t group, const float* const* s,
+                      const float* const* z, const QxRow& x, float* out) {
+  int i = 0;
+  for (; i + 4 <= nr; i += 4) vnni_rows_r<4>(bits, rows + i, cols, group, s + i, z + i, x, out + i);
+  for (; i < nr; ++i) vnni_rows_r<1>(bits, rows + i, cols, group, s + i, z + i, x, out + i);
 }
 
 // ---- GGUF Q4_0 / Q8_0 x Q8 activations ----

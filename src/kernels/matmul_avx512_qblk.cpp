@@ -95,16 +95,6 @@ void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols,
   for (int j = 0; j < NT; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * rows + r, m, accf[j]);
 }
 
-template <int TY>
-void qblk_rows(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* xo,
-               int64_t T, float* y) {
-  const int64_t nb = p.cols / 32;
-  for_tiles16x8(r0, r1, T, [&](int64_t r, uint16_t m, int64_t t0, auto n) {
-    const uint8_t* base = p.data.get() + (r / 16) * nb * p.block_bytes;
-    qblk_tile<TY, decltype(n)::value>(p, base, nb, p.cols, q, dx, xo, t0, y, p.rows, r, m);
-  });
-}
-
 }  // namespace
 
 void qblk_block_gemm_avx512(const QBlkPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q,
@@ -128,22 +118,10 @@ void qblk_block_gemm_avx512(const QBlkPack& p, const uint8_t* base, int64_t r, i
 
 void qblk_gemm_avx512(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
                       const int32_t* xo, int64_t T, float* y) {
-  switch (p.ggml_type) {
-    case kQ4_0:
-      return qblk_rows<kQ4_0>(p, r0, r1, q, dx, xo, T, y);
-    case kQ5_0:
-      return qblk_rows<kQ5_0>(p, r0, r1, q, dx, xo, T, y);
-    case kQ4_1:
-      return qblk_rows<kQ4_1>(p, r0, r1, q, dx, xo, T, y);
-    case kQ5_1:
-      return qblk_rows<kQ5_1>(p, r0, r1, q, dx, xo, T, y);
-    case kIq4Nl:
-      return qblk_rows<kIq4Nl>(p, r0, r1, q, dx, xo, T, y);
-    case kMxfp4:
-      return qblk_rows<kMxfp4>(p, r0, r1, q, dx, xo, T, y);
-    default:
-      return qblk_rows<kQ8_0>(p, r0, r1, q, dx, xo, T, y);
-  }
+  const int64_t region = p.cols / 32 * p.block_bytes;
+  for (int64_t r = r0; r < r1; r += 16)
+    qblk_block_gemm_avx512(p, p.data.get() + (r / 16) * region, r, static_cast<int>(std::min<int64_t>(16, r1 - r)), q,
+                           dx, xo, T, y, p.rows);
 }
 
 void quantize_q8_blocks_avx512(const float* x, int64_t n, int8_t* q, float* d) {
