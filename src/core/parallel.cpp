@@ -5,9 +5,12 @@
 // region costs a scheduler time slice (~4 ms) whenever one worker is not running. A decode step makes ~50 products,
 // so 2-thread decode on a loaded 2-core machine fell from ~650 to ~5 tokens/s.
 //
-// Here the caller publishes a job (a chunk counter) and works through the chunks itself; workers that are running
-// take chunks too. The caller only waits for chunks a worker has actually started, never for a worker to wake up:
-// if no worker shows up, the caller does all the work and returns. Idle workers spin briefly (a decode step issues
+// Here the caller publishes a job (a cursor over the items) and works through chunks itself; workers that are
+// running take chunks too. Chunks shrink as the job drains (guided: what is left / (2 x threads), down to 1/16 of
+// a thread's share), so the threads finish within a small chunk of each other: with four fixed chunks, 2-thread
+// decode of a 0.5B model spent ~7 % of the caller's time waiting for the last one (the two cores stream at
+// different rates); guided chunks cut that wait about 4x (measured with a wait timer in run()). The caller only
+// waits for chunks a worker has actually started, never for a worker to wake up: if no worker shows up, the caller does all the work and returns. Idle workers spin briefly (a decode step issues
 // products back to back), then sleep on a condition variable.
 //
 // Job lifetime (the job lives on the caller's stack): a worker announces itself (inside += 1) before it loads the
@@ -44,9 +47,10 @@ thread_local bool t_in_parallel = false;
 
 struct Job {
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
-  int64_t n = 0, chunk = 1, nchunks = 0;
-  std::atomic<int64_t> next{0};  // next chunk to take
-  std::atomic<int64_t> done{0};  // chunks finished
+  int64_t n = 0;
+  int64_t min_chunk = 1;         // smallest chunk handed out (items)
+  int64_t div = 2;               // a chunk is (items left) / div, at least min_chunk
+  std::atomic<int64_t> next{0};  // first item not yet taken
   std::mutex error_mu;
   std::exception_ptr error;      // the first exception thrown by any chunk; rethrown by the caller
 };
@@ -54,18 +58,19 @@ struct Job {
 // Runs chunks of `job` until none is left.
 void run_chunks(Job& job) {
   for (;;) {
-    const int64_t c = job.next.fetch_add(1);
-    if (c >= job.nchunks) return;
-    const int64_t b = c * job.chunk, e = std::min(job.n, b + job.chunk);
+    int64_t b = job.next.load(), e;
+    do {
+      if (b >= job.n) return;
+      e = std::min(job.n, b + std::max(job.min_chunk, (job.n - b) / job.div));
+    } while (!job.next.compare_exchange_weak(b, e));
     try {
       (*job.fn)(b, e);
     } catch (...) {
       // Stop handing out chunks and keep the first exception for the caller (a worker must not let it escape).
       std::lock_guard<std::mutex> lock(job.error_mu);
       if (!job.error) job.error = std::current_exception();
-      job.next.store(job.nchunks);
+      job.next.store(job.n);
     }
-    job.done.fetch_add(1);
   }
 }
 
@@ -81,7 +86,7 @@ class Pool {
   }
   int size() const { return static_cast<int>(threads_.size()) + 1; }
 
-  void run(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn) {
+  void run(int64_t n, int64_t min_chunk, int64_t div, const std::function<void(int64_t, int64_t)>& fn) {
     // One job at a time: a second thread calling parallel_for concurrently runs its loop by itself.
     std::unique_lock<std::mutex> busy(run_mu_, std::try_to_lock);
     if (!busy.owns_lock()) {
@@ -91,8 +96,8 @@ class Pool {
     Job job;
     job.fn = &fn;
     job.n = n;
-    job.chunk = chunk;
-    job.nchunks = (n + chunk - 1) / chunk;
+    job.min_chunk = min_chunk;
+    job.div = div;
     job_.store(&job);
     publish();
     t_in_parallel = true;
@@ -178,9 +183,10 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
     fn(0, n);
     return;
   }
-  // Two chunks per thread: a late worker still finds work, and a lone caller loses little to chunking.
-  const int64_t chunk = std::max(grain, (n + 2 * nt - 1) / (2 * nt));
-  pool().run(n, chunk, fn);
+  // Guided chunks, the first a quarter of the job for two threads (a late worker still finds work, a lone caller
+  // loses little to chunking), the last 1/16 of a thread's share.
+  const int64_t min_chunk = std::max(grain, (n + 16 * nt - 1) / (16 * nt));
+  pool().run(n, min_chunk, 2 * nt, fn);
 }
 
 }  // namespace lowbit

@@ -11,8 +11,8 @@ namespace lowbit {
 int num_threads();
 void set_num_threads(int n);
 
-// Calls fn(begin, end) on disjoint chunks covering [0, n), in parallel (about two chunks per thread, each at least
-// `grain` long; any thread may run any number of them).
+// Calls fn(begin, end) on disjoint chunks covering [0, n), in parallel (chunks shrink from (n / 2 threads) to
+// n / (16 threads) as the loop drains, each at least `grain` long; any thread may run any number of them).
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
 // Index of the calling thread in [0, num_threads()): 0 for the thread that called parallel_for (and outside

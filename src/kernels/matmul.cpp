@@ -225,10 +225,14 @@ void for_code_row_blocks(const WeightMatrix& w, const KernelPlan& p, double work
     const uint8_t* rp[kRowBlock];
     const float* sp[kRowBlock];
     const float* zp[kRowBlock];
+    // Scale cells by stepping (scale_row's division per row cost ~2 % of small models' decode).
+    int64_t cell = r0 / p.row_block, in_cell = r0 % p.row_block;
+    const float* zeros = p.zeros.empty() ? nullptr : p.zeros.data();
     for (int64_t r = r0; r < r1; ++r) {
       rp[r - r0] = row_ptr(w, r);
-      sp[r - r0] = p.scale_row(r);
-      zp[r - r0] = p.zero_row(r);
+      sp[r - r0] = p.scales.data() + cell * p.gcols;
+      zp[r - r0] = zeros ? zeros + cell * p.gcols : nullptr;
+      if (++in_cell == p.row_block) in_cell = 0, ++cell;
     }
     fn(static_cast<int>(r1 - r0), rp, sp, zp, r0);
   }, work_bytes);

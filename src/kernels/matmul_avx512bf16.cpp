@@ -208,14 +208,61 @@ void byte_rows_any(const LaneGeom& g, int nr, const uint8_t* const* rows, const 
   }
 }
 
-// Activations of one token rounded to BF16 and placed by the kernel's lane layout: element o of each chunk
-// goes to position dst(o) of that chunk; zero padding to whole chunks; group sums of the BF16 values.
-template <typename Dst>
-void bf16_lane_layout(const float* x, int64_t cols, int64_t group, int64_t chunk, Dst dst, uint16_t* xb,
+// 16 floats rounded to BF16 (nearest-even, NaN kept quiet): f32_to_bf16 lane by lane. Not vcvtneps2bf16, which
+// flushes subnormal inputs to zero.
+inline __m256i bf16_round16(__m512 v) {
+  const __m512i b = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+// A lane layout of C (64 or 128) elements per chunk as word permutations: output word p of a chunk is element
+// src(p); idx[p] = src(p) % 64 indexes a register pair, and bit p of hi is set when src(p) >= 64 (second pair).
+template <int C>
+struct LanePerm {
+  alignas(64) uint16_t idx[C];
+  uint32_t hi[C / 32] = {};
+  template <typename Dst>
+  explicit LanePerm(Dst dst) {
+    for (int o = 0; o < C; ++o) {
+      const int p = static_cast<int>(dst(o));
+      idx[p] = static_cast<uint16_t>(o % 64);
+      if (o >= 64) hi[p / 32] |= 1u << (p % 32);
+    }
+  }
+};
+
+// Activations of one token rounded to BF16 and placed by the kernel's lane layout: element o of each chunk goes to
+// position dst(o) of that chunk (perm holds the inverse); zero padding to whole chunks; group sums of the BF16
+// values. Per chunk: C / 16 roundings, then one vpermt2w per 32 output words (two and a blend for C = 128).
+template <int C>
+void bf16_lane_layout(const float* x, int64_t cols, int64_t group, const LanePerm<C>& perm, uint16_t* xb,
                       float* gsum) {
-  const int64_t pad = (cols + chunk - 1) / chunk * chunk;
-  for (int64_t i = 0; i < pad; ++i)
-    xb[i - i % chunk + dst(i % chunk)] = i < cols ? f32_to_bf16(x[i]) : uint16_t{0};
+  constexpr int kRegs = C / 32;
+  for (int64_t c0 = 0; c0 < cols; c0 += C) {
+    __m512i a[kRegs];
+    for (int q = 0; q < kRegs; ++q) {
+      __m256i h[2];
+      for (int e = 0; e < 2; ++e) {
+        const int64_t i = c0 + 32 * q + 16 * e;
+        const int64_t left = std::clamp<int64_t>(cols - i, 0, 16);
+        const __mmask16 m = left == 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+        h[e] = bf16_round16(_mm512_maskz_loadu_ps(m, x + std::min(i, cols)));
+      }
+      a[q] = _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1);
+    }
+    for (int j = 0; j < kRegs; ++j) {
+      const __m512i idx = _mm512_load_si512(perm.idx + 32 * j);
+      __m512i v = _mm512_permutex2var_epi16(a[0], idx, a[1]);
+      if constexpr (C == 128)
+        v = _mm512_mask_blend_epi16(perm.hi[j], v, _mm512_permutex2var_epi16(a[2], idx, a[3]));
+      _mm512_storeu_si512(xb + c0 + 32 * j, v);
+    }
+  }
   if (gsum) group_sums(x, cols, group, true, gsum);
 }
 
@@ -231,8 +278,8 @@ bool byte16_lanes_ok(int64_t group, int64_t cols) {
 
 void byte16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, float* gsum) {
   // o = 16L + 8z + m -> 32z + 8L + m
-  bf16_lane_layout(
-      x, cols, group, 64, [](int64_t o) { return 32 * (o / 8 % 2) + 8 * (o / 16) + o % 8; }, xb, gsum);
+  static const LanePerm<64> perm([](int64_t o) { return 32 * (o / 8 % 2) + 8 * (o / 16) + o % 8; });
+  bf16_lane_layout(x, cols, group, perm, xb, gsum);
 }
 
 void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
@@ -252,8 +299,8 @@ void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* con
 
 void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, float* gsum) {
   // o = 8l + 4e + k -> 32k + 2l + e
-  bf16_lane_layout(
-      x, cols, group, 128, [](int64_t o) { return 32 * (o % 4) + 2 * (o / 8) + o / 4 % 2; }, xb, gsum);
+  static const LanePerm<128> perm([](int64_t o) { return 32 * (o % 4) + 2 * (o / 8) + o / 4 % 2; });
+  bf16_lane_layout(x, cols, group, perm, xb, gsum);
 }
 
 void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,

@@ -1,10 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <vector>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -56,6 +59,32 @@ TEST(Parallel, CoversRangeOnce) {
   for (int v : hit) EXPECT_EQ(v, 1);
 }
 
+// Guided chunks: the first is a quarter of the range for two threads, they shrink as the range drains, none is
+// below n / 32 or `grain` (but the range's last), and they tile [0, n).
+TEST(Parallel, GuidedChunksShrinkToAFloor) {
+  const int saved = num_threads();
+  set_num_threads(2);
+  for (int64_t grain : {1, 40}) {
+    std::mutex mu;
+    std::vector<std::pair<int64_t, int64_t>> chunks;
+    parallel_for(1024, grain, [&](int64_t b, int64_t e) {
+      std::lock_guard<std::mutex> lock(mu);
+      chunks.emplace_back(b, e);
+    });
+    std::sort(chunks.begin(), chunks.end());
+    ASSERT_FALSE(chunks.empty());
+    EXPECT_EQ(chunks.front(), std::make_pair(int64_t{0}, int64_t{256}));
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      EXPECT_EQ(chunks[i].first, i ? chunks[i - 1].second : 0);
+      if (i + 1 < chunks.size()) EXPECT_GE(chunks[i].second - chunks[i].first, std::max<int64_t>(32, grain));
+      if (i) EXPECT_LE(chunks[i].second - chunks[i].first, chunks[i - 1].second - chunks[i - 1].first);
+    }
+    EXPECT_EQ(chunks.back().second, 1024);
+    EXPECT_GT(chunks.size(), 8u);  // not four fixed quarters
+  }
+  set_num_threads(saved);
+}
+
 // The pool under repeated use, nesting, thread-count changes, and exceptions thrown in chunks on any thread.
 TEST(Parallel, PoolIsReusableNestsSeriallyAndPropagatesExceptions) {
   const int saved = num_threads();
@@ -75,7 +104,7 @@ TEST(Parallel, PoolIsReusableNestsSeriallyAndPropagatesExceptions) {
   set_num_threads(2);
   EXPECT_THROW(parallel_for(64, 1,
                             [&](int64_t b, int64_t) {
-                              if (b >= 32) throw Error("core", "late chunk failed");  // chunks of 16: any thread
+                              if (b >= 32) throw Error("core", "late chunk failed");  // a later chunk: any thread
                             }),
                Error);
   std::atomic<int64_t> sum{0};  // the pool still works after the exception

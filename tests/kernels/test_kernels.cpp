@@ -413,5 +413,35 @@ TEST(Dispatch, IsaNames) {
   EXPECT_EQ(available_isas().back(), best_isa());
 }
 
+// The BF16 lane layouts (vectorized) against their definition: element o of each C-element chunk, rounded by
+// f32_to_bf16, lands at dst(o); padding words are zero. Values include NaN, infinities, subnormals (which
+// vcvtneps2bf16 would flush) and ties of the rounding.
+TEST(Bf16LaneLayout, MatchesDefinitionBitExact) {
+  if (best_isa() < Isa::Avx512Bf16) GTEST_SKIP() << "no AVX512_BF16 + VBMI here";
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 1e-40f, -3e-39f, 0.0f, -0.0f,
+                            1.00390625f /* tie: 1 + 2^-8 */, 1.01171875f /* tie, odd */, 3.4e38f};
+  struct L {
+    int64_t chunk;
+    void (*fn)(const float*, int64_t, int64_t, uint16_t*, float*);
+    int64_t (*dst)(int64_t);
+  };
+  const L layouts[] = {
+      {128, kern::nib16_layout, [](int64_t o) { return 32 * (o % 4) + 2 * (o / 8) + o / 4 % 2; }},
+      {64, kern::byte16_layout, [](int64_t o) { return 32 * (o / 8 % 2) + 8 * (o / 16) + o % 8; }}};
+  for (const L& l : layouts)
+    for (int64_t cols : {1, 17, 63, 64, 100, 128, 200, 896, 1000}) {
+      std::vector<float> x(static_cast<size_t>(cols));
+      for (int64_t i = 0; i < cols; ++i) x[i] = i % 7 == 3 ? specials[(i / 7) % 10] : nd(rng);
+      const int64_t pad = (cols + l.chunk - 1) / l.chunk * l.chunk;
+      std::vector<uint16_t> got(static_cast<size_t>(pad), 0xABCD), want(static_cast<size_t>(pad), 0);
+      for (int64_t i = 0; i < cols; ++i) want[i - i % l.chunk + l.dst(i % l.chunk)] = f32_to_bf16(x[i]);
+      l.fn(x.data(), cols, cols, got.data(), nullptr);
+      for (int64_t i = 0; i < pad; ++i) ASSERT_EQ(got[i], want[i]) << "chunk " << l.chunk << " cols " << cols << " @" << i;
+    }
+}
+
 }  // namespace
 }  // namespace lowbit
