@@ -101,9 +101,8 @@ __attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const
   for (int r = 0; r < R; ++r) {
     // Asymmetric: the table holds u (X_g: the token's sum of its BF16 activations over group g).
     if (z[r]) sub_zero_points<T>(g, s[r], z[r], x, acc[r]);
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) y[r + t * ystride] = _mm512_reduce_add_ps(acc[r][t]);
   }
+  store_tile_sums<T, R>(acc, y, ystride);
 }
 
 // Rows in tiles of R (decode: R * T partial sums fit the 32 registers), the tail one row at a time.
@@ -176,11 +175,9 @@ __attribute__((noinline)) void byte_rows(const LaneGeom& g, const uint8_t* const
     }
   }
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
+  for (int r = 0; r < R; ++r)
     if (z[r]) sub_zero_points<T>(g, s[r], z[r], x, acc[r]);
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) y[r + t * ystride] = _mm512_reduce_add_ps(acc[r][t]);
-  }
+  store_tile_sums<T, R>(acc, y, ystride);
 }
 
 template <int T, bool SM>
