@@ -164,11 +164,12 @@ void run_model(const BenchArgs& a) {
   // buffer exists (after the warm-up repetition, which did all the work a counted one does).
   const bool probe_bw = a.n > 0 && a.bw_gbs <= 0;
   std::unique_ptr<ReadProbe> probe;
-  uint64_t peak = 0;
+  uint64_t peak = 0, huge = 0;  // huge: anonymous memory in transparent huge pages (weights, caches)
   std::vector<double> bws;
   for (int r = 0; r < a.reps + 1; ++r) {  // repetition 0 warms up (page faults, plans) and is not counted
     if (r == 1) {
       peak = peak_rss_bytes();
+      huge = anon_huge_page_bytes();
       if (probe_bw) probe = std::make_unique<ReadProbe>(size_t{1} << 29);
     }
     if (a.p > 0) {
@@ -213,6 +214,7 @@ void run_model(const BenchArgs& a) {
                         {"threads", num_threads()},
                         {"load_seconds", load_s},
                         {"peak_rss_bytes", peak},
+                        {"huge_page_bytes", huge},
                         {"kv_cache", a.kv.text()},
                         {"online_quantization", online},
                         {"kv", app::kv_cache_json(kv1)},
@@ -240,8 +242,9 @@ void run_model(const BenchArgs& a) {
                 size.c_str(), params, backend.c_str(), num_threads(), a.n,
                 a.depth > 0 ? (" @ d" + std::to_string(a.depth)).c_str() : "", sg.mean, sg.sd, 100.0 * sf.mean,
                 100.0 * sf.sd);
-  std::printf("\nload %.3f s | peak RSS %s | decode reads %s/token, bound %.1f t/s at %.1f GB/s (probed after each repetition) | KV %s\n", load_s,
-              app::human_bytes(static_cast<double>(peak)).c_str(), app::human_bytes(bytes_per_token).c_str(), bound,
+  std::printf("\nload %.3f s | peak RSS %s (%s in huge pages) | decode reads %s/token, bound %.1f t/s at %.1f GB/s (probed after each repetition) | KV %s\n", load_s,
+              app::human_bytes(static_cast<double>(peak)).c_str(), app::human_bytes(static_cast<double>(huge)).c_str(),
+              app::human_bytes(bytes_per_token).c_str(), bound,
               bw / 1e9, kv1.describe().c_str());
 }
 

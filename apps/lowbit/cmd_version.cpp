@@ -5,6 +5,7 @@
 
 #include "apps/lowbit/command.h"
 #include "core/cpu.h"
+#include "core/memory.h"
 #include "core/parallel.h"
 #include "core/version.h"
 #include "kernels/dispatch.h"
@@ -22,6 +23,10 @@ void setup(CLI::App& cmd) {
                         {"logical_cores", f.logical_cores}, {"threads", num_threads()},
                         {"features", f.summary()},       {"features_enabled", m.summary()},
                         {"ram_bytes", total_ram_bytes()}, {"kernel_isa", isa_name(best_isa())}};
+    // Whether weights can land in transparent huge pages (main.cpp re-executes with glibc.malloc.hugetlb=1).
+    const bool huge = malloc_huge_pages();
+    j["thp_mode"] = thp_mode();
+    j["malloc_huge_pages"] = huge;
     if (json) {
       std::cout << j.dump(2) << "\n";
       return;
@@ -34,6 +39,8 @@ void setup(CLI::App& cmd) {
     std::printf("kernels:  %s tier (kernels/dispatch.h; LOWBIT_ISA=generic|avx2|avx512|avx512bf16|amx lowers it)\n",
                 isa_name(best_isa()));
     std::printf("threads:  %d (LOWBIT_THREADS or --threads to change)\n", num_threads());
+    std::printf("memory:   transparent huge pages %s; weights in them: %s (LOWBIT_HUGEPAGES=0 turns it off)\n",
+                thp_mode().empty() ? "unknown" : thp_mode().c_str(), huge ? "yes (glibc.malloc.hugetlb=1)" : "no");
   });
 }
 }  // namespace

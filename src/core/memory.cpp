@@ -37,6 +37,38 @@ uint64_t status_kb(const char* key) {
 }  // namespace
 
 uint64_t peak_rss_bytes() { return status_kb("VmHWM:"); }
+
+uint64_t anon_huge_page_bytes() {
+  std::ifstream in("/proc/self/smaps_rollup");
+  std::string line;
+  const std::string key = "AnonHugePages:";
+  while (std::getline(in, line))
+    if (line.compare(0, key.size(), key) == 0) return std::strtoull(line.c_str() + key.size(), nullptr, 10) * 1024ull;
+  return 0;
+}
+
+std::string thp_mode() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  const size_t a = line.find('['), b = line.find(']');  // "always [madvise] never": the bracketed one is active
+  return a != std::string::npos && b != std::string::npos && b > a ? line.substr(a + 1, b - a - 1) : "";
+}
+
+bool malloc_huge_pages() {
+  const char* t = std::getenv("GLIBC_TUNABLES");
+  const std::string mode = thp_mode();
+  return t && std::string(t).find("glibc.malloc.hugetlb=1") != std::string::npos &&
+         (mode == "always" || mode == "madvise");
+}
+
+std::string huge_page_tunables(const char* lowbit_hugepages, const char* glibc_tunables, const std::string& thp) {
+  if (lowbit_hugepages && std::string(lowbit_hugepages) == "0") return "";
+  if (thp != "always" && thp != "madvise") return "";
+  const std::string t = glibc_tunables ? glibc_tunables : "";
+  if (t.find("glibc.malloc.hugetlb") != std::string::npos) return "";
+  return t.empty() ? "glibc.malloc.hugetlb=1" : t + ":glibc.malloc.hugetlb=1";
+}
 uint64_t current_rss_bytes() { return status_kb("VmRSS:"); }
 
 }  // namespace lowbit

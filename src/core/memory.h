@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace lowbit {
 
@@ -19,6 +20,23 @@ std::unique_ptr<uint8_t[], AlignedFree> aligned_bytes(size_t n);
 uint64_t peak_rss_bytes();
 // Current resident set size (VmRSS), bytes.
 uint64_t current_rss_bytes();
+// Anonymous memory of this process held in transparent huge pages (AnonHugePages of /proc/self/smaps_rollup),
+// bytes; 0 where the kernel does not report it.
+uint64_t anon_huge_page_bytes();
+
+// The kernel's transparent-huge-page mode (/sys/kernel/mm/transparent_hugepage/enabled): "always", "madvise",
+// "never", or "" where the file is missing.
+std::string thp_mode();
+
+// Weights stream from memory at every decoded token, and on 4 KiB pages the stream takes a TLB miss (and a page
+// walk) every 4 KiB. glibc's malloc advises its memory into transparent huge pages under the tunable
+// glibc.malloc.hugetlb=1, which glibc reads only at process start. Returns the GLIBC_TUNABLES value a process
+// should be re-executed with to get it, or "" when it should not: LOWBIT_HUGEPAGES=0, THP mode "never" or
+// unknown, or GLIBC_TUNABLES already naming the tunable (the re-executed process itself).
+std::string huge_page_tunables(const char* lowbit_hugepages, const char* glibc_tunables, const std::string& thp);
+// True when this process runs with that tunable (large heap blocks land in huge pages) and THP is not "never".
+bool malloc_huge_pages();
+
 // Returns freed heap pages to the OS (glibc malloc_trim) after a large transient structure is released, so it
 // does not count in later peaks.
 void release_free_heap();

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/hash.h"
+#include "core/memory.h"
 #include "core/parallel.h"
 #include "tensor/tensor.h"
 
@@ -76,8 +77,12 @@ TEST(Parallel, GuidedChunksShrinkToAFloor) {
     EXPECT_EQ(chunks.front(), std::make_pair(int64_t{0}, int64_t{256}));
     for (size_t i = 0; i < chunks.size(); ++i) {
       EXPECT_EQ(chunks[i].first, i ? chunks[i - 1].second : 0);
-      if (i + 1 < chunks.size()) EXPECT_GE(chunks[i].second - chunks[i].first, std::max<int64_t>(32, grain));
-      if (i) EXPECT_LE(chunks[i].second - chunks[i].first, chunks[i - 1].second - chunks[i - 1].first);
+      if (i + 1 < chunks.size()) {
+        EXPECT_GE(chunks[i].second - chunks[i].first, std::max<int64_t>(32, grain));
+      }
+      if (i) {
+        EXPECT_LE(chunks[i].second - chunks[i].first, chunks[i - 1].second - chunks[i - 1].first);
+      }
     }
     EXPECT_EQ(chunks.back().second, 1024);
     EXPECT_GT(chunks.size(), 8u);  // not four fixed quarters
@@ -111,6 +116,19 @@ TEST(Parallel, PoolIsReusableNestsSeriallyAndPropagatesExceptions) {
   parallel_for(1000, 10, [&](int64_t b, int64_t e) { sum += e - b; });
   EXPECT_EQ(sum.load(), 1000);
   set_num_threads(saved);
+}
+
+// When lowbit re-executes itself for huge pages, and with which GLIBC_TUNABLES (appended to the user's own).
+TEST(Memory, HugePageTunables) {
+  EXPECT_EQ(huge_page_tunables(nullptr, nullptr, "madvise"), "glibc.malloc.hugetlb=1");
+  EXPECT_EQ(huge_page_tunables(nullptr, nullptr, "always"), "glibc.malloc.hugetlb=1");
+  EXPECT_EQ(huge_page_tunables("1", "glibc.malloc.arena_max=2", "madvise"),
+            "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1");
+  EXPECT_EQ(huge_page_tunables("0", nullptr, "madvise"), "");                          // opted out
+  EXPECT_EQ(huge_page_tunables(nullptr, nullptr, "never"), "");                        // THP off
+  EXPECT_EQ(huge_page_tunables(nullptr, nullptr, ""), "");                             // no THP interface
+  EXPECT_EQ(huge_page_tunables(nullptr, "glibc.malloc.hugetlb=1", "madvise"), "");     // already re-executed
+  EXPECT_EQ(huge_page_tunables(nullptr, "glibc.malloc.hugetlb=0", "madvise"), "");     // the user's choice
 }
 
 TEST(Error, CarriesModulePrefix) {

@@ -139,6 +139,22 @@ TEST(InfoCli, KernelTierFollowsLowbitIsa) {
 
 // `lowbit bench --json`: each counted decode repetition is compared with the read bandwidth probed right after
 // it (fraction_of_bound is the mean of those ratios), and a fixed --bw replaces the probe. Bad flags exit 2.
+// lowbit re-executes itself with glibc's malloc advising transparent huge pages (when the kernel's THP mode allows
+// it), reports it in `info`, and LOWBIT_HUGEPAGES=0 turns it off.
+TEST(InfoCli, HugePagesFollowLowbitHugepages) {
+  auto info = [](const char* opt) {
+    if (opt) setenv("LOWBIT_HUGEPAGES", opt, 1);
+    const auto r = lowbit::testing_cli::run_cli("info --json");
+    unsetenv("LOWBIT_HUGEPAGES");
+    EXPECT_EQ(r.rc, 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const auto on = info(nullptr);
+  const std::string mode = on.at("thp_mode").get<std::string>();
+  EXPECT_EQ(on.at("malloc_huge_pages").get<bool>(), mode == "always" || mode == "madvise") << mode;
+  EXPECT_FALSE(info("0").at("malloc_huge_pages").get<bool>());
+}
+
 TEST(BenchCli, DecodeBoundPerRepetition) {
   const auto r = lowbit::testing_cli::run_cli("bench -m " + kModel + " -p 8 -n 4 -r 2 -t 1 --json");
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -150,6 +166,7 @@ TEST(BenchCli, DecodeBoundPerRepetition) {
   EXPECT_GT(d["fraction_of_bound"].get<double>(), 0.0);
   EXPECT_GE(d["fraction_of_bound_sd"].get<double>(), 0.0);
   EXPECT_GT(j["peak_rss_bytes"].get<double>(), 0.0);
+  EXPECT_GE(j["huge_page_bytes"].get<double>(), 0.0);
 
   // --bw 10: every repetition's bound is 10 GB/s, so the fraction is tokens/s x bytes/token / 1e10.
   const auto f = lowbit::testing_cli::run_cli("bench -m " + kModel + " -p 0 -n 4 -r 2 -t 1 --bw 10 --json");
