@@ -442,9 +442,53 @@ float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const 
 // Four rows of Q4_0 or Q8_0 against one token: the rows share each activation load and the block's activation
 // sum (the weight offset: Q4_0's 8, Q8_0's 128 after storing w + 128 as the unsigned operand, exact in int32),
 // and give the core four independent chains (one row alone is latency-bound, as nib16 was).
+namespace {
+// Q4_0, four rows at once in one zmm: 128-bit lane i holds row i's 16 code bytes of block b, so one and / shift /
+// and yields the four rows' low (elements 0-15) and high (16-31) nibbles against a broadcast of the block's
+// activations; lane i's four int32 partial sums are row i's. The f16 block scales of the four rows are gathered
+// into one vector (scalar loads: the integer ports are otherwise idle). ~32 operations per 4 rows x 32 weights
+// against ~55 for four ymm rows side by side: the ymm kernel was compute-bound below the memory rate.
+void q4_0_dot4_zmm(const uint8_t* const* rows, int64_t nb, const int8_t* qx, const float* dx, float* out) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+  const __m512i lane_of_row = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    // The four rows are consecutive in memory: prefetch their region in address order 4 KiB ahead (a hint).
+    const char* ahead = reinterpret_cast<const char*>(rows[0]) + 4 * 18 * b + 4096;
+    _mm_prefetch(ahead, _MM_HINT_T0);
+    _mm_prefetch(ahead + 64, _MM_HINT_T0);
+    const int64_t o = 18 * b;
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[0] + o + 2)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[1] + o + 2)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[2] + o + 2)), 2);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[3] + o + 2)), 3);
+    const __m512i xl = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qx + 32 * b)));
+    const __m512i xh = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qx + 32 * b + 16)));
+    const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xl), hi, xh);
+    const __m512i off = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xl), eight, xh);
+    uint16_t h[4];
+    for (int i = 0; i < 4; ++i) std::memcpy(&h[i], rows[i] + o, 2);
+    const uint64_t packed = uint64_t{h[0]} | uint64_t{h[1]} << 16 | uint64_t{h[2]} << 32 | uint64_t{h[3]} << 48;
+    const __m128 d4 = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(packed))), _mm_set1_ps(dx[b]));
+    const __m512 d = _mm512_permutexvar_ps(lane_of_row, _mm512_castps128_ps512(d4));
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot, off));
+    if (b & 1) acc1 = _mm512_fmadd_ps(f, d, acc1);
+    else acc0 = _mm512_fmadd_ps(f, d, acc0);
+  }
+  // Each 128-bit lane's four floats summed, the lane sums gathered into out[0..3].
+  __m512 a = _mm512_add_ps(acc0, acc1);
+  a = _mm512_add_ps(a, _mm512_permute_ps(a, 0xB1));  // swap neighbours
+  a = _mm512_add_ps(a, _mm512_permute_ps(a, 0x4E));  // swap pairs: every element holds its lane's sum
+  const __m512 first = _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), a);
+  _mm_storeu_ps(out, _mm512_castps512_ps128(first));
+}
+}  // namespace
+
 void ggml_q8_dot4_avx512(int ggml_type, const uint8_t* const* rows, int64_t cols, const int8_t* qx, const float* dx,
                          float* out) {
   const int64_t nb = cols / 32;
+  if (ggml_type == 2) return q4_0_dot4_zmm(rows, nb, qx, dx, out);
   const bool q4 = ggml_type == 2;
   const int64_t bs = q4 ? 18 : 34;
   const __m256i zero = _mm256_setzero_si256(), off = _mm256_set1_epi8(q4 ? 8 : static_cast<char>(128));
