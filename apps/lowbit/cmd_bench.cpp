@@ -129,10 +129,11 @@ void run_model(const BenchArgs& a) {
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));
 
-  // Bytes a decode step reads: every matrix except the embedding table (one row of it) + the KV read.
-  size_t wbytes = 0;
+  // Memory held by the weights (size) and bytes a decode step reads from them (every matrix except the embedding
+  // table, of which it reads one row; decode_bytes: codes + the tables the kernel walks) + the KV read.
+  size_t wbytes = 0, rbytes = 0;
   for (auto& [name, w] : m->weights.named_matrices())
-    if (name != "tok_embed") wbytes += w->nbytes();
+    if (name != "tok_embed") wbytes += w->nbytes(), rbytes += w->decode_bytes();
 
   std::vector<double> pp, tg;
   const int64_t cap = std::max<int64_t>(1, std::max<int64_t>(a.p, a.depth + a.n));
@@ -197,7 +198,7 @@ void run_model(const BenchArgs& a) {
   if (kv1.paged() && kv1.paged_cache()->evict_budget() > 0)
     live = std::min<double>(live, static_cast<double>(kv1.paged_cache()->evict_budget()));
   const double kv_read = kv1.bytes_per_token_exact() * live;
-  const double bytes_per_token = static_cast<double>(wbytes) + kv_read;
+  const double bytes_per_token = static_cast<double>(rbytes) + kv_read;
   std::vector<double> fr;  // each repetition's tokens/s over its own bound
   for (size_t i = 0; i < tg.size(); ++i) fr.push_back(tg[i] * bytes_per_token / bws[i]);
   const Stat sp = stats(pp), sg = stats(tg), sb = stats(bws), sf = stats(fr);

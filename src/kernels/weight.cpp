@@ -35,6 +35,16 @@ size_t WeightMatrix::nbytes() const {
   return base + (plan ? plan->bytes() : 0);
 }
 
+size_t WeightMatrix::decode_bytes() const {
+  if (kind == WeightKind::Ggml && plan && plan->load_pack()) return plan->bytes();
+  if (kind != WeightKind::Quant) return row_bytes() * static_cast<size_t>(rows);
+  size_t b = q->codes.size();
+  if (!plan || plan->scales.empty()) return q->storage_bytes();  // no decoded table: the stored cells are read
+  b += (plan->scales.size() + plan->zeros.size() + plan->lut.size()) * sizeof(float);
+  if (plan->byte16) b += sizeof(kern::Byte16Lut);
+  return b;
+}
+
 std::string WeightMatrix::format_name() const {
   switch (kind) {
     case WeightKind::F32: return "f32";

@@ -39,6 +39,11 @@ struct WeightMatrix {
   size_t row_bytes() const;
   // Bytes held in memory (Quant: codes + scales + zeros), plus the kernel side tables when built.
   size_t nbytes() const;
+  // Bytes one decode product (a single token, AVX-512 tiers) reads: the codes and the side tables the kernel
+  // walks (decoded scales / zero points, value tables), or the load-time pack; not the stored scale cells the
+  // plan decoded (kept for export and dequantization), nor the prefill-only INT8 / AMX tiles. The decode
+  // bandwidth bound (lowbit bench) divides by this.
+  size_t decode_bytes() const;
   std::string format_name() const;  // "f32", "bf16", "q4_0", ...
 };
 

@@ -406,6 +406,25 @@ TEST(KernelPlan, Byte16TableCountedInNbytes) {
   EXPECT_EQ(w.nbytes(), w.q->storage_bytes() + 64 * 4 + 256 * 4 + (bf16 ? sizeof(kern::Byte16Lut) : 0));
 }
 
+// What a decode reads (the bench's bandwidth bound): codes + the decoded tables, not the stored scale cells they
+// were decoded from; a GGUF weight with a load-time pack reads the pack; an online Q4_0 weight its blocks.
+TEST(KernelPlan, DecodeBytesCountWhatTheKernelReads) {
+  WeightMatrix g32 = make_weight({"int4:g32:asym", ""}, 64, 256, 4);
+  const size_t tables = (g32.plan->scales.size() + g32.plan->zeros.size() + g32.plan->lut.size()) * sizeof(float);
+  EXPECT_EQ(g32.plan->scales.size(), 64u * 8u);
+  EXPECT_EQ(g32.decode_bytes(), g32.q->codes.size() + tables);
+  EXPECT_EQ(g32.nbytes() - g32.decode_bytes(), g32.q->storage_bytes() - g32.q->codes.size());  // stored cells
+  WeightMatrix q40 = make_weight({"q4_0", ""}, 64, 256, 5);
+  EXPECT_EQ(q40.decode_bytes(), 64u * 8u * 18u);  // 8 blocks of 18 bytes per row, scales inside
+  WeightMatrix f32 = make_weight({"f32", ""}, 64, 256, 6);
+  EXPECT_EQ(f32.decode_bytes(), 64u * 256u * 4u);
+  if (best_isa() >= Isa::Avx512) {
+    WeightMatrix gg = make_weight({"ggml:q4_0", ""}, 64, 256, 7);
+    ASSERT_TRUE(gg.plan->load_pack());
+    EXPECT_EQ(gg.decode_bytes(), gg.plan->qblk->bytes());
+  }
+}
+
 TEST(Dispatch, IsaNames) {
   EXPECT_EQ(isa_from_string("avx2"), Isa::Avx2);
   EXPECT_THROW(isa_from_string("sse9"), UsageError);
