@@ -29,8 +29,9 @@ int exit_code() { return g_exit; }
 namespace {
 // Re-executes this program once with glibc's malloc advising transparent huge pages (see huge_page_tunables):
 // decoded tokens stream every weight from memory, and on this project's test machine huge pages raised a 2-thread
-// read of 512 MiB from ~29 to ~33 GB/s (1 thread: ~22 -> ~28) and 0.5B-shape decode by 7-14 %
-// (docs/kernels.md). LOWBIT_HUGEPAGES=0 opts out; if the exec fails the program simply runs on.
+// read of 512 MiB from ~29 to ~33 GB/s (1 thread: ~22 -> ~28) and 1-thread decode of the 0.5B INT4 model by ~15 %
+// (2 threads: within the machine's noise; docs/kernels.md). LOWBIT_HUGEPAGES=0 opts out; if the exec fails the
+// program simply runs on.
 void reexec_with_huge_pages(char** argv) {
   const std::string t = lowbit::huge_page_tunables(std::getenv("LOWBIT_HUGEPAGES"), std::getenv("GLIBC_TUNABLES"),
                                                    lowbit::thp_mode());

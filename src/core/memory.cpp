@@ -37,6 +37,7 @@ uint64_t status_kb(const char* key) {
 }  // namespace
 
 uint64_t peak_rss_bytes() { return status_kb("VmHWM:"); }
+uint64_t current_rss_bytes() { return status_kb("VmRSS:"); }
 
 uint64_t anon_huge_page_bytes() {
   std::ifstream in("/proc/self/smaps_rollup");
@@ -69,6 +70,5 @@ std::string huge_page_tunables(const char* lowbit_hugepages, const char* glibc_t
   if (t.find("glibc.malloc.hugetlb") != std::string::npos) return "";
   return t.empty() ? "glibc.malloc.hugetlb=1" : t + ":glibc.malloc.hugetlb=1";
 }
-uint64_t current_rss_bytes() { return status_kb("VmRSS:"); }
 
 }  // namespace lowbit
