@@ -176,6 +176,15 @@ TEST(BenchCli, DecodeBoundPerRepetition) {
   const double want = k["tokens_per_second"].get<double>() * k["bytes_per_token"].get<double>() / 1e10;
   EXPECT_NEAR(k["fraction_of_bound"].get<double>(), want, 1e-9 * want);
 
+  // The bound divides by what a decode reads: a dense model reads all it holds (+ the KV cache); int4:g32 reads its
+  // codes and the decoded scale table, not the stored f16 cells as well.
+  const auto dense = nlohmann::json::parse(f.out);
+  EXPECT_GE(dense["decode"]["bytes_per_token"].get<double>(), dense["size_bytes"].get<double>());
+  const auto q = lowbit::testing_cli::run_cli("bench -m " + kModel + " --quantize int4:g32 -p 0 -n 4 -r 1 -t 1 --bw 10 --json");
+  ASSERT_EQ(q.rc, 0) << q.out;
+  const auto qj = nlohmann::json::parse(q.out);
+  EXPECT_LT(qj["decode"]["bytes_per_token"].get<double>(), qj["size_bytes"].get<double>());
+
   EXPECT_EQ(lowbit::testing_cli::run_cli("bench -m " + kModel + " -r 0").rc, 2);
   EXPECT_EQ(lowbit::testing_cli::run_cli("bench -n 4").rc, 2);  // no model
 }
