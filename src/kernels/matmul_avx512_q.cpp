@@ -439,9 +439,6 @@ float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const 
   return _mm_cvtss_f32(h);
 }
 
-// Four rows of Q4_0 or Q8_0 against one token: the rows share each activation load and the block's activation
-// sum (the weight offset: Q4_0's 8, Q8_0's 128 after storing w + 128 as the unsigned operand, exact in int32),
-// and give the core four independent chains (one row alone is latency-bound, as nib16 was).
 namespace {
 // Q4_0, four rows at once in one zmm: 128-bit lane i holds row i's 16 code bytes of block b, so one and / shift /
 // and yields the four rows' low (elements 0-15) and high (16-31) nibbles against a broadcast of the block's
@@ -485,38 +482,32 @@ void q4_0_dot4_zmm(const uint8_t* const* rows, int64_t nb, const int8_t* qx, con
 }
 }  // namespace
 
+// Four rows of Q4_0 or Q8_0 against one token: the rows share each activation load and the block's activation
+// sum (the weight offset: Q4_0's 8, Q8_0's 128 after storing w + 128 as the unsigned operand, exact in int32),
+// and give the core four independent chains (one row alone is latency-bound, as nib16 was).
 void ggml_q8_dot4_avx512(int ggml_type, const uint8_t* const* rows, int64_t cols, const int8_t* qx, const float* dx,
                          float* out) {
   const int64_t nb = cols / 32;
   if (ggml_type == 2) return q4_0_dot4_zmm(rows, nb, qx, dx, out);
-  const bool q4 = ggml_type == 2;
-  const int64_t bs = q4 ? 18 : 34;
-  const __m256i zero = _mm256_setzero_si256(), off = _mm256_set1_epi8(q4 ? 8 : static_cast<char>(128));
-  const __m128i m4 = _mm_set1_epi8(0x0F);
+  // Q8_0: four ymm rows side by side (a two-zmm version measured +8 % in cache, nothing from DRAM: not kept).
+  const __m256i zero = _mm256_setzero_si256();
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < nb; ++b) {
-    // DRAM streaming: the four rows are consecutive in memory (one region of 4 * bs * nb bytes), read here in an
+    // DRAM streaming: the four rows are consecutive in memory (one region of 4 * 34 * nb bytes), read here in an
     // interleaved order the hardware prefetcher does not follow; prefetch the region in address order 4 KiB
-    // ahead at the rate it is consumed (4 * bs bytes per block). A hint: harmless past the end.
-    const char* ahead = reinterpret_cast<const char*>(rows[0]) + 4 * bs * b + 4096;
+    // ahead at the rate it is consumed (4 * 34 bytes per block). A hint: harmless past the end.
+    const char* ahead = reinterpret_cast<const char*>(rows[0]) + 4 * 34 * b + 4096;
     _mm_prefetch(ahead, _MM_HINT_T0);
     _mm_prefetch(ahead + 64, _MM_HINT_T0);
-    if (!q4) _mm_prefetch(ahead + 128, _MM_HINT_T0);
+    _mm_prefetch(ahead + 128, _MM_HINT_T0);
     const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + 32 * b));
-    // off * sum(x) per 32-bit lane (Q8_0: vpdpbusd reads 0x80 as the unsigned 128).
-    const __m256i xo = _mm256_dpbusd_epi32(zero, off, xq);
+    // 128 * sum(x) per 32-bit lane (vpdpbusd reads 0x80 as the unsigned 128): the offset of storing w + 128.
+    const __m256i xo = _mm256_dpbusd_epi32(zero, flip, xq);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
-      const uint8_t* p = rows[i] + bs * b;
-      __m256i wq;
-      if (q4) {
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
-        wq = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m4)),
-                                     _mm_and_si128(_mm_srli_epi16(v, 4), m4), 1);
-      } else {
-        wq = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)), flip);  // w + 128
-      }
+      const uint8_t* p = rows[i] + 34 * b;
+      const __m256i wq = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)), flip);
       const __m256i is = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, wq, xq), xo);
       uint16_t h;
       std::memcpy(&h, p, 2);
