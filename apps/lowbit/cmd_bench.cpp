@@ -269,7 +269,8 @@ void setup(CLI::App& cmd) {
   cmd.footer("Example: lowbit bench -m /tmp/qwen05-q4_0.gguf -p 128 -n 32 -r 3 --threads 2\n"
              "         lowbit bench -m /tmp/q05 -p 0 -n 32 -d 4096 --kv-cache int4   (/tmp/q05: lowbit fixture --shape qwen2.5-0.5b --format hf --out /tmp/q05)\n"
              "         lowbit bench --bandwidth\n"
-             "The ISA tier can be lowered with LOWBIT_ISA=generic|avx2|avx512|avx512bf16|amx (avx512: FP32 activations in every weight-only kernel).");
+             "The ISA tier can be lowered with LOWBIT_ISA=generic|avx2|avx512|avx512bf16|amx (avx512: FP32 activations in every weight-only kernel).\n"
+             "Weights (and the probe's buffer) sit in transparent huge pages unless LOWBIT_HUGEPAGES=0 (the summary line says how many bytes).");
   cmd.callback([] {
     lowbit::app::apply_threads(a.threads);
     if (a.bandwidth) run_bandwidth(a);
