@@ -48,6 +48,20 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
     p->zeros.resize(q.zeros.size());
     for (size_t i = 0; i < q.zeros.size(); ++i) p->zeros[i] = static_cast<float>(q.zeros[i]);
   }
+  if (q.scheme.scale_type == ScaleType::F16 && !q.scheme.double_quant && q.scheme.format != FormatId::NVFP4 &&
+      q.scales.size() == p->scales.size() * 2 && (!p->asym || q.zeros.size() == p->scales.size())) {
+    bool exact = true;
+    for (size_t k = 0; k < p->scales.size() && exact; ++k) {
+      uint16_t h;
+      std::memcpy(&h, q.scales.data() + 2 * k, 2);
+      const float v = f16_to_f32(h);
+      exact = v == p->scales[k] || (v != v && p->scales[k] != p->scales[k]);
+    }
+    if (exact) {
+      p->scales_f16 = reinterpret_cast<const uint16_t*>(q.scales.data());
+      if (p->asym) p->zeros_u8 = q.zeros.data();
+    }
+  }
   if (q.bits <= 8) {
     p->lut.resize(size_t{1} << q.bits);
     for (uint32_t u = 0; u < p->lut.size(); ++u) {

@@ -154,6 +154,12 @@ struct KernelPlan {
   std::vector<float> scales;      // [grid.rows, gcols] effective scales
   std::vector<float> zeros;       // [grid.rows, gcols] zero points as float (INT asym), empty otherwise
   std::vector<float> lut;         // [2^bits] code -> element value (INT sym: u - 2^(b-1); INT asym: u)
+  // The stored cells themselves, which the nib16 decode reads instead of the FP32 tables above (2 + 1 bytes per
+  // cell instead of 4 + 4: INT4 g32 asym reads 4.75 bits per weight instead of 6), set when the stored scales are
+  // f16 that decode exactly to `scales` (not NF4's double quantization, not NVFP4's global scale). They point into
+  // the QuantizedMatrix, which every weight holding this plan keeps alive. Null otherwise.
+  const uint16_t* scales_f16 = nullptr;  // [grid.rows, gcols] binary16 bits
+  const uint8_t* zeros_u8 = nullptr;     // [grid.rows, gcols] (asymmetric INT)
   std::string kernel;             // "nib", "byte", "q8vnni", "q8vnni16", "deq", "dense"
 
   // Built on the first INT8-activation prefill of a per-channel symmetric INT8 weight (int8_tile()); a repacked
@@ -269,6 +275,10 @@ void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* con
                             int64_t cols, int64_t group, const Byte16Lut& lut, int T, const Bf16X* x, float* y,
                             int64_t ystride);
 void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                           int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
+                           int64_t ystride);
+// The same with the stored cells (KernelPlan::scales_f16 / zeros_u8) instead of the FP32 tables; the same bits.
+void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const uint16_t* const* s, const uint8_t* const* z,
                            int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
                            int64_t ystride);
 void byte_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace lowbit::kern {
 namespace {
@@ -110,12 +111,31 @@ inline __m512 chunk_cells(const LaneGeom& g, const float* cells, int64_t c, cons
                : _mm512_set1_ps(cells[w.gi]);
 }
 
+// The same from stored cells: binary16 scales (KernelPlan::scales_f16), converted exactly.
+inline __m512 chunk_cells(const LaneGeom& g, const uint16_t* cells, int64_t c, const GroupWalk& w) {
+  if (g.gpc)
+    return _mm512_permutexvar_ps(
+        g.sidx, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask16(g.gcols - c * g.gpc), cells + c * g.gpc)));
+  uint16_t h;  // the cells are bytes of a QuantizedMatrix: read, do not alias
+  std::memcpy(&h, cells + w.gi, sizeof h);
+  return _mm512_set1_ps(_cvtsh_ss(h));
+}
+
+// 16 zero-point / scale products z_j s_j from either cell representation (float tables or stored u8 / f16 cells).
+inline __m512 zero_scale16(const float* s, const float* z, int64_t j, __mmask16 m) {
+  return _mm512_mul_ps(_mm512_maskz_loadu_ps(m, z + j), _mm512_maskz_loadu_ps(m, s + j));
+}
+inline __m512 zero_scale16(const uint16_t* s, const uint8_t* z, int64_t j, __mmask16 m) {
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, z + j))),
+                       _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, s + j)));
+}
+
 // Asymmetric weights whose value table holds u: acc[t] -= Σ_g z_g s_g X_g for each token (x[t].gsum: X_g).
-template <int T, typename X>
-inline void sub_zero_points(const LaneGeom& g, const float* s, const float* z, const X* x, __m512* acc) {
+template <int T, typename X, typename S, typename Z>
+inline void sub_zero_points(const LaneGeom& g, const S* s, const Z* z, const X* x, __m512* acc) {
   for (int64_t j = 0; j < g.gcols; j += 16) {
     const __mmask16 m = mask16(g.gcols - j);
-    const __m512 zs = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, z + j), _mm512_maskz_loadu_ps(m, s + j));
+    const __m512 zs = zero_scale16(s, z, j, m);
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t)
       acc[t] = _mm512_fnmadd_ps(zs, _mm512_maskz_loadu_ps(m, x[t].gsum + j), acc[t]);

@@ -219,23 +219,31 @@ void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
 
 // fn(nr, rows, scales, zeros, r0) for each block of rows of a nib / byte route weight, in parallel: the block's
 // row codes, scale cells and zero cells (null for symmetric weights) as pointer arrays, the kernels' input.
-template <typename Fn>
-void for_code_row_blocks(const WeightMatrix& w, const KernelPlan& p, double work_bytes, Fn&& fn) {
+// scales / zeros: the cell arrays [grid.rows, gcols] the kernel reads (the plan's FP32 tables, or the stored
+// binary16 / uint8 cells); zeros null for symmetric weights.
+template <typename S, typename Z, typename Fn>
+void for_cell_row_blocks(const WeightMatrix& w, const KernelPlan& p, const S* scales, const Z* zeros,
+                         double work_bytes, Fn&& fn) {
   for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) {
     const uint8_t* rp[kRowBlock];
-    const float* sp[kRowBlock];
-    const float* zp[kRowBlock];
+    const S* sp[kRowBlock];
+    const Z* zp[kRowBlock];
     // Scale cells by stepping (scale_row's division per row cost ~2 % of small models' decode).
     int64_t cell = r0 / p.row_block, in_cell = r0 % p.row_block;
-    const float* zeros = p.zeros.empty() ? nullptr : p.zeros.data();
     for (int64_t r = r0; r < r1; ++r) {
       rp[r - r0] = row_ptr(w, r);
-      sp[r - r0] = p.scales.data() + cell * p.gcols;
+      sp[r - r0] = scales + cell * p.gcols;
       zp[r - r0] = zeros ? zeros + cell * p.gcols : nullptr;
       if (++in_cell == p.row_block) in_cell = 0, ++cell;
     }
     fn(static_cast<int>(r1 - r0), rp, sp, zp, r0);
   }, work_bytes);
+}
+
+template <typename Fn>
+void for_code_row_blocks(const WeightMatrix& w, const KernelPlan& p, double work_bytes, Fn&& fn) {
+  for_cell_row_blocks(w, p, p.scales.data(), p.zeros.empty() ? nullptr : p.zeros.data(), work_bytes,
+                      std::forward<Fn>(fn));
 }
 
 // Groups per row that need activation group sums (asymmetric weights), else 0.
@@ -244,9 +252,9 @@ int64_t asym_groups(const KernelPlan& p, int64_t cols) { return p.zeros.empty() 
 // Decode on the lane kernels (nib, nib16, byte16): each token's activations laid out once in the kernel's lane
 // layout (act [pad] of E: float, or BF16 bits for the Avx512Bf16 tier's kernels; group sums for asymmetric
 // weights), then gemv(nr, rows, scales, zeros, LaneX<E>*, y) per block of rows.
-template <typename E, typename Layout, typename Gemv>
+template <typename E, typename Layout, typename Gemv, typename S = float, typename Z = float>
 void run_lane_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y, int64_t pad,
-                   Layout&& layout, Gemv&& gemv) {
+                   Layout&& layout, Gemv&& gemv, const S* scales = nullptr, const Z* zeros = nullptr) {
   const int64_t cols = w.cols;
   const int64_t ng = asym_groups(p, cols);
   thread_local std::vector<E> act;
@@ -259,9 +267,12 @@ void run_lane_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, i
     xr[t] = {act.data() + t * pad, gsum};
     layout(x + t * cols, cols, p.group, act.data() + t * pad, gsum);
   }
-  for_code_row_blocks(w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
-                      [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
-                          int64_t r0) { gemv(nr, rp, sp, zp, xr.data(), y + r0); });
+  const double work = static_cast<double>(w.nbytes()) * static_cast<double>(T);
+  auto body = [&](int nr, const uint8_t* const* rp, const auto* const* sp, const auto* const* zp, int64_t r0) {
+    gemv(nr, rp, sp, zp, xr.data(), y + r0);
+  };
+  if (scales) for_cell_row_blocks(w, p, scales, zeros, work, body);
+  else for_code_row_blocks(w, p, work, body);
 }
 
 // Decode on the nib route: FP32 activations permuted into the nib lane layout (rows in tiles that share the
@@ -272,12 +283,13 @@ void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x,
   if (kernel_isa() >= Isa::Avx512Bf16) {
     kern::Nib16Lut lut;  // 32 entries: cheaper to build than to look up
     kern::nib16_make_lut(p.lut.data(), lut);
-    return run_lane_gemv<uint16_t>(w, p, x, T, y, pad, kern::nib16_layout,
-                                   [&](int nr, const uint8_t* const* rp, const float* const* sp,
-                                       const float* const* zp, const kern::Bf16X* xr, float* yb) {
-                                     kern::nib16_gemv_avx512bf16(nr, rp, sp, zp, w.cols, p.group, lut, nt, xr, yb,
-                                                                 w.rows);
-                                   });
+    // The stored binary16 / uint8 cells where they are exact (fewer bytes per token than the FP32 tables).
+    auto gemv = [&](int nr, const uint8_t* const* rp, const auto* const* sp, const auto* const* zp,
+                    const kern::Bf16X* xr, float* yb) {
+      kern::nib16_gemv_avx512bf16(nr, rp, sp, zp, w.cols, p.group, lut, nt, xr, yb, w.rows);
+    };
+    if (p.scales_f16) return run_lane_gemv<uint16_t>(w, p, x, T, y, pad, kern::nib16_layout, gemv, p.scales_f16, p.zeros_u8);
+    return run_lane_gemv<uint16_t>(w, p, x, T, y, pad, kern::nib16_layout, gemv);
   }
   run_lane_gemv<float>(w, p, x, T, y, pad, kern::nib_layout,
                        [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,

@@ -47,9 +47,10 @@ namespace {
 // R rows x T tokens. LO: the value table has a low part (NF4). The R rows share each activation load and give
 // the core R independent dependency chains (one row alone was latency-bound: ~2x below the issue rate of its
 // vpmultishiftqb / vpermw / vdpbf16ps mix); their rows lie one after another in memory, one stream.
-template <int T, int R, bool LO>
-__attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const* row, const float* const* s,
-                                         const float* const* z, __m512i lut_hi, __m512i lut_lo, const Bf16X* x,
+// S, Z: the scale and zero cells, FP32 tables (float, float) or the stored cells (binary16, uint8).
+template <int T, int R, bool LO, typename S, typename Z>
+__attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const* row, const S* const* s,
+                                         const Z* const* z, __m512i lut_hi, __m512i lut_lo, const Bf16X* x,
                                          float* y, int64_t ystride) {
   __m512 acc[R][T];
 #pragma GCC unroll 4
@@ -106,17 +107,17 @@ __attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const
 }
 
 // Rows in tiles of R (decode: R * T partial sums fit the 32 registers), the tail one row at a time.
-template <int T, int R, bool LO>
-void rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const float* const* s,
-            const float* const* z, __m512i hi, __m512i lo, const Bf16X* x, float* y, int64_t ystride) {
+template <int T, int R, bool LO, typename S, typename Z>
+void rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z, __m512i hi,
+            __m512i lo, const Bf16X* x, float* y, int64_t ystride) {
   int i = 0;
   for (; i + R <= nr; i += R) rows_tile<T, R, LO>(g, rows + i, s + i, z + i, hi, lo, x, y + i, ystride);
   for (; i < nr; ++i) rows_tile<T, 1, LO>(g, rows + i, s + i, z + i, hi, lo, x, y + i, ystride);
 }
 
-template <int T>
-void rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const float* const* s,
-            const float* const* z, const Nib16Lut& lut, const Bf16X* x, float* y, int64_t ystride) {
+template <int T, typename S, typename Z>
+void rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z,
+            const Nib16Lut& lut, const Bf16X* x, float* y, int64_t ystride) {
   const __m512i hi = _mm512_loadu_si512(lut.hi), lo = _mm512_loadu_si512(lut.lo);
   constexpr int R = T == 1 ? 4 : 2;
   if (lut.has_lo)
@@ -300,22 +301,30 @@ void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, flo
   bf16_lane_layout(x, cols, group, perm, xb, gsum);
 }
 
+namespace {
+template <typename S, typename Z>
+void nib16_gemv_cells(int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z, int64_t cols,
+                      int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y, int64_t ystride) {
+  const LaneGeom g = nib_lane_geom(cols, group);
+  for (int t = 0; t < T; t += 3) {
+    const int n = std::min(3, T - t);
+    if (n == 1) rows_t<1>(g, nr, rows, s, z, lut, x + t, y + t * ystride, ystride);
+    else if (n == 2) rows_t<2>(g, nr, rows, s, z, lut, x + t, y + t * ystride, ystride);
+    else rows_t<3>(g, nr, rows, s, z, lut, x + t, y + t * ystride, ystride);
+  }
+}
+}  // namespace
+
 void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
                            int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
                            int64_t ystride) {
-  const LaneGeom g = nib_lane_geom(cols, group);
-  switch (T) {
-    case 1:
-      return rows_t<1>(g, nr, rows, s, z, lut, x, y, ystride);
-    case 2:
-      return rows_t<2>(g, nr, rows, s, z, lut, x, y, ystride);
-    case 3:
-      return rows_t<3>(g, nr, rows, s, z, lut, x, y, ystride);
-    default:
-      for (int t = 0; t < T; t += 3)
-        nib16_gemv_avx512bf16(nr, rows, s, z, cols, group, lut, std::min(3, T - t), x + t, y + t * ystride,
-                              ystride);
-  }
+  nib16_gemv_cells(nr, rows, s, z, cols, group, lut, T, x, y, ystride);
+}
+
+void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const uint16_t* const* s, const uint8_t* const* z,
+                           int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
+                           int64_t ystride) {
+  nib16_gemv_cells(nr, rows, s, z, cols, group, lut, T, x, y, ystride);
 }
 
 }  // namespace lowbit::kern

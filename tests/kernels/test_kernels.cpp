@@ -409,11 +409,13 @@ TEST(KernelPlan, Byte16TableCountedInNbytes) {
 // What a decode reads (the bench's bandwidth bound): codes + the decoded tables, not the stored scale cells they
 // were decoded from; a GGUF weight with a load-time pack reads the pack; an online Q4_0 weight its blocks.
 TEST(KernelPlan, DecodeBytesCountWhatTheKernelReads) {
-  WeightMatrix g32 = make_weight({"int4:g32:asym", ""}, 64, 256, 4);
-  const size_t tables = (g32.plan->scales.size() + g32.plan->zeros.size() + g32.plan->lut.size()) * sizeof(float);
-  EXPECT_EQ(g32.plan->scales.size(), 64u * 8u);
-  EXPECT_EQ(g32.decode_bytes(), g32.q->codes.size() + tables);
-  EXPECT_EQ(g32.nbytes() - g32.decode_bytes(), g32.q->storage_bytes() - g32.q->codes.size());  // stored cells
+  // MXFP4: E8M0 cells decoded into an FP32 table, which is what the kernels read (f16 cells: next test).
+  WeightMatrix mx = make_weight({"mxfp4", ""}, 64, 256, 4);
+  const size_t tables = (mx.plan->scales.size() + mx.plan->zeros.size() + mx.plan->lut.size()) * sizeof(float);
+  EXPECT_EQ(mx.plan->scales.size(), 64u * 8u);
+  EXPECT_EQ(mx.plan->scales_f16, nullptr);
+  EXPECT_EQ(mx.decode_bytes(), mx.q->codes.size() + tables);
+  EXPECT_EQ(mx.nbytes() - mx.decode_bytes(), mx.q->storage_bytes() - mx.q->codes.size());  // stored cells
   WeightMatrix q40 = make_weight({"q4_0", ""}, 64, 256, 5);
   EXPECT_EQ(q40.decode_bytes(), 64u * 8u * 18u);  // 8 blocks of 18 bytes per row, scales inside
   WeightMatrix f32 = make_weight({"f32", ""}, 64, 256, 6);
@@ -423,6 +425,40 @@ TEST(KernelPlan, DecodeBytesCountWhatTheKernelReads) {
     ASSERT_TRUE(gg.plan->load_pack());
     EXPECT_EQ(gg.decode_bytes(), gg.plan->qblk->bytes());
   }
+}
+
+// nib16 decode from the stored binary16 / uint8 cells gives the same bits as from the plan's FP32 tables, and is
+// used exactly where the cells decode exactly (f16 scales; not NF4's double quantization, not NVFP4).
+TEST(KernelPlan, StoredCellsDecodeLikeTheFloatTables) {
+  if (best_isa() < Isa::Avx512Bf16) GTEST_SKIP() << "no AVX512_BF16 + VBMI here";
+  set_kernel_isa(Isa::Avx512Bf16);
+  for (const char* f : {"int4:g32", "int4:g32:asym", "int4:g128:asym", "int4:channel", "e2m1:g32", "int4:g64:asym"}) {
+    for (int64_t cols : {256, 896, 200}) {
+      WeightMatrix w = make_weight({f, ""}, 37, cols, 11);
+      ASSERT_NE(w.plan->scales_f16, nullptr) << f;
+      EXPECT_EQ(w.plan->zeros_u8 != nullptr, w.plan->asym) << f;
+      auto tables = std::make_shared<KernelPlan>(*w.plan);
+      tables->scales_f16 = nullptr, tables->zeros_u8 = nullptr;
+      WeightMatrix wt = w;
+      wt.plan = tables;
+      std::mt19937 rng(3);
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      for (int64_t T : {1, 2, 3}) {
+        std::vector<float> x(static_cast<size_t>(T * cols)), a(static_cast<size_t>(T * 37)), b(a.size());
+        for (auto& v : x) v = nd(rng);
+        matmul(w, x.data(), T, a.data());
+        matmul(wt, x.data(), T, b.data());
+        for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(f32_bits(a[i]), f32_bits(b[i])) << f << " cols " << cols << " T " << T;
+      }
+      // What a decode reads: codes + 2 bytes per scale cell (+ 1 per zero point), not the 4-byte tables.
+      const size_t cells = w.plan->scales.size();
+      EXPECT_EQ(w.decode_bytes(), w.q->codes.size() + cells * 2 + (w.plan->asym ? cells : 0) + w.plan->lut.size() * 4)
+          << f;
+    }
+  }
+  EXPECT_EQ(make_weight({"nf4:g64", ""}, 8, 256, 1).plan->scales_f16, nullptr);  // double-quantized scales
+  EXPECT_EQ(make_weight({"nvfp4", ""}, 8, 256, 1).plan->scales_f16, nullptr);    // E4M3 cells x a global scale
+  set_kernel_isa(best_isa());
 }
 
 TEST(Dispatch, IsaNames) {
