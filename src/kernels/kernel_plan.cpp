@@ -62,6 +62,17 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
       if (p->asym) p->zeros_u8 = q.zeros.data();
     }
   }
+  if (q.scheme.scale_type == ScaleType::E8M0 && q.scales.size() == p->scales.size() && !p->asym) {
+    bool exact = true;  // 2^(e-127) as the kernels form it (lane_avx512.h, cells16), against the decoded table
+    for (size_t k = 0; k < p->scales.size() && exact; ++k) {
+      const uint32_t e = q.scales[k];
+      const uint32_t bits = e == 0 ? 0x00400000u : e == 255 ? 0x7FC00000u : e << 23;
+      float v;
+      std::memcpy(&v, &bits, 4);
+      exact = v == p->scales[k] || (v != v && p->scales[k] != p->scales[k]);
+    }
+    if (exact) p->scales_e8m0 = reinterpret_cast<const kern::E8m0Cell*>(q.scales.data());
+  }
   if (q.bits <= 8) {
     p->lut.resize(size_t{1} << q.bits);
     for (uint32_t u = 0; u < p->lut.size(); ++u) {

@@ -123,6 +123,10 @@ void pack_qblk_block(const QBlkPack& p, const uint8_t* const* rows, int nr, uint
 void qblk_row_f32(const QBlkPack& p, int64_t r, float* out);
 
 namespace kern {
+// An E8M0 scale cell (MX formats): 2^(e - 127).
+struct E8m0Cell {
+  uint8_t e;
+};
 // The byte route's 256 code values as BF16 in low / high byte planes (the byte16 kernel's vpermi2b tables).
 struct Byte16Lut {
   alignas(64) uint8_t lo[256];
@@ -160,6 +164,7 @@ struct KernelPlan {
   // the QuantizedMatrix, which every weight holding this plan keeps alive. Null otherwise.
   const uint16_t* scales_f16 = nullptr;  // [grid.rows, gcols] binary16 bits
   const uint8_t* zeros_u8 = nullptr;     // [grid.rows, gcols] (asymmetric INT)
+  const kern::E8m0Cell* scales_e8m0 = nullptr;  // [grid.rows, gcols] MXFP4 / MX E2M1: the stored exponents
   std::string kernel;             // "nib", "byte", "q8vnni", "q8vnni16", "deq", "dense"
 
   // Built on the first INT8-activation prefill of a per-channel symmetric INT8 weight (int8_tile()); a repacked
@@ -279,6 +284,9 @@ void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* cons
                            int64_t ystride);
 // The same with the stored cells (KernelPlan::scales_f16 / zeros_u8) instead of the FP32 tables; the same bits.
 void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const uint16_t* const* s, const uint8_t* const* z,
+                           int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
+                           int64_t ystride);
+void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const E8m0Cell* const* s, const float* const* z,
                            int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
                            int64_t ystride);
 void byte_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,

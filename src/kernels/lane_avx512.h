@@ -104,30 +104,40 @@ struct GroupWalk {
   }
 };
 
-// Per-lane values of chunk c from a row's per-group cells [g.gcols] (scales, zero points).
-inline __m512 chunk_cells(const LaneGeom& g, const float* cells, int64_t c, const GroupWalk& w) {
-  return g.gpc ? _mm512_permutexvar_ps(g.sidx,
-                                       _mm512_maskz_loadu_ps(mask16(g.gcols - c * g.gpc), cells + c * g.gpc))
-               : _mm512_set1_ps(cells[w.gi]);
+// Cells as the kernels read them: the plan's FP32 tables, or the stored cells (KernelPlan::scales_f16 binary16,
+// scales_e8m0 powers of two, zeros_u8), each converted exactly. cells16: 16 cells (m: the valid ones); cell1: one.
+inline __m512 cells16(const float* c, __mmask16 m) { return _mm512_maskz_loadu_ps(m, c); }
+inline __m512 cells16(const uint16_t* c, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, c)); }
+inline __m512 cells16(const uint8_t* c, __mmask16 m) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, c)));
 }
-
-// The same from stored cells: binary16 scales (KernelPlan::scales_f16), converted exactly.
-inline __m512 chunk_cells(const LaneGeom& g, const uint16_t* cells, int64_t c, const GroupWalk& w) {
-  if (g.gpc)
-    return _mm512_permutexvar_ps(
-        g.sidx, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask16(g.gcols - c * g.gpc), cells + c * g.gpc)));
+inline __m512 cells16(const E8m0Cell* c, __mmask16 m) {
+  // 2^(e-127) as FP32 bits e << 23; e = 0 is the subnormal 2^-127, e = 255 NaN (as scale_decode).
+  const __m512i e = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, c));
+  __m512i bits = _mm512_slli_epi32(e, 23);
+  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
+  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7FC00000));
+  return _mm512_castsi512_ps(bits);
+}
+inline float cell1(const float* c) { return *c; }
+inline float cell1(const uint16_t* c) {
   uint16_t h;  // the cells are bytes of a QuantizedMatrix: read, do not alias
-  std::memcpy(&h, cells + w.gi, sizeof h);
-  return _mm512_set1_ps(_cvtsh_ss(h));
+  std::memcpy(&h, c, sizeof h);
+  return _cvtsh_ss(h);
+}
+inline float cell1(const E8m0Cell* c) { return _mm512_cvtss_f32(cells16(c, 1)); }
+
+// Per-lane values of chunk c from a row's per-group cells [g.gcols] (scales, zero points).
+template <typename S>
+inline __m512 chunk_cells(const LaneGeom& g, const S* cells, int64_t c, const GroupWalk& w) {
+  return g.gpc ? _mm512_permutexvar_ps(g.sidx, cells16(cells + c * g.gpc, mask16(g.gcols - c * g.gpc)))
+               : _mm512_set1_ps(cell1(cells + w.gi));
 }
 
-// 16 zero-point / scale products z_j s_j from either cell representation (float tables or stored u8 / f16 cells).
-inline __m512 zero_scale16(const float* s, const float* z, int64_t j, __mmask16 m) {
-  return _mm512_mul_ps(_mm512_maskz_loadu_ps(m, z + j), _mm512_maskz_loadu_ps(m, s + j));
-}
-inline __m512 zero_scale16(const uint16_t* s, const uint8_t* z, int64_t j, __mmask16 m) {
-  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, z + j))),
-                       _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, s + j)));
+// 16 zero-point / scale products z_j s_j.
+template <typename S, typename Z>
+inline __m512 zero_scale16(const S* s, const Z* z, int64_t j, __mmask16 m) {
+  return _mm512_mul_ps(cells16(z + j, m), cells16(s + j, m));
 }
 
 // Asymmetric weights whose value table holds u: acc[t] -= Σ_g z_g s_g X_g for each token (x[t].gsum: X_g).

@@ -289,6 +289,9 @@ void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x,
       kern::nib16_gemv_avx512bf16(nr, rp, sp, zp, w.cols, p.group, lut, nt, xr, yb, w.rows);
     };
     if (p.scales_f16) return run_lane_gemv<uint16_t>(w, p, x, T, y, pad, kern::nib16_layout, gemv, p.scales_f16, p.zeros_u8);
+    if (p.scales_e8m0)
+      return run_lane_gemv<uint16_t>(w, p, x, T, y, pad, kern::nib16_layout, gemv, p.scales_e8m0,
+                                     static_cast<const float*>(nullptr));
     return run_lane_gemv<uint16_t>(w, p, x, T, y, pad, kern::nib16_layout, gemv);
   }
   run_lane_gemv<float>(w, p, x, T, y, pad, kern::nib_layout,

@@ -409,11 +409,13 @@ TEST(KernelPlan, Byte16TableCountedInNbytes) {
 // What a decode reads (the bench's bandwidth bound): codes + the decoded tables, not the stored scale cells they
 // were decoded from; a GGUF weight with a load-time pack reads the pack; an online Q4_0 weight its blocks.
 TEST(KernelPlan, DecodeBytesCountWhatTheKernelReads) {
-  // MXFP4: E8M0 cells decoded into an FP32 table, which is what the kernels read (f16 cells: next test).
-  WeightMatrix mx = make_weight({"mxfp4", ""}, 64, 256, 4);
+  // NVFP4: E4M3 cells x a global scale decoded into an FP32 table, which is what the kernels read (f16 and E8M0
+  // cells: next test).
+  WeightMatrix mx = make_weight({"nvfp4", ""}, 64, 256, 4);
   const size_t tables = (mx.plan->scales.size() + mx.plan->zeros.size() + mx.plan->lut.size()) * sizeof(float);
-  EXPECT_EQ(mx.plan->scales.size(), 64u * 8u);
+  EXPECT_EQ(mx.plan->scales.size(), 64u * 16u);
   EXPECT_EQ(mx.plan->scales_f16, nullptr);
+  EXPECT_EQ(mx.plan->scales_e8m0, nullptr);
   EXPECT_EQ(mx.decode_bytes(), mx.q->codes.size() + tables);
   EXPECT_EQ(mx.nbytes() - mx.decode_bytes(), mx.q->storage_bytes() - mx.q->codes.size());  // stored cells
   WeightMatrix q40 = make_weight({"q4_0", ""}, 64, 256, 5);
@@ -432,13 +434,16 @@ TEST(KernelPlan, DecodeBytesCountWhatTheKernelReads) {
 TEST(KernelPlan, StoredCellsDecodeLikeTheFloatTables) {
   if (best_isa() < Isa::Avx512Bf16) GTEST_SKIP() << "no AVX512_BF16 + VBMI here";
   set_kernel_isa(Isa::Avx512Bf16);
-  for (const char* f : {"int4:g32", "int4:g32:asym", "int4:g128:asym", "int4:channel", "e2m1:g32", "int4:g64:asym"}) {
+  for (const char* f :
+       {"int4:g32", "int4:g32:asym", "int4:g128:asym", "int4:channel", "e2m1:g32", "int4:g64:asym", "mxfp4"}) {
     for (int64_t cols : {256, 896, 200}) {
+      if (std::string(f) == "mxfp4" && cols % 32) continue;
       WeightMatrix w = make_weight({f, ""}, 37, cols, 11);
-      ASSERT_NE(w.plan->scales_f16, nullptr) << f;
+      const bool e8m0 = std::string(f) == "mxfp4";
+      ASSERT_NE(e8m0 ? static_cast<const void*>(w.plan->scales_e8m0) : w.plan->scales_f16, nullptr) << f;
       EXPECT_EQ(w.plan->zeros_u8 != nullptr, w.plan->asym) << f;
       auto tables = std::make_shared<KernelPlan>(*w.plan);
-      tables->scales_f16 = nullptr, tables->zeros_u8 = nullptr;
+      tables->scales_f16 = nullptr, tables->zeros_u8 = nullptr, tables->scales_e8m0 = nullptr;
       WeightMatrix wt = w;
       wt.plan = tables;
       std::mt19937 rng(3);
@@ -450,9 +455,11 @@ TEST(KernelPlan, StoredCellsDecodeLikeTheFloatTables) {
         matmul(wt, x.data(), T, b.data());
         for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(f32_bits(a[i]), f32_bits(b[i])) << f << " cols " << cols << " T " << T;
       }
-      // What a decode reads: codes + 2 bytes per scale cell (+ 1 per zero point), not the 4-byte tables.
+      // What a decode reads: codes + 2 (f16) or 1 (E8M0) bytes per scale cell (+ 1 per zero point), not the 4-byte
+      // tables.
       const size_t cells = w.plan->scales.size();
-      EXPECT_EQ(w.decode_bytes(), w.q->codes.size() + cells * 2 + (w.plan->asym ? cells : 0) + w.plan->lut.size() * 4)
+      EXPECT_EQ(w.decode_bytes(),
+                w.q->codes.size() + cells * (e8m0 ? 1 : 2) + (w.plan->asym ? cells : 0) + w.plan->lut.size() * 4)
           << f;
     }
   }
