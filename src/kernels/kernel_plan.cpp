@@ -1,6 +1,7 @@
 #include "kernels/kernel_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -72,6 +73,15 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
       exact = v == p->scales[k] || (v != v && p->scales[k] != p->scales[k]);
     }
     if (exact) p->scales_e8m0 = reinterpret_cast<const kern::E8m0Cell*>(q.scales.data());
+  }
+  if (q.scheme.scale_type == ScaleType::E4M3 && q.scheme.format == FormatId::NVFP4 &&
+      q.scales.size() == p->scales.size() && !p->asym && q.global_scale > 0 && std::isfinite(q.global_scale)) {
+    bool finite = true;  // an E4M3 NaN cell (0x7F / 0xFF) would not read as NaN through the binary16 shift
+    for (uint8_t c : q.scales) finite = finite && (c & 0x7F) != 0x7F;
+    if (finite) {
+      p->scales_e4m3 = reinterpret_cast<const kern::E4m3Cell*>(q.scales.data());
+      p->e4m3_post = 256.0f / q.global_scale;
+    }
   }
   if (q.bits <= 8) {
     p->lut.resize(size_t{1} << q.bits);

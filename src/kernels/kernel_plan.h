@@ -127,6 +127,11 @@ namespace kern {
 struct E8m0Cell {
   uint8_t e;
 };
+// An E4M3 scale cell (NVFP4), read as the binary16 whose bits are ((c & 0x7F) << 7) | ((c & 0x80) << 8): that is
+// e4m3(c) / 2^8 exactly (normal and subnormal), so a product over these cells is scaled by 2^8 / global once.
+struct E4m3Cell {
+  uint8_t c;
+};
 // The byte route's 256 code values as BF16 in low / high byte planes (the byte16 kernel's vpermi2b tables).
 struct Byte16Lut {
   alignas(64) uint8_t lo[256];
@@ -165,6 +170,10 @@ struct KernelPlan {
   const uint16_t* scales_f16 = nullptr;  // [grid.rows, gcols] binary16 bits
   const uint8_t* zeros_u8 = nullptr;     // [grid.rows, gcols] (asymmetric INT)
   const kern::E8m0Cell* scales_e8m0 = nullptr;  // [grid.rows, gcols] MXFP4 / MX E2M1: the stored exponents
+  // NVFP4: the stored E4M3 cells and the factor 2^8 / global_scale the products over them are multiplied by (one
+  // rounding more than the FP32 table, whose cells are e4m3 / global: not the same bits, within the tolerance).
+  const kern::E4m3Cell* scales_e4m3 = nullptr;
+  float e4m3_post = 1.0f;
   std::string kernel;             // "nib", "byte", "q8vnni", "q8vnni16", "deq", "dense"
 
   // Built on the first INT8-activation prefill of a per-channel symmetric INT8 weight (int8_tile()); a repacked
@@ -287,6 +296,9 @@ void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const uint16_t* c
                            int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
                            int64_t ystride);
 void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const E8m0Cell* const* s, const float* const* z,
+                           int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
+                           int64_t ystride);
+void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const E4m3Cell* const* s, const float* const* z,
                            int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
                            int64_t ystride);
 void byte_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,

@@ -119,6 +119,12 @@ inline __m512 cells16(const E8m0Cell* c, __mmask16 m) {
   bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7FC00000));
   return _mm512_castsi512_ps(bits);
 }
+inline __m512 cells16(const E4m3Cell* c, __mmask16 m) {
+  const __m256i v = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, c));
+  const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x7F)), 7),
+                                    _mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x80)), 8));
+  return _mm512_cvtph_ps(h);
+}
 inline float cell1(const float* c) { return *c; }
 inline float cell1(const uint16_t* c) {
   uint16_t h;  // the cells are bytes of a QuantizedMatrix: read, do not alias
@@ -126,6 +132,7 @@ inline float cell1(const uint16_t* c) {
   return _cvtsh_ss(h);
 }
 inline float cell1(const E8m0Cell* c) { return _mm512_cvtss_f32(cells16(c, 1)); }
+inline float cell1(const E4m3Cell* c) { return _mm512_cvtss_f32(cells16(c, 1)); }
 
 // Per-lane values of chunk c from a row's per-group cells [g.gcols] (scales, zero points).
 template <typename S>

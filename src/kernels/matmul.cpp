@@ -292,6 +292,16 @@ void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x,
     if (p.scales_e8m0)
       return run_lane_gemv<uint16_t>(w, p, x, T, y, pad, kern::nib16_layout, gemv, p.scales_e8m0,
                                      static_cast<const float*>(nullptr));
+    if (p.scales_e4m3) {
+      auto gemv_post = [&](int nr, const uint8_t* const* rp, const auto* const* sp, const auto* const* zp,
+                           const kern::Bf16X* xr, float* yb) {
+        gemv(nr, rp, sp, zp, xr, yb);
+        for (int t = 0; t < nt; ++t)
+          for (int i = 0; i < nr; ++i) yb[t * w.rows + i] *= p.e4m3_post;
+      };
+      return run_lane_gemv<uint16_t>(w, p, x, T, y, pad, kern::nib16_layout, gemv_post, p.scales_e4m3,
+                                     static_cast<const float*>(nullptr));
+    }
     return run_lane_gemv<uint16_t>(w, p, x, T, y, pad, kern::nib16_layout, gemv);
   }
   run_lane_gemv<float>(w, p, x, T, y, pad, kern::nib_layout,

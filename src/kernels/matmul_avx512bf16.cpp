@@ -333,4 +333,10 @@ void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const E8m0Cell* c
   nib16_gemv_cells(nr, rows, s, z, cols, group, lut, T, x, y, ystride);
 }
 
+void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const E4m3Cell* const* s, const float* const* z,
+                           int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
+                           int64_t ystride) {
+  nib16_gemv_cells(nr, rows, s, z, cols, group, lut, T, x, y, ystride);
+}
+
 }  // namespace lowbit::kern

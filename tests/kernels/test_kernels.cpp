@@ -9,6 +9,7 @@
 // The bound is float accumulation-order noise; a wrong code, scale or zero point in any group exceeds it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <cstring>
@@ -409,13 +410,14 @@ TEST(KernelPlan, Byte16TableCountedInNbytes) {
 // What a decode reads (the bench's bandwidth bound): codes + the decoded tables, not the stored scale cells they
 // were decoded from; a GGUF weight with a load-time pack reads the pack; an online Q4_0 weight its blocks.
 TEST(KernelPlan, DecodeBytesCountWhatTheKernelReads) {
-  // NVFP4: E4M3 cells x a global scale decoded into an FP32 table, which is what the kernels read (f16 and E8M0
-  // cells: next test).
-  WeightMatrix mx = make_weight({"nvfp4", ""}, 64, 256, 4);
+  // NF4: double-quantized cells decoded into an FP32 table, which is what the kernels read (stored f16 / E8M0 /
+  // E4M3 cells: next test).
+  WeightMatrix mx = make_weight({"nf4:g64", ""}, 64, 256, 4);
   const size_t tables = (mx.plan->scales.size() + mx.plan->zeros.size() + mx.plan->lut.size()) * sizeof(float);
-  EXPECT_EQ(mx.plan->scales.size(), 64u * 16u);
+  EXPECT_EQ(mx.plan->scales.size(), 64u * 4u);
   EXPECT_EQ(mx.plan->scales_f16, nullptr);
   EXPECT_EQ(mx.plan->scales_e8m0, nullptr);
+  EXPECT_EQ(mx.plan->scales_e4m3, nullptr);
   EXPECT_EQ(mx.decode_bytes(), mx.q->codes.size() + tables);
   EXPECT_EQ(mx.nbytes() - mx.decode_bytes(), mx.q->storage_bytes() - mx.q->codes.size());  // stored cells
   WeightMatrix q40 = make_weight({"q4_0", ""}, 64, 256, 5);
@@ -434,16 +436,20 @@ TEST(KernelPlan, DecodeBytesCountWhatTheKernelReads) {
 TEST(KernelPlan, StoredCellsDecodeLikeTheFloatTables) {
   if (best_isa() < Isa::Avx512Bf16) GTEST_SKIP() << "no AVX512_BF16 + VBMI here";
   set_kernel_isa(Isa::Avx512Bf16);
-  for (const char* f :
-       {"int4:g32", "int4:g32:asym", "int4:g128:asym", "int4:channel", "e2m1:g32", "int4:g64:asym", "mxfp4"}) {
+  for (const char* f : {"int4:g32", "int4:g32:asym", "int4:g128:asym", "int4:channel", "e2m1:g32", "int4:g64:asym",
+                        "mxfp4", "nvfp4"}) {
     for (int64_t cols : {256, 896, 200}) {
-      if (std::string(f) == "mxfp4" && cols % 32) continue;
+      const bool e8m0 = std::string(f) == "mxfp4", e4m3 = std::string(f) == "nvfp4";
+      if ((e8m0 || e4m3) && cols % 32) continue;
       WeightMatrix w = make_weight({f, ""}, 37, cols, 11);
-      const bool e8m0 = std::string(f) == "mxfp4";
-      ASSERT_NE(e8m0 ? static_cast<const void*>(w.plan->scales_e8m0) : w.plan->scales_f16, nullptr) << f;
+      const void* cells = e8m0   ? static_cast<const void*>(w.plan->scales_e8m0)
+                          : e4m3 ? static_cast<const void*>(w.plan->scales_e4m3)
+                                 : static_cast<const void*>(w.plan->scales_f16);
+      ASSERT_NE(cells, nullptr) << f;
       EXPECT_EQ(w.plan->zeros_u8 != nullptr, w.plan->asym) << f;
       auto tables = std::make_shared<KernelPlan>(*w.plan);
       tables->scales_f16 = nullptr, tables->zeros_u8 = nullptr, tables->scales_e8m0 = nullptr;
+      tables->scales_e4m3 = nullptr;
       WeightMatrix wt = w;
       wt.plan = tables;
       std::mt19937 rng(3);
@@ -453,18 +459,23 @@ TEST(KernelPlan, StoredCellsDecodeLikeTheFloatTables) {
         for (auto& v : x) v = nd(rng);
         matmul(w, x.data(), T, a.data());
         matmul(wt, x.data(), T, b.data());
-        for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(f32_bits(a[i]), f32_bits(b[i])) << f << " cols " << cols << " T " << T;
+        // NVFP4's cells are e4m3 / 2^8 with 2^8 / global applied once per output: one rounding more than the table.
+        float scale = 0.0f;  // tolerance relative to the outputs' magnitude (sums cancel: not per element)
+        for (float v : b) scale = std::max(scale, std::fabs(v));
+        for (size_t i = 0; i < a.size(); ++i) {
+          if (e4m3) ASSERT_NEAR(a[i], b[i], 1e-5f * scale) << f << " cols " << cols << " T " << T;
+          else ASSERT_EQ(f32_bits(a[i]), f32_bits(b[i])) << f << " cols " << cols << " T " << T;
+        }
       }
       // What a decode reads: codes + 2 (f16) or 1 (E8M0) bytes per scale cell (+ 1 per zero point), not the 4-byte
       // tables.
-      const size_t cells = w.plan->scales.size();
-      EXPECT_EQ(w.decode_bytes(),
-                w.q->codes.size() + cells * (e8m0 ? 1 : 2) + (w.plan->asym ? cells : 0) + w.plan->lut.size() * 4)
+      const size_t ncells = w.plan->scales.size();
+      EXPECT_EQ(w.decode_bytes(), w.q->codes.size() + ncells * (e8m0 || e4m3 ? 1 : 2) + (w.plan->asym ? ncells : 0) +
+                                      w.plan->lut.size() * 4)
           << f;
     }
   }
   EXPECT_EQ(make_weight({"nf4:g64", ""}, 8, 256, 1).plan->scales_f16, nullptr);  // double-quantized scales
-  EXPECT_EQ(make_weight({"nvfp4", ""}, 8, 256, 1).plan->scales_f16, nullptr);    // E4M3 cells x a global scale
   set_kernel_isa(best_isa());
 }
 
