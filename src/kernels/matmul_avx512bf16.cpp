@@ -301,10 +301,9 @@ void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, flo
   bf16_lane_layout(x, cols, group, perm, xb, gsum);
 }
 
-namespace {
 template <typename S, typename Z>
-void nib16_gemv_cells(int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z, int64_t cols,
-                      int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y, int64_t ystride) {
+void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z, int64_t cols,
+                           int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y, int64_t ystride) {
   const LaneGeom g = nib_lane_geom(cols, group);
   for (int t = 0; t < T; t += 3) {
     const int n = std::min(3, T - t);
@@ -313,30 +312,14 @@ void nib16_gemv_cells(int nr, const uint8_t* const* rows, const S* const* s, con
     else rows_t<3>(g, nr, rows, s, z, lut, x + t, y + t * ystride, ystride);
   }
 }
-}  // namespace
 
-void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
-                           int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
-                           int64_t ystride) {
-  nib16_gemv_cells(nr, rows, s, z, cols, group, lut, T, x, y, ystride);
-}
-
-void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const uint16_t* const* s, const uint8_t* const* z,
-                           int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
-                           int64_t ystride) {
-  nib16_gemv_cells(nr, rows, s, z, cols, group, lut, T, x, y, ystride);
-}
-
-void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const E8m0Cell* const* s, const float* const* z,
-                           int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
-                           int64_t ystride) {
-  nib16_gemv_cells(nr, rows, s, z, cols, group, lut, T, x, y, ystride);
-}
-
-void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const E4m3Cell* const* s, const float* const* z,
-                           int64_t cols, int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
-                           int64_t ystride) {
-  nib16_gemv_cells(nr, rows, s, z, cols, group, lut, T, x, y, ystride);
-}
+#define LOWBIT_NIB16_GEMV(S, Z)                                                                                    \
+  template void nib16_gemv_avx512bf16<S, Z>(int, const uint8_t* const*, const S* const*, const Z* const*, int64_t, \
+                                           int64_t, const Nib16Lut&, int, const Bf16X*, float*, int64_t);
+LOWBIT_NIB16_GEMV(float, float)
+LOWBIT_NIB16_GEMV(uint16_t, uint8_t)
+LOWBIT_NIB16_GEMV(E8m0Cell, float)
+LOWBIT_NIB16_GEMV(E4m3Cell, float)
+#undef LOWBIT_NIB16_GEMV
 
 }  // namespace lowbit::kern
