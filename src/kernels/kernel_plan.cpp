@@ -49,31 +49,34 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
     p->zeros.resize(q.zeros.size());
     for (size_t i = 0; i < q.zeros.size(); ++i) p->zeros[i] = static_cast<float>(q.zeros[i]);
   }
+  // True when cell(k), the value a kernel forms from stored cell k, is the decoded table's value (NaN as NaN).
+  auto cells_match_table = [&](auto cell) {
+    for (size_t k = 0; k < p->scales.size(); ++k) {
+      const float v = cell(k), t = p->scales[k];
+      if (!(v == t || (v != v && t != t))) return false;
+    }
+    return true;
+  };
   if (q.scheme.scale_type == ScaleType::F16 && !q.scheme.double_quant && q.scheme.format != FormatId::NVFP4 &&
-      q.scales.size() == p->scales.size() * 2 && (!p->asym || q.zeros.size() == p->scales.size())) {
-    bool exact = true;
-    for (size_t k = 0; k < p->scales.size() && exact; ++k) {
-      uint16_t h;
-      std::memcpy(&h, q.scales.data() + 2 * k, 2);
-      const float v = f16_to_f32(h);
-      exact = v == p->scales[k] || (v != v && p->scales[k] != p->scales[k]);
-    }
-    if (exact) {
-      p->scales_f16 = reinterpret_cast<const uint16_t*>(q.scales.data());
-      if (p->asym) p->zeros_u8 = q.zeros.data();
-    }
+      q.scales.size() == p->scales.size() * 2 && (!p->asym || q.zeros.size() == p->scales.size()) &&
+      cells_match_table([&](size_t k) {
+        uint16_t h;
+        std::memcpy(&h, q.scales.data() + 2 * k, 2);
+        return f16_to_f32(h);
+      })) {
+    p->scales_f16 = reinterpret_cast<const uint16_t*>(q.scales.data());
+    if (p->asym) p->zeros_u8 = q.zeros.data();
   }
-  if (q.scheme.scale_type == ScaleType::E8M0 && q.scales.size() == p->scales.size() && !p->asym) {
-    bool exact = true;  // 2^(e-127) as the kernels form it (lane_avx512.h, cells16), against the decoded table
-    for (size_t k = 0; k < p->scales.size() && exact; ++k) {
-      const uint32_t e = q.scales[k];
-      const uint32_t bits = e == 0 ? 0x00400000u : e == 255 ? 0x7FC00000u : e << 23;
-      float v;
-      std::memcpy(&v, &bits, 4);
-      exact = v == p->scales[k] || (v != v && p->scales[k] != p->scales[k]);
-    }
-    if (exact) p->scales_e8m0 = reinterpret_cast<const kern::E8m0Cell*>(q.scales.data());
-  }
+  // 2^(e-127) as the kernels form it (lane_avx512.h, cells16: FP32 bits e << 23, e = 0 and 255 apart).
+  if (q.scheme.scale_type == ScaleType::E8M0 && q.scales.size() == p->scales.size() && !p->asym &&
+      cells_match_table([&](size_t k) {
+        const uint32_t e = q.scales[k];
+        const uint32_t bits = e == 0 ? 0x00400000u : e == 255 ? 0x7FC00000u : e << 23;
+        float v;
+        std::memcpy(&v, &bits, 4);
+        return v;
+      }))
+    p->scales_e8m0 = reinterpret_cast<const kern::E8m0Cell*>(q.scales.data());
   if (q.scheme.scale_type == ScaleType::E4M3 && q.scheme.format == FormatId::NVFP4 &&
       q.scales.size() == p->scales.size() && !p->asym && q.global_scale > 0 && std::isfinite(q.global_scale)) {
     bool finite = true;  // an E4M3 NaN cell (0x7F / 0xFF) would not read as NaN through the binary16 shift

@@ -146,12 +146,8 @@ void pack_kpack_block(const KPack& p, const uint8_t* const* rows, int nr, uint8_
 std::shared_ptr<const KPack> build_kpack(int t, const uint8_t* data, int64_t row_bytes, int64_t rows,
                                          int64_t cols) {
   if (!kpack_supported(t, cols)) return nullptr;
-  auto p = std::make_shared<KPack>(kpack_layout(t, rows, cols));
-  auto buf = aligned_bytes(p->bytes());
-  kern::pack_row_blocks16(data, row_bytes, rows, cols / 256 * p->sb_bytes, buf.get(), 8,
-                          [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_kpack_block(*p, rp, nr, base); });
-  p->data = std::shared_ptr<uint8_t>(buf.release(), AlignedFree{});
-  return p;
+  const KPack layout = kpack_layout(t, rows, cols);
+  return kern::build_row_pack(layout, data, row_bytes, rows, cols / 256 * layout.sb_bytes, 8, pack_kpack_block);
 }
 
 void kpack_row_f32(const KPack& p, int64_t r, float* out) {

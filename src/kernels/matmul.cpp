@@ -218,9 +218,9 @@ void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
 }
 
 // fn(nr, rows, scales, zeros, r0) for each block of rows of a nib / byte route weight, in parallel: the block's
-// row codes, scale cells and zero cells (null for symmetric weights) as pointer arrays, the kernels' input.
-// scales / zeros: the cell arrays [grid.rows, gcols] the kernel reads (the plan's FP32 tables, or the stored
-// binary16 / uint8 cells); zeros null for symmetric weights.
+// row codes, scale cells and zero cells as pointer arrays, the kernels' input. scales / zeros: the cell arrays
+// [grid.rows, gcols] the kernel reads (the plan's FP32 tables, or the stored cells); zeros null for symmetric
+// weights.
 template <typename S, typename Z, typename Fn>
 void for_cell_row_blocks(const WeightMatrix& w, const KernelPlan& p, const S* scales, const Z* zeros,
                          double work_bytes, Fn&& fn) {

@@ -131,12 +131,8 @@ void pack_qblk_block(const QBlkPack& p, const uint8_t* const* rows, int nr, uint
 std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int64_t row_bytes, int64_t rows,
                                                 int64_t cols) {
   if (!qblk_supported(t, cols)) return nullptr;
-  auto p = std::make_shared<QBlkPack>(qblk_layout(t, rows, cols));
-  auto buf = aligned_bytes(p->bytes());
-  kern::pack_row_blocks16(data, row_bytes, rows, cols / 32 * p->block_bytes, buf.get(), 16,
-                          [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_qblk_block(*p, rp, nr, base); });
-  p->data = std::shared_ptr<uint8_t>(buf.release(), AlignedFree{});
-  return p;
+  const QBlkPack layout = qblk_layout(t, rows, cols);
+  return kern::build_row_pack(layout, data, row_bytes, rows, cols / 32 * layout.block_bytes, 16, pack_qblk_block);
 }
 
 void qblk_row_f32(const QBlkPack& p, int64_t r, float* out) {

@@ -112,14 +112,17 @@ TEST(EvalCli, KvCacheSpecsAndEviction) {
 
 // `lowbit info` names the kernel tier, and LOWBIT_ISA lowers it (avx512 = FP32 activations in every weight-only
 // kernel, the A/B switch of docs/kernels.md).
+// `lowbit info --json` with the environment variable `name` set to `value` (unset when null) for that run.
+static nlohmann::json info_json_with(const char* name, const char* value) {
+  if (value) setenv(name, value, 1);
+  const auto r = lowbit::testing_cli::run_cli("info --json");
+  unsetenv(name);
+  EXPECT_EQ(r.rc, 0);
+  return nlohmann::json::parse(r.out);
+}
+
 TEST(InfoCli, KernelTierFollowsLowbitIsa) {
-  auto tier = [](const char* isa) {
-    if (isa) setenv("LOWBIT_ISA", isa, 1);
-    const auto r = lowbit::testing_cli::run_cli("info --json");
-    unsetenv("LOWBIT_ISA");
-    EXPECT_EQ(r.rc, 0);
-    return nlohmann::json::parse(r.out).at("kernel_isa").get<std::string>();
-  };
+  auto tier = [](const char* isa) { return info_json_with("LOWBIT_ISA", isa).at("kernel_isa").get<std::string>(); };
   const std::string best = tier(nullptr);
   EXPECT_TRUE(best == "generic" || best == "avx2" || best == "avx512" || best == "avx512bf16") << best;
   EXPECT_EQ(tier("generic"), "generic");
@@ -137,24 +140,17 @@ TEST(InfoCli, KernelTierFollowsLowbitIsa) {
   EXPECT_NE(bad.out.find("[core] LOWBIT_ISA=avx512bf is not an ISA tier"), std::string::npos) << bad.out;
 }
 
-// `lowbit bench --json`: each counted decode repetition is compared with the read bandwidth probed right after
-// it (fraction_of_bound is the mean of those ratios), and a fixed --bw replaces the probe. Bad flags exit 2.
 // lowbit re-executes itself with glibc's malloc advising transparent huge pages (when the kernel's THP mode allows
 // it), reports it in `info`, and LOWBIT_HUGEPAGES=0 turns it off.
 TEST(InfoCli, HugePagesFollowLowbitHugepages) {
-  auto info = [](const char* opt) {
-    if (opt) setenv("LOWBIT_HUGEPAGES", opt, 1);
-    const auto r = lowbit::testing_cli::run_cli("info --json");
-    unsetenv("LOWBIT_HUGEPAGES");
-    EXPECT_EQ(r.rc, 0);
-    return nlohmann::json::parse(r.out);
-  };
-  const auto on = info(nullptr);
+  const auto on = info_json_with("LOWBIT_HUGEPAGES", nullptr);
   const std::string mode = on.at("thp_mode").get<std::string>();
   EXPECT_EQ(on.at("malloc_huge_pages").get<bool>(), mode == "always" || mode == "madvise") << mode;
-  EXPECT_FALSE(info("0").at("malloc_huge_pages").get<bool>());
+  EXPECT_FALSE(info_json_with("LOWBIT_HUGEPAGES", "0").at("malloc_huge_pages").get<bool>());
 }
 
+// `lowbit bench --json`: each counted decode repetition is compared with the read bandwidth probed right after
+// it (fraction_of_bound is the mean of those ratios), and a fixed --bw replaces the probe. Bad flags exit 2.
 TEST(BenchCli, DecodeBoundPerRepetition) {
   const auto r = lowbit::testing_cli::run_cli("bench -m " + kModel + " -p 8 -n 4 -r 2 -t 1 --json");
   ASSERT_EQ(r.rc, 0) << r.out;
