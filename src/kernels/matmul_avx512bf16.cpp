@@ -36,6 +36,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "core/half.h"
 #include "kernels/kernel_plan.h"
@@ -47,7 +48,7 @@ namespace {
 // R rows x T tokens. LO: the value table has a low part (NF4). The R rows share each activation load and give
 // the core R independent dependency chains (one row alone was latency-bound: ~2x below the issue rate of its
 // vpmultishiftqb / vpermw / vdpbf16ps mix); their rows lie one after another in memory, one stream.
-// S, Z: the scale and zero cells, FP32 tables (float, float) or the stored cells (binary16, uint8).
+// S, Z: the scale and zero cells, the plan's FP32 tables (float, float) or the stored cells (lane_avx512.h, cells16).
 template <int T, int R, bool LO, typename S, typename Z>
 __attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const* row, const S* const* s,
                                          const Z* const* z, __m512i lut_hi, __m512i lut_lo, const Bf16X* x,
@@ -191,19 +192,25 @@ void byte_rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const fl
   for (; i < nr; ++i) byte_rows<T, 1, SM>(g, rows + i, s + i, z + i, lo, hi, x, y + i, ystride);
 }
 
+// f(n, t0) for the tokens [0, T) in runs of three (the last run 1, 2 or 3), n a compile-time
+// std::integral_constant: the decode tiles hold R x n partial sums in registers.
+template <typename F>
+void for_token_runs3(int T, F&& f) {
+  for (int t0 = 0; t0 < T; t0 += 3) {
+    const int n = std::min(3, T - t0);
+    if (n == 1) f(std::integral_constant<int, 1>{}, t0);
+    else if (n == 2) f(std::integral_constant<int, 2>{}, t0);
+    else f(std::integral_constant<int, 3>{}, t0);
+  }
+}
+
 template <bool SM>
 void byte_rows_any(const LaneGeom& g, int nr, const uint8_t* const* rows, const float* const* s,
                    const float* const* z, const __m512i* lo, const __m512i* hi, int T, const Bf16X* x, float* y,
                    int64_t ystride) {
-  for (int t0 = 0; t0 < T; t0 += 3) {
-    const int n = std::min(3, T - t0);
-    if (n == 1)
-      byte_rows_t<1, SM>(g, nr, rows, s, z, lo, hi, x + t0, y + t0 * ystride, ystride);
-    else if (n == 2)
-      byte_rows_t<2, SM>(g, nr, rows, s, z, lo, hi, x + t0, y + t0 * ystride, ystride);
-    else
-      byte_rows_t<3, SM>(g, nr, rows, s, z, lo, hi, x + t0, y + t0 * ystride, ystride);
-  }
+  for_token_runs3(T, [&](auto n, int t0) {
+    byte_rows_t<decltype(n)::value, SM>(g, nr, rows, s, z, lo, hi, x + t0, y + t0 * ystride, ystride);
+  });
 }
 
 // 16 floats rounded to BF16 (nearest-even, NaN kept quiet): f32_to_bf16 lane by lane. Not vcvtneps2bf16, which
@@ -305,12 +312,9 @@ template <typename S, typename Z>
 void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z, int64_t cols,
                            int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y, int64_t ystride) {
   const LaneGeom g = nib_lane_geom(cols, group);
-  for (int t = 0; t < T; t += 3) {
-    const int n = std::min(3, T - t);
-    if (n == 1) rows_t<1>(g, nr, rows, s, z, lut, x + t, y + t * ystride, ystride);
-    else if (n == 2) rows_t<2>(g, nr, rows, s, z, lut, x + t, y + t * ystride, ystride);
-    else rows_t<3>(g, nr, rows, s, z, lut, x + t, y + t * ystride, ystride);
-  }
+  for_token_runs3(T, [&](auto n, int t0) {
+    rows_t<decltype(n)::value>(g, nr, rows, s, z, lut, x + t0, y + t0 * ystride, ystride);
+  });
 }
 
 #define LOWBIT_NIB16_GEMV(S, Z)                                                                                    \
