@@ -10,8 +10,9 @@
 // a thread's share), so the threads finish within a small chunk of each other: with four fixed chunks, 2-thread
 // decode of a 0.5B model spent ~7 % of the caller's time waiting for the last one (the two cores stream at
 // different rates); guided chunks cut that wait about 4x (measured with a wait timer in run()). The caller only
-// waits for chunks a worker has actually started, never for a worker to wake up: if no worker shows up, the caller does all the work and returns. Idle workers spin briefly (a decode step issues
-// products back to back), then sleep on a condition variable.
+// waits for chunks a worker has actually started, never for a worker to wake up: if no worker shows up, the caller
+// does all the work and returns. Idle workers spin briefly (a decode step issues products back to back), then sleep
+// on a condition variable.
 //
 // Job lifetime (the job lives on the caller's stack): a worker announces itself (inside += 1) before it loads the
 // job pointer and retires (inside -= 1) when done with it; the caller clears the pointer and then waits for
