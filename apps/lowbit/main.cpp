@@ -47,7 +47,12 @@ void reexec_with_huge_pages(char** argv) {
 
 int main(int argc, char** argv) {
   using namespace lowbit;
-  reexec_with_huge_pages(argv);
+  try {
+    reexec_with_huge_pages(argv);
+  } catch (const UsageError& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
   CLI::App app{
       "lowbit: put an LLM in low precision and measure what it costs.\n"
       "Plan memory, quantize (RTN/GPTQ/AWQ/SmoothQuant), run, evaluate and compare variants on one CPU engine.\n"

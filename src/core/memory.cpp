@@ -64,6 +64,9 @@ bool malloc_huge_pages() {
 }
 
 std::string huge_page_tunables(const char* lowbit_hugepages, const char* glibc_tunables, const std::string& thp) {
+  if (lowbit_hugepages && std::string(lowbit_hugepages) != "0" && std::string(lowbit_hugepages) != "1")
+    throw UsageError("core", "LOWBIT_HUGEPAGES=" + std::string(lowbit_hugepages) +
+                                 " is not 0 or 1; use 0 to keep weights off huge pages, 1 (or unset) for huge pages");
   if (lowbit_hugepages && std::string(lowbit_hugepages) == "0") return "";
   if (thp != "always" && thp != "madvise") return "";
   const std::string t = glibc_tunables ? glibc_tunables : "";

@@ -129,6 +129,7 @@ TEST(Memory, HugePageTunables) {
   EXPECT_EQ(huge_page_tunables(nullptr, nullptr, ""), "");                             // no THP interface
   EXPECT_EQ(huge_page_tunables(nullptr, "glibc.malloc.hugetlb=1", "madvise"), "");     // already re-executed
   EXPECT_EQ(huge_page_tunables(nullptr, "glibc.malloc.hugetlb=0", "madvise"), "");     // the user's choice
+  EXPECT_THROW(huge_page_tunables("off", nullptr, "madvise"), UsageError);              // not 0 or 1
 }
 
 TEST(Error, CarriesModulePrefix) {

@@ -147,6 +147,12 @@ TEST(InfoCli, HugePagesFollowLowbitHugepages) {
   const std::string mode = on.at("thp_mode").get<std::string>();
   EXPECT_EQ(on.at("malloc_huge_pages").get<bool>(), mode == "always" || mode == "madvise") << mode;
   EXPECT_FALSE(info_json_with("LOWBIT_HUGEPAGES", "0").at("malloc_huge_pages").get<bool>());
+  // A value that is neither 0 nor 1 is refused with a clear error, not read as "on".
+  setenv("LOWBIT_HUGEPAGES", "off", 1);
+  const auto bad = lowbit::testing_cli::run_cli("info --json", true);
+  unsetenv("LOWBIT_HUGEPAGES");
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.out.find("[core] LOWBIT_HUGEPAGES=off is not 0 or 1"), std::string::npos) << bad.out;
 }
 
 // `lowbit bench --json`: each counted decode repetition is compared with the read bandwidth probed right after
