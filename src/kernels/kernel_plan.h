@@ -123,6 +123,13 @@ void pack_qblk_block(const QBlkPack& p, const uint8_t* const* rows, int nr, uint
 void qblk_row_f32(const QBlkPack& p, int64_t r, float* out);
 
 namespace kern {
+// Decode (one token) reads rows of more than this many bytes one after another, as one stream, instead of the
+// four-row tiles' four interleaved streams, which the hardware prefetchers follow worse once four rows span more
+// than a 4 KiB page (nib16 / byte16, W8A8 VNNI, GGUF Q4_0 / Q8_0 rows; the dense kernels always do). DRAM-cold,
+// 2 threads, Qwen2.5-0.5B ffn_down (896 x 4864): int4:g128 103.6 -> 76.6 us, int8 195 -> 148, W8A8 269 -> 211,
+// Q4_0 125 -> 84, Q8_0 222 -> 162; 1 KiB rows stay on the tiles (docs/kernels.md, "One stream per thread").
+constexpr int64_t kSeqRowBytes = 1024;
+
 // An E8M0 scale cell (MX formats): 2^(e - 127).
 struct E8m0Cell {
   uint8_t e;
@@ -359,6 +366,8 @@ void quantize_q8_blocks_avx512(const float* x, int64_t n, int8_t* q, float* d);
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows as stored (weights without a QBlkPack) against activations quantized
 // to Q8 blocks of 32 (qx int8, dx one scale per block).
 float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx);
+// The same, the row read as one stream with enough independent work for long rows (Q4_0: four blocks per zmm).
+float ggml_q8_dot1_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx);
 // The same for four Q4_0 (ggml type 2) or Q8_0 (8) rows at once: out[i] = rows[i] . x.
 void ggml_q8_dot4_avx512(int ggml_type, const uint8_t* const* rows, int64_t cols, const int8_t* qx, const float* dx,
                          float* out);

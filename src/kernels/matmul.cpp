@@ -564,7 +564,9 @@ void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x,
   }
   const int8_t* qxp = qx.data();
   const float* dxp = dx.data();
-  const bool four = type == 2 || type == 8;  // Q4_0, Q8_0: four rows per call
+  // Q4_0, Q8_0: four rows per call, or long rows one after another (kern::kSeqRowBytes).
+  const bool long_rows = static_cast<int64_t>(w.row_bytes()) > kern::kSeqRowBytes;
+  const bool four = (type == 2 || type == 8) && !long_rows;
   for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < T; ++t) {
       int64_t r = r0;
@@ -577,6 +579,7 @@ void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x,
         }
       for (; r < r1; ++r)
         y[t * rows + r] = kq ? kern::ggml_k_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
+                             : long_rows ? kern::ggml_q8_dot1_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
                              : kern::ggml_q8_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf);
     }
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T));

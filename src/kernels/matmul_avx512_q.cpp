@@ -330,6 +330,7 @@ void vnni_rows_r(int bits, const uint8_t* const* rows, int64_t cols, int64_t gro
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
   GroupWalk gw;
   for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
+    if constexpr (R == 1) _mm_prefetch(reinterpret_cast<const char*>(rows[0]) + 64 * c + 4096, _MM_HINT_T0);
     if constexpr (R > 1) {
       const char* ahead = reinterpret_cast<const char*>(rows[0]) + 64 * R * c + 4096;
       for (int k = 0; k < R; ++k) _mm_prefetch(ahead + 64 * k, _MM_HINT_T0);
@@ -361,7 +362,9 @@ void vnni_rows_r(int bits, const uint8_t* const* rows, int64_t cols, int64_t gro
 void vnni_rows_avx512(int bits, int nr, const uint8_t* const* rows, int64_t cols, int64_t group, const float* const* s,
                       const float* const* z, const QxRow& x, float* out) {
   int i = 0;
-  for (; i + 4 <= nr; i += 4) vnni_rows_r<4>(bits, rows + i, cols, group, s + i, z + i, x, out + i);
+  // Long rows one after another (kSeqRowBytes); one accumulator chain per row either way, so the sums are the same.
+  if (cols * bits / 8 <= kSeqRowBytes)
+    for (; i + 4 <= nr; i += 4) vnni_rows_r<4>(bits, rows + i, cols, group, s + i, z + i, x, out + i);
   for (; i < nr; ++i) vnni_rows_r<1>(bits, rows + i, cols, group, s + i, z + i, x, out + i);
 }
 
@@ -480,7 +483,46 @@ void q4_0_dot4_zmm(const uint8_t* const* rows, int64_t nb, const int8_t* qx, con
   const __m512 first = _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), a);
   _mm_storeu_ps(out, _mm512_castps512_ps128(first));
 }
+// Q4_0, one row, four consecutive blocks in one zmm (128-bit lane i: block b + i), so the row is read as one stream
+// (long rows; see ggml_q8_dot4_avx512). The activations of the four blocks are regrouped into their low and high
+// 16 elements with two lane shuffles; the block offset 8 * sum(x) is formed per lane as in q4_0_dot4_zmm.
+float q4_0_dot1_zmm(const uint8_t* row, int64_t nb, const int8_t* qx, const float* dx) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+  const __m512i lane_of_block = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    const uint8_t* p = row + 18 * b;
+    _mm_prefetch(reinterpret_cast<const char*>(p) + 4096, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p) + 4096 + 64, _MM_HINT_T0);
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 20)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 38)), 2);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 56)), 3);
+    const __m512i x01 = _mm512_loadu_si512(qx + 32 * b), x23 = _mm512_loadu_si512(qx + 32 * b + 64);
+    const __m512i xl = _mm512_shuffle_i32x4(x01, x23, 0x88), xh = _mm512_shuffle_i32x4(x01, x23, 0xDD);
+    const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xl), hi, xh);
+    const __m512i off = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xl), eight, xh);
+    uint16_t h[4];
+    for (int i = 0; i < 4; ++i) std::memcpy(&h[i], p + 18 * i, 2);
+    const uint64_t packed = uint64_t{h[0]} | uint64_t{h[1]} << 16 | uint64_t{h[2]} << 32 | uint64_t{h[3]} << 48;
+    const __m128 d4 = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(packed))), _mm_loadu_ps(dx + b));
+    const __m512 d = _mm512_permutexvar_ps(lane_of_block, _mm512_castps128_ps512(d4));
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot, off));
+    if (b & 4) acc1 = _mm512_fmadd_ps(f, d, acc1);
+    else acc0 = _mm512_fmadd_ps(f, d, acc0);
+  }
+  float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  if (b < nb) s += ggml_q8_dot_avx512(2, row + 18 * b, 32 * (nb - b), qx + 32 * b, dx + b);
+  return s;
+}
 }  // namespace
+
+float ggml_q8_dot1_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx) {
+  if (ggml_type == 2) return q4_0_dot1_zmm(row, cols / 32, qx, dx);
+  return ggml_q8_dot_avx512(ggml_type, row, cols, qx, dx);
+}
 
 // Four rows of Q4_0 or Q8_0 against one token: the rows share each activation load and the block's activation
 // sum (the weight offset: Q4_0's 8, Q8_0's 128 after storing w + 128 as the unsigned operand, exact in int32),

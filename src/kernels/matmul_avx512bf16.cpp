@@ -10,11 +10,8 @@
 // instead of 6. On Zen 4 the shift issues beside vdpbf16ps (vpmultishiftqb, used before, shares its pipe:
 // 1.5 instead of 2 operations per cycle, measured). R rows are decoded together (rows_tile).
 //
-// Long rows (one token): the R-row tile reads R row streams at once, which the prefetchers follow worse than one
-// stream (as the dense kernels found, matmul_avx512.cpp): rows of more than 1 KiB of codes (four rows span more
-// than a 4 KiB page) are read one after another instead, two chunks per iteration with their own accumulators
-// (row_seq). Decode of a Qwen2.5-0.5B ffn_down (896 x 4864, 2432-byte rows), DRAM-cold, 2 threads: 103.6 -> 76.6 us
-// per call; 1 KiB rows (Llama-3.2-1B q/gate) stay on the tile, which is 9 % faster there (docs/kernels.md).
+// Long rows (one token, more than kSeqRowBytes of codes): the R-row tile would read R row streams at once; they are
+// read one after another instead, two chunks per iteration with their own accumulators (rows_seq, byte_rows_seq).
 //
 // Numerics: the activations are rounded to BF16 once per token (W4A16 with BF16 activations), the products of
 // two BF16 numbers are exact in FP32 and accumulate in FP32. Every 4-bit value table of the nib route (INT4
@@ -112,9 +109,6 @@ __attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const
   }
   store_tile_sums<T, R>(acc, y, ystride);
 }
-
-// Rows of more than this many code bytes decode one after another at T = 1 (see the top of the file).
-constexpr int64_t kSeqRowBytes = 1024;
 
 // Four rows' sums from row_acc(r) (nr <= 4 rows), stored together.
 template <typename RowAcc>

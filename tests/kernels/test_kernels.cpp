@@ -181,12 +181,17 @@ INSTANTIATE_TEST_SUITE_P(Activations, MatmulVsReference,
 // Long rows: decode (T = 1) reads rows of more than 1 KiB of codes one after another (row_seq / byte_rows_seq on the
 // Avx512Bf16 tier), T = 2 keeps the row tile. 2200 columns: 1100 bytes of 4-bit codes, 18 chunks of 128 (the last
 // partial), a ragged last group; 9 rows: two groups of four and one row alone. 2304 columns (whole 256-element
-// super-blocks) for the GGUF types.
+// super-blocks) and 2336 (73 Q4_0 blocks: the one-row Q4_0 kernel's four-block steps and a last block alone) for the
+// GGUF types; INT8 activations (W8A8 VNNI, GGUF Q8 blocks) on the same rows.
+const auto kLongRows = ::testing::Values(std::pair<int64_t, int64_t>{9, 2200}, std::pair<int64_t, int64_t>{6, 2304},
+                                         std::pair<int64_t, int64_t>{5, 2336});
 INSTANTIATE_TEST_SUITE_P(LongRows, MatmulVsReference,
                          ::testing::Combine(::testing::ValuesIn(available_isas()), ::testing::ValuesIn(weight_cases()),
-                                            ::testing::Values(std::pair<int64_t, int64_t>{9, 2200},
-                                                              std::pair<int64_t, int64_t>{6, 2304}),
-                                            ::testing::Values(1, 2)),
+                                            kLongRows, ::testing::Values(1, 2)),
+                         param_name);
+INSTANTIATE_TEST_SUITE_P(LongRowsActivations, MatmulVsReference,
+                         ::testing::Combine(::testing::ValuesIn(available_isas()), ::testing::ValuesIn(act_cases()),
+                                            kLongRows, ::testing::Values(1)),
                          param_name);
 // The W8A8 prefill tile (16 rows x 8 tokens, columns padded to 4): ragged rows, columns not a multiple of 4,
 // token counts that leave a partial tile.
