@@ -67,11 +67,12 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
     p->scales_f16 = reinterpret_cast<const uint16_t*>(q.scales.data());
     if (p->asym) p->zeros_u8 = q.zeros.data();
   }
-  // 2^(e-127) as the kernels form it (lane_avx512.h, cells16: FP32 bits e << 23, e = 0 and 255 apart).
+  // 2^(e-127) as the kernels form it (lane_avx512.h, cells16: FP32 bits e << 23). A matrix with a cell 0 (the
+  // subnormal 2^-127, read as 0) or 255 (NaN, read as inf) does not match its table and keeps it: the kernels'
+  // two-operation decode covers e in 1..254.
   if (q.scheme.scale_type == ScaleType::E8M0 && q.scales.size() == p->scales.size() && !p->asym &&
       cells_match_table([&](size_t k) {
-        const uint32_t e = q.scales[k];
-        const uint32_t bits = e == 0 ? 0x00400000u : e == 255 ? 0x7FC00000u : e << 23;
+        const uint32_t bits = uint32_t{q.scales[k]} << 23;
         float v;
         std::memcpy(&v, &bits, 4);
         return v;
@@ -79,9 +80,9 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
     p->scales_e8m0 = reinterpret_cast<const kern::E8m0Cell*>(q.scales.data());
   if (q.scheme.scale_type == ScaleType::E4M3 && q.scheme.format == FormatId::NVFP4 &&
       q.scales.size() == p->scales.size() && !p->asym && q.global_scale > 0 && std::isfinite(q.global_scale)) {
-    bool finite = true;  // an E4M3 NaN cell (0x7F / 0xFF) would not read as NaN through the binary16 shift
-    for (uint8_t c : q.scales) finite = finite && (c & 0x7F) != 0x7F;
-    if (finite) {
+    // The kernels read cell c as the binary16 c << 7: only for cells with the sign clear and not NaN (0x7F), which
+    // is every cell the NVFP4 quantizer writes (scales are magnitudes); other matrices keep the tables.
+    if (std::all_of(q.scales.begin(), q.scales.end(), [](uint8_t c) { return c < 0x7F; })) {
       p->scales_e4m3 = reinterpret_cast<const kern::E4m3Cell*>(q.scales.data());
       p->e4m3_post = 256.0f / q.global_scale;
     }

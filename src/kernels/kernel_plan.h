@@ -134,7 +134,7 @@ constexpr int64_t kSeqRowBytes = 1024;
 struct E8m0Cell {
   uint8_t e;
 };
-// An E4M3 scale cell (NVFP4), read as the binary16 whose bits are ((c & 0x7F) << 7) | ((c & 0x80) << 8): that is
+// An E4M3 scale cell (NVFP4), read as the binary16 whose bits are c << 7 (c < 0x7F: sign clear, not NaN): that is
 // e4m3(c) / 2^8 exactly (normal and subnormal), so a product over these cells is scaled by 2^8 / global once.
 struct E4m3Cell {
   uint8_t c;
@@ -176,7 +176,7 @@ struct KernelPlan {
   // the QuantizedMatrix, which every weight holding this plan keeps alive. Null otherwise.
   const uint16_t* scales_f16 = nullptr;  // [grid.rows, gcols] binary16 bits
   const uint8_t* zeros_u8 = nullptr;     // [grid.rows, gcols] (asymmetric INT)
-  const kern::E8m0Cell* scales_e8m0 = nullptr;  // [grid.rows, gcols] MXFP4 / MX E2M1: the stored exponents
+  const kern::E8m0Cell* scales_e8m0 = nullptr;  // [grid.rows, gcols] MXFP4 / MX E2M1: the stored exponents (none 0 / 255)
   // NVFP4: the stored E4M3 cells and the factor 2^8 / global_scale the products over them are multiplied by (one
   // rounding more than the FP32 table, whose cells are e4m3 / global: not the same bits, within the tolerance).
   const kern::E4m3Cell* scales_e4m3 = nullptr;

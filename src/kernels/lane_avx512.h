@@ -111,19 +111,15 @@ inline __m512 cells16(const uint16_t* c, __mmask16 m) { return _mm512_cvtph_ps(_
 inline __m512 cells16(const uint8_t* c, __mmask16 m) {
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, c)));
 }
+// The plan reads E8M0 / E4M3 cells only when none is special (KernelPlan::scales_e8m0 / scales_e4m3), so each takes
+// two or three operations instead of six or eight (MXFP4 / NVFP4 decode 5-11 % faster from DRAM, docs/kernels.md).
 inline __m512 cells16(const E8m0Cell* c, __mmask16 m) {
-  // 2^(e-127) as FP32 bits e << 23; e = 0 is the subnormal 2^-127, e = 255 NaN (as scale_decode).
-  const __m512i e = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, c));
-  __m512i bits = _mm512_slli_epi32(e, 23);
-  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000));
-  bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)), _mm512_set1_epi32(0x7FC00000));
-  return _mm512_castsi512_ps(bits);
+  // 2^(e-127) as FP32 bits e << 23 (e in 1..254).
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, c)), 23));
 }
 inline __m512 cells16(const E4m3Cell* c, __mmask16 m) {
-  const __m256i v = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, c));
-  const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x7F)), 7),
-                                    _mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x80)), 8));
-  return _mm512_cvtph_ps(h);
+  // The binary16 with bits c << 7 (c in 0..0x7E: sign clear, not NaN) is e4m3(c) / 2^8.
+  return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, c)), 7));
 }
 inline float cell1(const float* c) { return *c; }
 inline float cell1(const uint16_t* c) {

@@ -494,6 +494,44 @@ TEST(KernelPlan, StoredCellsDecodeLikeTheFloatTables) {
   set_kernel_isa(best_isa());
 }
 
+// Special scale cells (an E8M0 0 = 2^-127 or 255 = NaN, a negative or NaN E4M3 cell) are outside the kernels'
+// short cell decode: such a matrix keeps the FP32 tables, and still multiplies as its reference (a NaN cell's row NaN).
+TEST(KernelPlan, SpecialScaleCellsKeepTheTables) {
+  for (const char* f : {"mxfp4", "nvfp4"}) {
+    const bool e8m0 = std::string(f) == "mxfp4";
+    for (uint8_t special : e8m0 ? std::vector<uint8_t>{0, 255} : std::vector<uint8_t>{0xB8, 0x7F}) {
+      const WeightMatrix base = make_weight({f, ""}, 9, 256, 5);
+      ASSERT_NE(e8m0 ? static_cast<const void*>(base.plan->scales_e8m0) : base.plan->scales_e4m3, nullptr) << f;
+      auto q = std::make_shared<QuantizedMatrix>(*base.q);
+      const size_t cell = q->scales.size() / 2;  // a cell of row 4
+      q->scales[cell] = special;
+      const WeightMatrix w = make_quant_weight(q);
+      EXPECT_EQ(e8m0 ? static_cast<const void*>(w.plan->scales_e8m0) : w.plan->scales_e4m3, nullptr)
+          << f << " cell " << int{special};
+      std::vector<float> x(256), y(9), ref(9);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+      for (Isa isa : available_isas()) {
+        set_kernel_isa(isa);
+        matmul(w, x.data(), 1, y.data());
+        WeightMatrix wref = w;
+        matmul_reference(wref, x.data(), 1, ref.data());
+        for (int r = 0; r < 9; ++r) {
+          if (std::isnan(ref[r])) {
+            EXPECT_TRUE(std::isnan(y[r])) << f << " " << isa_name(isa) << " row " << r;
+            continue;
+          }
+          // BF16 activations on the Avx512Bf16 tier: within their rounding of the reference.
+          EXPECT_NEAR(y[r], ref[r], 1e-2f * (std::fabs(ref[r]) + 1.0f)) << f << " " << isa_name(isa) << " row " << r;
+        }
+      }
+      set_kernel_isa(best_isa());
+      if (special == 255 || special == 0x7F) {
+        EXPECT_TRUE(std::isnan(ref[4])) << f;
+      }
+    }
+  }
+}
+
 TEST(Dispatch, IsaNames) {
   EXPECT_EQ(isa_from_string("avx2"), Isa::Avx2);
   EXPECT_THROW(isa_from_string("sse9"), UsageError);
