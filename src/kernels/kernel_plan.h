@@ -323,6 +323,10 @@ struct QxRow {
 int64_t qx_padded(int bits, int64_t cols);  // bytes of q per token
 int64_t qx_chunks(int bits, int64_t cols);  // chunks per token (16 lane sums each)
 void qx_layout_avx512(int bits, const int8_t* natural, int64_t cols, int8_t* q, int32_t* lanesum);
+// quantize_activation_row(INT8, x, n, 0, codes, scale) bit for bit, vectorized; int8_act_codes_avx512: the codes
+// for a given scale s > 0 (static activation scales).
+void quantize_activation_int8_avx512(const float* x, int64_t n, int8_t* codes, float* scale);
+void int8_act_codes_avx512(const float* x, int64_t n, float s, int8_t* codes);
 // out[i] = rows[i] . x for nr rows (row i's codes, scale cells s[i], zero cells z[i], null for symmetric), four
 // rows at a time, the tail one by one.
 void vnni_rows_avx512(int bits, int nr, const uint8_t* const* rows, int64_t cols, int64_t group, const float* const* s,

@@ -45,16 +45,19 @@ void weight_row_f32(const WeightMatrix& w, int64_t r, float* out) {
 
 void quantize_activation_int8(const WeightMatrix& w, const float* x, int8_t* codes, float* scale) {
   const int64_t n = w.cols;
+  const bool avx512 = kernel_isa() >= Isa::Avx512;
   if (w.act_static_scale > 0) {
     const float s = w.act_static_scale;
+    *scale = s;
+    if (avx512) return kern::int8_act_codes_avx512(x, n, s, codes);
     for (int64_t i = 0; i < n; ++i) {
       const float v = x[i];
       float qv = std::isnan(v) ? 0.0f : std::clamp(std::nearbyint(v / s), -127.0f, 127.0f);
       codes[i] = static_cast<int8_t>(qv);
     }
-    *scale = s;
     return;
   }
+  if (avx512) return kern::quantize_activation_int8_avx512(x, n, codes, scale);
   quantize_activation_row(FormatId::INT8, x, n, 0, reinterpret_cast<uint8_t*>(codes), scale);
 }
 

@@ -150,7 +150,9 @@ std::vector<Case> weight_cases() {
 std::vector<Case> act_cases() {
   std::vector<Case> v;
   for (const char* s : {"int8:channel", "int8:g32", "int8:g128:asym", "int8:g64:asym", "int4:g128", "int4:g32",
-                        "int4:g32:asym", "int4:g64", "int4:channel", "int4:g48", "nf4:g64", "f32", "ggml:q4_0"})
+                        "int4:g32:asym", "int4:g64", "int4:channel", "int4:g48", "nf4:g64", "f32", "ggml:q4_0",
+                        // one scale group per row: the VNNI decode sums in int32 over the whole row
+                        "int8:channel:asym", "int4:channel:asym", "int8:tensor"})
     for (const char* a : {"int8", "int8s"}) v.push_back({s, a});
   for (const char* s : {"e4m3:channel", "f16", "int4:g128"})
     for (const char* a : {"e4m3fn", "e5m2"}) v.push_back({s, a});
@@ -528,6 +530,50 @@ TEST(KernelPlan, SpecialScaleCellsKeepTheTables) {
       if (special == 255 || special == 0x7F) {
         EXPECT_TRUE(std::isnan(ref[4])) << f;
       }
+    }
+  }
+}
+
+// The vectorized per-token INT8 activation quantizer against the scalar definition, bit for bit: codes and scale
+// (NaN scale when an input is NaN), with NaN, infinities, signed zeros, rounding ties (x = k + 0.5 with scale 1),
+// ragged lengths, and inputs with no finite non-zero value (scale 0).
+TEST(ActivationInt8, VectorMatchesScalarBitForBit) {
+  if (best_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<std::vector<float>> inputs;
+  for (int64_t n : {1, 5, 16, 17, 100, 4864}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = nd(rng);
+    inputs.push_back(x);
+    std::vector<float> ties(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) ties[i] = static_cast<float>(i % 254) - 126.5f;  // k + 0.5
+    ties[0] = 127.0f;                                                                 // amax 127: scale 1
+    inputs.push_back(ties);
+    std::vector<float> special = x;
+    const float sp[] = {nan, inf, -inf, 0.0f, -0.0f, 1e-30f, -1e30f};
+    for (int64_t i = 0; i < n; i += 3) special[i] = sp[(i / 3) % 7];
+    inputs.push_back(special);
+    inputs.push_back(std::vector<float>(static_cast<size_t>(n), 0.0f));
+    std::vector<float> no_finite(static_cast<size_t>(n), -inf);
+    no_finite[0] = inf;
+    if (n > 2) no_finite[2] = nan;
+    inputs.push_back(no_finite);
+  }
+  for (const auto& x : inputs) {
+    const int64_t n = static_cast<int64_t>(x.size());
+    std::vector<uint8_t> a(x.size());
+    std::vector<int8_t> b(x.size(), 99);
+    float sa = 0, sb = 0;
+    quantize_activation_row(FormatId::INT8, x.data(), n, 0, a.data(), &sa);
+    kern::quantize_activation_int8_avx512(x.data(), n, b.data(), &sb);
+    ASSERT_EQ(f32_bits(sa), f32_bits(sb)) << "n " << n;
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(static_cast<int8_t>(a[i]), b[i]) << "n " << n << " i " << i << " x " << x[i];
+    if (sa > 0 && !std::isnan(sb)) {  // the static-scale codes with the same scale
+      std::vector<int8_t> c(x.size());
+      kern::int8_act_codes_avx512(x.data(), n, sa, c.data());
+      EXPECT_EQ(std::memcmp(c.data(), b.data(), c.size()), 0) << "n " << n;
     }
   }
 }
