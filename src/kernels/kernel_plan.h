@@ -176,7 +176,8 @@ struct KernelPlan {
   // the QuantizedMatrix, which every weight holding this plan keeps alive. Null otherwise.
   const uint16_t* scales_f16 = nullptr;  // [grid.rows, gcols] binary16 bits
   const uint8_t* zeros_u8 = nullptr;     // [grid.rows, gcols] (asymmetric INT)
-  const kern::E8m0Cell* scales_e8m0 = nullptr;  // [grid.rows, gcols] MXFP4 / MX E2M1: the stored exponents (none 0 / 255)
+  // [grid.rows, gcols] MXFP4 / MX E2M1: the stored exponents (none 0 or 255)
+  const kern::E8m0Cell* scales_e8m0 = nullptr;
   // NVFP4: the stored E4M3 cells and the factor 2^8 / global_scale the products over them are multiplied by (one
   // rounding more than the FP32 table, whose cells are e4m3 / global: not the same bits, within the tolerance).
   const kern::E4m3Cell* scales_e4m3 = nullptr;

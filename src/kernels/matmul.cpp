@@ -581,9 +581,10 @@ void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x,
           for (int i = 0; i < 4; ++i) y[t * rows + r + i] = o[i];
         }
       for (; r < r1; ++r)
-        y[t * rows + r] = kq ? kern::ggml_k_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
-                             : long_rows ? kern::ggml_q8_dot1_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
-                             : kern::ggml_q8_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf);
+        y[t * rows + r] =
+            kq          ? kern::ggml_k_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
+            : long_rows ? kern::ggml_q8_dot1_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
+                        : kern::ggml_q8_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf);
     }
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }

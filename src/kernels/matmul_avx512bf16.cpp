@@ -190,6 +190,25 @@ LaneGeom byte_lane_geom(int64_t cols, int64_t group) {
   return lane_geom(cols, group, 64, [](int l) { return 16 * (l / 4); });
 }
 
+// The 64 codes of b as 2 x 32 BF16 weights through the byte16 planes: w0 / w1 the words of vpunpcklbw / vpunpckhbw.
+template <bool SM>
+inline void byte16_weights(__m512i b, const __m512i* lo, const __m512i* hi, __m512bh& w0, __m512bh& w1) {
+  __m512i lb, hb;
+  if constexpr (SM) {
+    // Sign-magnitude codes (FP8): 128-entry tables (vpermi2b reads 7 index bits), the sign bit ORed in.
+    lb = _mm512_permutex2var_epi8(lo[0], b, lo[1]);
+    hb = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi[0], b, hi[1]), b, _mm512_set1_epi8(-128), 0xF8);
+  } else {
+    const __mmask64 top = _mm512_movepi8_mask(b);  // codes 128..255: the second half of each table
+    lb = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo[0], b, lo[1]),
+                                _mm512_permutex2var_epi8(lo[2], b, lo[3]));
+    hb = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(hi[0], b, hi[1]),
+                                _mm512_permutex2var_epi8(hi[2], b, hi[3]));
+  }
+  w0 = (__m512bh)_mm512_unpacklo_epi8(lb, hb);
+  w1 = (__m512bh)_mm512_unpackhi_epi8(lb, hb);
+}
+
 // byte: R rows x T tokens (R rows for the same reasons as rows_tile).
 template <int T, int R, bool SM>
 __attribute__((noinline)) void byte_rows(const LaneGeom& g, const uint8_t* const* row, const float* const* s,
@@ -206,22 +225,7 @@ __attribute__((noinline)) void byte_rows(const LaneGeom& g, const uint8_t* const
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       _mm_prefetch(reinterpret_cast<const char*>(row[0] + 64 * (R * c + r) + 4096), _MM_HINT_T0);
-      const __m512i b = load_chunk(g, row[r], c);
-      __m512i lb, hb;
-      if constexpr (SM) {
-        // Sign-magnitude codes (FP8): 128-entry tables (vpermi2b reads 7 index bits), the sign bit ORed in.
-        lb = _mm512_permutex2var_epi8(lo[0], b, lo[1]);
-        hb = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi[0], b, hi[1]), b, _mm512_set1_epi8(-128),
-                                       0xF8);
-      } else {
-        const __mmask64 top = _mm512_movepi8_mask(b);  // codes 128..255: the second half of each table
-        lb = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo[0], b, lo[1]),
-                                    _mm512_permutex2var_epi8(lo[2], b, lo[3]));
-        hb = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(hi[0], b, hi[1]),
-                                    _mm512_permutex2var_epi8(hi[2], b, hi[3]));
-      }
-      w0[r] = (__m512bh)_mm512_unpacklo_epi8(lb, hb);
-      w1[r] = (__m512bh)_mm512_unpackhi_epi8(lb, hb);
+      byte16_weights<SM>(load_chunk(g, row[r], c), lo, hi, w0[r], w1[r]);
     }
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
@@ -249,22 +253,11 @@ __attribute__((noinline)) void byte_rows_seq(const LaneGeom& g, int nr, const ui
     const uint8_t* rp = row[r];
     __m512 acc = walk_chunks2(g, [&](int64_t c, const GroupWalk& gw, __m512& a) {
       _mm_prefetch(reinterpret_cast<const char*>(rp + 64 * c + 4096), _MM_HINT_T0);
-      const __m512i b = load_chunk(g, rp, c);
-      __m512i lb, hb;
-      if constexpr (SM) {
-        lb = _mm512_permutex2var_epi8(lo[0], b, lo[1]);
-        hb = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi[0], b, hi[1]), b, _mm512_set1_epi8(-128), 0xF8);
-      } else {
-        const __mmask64 top = _mm512_movepi8_mask(b);
-        lb = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo[0], b, lo[1]),
-                                    _mm512_permutex2var_epi8(lo[2], b, lo[3]));
-        hb = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(hi[0], b, hi[1]),
-                                    _mm512_permutex2var_epi8(hi[2], b, hi[3]));
-      }
+      __m512bh w0, w1;
+      byte16_weights<SM>(load_chunk(g, rp, c), lo, hi, w0, w1);
       const uint16_t* xb = x.act + 64 * c;
-      const __m512 p = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)_mm512_unpacklo_epi8(lb, hb),
-                                                         (__m512bh)_mm512_loadu_si512(xb)),
-                                        (__m512bh)_mm512_unpackhi_epi8(lb, hb), (__m512bh)_mm512_loadu_si512(xb + 32));
+      const __m512 p = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), w0, (__m512bh)_mm512_loadu_si512(xb)),
+                                        w1, (__m512bh)_mm512_loadu_si512(xb + 32));
       a = _mm512_fmadd_ps(p, chunk_cells(g, s[r], c, gw), a);
     });
     if (z[r]) sub_zero_points<1>(g, s[r], z[r], &x, &acc);

@@ -569,7 +569,8 @@ TEST(ActivationInt8, VectorMatchesScalarBitForBit) {
     quantize_activation_row(FormatId::INT8, x.data(), n, 0, a.data(), &sa);
     kern::quantize_activation_int8_avx512(x.data(), n, b.data(), &sb);
     ASSERT_EQ(f32_bits(sa), f32_bits(sb)) << "n " << n;
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(static_cast<int8_t>(a[i]), b[i]) << "n " << n << " i " << i << " x " << x[i];
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(static_cast<int8_t>(a[i]), b[i]) << "n " << n << " i " << i << " x " << x[i];
     if (sa > 0 && !std::isnan(sb)) {  // the static-scale codes with the same scale
       std::vector<int8_t> c(x.size());
       kern::int8_act_codes_avx512(x.data(), n, sa, c.data());
