@@ -391,62 +391,13 @@ void vnni_rows_r(int bits, const uint8_t* const* rows, int64_t cols, int64_t gro
   for (int i = 0; i < R; ++i) out[i] = x.scale * _mm512_reduce_add_ps(acc[i]);
 }
 
-// One scale group per row (per-channel, the W8A8 default): the row's integer dot products and lane sums add up
-// exactly in int32 over all chunks (|sum| < 2^31 for rows below ~130 K columns), so each chunk costs one or two
-// vpdpbusd instead of also a conversion and an FMA with the row's scale; the zero point (stored, or the 2^(bits-1)
-// offset) and the scale are applied once per row.
-template <int R>
-void vnni_rows_channel(int bits, const uint8_t* const* rows, int64_t cols, const float* const* s,
-                       const float* const* z, const QxRow& x, float* out) {
-  const int64_t le = bits == 4 ? 8 : 4;
-  const LaneGeom g = lane_geom(cols, cols, 16 * le, [le](int l) { return l * le; });
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  __m512i isum[R];
-  for (int i = 0; i < R; ++i) isum[i] = _mm512_setzero_si512();
-  __m512i ls = _mm512_setzero_si512();
-  for (int64_t c = 0; c < g.nch; ++c) {
-    if constexpr (R == 1) {
-      _mm_prefetch(reinterpret_cast<const char*>(rows[0]) + 64 * c + 4096, _MM_HINT_T0);
-    } else {
-      const char* ahead = reinterpret_cast<const char*>(rows[0]) + 64 * R * c + 4096;
-      for (int k = 0; k < R; ++k) _mm_prefetch(ahead + 64 * k, _MM_HINT_T0);
-    }
-    ls = _mm512_add_epi32(ls, _mm512_loadu_si512(x.lanesum + 16 * c));
-    const __m512i x0 = _mm512_loadu_si512(x.q + (bits == 4 ? 128 : 64) * c);
-    const __m512i x1 = bits == 4 ? _mm512_loadu_si512(x.q + 128 * c + 64) : x0;
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      const __m512i b = load_chunk(g, rows[i], c);
-      if (bits == 4) {
-        isum[i] = _mm512_dpbusd_epi32(isum[i], _mm512_and_si512(b, m4), x0);
-        isum[i] = _mm512_dpbusd_epi32(isum[i], _mm512_and_si512(_mm512_srli_epi16(b, 4), m4), x1);
-      } else {
-        isum[i] = _mm512_dpbusd_epi32(isum[i], b, x0);
-      }
-    }
-  }
-  const int32_t lsum = _mm512_reduce_add_epi32(ls);
-  for (int i = 0; i < R; ++i) {
-    const int32_t zp = z[i] ? static_cast<int32_t>(*z[i]) : int32_t{1} << (bits - 1);
-    const int32_t dot = _mm512_reduce_add_epi32(isum[i]) - zp * lsum;
-    out[i] = x.scale * (static_cast<float>(dot) * *s[i]);
-  }
-}
-
 }  // namespace
 
 void vnni_rows_avx512(int bits, int nr, const uint8_t* const* rows, int64_t cols, int64_t group, const float* const* s,
                       const float* const* z, const QxRow& x, float* out) {
   int i = 0;
-  const bool four = cols * bits / 8 <= kSeqRowBytes;  // long rows one after another (kSeqRowBytes)
-  if (group >= cols) {
-    if (four)
-      for (; i + 4 <= nr; i += 4) vnni_rows_channel<4>(bits, rows + i, cols, s + i, z + i, x, out + i);
-    for (; i < nr; ++i) vnni_rows_channel<1>(bits, rows + i, cols, s + i, z + i, x, out + i);
-    return;
-  }
-  // One accumulator chain per row either way, so the sums are the same.
-  if (four)
+  // Long rows one after another (kSeqRowBytes); one accumulator chain per row either way, so the sums are the same.
+  if (cols * bits / 8 <= kSeqRowBytes)
     for (; i + 4 <= nr; i += 4) vnni_rows_r<4>(bits, rows + i, cols, group, s + i, z + i, x, out + i);
   for (; i < nr; ++i) vnni_rows_r<1>(bits, rows + i, cols, group, s + i, z + i, x, out + i);
 }
