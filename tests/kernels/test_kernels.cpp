@@ -151,7 +151,7 @@ std::vector<Case> act_cases() {
   std::vector<Case> v;
   for (const char* s : {"int8:channel", "int8:g32", "int8:g128:asym", "int8:g64:asym", "int4:g128", "int4:g32",
                         "int4:g32:asym", "int4:g64", "int4:channel", "int4:g48", "nf4:g64", "f32", "ggml:q4_0",
-                        // one scale group per row: the VNNI decode sums in int32 over the whole row
+                        // one scale group per row: per-channel zero points, one tensor scale
                         "int8:channel:asym", "int4:channel:asym", "int8:tensor"})
     for (const char* a : {"int8", "int8s"}) v.push_back({s, a});
   for (const char* s : {"e4m3:channel", "f16", "int4:g128"})
