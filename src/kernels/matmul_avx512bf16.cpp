@@ -11,7 +11,7 @@
 // 1.5 instead of 2 operations per cycle, measured). R rows are decoded together (rows_tile).
 //
 // Long rows (one token, more than kSeqRowBytes of codes): the R-row tile would read R row streams at once; they are
-// read one after another instead, two chunks per iteration with their own accumulators (rows_seq, byte_rows_seq).
+// read one row at a time instead (the tile at R = 1: one stream).
 //
 // Numerics: the activations are rounded to BF16 once per token (W4A16 with BF16 activations), the products of
 // two BF16 numbers are exact in FP32 and accumulate in FP32. Every 4-bit value table of the nib route (INT4
@@ -110,67 +110,14 @@ __attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const
   store_tile_sums<T, R>(acc, y, ystride);
 }
 
-// Four rows' sums from row_acc(r) (nr <= 4 rows), stored together.
-template <typename RowAcc>
-void store_rows4(int nr, float* y, RowAcc&& row_acc) {
-  __m512 acc[4][1];
-  for (int r = 0; r < 4; ++r) acc[r][0] = r < nr ? row_acc(r) : _mm512_setzero_ps();
-  if (nr == 4) return store_tile_sums<1, 4>(acc, y, 1);
-  for (int r = 0; r < nr; ++r) y[r] = _mm512_reduce_add_ps(acc[r][0]);
-}
-
-// chunk(c, acc) for every chunk of a row in address order, two per iteration into two accumulators (so one row has
-// enough independent work); returns their sum.
-template <typename Chunk>
-__attribute__((always_inline)) inline __m512 walk_chunks2(const LaneGeom& g, Chunk&& chunk) {
-  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  GroupWalk gw;
-  int64_t c = 0;
-  for (; c + 2 <= g.nch; c += 2) {
-    chunk(c, gw, acc[0]);
-    gw.next(g);
-    chunk(c + 1, gw, acc[1]);
-    gw.next(g);
-  }
-  if (c < g.nch) chunk(c, gw, acc[0]);
-  return _mm512_add_ps(acc[0], acc[1]);
-}
-
-// One row of a long-row matrix, one token: rows_tile's arithmetic on a single stream.
-template <bool LO, typename S, typename Z>
-__attribute__((noinline)) void rows_seq(const LaneGeom& g, int nr, const uint8_t* const* row, const S* const* s,
-                                        const Z* const* z, __m512i lut_hi, __m512i lut_lo, const Bf16X& x, float* y) {
-  store_rows4(nr, y, [&](int r) {
-    const uint8_t* rp = row[r];
-    __m512 acc = walk_chunks2(g, [&](int64_t c, const GroupWalk& gw, __m512& a) {
-      _mm_prefetch(reinterpret_cast<const char*>(rp + 64 * c + 4096), _MM_HINT_T0);
-      const __m512i code = load_chunk(g, rp, c);
-      __m512 t[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-#pragma GCC unroll 4
-      for (int k = 0; k < 4; ++k) {
-        const __m512i idx = k == 0 ? code : _mm512_srli_epi16(code, 4 * k);
-        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x.act + 128 * c + 32 * k);
-        t[k & 1] = _mm512_dpbf16_ps(t[k & 1], (__m512bh)_mm512_permutexvar_epi16(idx, lut_hi), xv);
-        if constexpr (LO) t[k & 1] = _mm512_dpbf16_ps(t[k & 1], (__m512bh)_mm512_permutexvar_epi16(idx, lut_lo), xv);
-      }
-      a = _mm512_fmadd_ps(_mm512_add_ps(t[0], t[1]), chunk_cells(g, s[r], c, gw), a);
-    });
-    if (z[r]) sub_zero_points<1>(g, s[r], z[r], &x, &acc);
-    return acc;
-  });
-}
-
 // Rows in tiles of R (decode: R * T partial sums fit the 32 registers), the tail one row at a time; long rows at
-// T = 1 one after another.
+// T = 1 all one at a time (kSeqRowBytes).
 template <int T, int R, bool LO, typename S, typename Z>
 void rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z, __m512i hi,
             __m512i lo, const Bf16X* x, float* y, int64_t ystride) {
   int i = 0;
-  if (T == 1 && g.rbytes > kSeqRowBytes) {
-    for (; i < nr; i += 4) rows_seq<LO>(g, std::min(4, nr - i), rows + i, s + i, z + i, hi, lo, x[0], y + i);
-    return;
-  }
-  for (; i + R <= nr; i += R) rows_tile<T, R, LO>(g, rows + i, s + i, z + i, hi, lo, x, y + i, ystride);
+  if (T > 1 || g.rbytes <= kSeqRowBytes)
+    for (; i + R <= nr; i += R) rows_tile<T, R, LO>(g, rows + i, s + i, z + i, hi, lo, x, y + i, ystride);
   for (; i < nr; ++i) rows_tile<T, 1, LO>(g, rows + i, s + i, z + i, hi, lo, x, y + i, ystride);
 }
 
@@ -190,25 +137,6 @@ LaneGeom byte_lane_geom(int64_t cols, int64_t group) {
   return lane_geom(cols, group, 64, [](int l) { return 16 * (l / 4); });
 }
 
-// The 64 codes of b as 2 x 32 BF16 weights through the byte16 planes: w0 / w1 the words of vpunpcklbw / vpunpckhbw.
-template <bool SM>
-inline void byte16_weights(__m512i b, const __m512i* lo, const __m512i* hi, __m512bh& w0, __m512bh& w1) {
-  __m512i lb, hb;
-  if constexpr (SM) {
-    // Sign-magnitude codes (FP8): 128-entry tables (vpermi2b reads 7 index bits), the sign bit ORed in.
-    lb = _mm512_permutex2var_epi8(lo[0], b, lo[1]);
-    hb = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi[0], b, hi[1]), b, _mm512_set1_epi8(-128), 0xF8);
-  } else {
-    const __mmask64 top = _mm512_movepi8_mask(b);  // codes 128..255: the second half of each table
-    lb = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo[0], b, lo[1]),
-                                _mm512_permutex2var_epi8(lo[2], b, lo[3]));
-    hb = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(hi[0], b, hi[1]),
-                                _mm512_permutex2var_epi8(hi[2], b, hi[3]));
-  }
-  w0 = (__m512bh)_mm512_unpacklo_epi8(lb, hb);
-  w1 = (__m512bh)_mm512_unpackhi_epi8(lb, hb);
-}
-
 // byte: R rows x T tokens (R rows for the same reasons as rows_tile).
 template <int T, int R, bool SM>
 __attribute__((noinline)) void byte_rows(const LaneGeom& g, const uint8_t* const* row, const float* const* s,
@@ -225,7 +153,22 @@ __attribute__((noinline)) void byte_rows(const LaneGeom& g, const uint8_t* const
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       _mm_prefetch(reinterpret_cast<const char*>(row[0] + 64 * (R * c + r) + 4096), _MM_HINT_T0);
-      byte16_weights<SM>(load_chunk(g, row[r], c), lo, hi, w0[r], w1[r]);
+      const __m512i b = load_chunk(g, row[r], c);
+      __m512i lb, hb;
+      if constexpr (SM) {
+        // Sign-magnitude codes (FP8): 128-entry tables (vpermi2b reads 7 index bits), the sign bit ORed in.
+        lb = _mm512_permutex2var_epi8(lo[0], b, lo[1]);
+        hb = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi[0], b, hi[1]), b, _mm512_set1_epi8(-128),
+                                       0xF8);
+      } else {
+        const __mmask64 top = _mm512_movepi8_mask(b);  // codes 128..255: the second half of each table
+        lb = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(lo[0], b, lo[1]),
+                                    _mm512_permutex2var_epi8(lo[2], b, lo[3]));
+        hb = _mm512_mask_blend_epi8(top, _mm512_permutex2var_epi8(hi[0], b, hi[1]),
+                                    _mm512_permutex2var_epi8(hi[2], b, hi[3]));
+      }
+      w0[r] = (__m512bh)_mm512_unpacklo_epi8(lb, hb);
+      w1[r] = (__m512bh)_mm512_unpackhi_epi8(lb, hb);
     }
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
@@ -244,38 +187,14 @@ __attribute__((noinline)) void byte_rows(const LaneGeom& g, const uint8_t* const
   store_tile_sums<T, R>(acc, y, ystride);
 }
 
-// byte, long rows, one token: byte_rows' arithmetic on a single stream (as rows_seq).
-template <bool SM>
-__attribute__((noinline)) void byte_rows_seq(const LaneGeom& g, int nr, const uint8_t* const* row,
-                                             const float* const* s, const float* const* z, const __m512i* lo,
-                                             const __m512i* hi, const Bf16X& x, float* y) {
-  store_rows4(nr, y, [&](int r) {
-    const uint8_t* rp = row[r];
-    __m512 acc = walk_chunks2(g, [&](int64_t c, const GroupWalk& gw, __m512& a) {
-      _mm_prefetch(reinterpret_cast<const char*>(rp + 64 * c + 4096), _MM_HINT_T0);
-      __m512bh w0, w1;
-      byte16_weights<SM>(load_chunk(g, rp, c), lo, hi, w0, w1);
-      const uint16_t* xb = x.act + 64 * c;
-      const __m512 p = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), w0, (__m512bh)_mm512_loadu_si512(xb)),
-                                        w1, (__m512bh)_mm512_loadu_si512(xb + 32));
-      a = _mm512_fmadd_ps(p, chunk_cells(g, s[r], c, gw), a);
-    });
-    if (z[r]) sub_zero_points<1>(g, s[r], z[r], &x, &acc);
-    return acc;
-  });
-}
-
 template <int T, bool SM>
 void byte_rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const float* const* s,
                  const float* const* z, const __m512i* lo, const __m512i* hi, const Bf16X* x, float* y,
                  int64_t ystride) {
   constexpr int R = T == 1 ? 4 : 2;
   int i = 0;
-  if (T == 1 && g.rbytes > kSeqRowBytes) {
-    for (; i < nr; i += 4) byte_rows_seq<SM>(g, std::min(4, nr - i), rows + i, s + i, z + i, lo, hi, x[0], y + i);
-    return;
-  }
-  for (; i + R <= nr; i += R) byte_rows<T, R, SM>(g, rows + i, s + i, z + i, lo, hi, x, y + i, ystride);
+  if (T > 1 || g.rbytes <= kSeqRowBytes)  // long rows at T = 1 one at a time (kSeqRowBytes)
+    for (; i + R <= nr; i += R) byte_rows<T, R, SM>(g, rows + i, s + i, z + i, lo, hi, x, y + i, ystride);
   for (; i < nr; ++i) byte_rows<T, 1, SM>(g, rows + i, s + i, z + i, lo, hi, x, y + i, ystride);
 }
 

@@ -110,8 +110,6 @@ TEST(EvalCli, KvCacheSpecsAndEviction) {
   EXPECT_EQ(run("eval ppl -m " + kModel + " --text " + kText + " --kv-cache int5").rc, 2);
 }
 
-// `lowbit info` names the kernel tier, and LOWBIT_ISA lowers it (avx512 = FP32 activations in every weight-only
-// kernel, the A/B switch of docs/kernels.md).
 // `lowbit info --json` with the environment variable `name` set to `value` (unset when null) for that run.
 static nlohmann::json info_json_with(const char* name, const char* value) {
   if (value) setenv(name, value, 1);
@@ -121,6 +119,8 @@ static nlohmann::json info_json_with(const char* name, const char* value) {
   return nlohmann::json::parse(r.out);
 }
 
+// `lowbit info` names the kernel tier, and LOWBIT_ISA lowers it (avx512 = FP32 activations in every weight-only
+// kernel, the A/B switch of docs/kernels.md).
 TEST(InfoCli, KernelTierFollowsLowbitIsa) {
   auto tier = [](const char* isa) { return info_json_with("LOWBIT_ISA", isa).at("kernel_isa").get<std::string>(); };
   const std::string best = tier(nullptr);
