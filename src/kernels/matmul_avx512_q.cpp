@@ -477,14 +477,39 @@ float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const 
 }
 
 namespace {
+// Four Q4_0 blocks in one zmm (128-bit lane i: block i's 16 code bytes) against their activations' low (xl) and high
+// (xh) 16 elements: lane i's four partial sums of (q - 8) x as floats (the offset 8 * sum(x) removed in int32).
+inline __m512 q4_0_lane_sums(__m512i v, __m512i xl, __m512i xh) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+  const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xl), hi, xh);
+  const __m512i off = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xl), eight, xh);
+  return _mm512_cvtepi32_ps(_mm512_sub_epi32(dot, off));
+}
+
+// The four blocks' codes (blk[i] + 2) as one zmm, and their f16 scales (blk[i]) times dx4 spread over each block's
+// lane (scalar loads: the integer ports are otherwise idle).
+inline __m512i q4_0_lane_codes(const uint8_t* const* blk) {
+  auto codes = [&](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[i] + 2)); };
+  __m512i v = _mm512_castsi128_si512(codes(0));
+  v = _mm512_inserti32x4(v, codes(1), 1);  // the lane index is an immediate
+  v = _mm512_inserti32x4(v, codes(2), 2);
+  return _mm512_inserti32x4(v, codes(3), 3);
+}
+inline __m512 q4_0_lane_scales(const uint8_t* const* blk, __m128 dx4) {
+  uint16_t h[4];
+  for (int i = 0; i < 4; ++i) std::memcpy(&h[i], blk[i], 2);
+  const uint64_t packed = uint64_t{h[0]} | uint64_t{h[1]} << 16 | uint64_t{h[2]} << 32 | uint64_t{h[3]} << 48;
+  const __m128 d4 = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(packed))), dx4);
+  const __m512i lane_of_block = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  return _mm512_permutexvar_ps(lane_of_block, _mm512_castps128_ps512(d4));
+}
+
 // Q4_0, four rows at once in one zmm: 128-bit lane i holds row i's 16 code bytes of block b, so one and / shift /
 // and yields the four rows' low (elements 0-15) and high (16-31) nibbles against a broadcast of the block's
-// activations; lane i's four int32 partial sums are row i's. The f16 block scales of the four rows are gathered
-// into one vector (scalar loads: the integer ports are otherwise idle). ~32 operations per 4 rows x 32 weights
+// activations; lane i's four int32 partial sums are row i's. ~32 operations per 4 rows x 32 weights
 // against ~55 for four ymm rows side by side: the ymm kernel was compute-bound below the memory rate.
 void q4_0_dot4_zmm(const uint8_t* const* rows, int64_t nb, const int8_t* qx, const float* dx, float* out) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
-  const __m512i lane_of_row = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     // The four rows are consecutive in memory: prefetch their region in address order 4 KiB ahead (a hint).
@@ -492,21 +517,11 @@ void q4_0_dot4_zmm(const uint8_t* const* rows, int64_t nb, const int8_t* qx, con
     _mm_prefetch(ahead, _MM_HINT_T0);
     _mm_prefetch(ahead + 64, _MM_HINT_T0);
     const int64_t o = 18 * b;
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[0] + o + 2)));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[1] + o + 2)), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[2] + o + 2)), 2);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[3] + o + 2)), 3);
+    const uint8_t* blk[4] = {rows[0] + o, rows[1] + o, rows[2] + o, rows[3] + o};
     const __m512i xl = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qx + 32 * b)));
     const __m512i xh = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qx + 32 * b + 16)));
-    const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-    const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xl), hi, xh);
-    const __m512i off = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xl), eight, xh);
-    uint16_t h[4];
-    for (int i = 0; i < 4; ++i) std::memcpy(&h[i], rows[i] + o, 2);
-    const uint64_t packed = uint64_t{h[0]} | uint64_t{h[1]} << 16 | uint64_t{h[2]} << 32 | uint64_t{h[3]} << 48;
-    const __m128 d4 = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(packed))), _mm_set1_ps(dx[b]));
-    const __m512 d = _mm512_permutexvar_ps(lane_of_row, _mm512_castps128_ps512(d4));
-    const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot, off));
+    const __m512 f = q4_0_lane_sums(q4_0_lane_codes(blk), xl, xh);
+    const __m512 d = q4_0_lane_scales(blk, _mm_set1_ps(dx[b]));
     if (b & 1) acc1 = _mm512_fmadd_ps(f, d, acc1);
     else acc0 = _mm512_fmadd_ps(f, d, acc0);
   }
@@ -519,31 +534,19 @@ void q4_0_dot4_zmm(const uint8_t* const* rows, int64_t nb, const int8_t* qx, con
 }
 // Q4_0, one row, four consecutive blocks in one zmm (128-bit lane i: block b + i), so the row is read as one stream
 // (long rows; see ggml_q8_dot4_avx512). The activations of the four blocks are regrouped into their low and high
-// 16 elements with two lane shuffles; the block offset 8 * sum(x) is formed per lane as in q4_0_dot4_zmm.
+// 16 elements with two lane shuffles.
 float q4_0_dot1_zmm(const uint8_t* row, int64_t nb, const int8_t* qx, const float* dx) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
-  const __m512i lane_of_block = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 4 <= nb; b += 4) {
     const uint8_t* p = row + 18 * b;
     _mm_prefetch(reinterpret_cast<const char*>(p) + 4096, _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(p) + 4096 + 64, _MM_HINT_T0);
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2)));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 20)), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 38)), 2);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 56)), 3);
+    const uint8_t* blk[4] = {p, p + 18, p + 36, p + 54};
     const __m512i x01 = _mm512_loadu_si512(qx + 32 * b), x23 = _mm512_loadu_si512(qx + 32 * b + 64);
     const __m512i xl = _mm512_shuffle_i32x4(x01, x23, 0x88), xh = _mm512_shuffle_i32x4(x01, x23, 0xDD);
-    const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-    const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xl), hi, xh);
-    const __m512i off = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xl), eight, xh);
-    uint16_t h[4];
-    for (int i = 0; i < 4; ++i) std::memcpy(&h[i], p + 18 * i, 2);
-    const uint64_t packed = uint64_t{h[0]} | uint64_t{h[1]} << 16 | uint64_t{h[2]} << 32 | uint64_t{h[3]} << 48;
-    const __m128 d4 = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(packed))), _mm_loadu_ps(dx + b));
-    const __m512 d = _mm512_permutexvar_ps(lane_of_block, _mm512_castps128_ps512(d4));
-    const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot, off));
+    const __m512 f = q4_0_lane_sums(q4_0_lane_codes(blk), xl, xh);
+    const __m512 d = q4_0_lane_scales(blk, _mm_loadu_ps(dx + b));
     if (b & 4) acc1 = _mm512_fmadd_ps(f, d, acc1);
     else acc0 = _mm512_fmadd_ps(f, d, acc0);
   }
