@@ -238,15 +238,13 @@ bool kern::byte16_make_lut(const float* lut256, Byte16Lut& out) {
 }
 
 void kern::nib16_make_lut(const float* lut16, Nib16Lut& out) {
-  out.has_lo = false;
-  for (int i = 0; i < 32; ++i) {
-    const float v = lut16[i & 15];
-    const uint16_t h = f32_to_bf16(v);
-    const uint16_t l = f32_to_bf16(v - bf16_to_f32(h));
-    out.hi[i] = h;
-    out.lo[i] = l;
-    if (bf16_to_f32(h) != v) out.has_lo = true;
-  }
+  for (int i = 0; i < 32; ++i) out.v[i] = f32_to_bf16(lut16[i & 15]);
+}
+
+bool kern::nib16_table_exact(const float* lut16) {
+  for (int i = 0; i < 16; ++i)
+    if (bf16_to_f32(f32_to_bf16(lut16[i])) != lut16[i]) return false;
+  return true;
 }
 
 void kern::group_sums(const float* x, int64_t cols, int64_t group, bool bf16, float* gsum) {
@@ -257,7 +255,7 @@ void kern::group_sums(const float* x, int64_t cols, int64_t group, bool bf16, fl
   }
 }
 
-void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* out) {
+void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* out, const float* lut_override) {
   if (w.kind != WeightKind::Quant || p.lut.empty()) {
     weight_row_f32(w, r, out);
     return;
@@ -266,7 +264,7 @@ void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* 
   const uint8_t* row = q.row_data(r);
   const float* s = p.scale_row(r);
   const float* z = p.zero_row(r);
-  const float* lut = p.lut.data();
+  const float* lut = lut_override ? lut_override : p.lut.data();
   const int bits = p.bits;
   for (int64_t j = 0; j < p.gcols; ++j) {
     const int64_t c0 = j * p.group, c1 = std::min(q.cols, c0 + p.group);

@@ -223,7 +223,8 @@ bool w8a8_per_channel(const WeightMatrix& w, const KernelPlan& p);
 const AmxInt8Pack* amx_int8_pack(const WeightMatrix& w, const KernelPlan& p);
 
 // Fast scalar dequantization of row r using the plan's tables (all routes; bit-identical to weight_row_f32).
-void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* out);
+// lut: a replacement for the plan's value table (matmul_weight_row), else the plan's.
+void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* out, const float* lut = nullptr);
 
 namespace kern {
 // ---- generic / AVX2 ----
@@ -278,14 +279,13 @@ void nib_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float
 // The same GEMV with BF16 activations on the Avx512Bf16 tier (matmul_avx512bf16.cpp, where the layouts are
 // described): act [nib_padded(cols)] rounded to BF16 in the kernel's pair layout, gsum summing the BF16 values.
 using Bf16X = LaneX<uint16_t>;
-// The 16-entry value table as BF16, twice (32 entries, the vpermw table), split into hi + lo when a value is not
-// exact in BF16 (NF4); has_lo is then true.
+// The 16-entry value table as BF16 (round to nearest even), twice (32 entries, the vpermw table). Exact for
+// INT4 and E2M1; NF4's values round by up to 2^-9 relative (nib16_table_exact; matmul_weight_row is the oracle).
 struct Nib16Lut {
-  alignas(64) uint16_t hi[32];
-  alignas(64) uint16_t lo[32];
-  bool has_lo = false;
+  alignas(64) uint16_t v[32];
 };
 void nib16_make_lut(const float* lut16, Nib16Lut& out);
+bool nib16_table_exact(const float* lut16);  // every value of the 16-entry table exact in BF16
 void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, float* gsum);
 // 8-bit codes (byte route) with BF16 activations on the same tier: a 256-entry BF16 table as low / high byte
 // planes; act [byte16_padded(cols)] in the kernel's layout, gsum as above (asym INT8).

@@ -328,7 +328,8 @@ void run_byte16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x,
 }
 
 // True when prefill of a nib / byte route weight runs the BF16 register tile: the Avx512Bf16 tier, a value table
-// exact in BF16 (nib: every table, NF4 as hi + lo; byte: the byte16 table) and groups of whole pairs.
+// in BF16 (nib: every table, NF4's rounded to BF16 as in decode; byte: the byte16 table, exact) and groups of
+// whole pairs.
 bool bf16_tile_ok(const WeightMatrix& w, const KernelPlan& p) {
   if (kernel_isa() < Isa::Avx512Bf16 || !(p.group >= w.cols || p.group % 2 == 0)) return false;
   return (p.route == Route::Nib && p.lut.size() >= 16) || byte16_ok(p);
@@ -717,6 +718,16 @@ bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
   if (path != Path::Nib512 && path != Path::Byte512) return false;
   if (T >= kPrefillTokens) return bf16_tile_ok(w, p);
   return (path == Path::Nib512 && kern::nib_lanes_ok(p.group, w.cols)) || (path == Path::Byte512 && byte16_ok(p));
+}
+
+void matmul_weight_row(const WeightMatrix& w, int64_t T, int64_t r, float* out) {
+  const KernelPlan& p = kernel_plan(w);
+  if (p.route != Route::Nib || p.lut.size() < 16 || kern::nib16_table_exact(p.lut.data()) ||
+      !matmul_rounds_to_bf16(w, T))
+    return weight_row_f32(w, r, out);
+  float lut[16];
+  for (int i = 0; i < 16; ++i) lut[i] = bf16_to_f32(f32_to_bf16(p.lut[static_cast<size_t>(i)]));
+  deq_row_plan(w, p, r, out, lut);
 }
 
 bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {

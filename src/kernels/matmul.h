@@ -51,6 +51,9 @@ bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T);
 // True when matmul(w, ., T, .) rounds activations to BF16 (round to nearest even; nib / byte route decode on the
 // Avx512Bf16 tier).
 bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T);
+// Row r of w as matmul(w, ., T, .) multiplies it: weight_row_f32, except where the kernel rounds the format's
+// value table to BF16 (NF4 when matmul_rounds_to_bf16): bf16(value) * scale. The tests' oracle.
+void matmul_weight_row(const WeightMatrix& w, int64_t T, int64_t r, float* out);
 // Test seam: run the AMX W8A8 prefill kernel on a scalar model of the tile unit (kernels/amx_tiles.h) on CPUs
 // without AMX (from the Avx512 tier on), so its packing and tile loops are tested everywhere. Process-wide; off
 // by default; not for use while another thread is inside matmul().

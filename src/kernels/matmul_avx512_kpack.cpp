@@ -35,7 +35,7 @@ constexpr int64_t k45_chunk(int k) {
 
 // Software prefetch, kPrefetchAhead bytes ahead, of the 1/n of a region that inner step k reads. Why: in the Q5_K / Q6_K regions the high bits and scales sit behind the codes of a
 // group, so each step reads two or three places 256-768 bytes apart and the hardware prefetchers fall behind;
-// covering the region line by line read 0.74-0.92 of the time from DRAM (2 threads, docs/kernels.md, "k-quant
+// covering the region line by line read 0.70-0.94 of the time from DRAM (2 threads, docs/kernels.md, "k-quant
 // prefetch"). Q4_K reads its region front to back and measured 1.04 with it, so it keeps one line per region.
 constexpr int64_t kPrefetchAhead = 2048;
 template <int n>

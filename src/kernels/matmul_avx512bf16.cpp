@@ -15,10 +15,11 @@
 //
 // Numerics: the activations are rounded to BF16 once per token (W4A16 with BF16 activations), the products of
 // two BF16 numbers are exact in FP32 and accumulate in FP32. Every 4-bit value table of the nib route (INT4
-// sym/asym, E2M1 for FP4 / MXFP4 / NVFP4) is exact in BF16; a table that is not (NF4) is split into a high
-// and a low BF16 part (w = hi + lo, ~2^-17 relative), each multiplied by the same activation, so the only
-// rounding beyond FP32 accumulation is the activation's. vdpbf16ps treats BF16 subnormal inputs (|x| <
-// 2^-126) as zero.
+// sym/asym, E2M1 for FP4 / MXFP4 / NVFP4) is exact in BF16, so for them the only rounding beyond FP32
+// accumulation is the activation's. NF4's 16 values are not: they are rounded to BF16 (relative error <=
+// 2^-9, the activations' rounding; bitsandbytes rounds each dequantized weight to the BF16 compute type the
+// same way) and the group scale is applied in FP32 (Nib16Lut, docs/kernels.md "Activation routes").
+// vdpbf16ps treats BF16 subnormal inputs (|x| < 2^-126) as zero.
 //
 // Layout (nib16_layout): a 128-element chunk of codes is one zmm; 32-bit lane l holds elements 8l..8l+7
 // (nibble j = element 8l+j), so its 16-bit words 2l and 2l+1 hold elements 8l..8l+3 and 8l+4..8l+7. Step k
@@ -48,14 +49,14 @@
 namespace lowbit::kern {
 namespace {
 
-// R rows x T tokens. LO: the value table has a low part (NF4). The R rows share each activation load and give
+// R rows x T tokens. The R rows share each activation load and give
 // the core R independent dependency chains (one row alone was latency-bound: ~2x below the issue rate of its
 // vpmultishiftqb / vpermw / vdpbf16ps mix); their rows lie one after another in memory, one stream.
 // S, Z: the scale and zero cells, the plan's FP32 tables (float, float) or the stored cells (lane_avx512.h, cells16).
-template <int T, int R, bool LO, typename S, typename Z>
+template <int T, int R, typename S, typename Z>
 __attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const* row, const S* const* s,
-                                         const Z* const* z, __m512i lut_hi, __m512i lut_lo, const Bf16X* x,
-                                         float* y, int64_t ystride) {
+                                         const Z* const* z, __m512i lut, const Bf16X* x, float* y,
+                                         int64_t ystride) {
   __m512 acc[R][T];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
@@ -81,7 +82,7 @@ __attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         idx[r] = k == 0 ? code[r] : _mm512_srli_epi16(code[r], 4 * k);
-        wh[r] = (__m512bh)_mm512_permutexvar_epi16(idx[r], lut_hi);
+        wh[r] = (__m512bh)_mm512_permutexvar_epi16(idx[r], lut);
       }
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
@@ -90,8 +91,6 @@ __attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const
         for (int r = 0; r < R; ++r) {
           __m512& sk = (k & 1) ? s1[r][t] : s0[r][t];
           sk = _mm512_dpbf16_ps(sk, wh[r], xv);
-          if constexpr (LO)
-            sk = _mm512_dpbf16_ps(sk, (__m512bh)_mm512_permutexvar_epi16(idx[r], lut_lo), xv);
         }
       }
     }
@@ -112,24 +111,15 @@ __attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const
 
 // Rows in tiles of R (decode: R * T partial sums fit the 32 registers), the tail one row at a time; long rows at
 // T = 1 all one at a time (kSeqRowBytes).
-template <int T, int R, bool LO, typename S, typename Z>
-void rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z, __m512i hi,
-            __m512i lo, const Bf16X* x, float* y, int64_t ystride) {
-  int i = 0;
-  if (T > 1 || g.rbytes <= kSeqRowBytes)
-    for (; i + R <= nr; i += R) rows_tile<T, R, LO>(g, rows + i, s + i, z + i, hi, lo, x, y + i, ystride);
-  for (; i < nr; ++i) rows_tile<T, 1, LO>(g, rows + i, s + i, z + i, hi, lo, x, y + i, ystride);
-}
-
 template <int T, typename S, typename Z>
 void rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z,
             const Nib16Lut& lut, const Bf16X* x, float* y, int64_t ystride) {
-  const __m512i hi = _mm512_loadu_si512(lut.hi), lo = _mm512_loadu_si512(lut.lo);
+  const __m512i v = _mm512_loadu_si512(lut.v);
   constexpr int R = T == 1 ? 4 : 2;
-  if (lut.has_lo)
-    rows_t<T, R, true>(g, nr, rows, s, z, hi, lo, x, y, ystride);
-  else
-    rows_t<T, R, false>(g, nr, rows, s, z, hi, lo, x, y, ystride);
+  int i = 0;
+  if (T > 1 || g.rbytes <= kSeqRowBytes)
+    for (; i + R <= nr; i += R) rows_tile<T, R>(g, rows + i, s + i, z + i, v, x, y + i, ystride);
+  for (; i < nr; ++i) rows_tile<T, 1>(g, rows + i, s + i, z + i, v, x, y + i, ystride);
 }
 
 // byte16: chunks of 64 codes; lane 4L + j holds two elements of the 16-element block L.

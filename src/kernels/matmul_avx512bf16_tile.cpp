@@ -12,8 +12,8 @@
 // token's BF16 activations (x[2kp], x[2kp+1]) turns a vdpbf16ps into 32 multiply-adds for 16 outputs, with no
 // horizontal sum; 8 tokens share each weight load. Per scale group the 16 partial sums are multiplied by the
 // 16 rows' scales (one FMA per token and group); asymmetric weights subtract z*s*X_g (X_g: the token's sum of
-// its BF16 activations over the group) the way the decode kernels do. NF4 (values not exact in BF16) is
-// decoded twice, hi and lo tables, and multiplied twice, as in nib16.
+// its BF16 activations over the group) the way the decode kernels do. NF4's values, not exact in BF16, come
+// rounded to BF16 from the table (Nib16Lut), as in nib16.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -95,9 +95,9 @@ inline __m512i byte_pairs(const uint8_t* row, int64_t rbytes, int64_t p0, const 
   return _mm512_permutex2var_epi32(wl, order, wh);
 }
 
-// One token tile: y[t][16 rows] for NT tokens. wb / wl: the block's pairs (wl: NF4's low parts, else null).
-template <int NT, bool LO>
-void tile(const uint32_t* wb, const uint32_t* wl, int64_t npairs, int64_t gpairs, const float* sv,
+// One token tile: y[t][16 rows] for NT tokens. wb: the block's pairs.
+template <int NT>
+void tile(const uint32_t* wb, int64_t npairs, int64_t gpairs, const float* sv,
           const float* zs, const uint16_t* xb, int64_t xstride, const float* gsum, int64_t ng, __m512* out) {
   __m512 acc[NT];
   for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
@@ -112,7 +112,6 @@ void tile(const uint32_t* wb, const uint32_t* wl, int64_t npairs, int64_t gpairs
         std::memcpy(&x2, xb + j * xstride + 2 * kp, 4);
         const __m512bh xv = (__m512bh)_mm512_set1_epi32(x2);
         part[j] = _mm512_dpbf16_ps(part[j], w, xv);
-        if constexpr (LO) part[j] = _mm512_dpbf16_ps(part[j], (__m512bh)_mm512_load_si512(wl + kp * 16), xv);
       }
     }
     const __m512 s = _mm512_load_ps(sv + g * 16);
@@ -134,18 +133,16 @@ void bf16_tile_avx512bf16(int nr, const uint8_t* const* rows, const float* const
   const int64_t npairs = (cols + 1) / 2, nblk = (npairs + 15) / 16;
   // Groups hold whole pairs (even groups; the caller checks) or the group is the whole row.
   const int64_t grp = std::min(group, cols), ng = (cols + grp - 1) / grp, gpairs = ng == 1 ? npairs : grp / 2;
-  const bool lo_part = nib && nib->has_lo;
   const bool asym = z[0] != nullptr;
-  // Scratch per thread, in 64-byte lines: the block's pairs (and low parts), its scales and z * s per group.
+  // Scratch per thread, in 64-byte lines: the block's pairs, its scales and z * s per group.
   struct alignas(64) Line {
     uint32_t v[16];
   };
   thread_local std::vector<Line> buf;
   const size_t wvec = static_cast<size_t>(nblk * 16), svec = static_cast<size_t>(ng);
-  buf.resize(wvec * (lo_part ? 2 : 1) + svec * 2);
+  buf.resize(wvec + svec * 2);
   uint32_t* wb = buf.data()->v;
-  uint32_t* wl = lo_part ? buf[wvec].v : nullptr;
-  float* sv = reinterpret_cast<float*>(buf[wvec * (lo_part ? 2 : 1)].v);
+  float* sv = reinterpret_cast<float*>(buf[wvec].v);
   float* zs = sv + svec * 16;
   for (int64_t g = 0; g < ng; ++g)
     for (int i = 0; i < 16; ++i) {
@@ -154,10 +151,9 @@ void bf16_tile_avx512bf16(int nr, const uint8_t* const* rows, const float* const
     }
 
   // Decode: 16 rows x 16 pairs at a time, transposed to pair-major.
-  __m512i lo[4], hi[4], lut_hi = _mm512_setzero_si512(), lut_lo = _mm512_setzero_si512();
+  __m512i lo[4], hi[4], lut = _mm512_setzero_si512();
   if (nib) {
-    lut_hi = _mm512_loadu_si512(nib->hi);
-    lut_lo = _mm512_loadu_si512(nib->lo);
+    lut = _mm512_loadu_si512(nib->v);
   } else {
     for (int i = 0; i < 4; ++i) {
       lo[i] = _mm512_loadu_si512(byte->lo + 64 * i);
@@ -165,17 +161,14 @@ void bf16_tile_avx512bf16(int nr, const uint8_t* const* rows, const float* const
     }
   }
   const int64_t rbytes = nib ? (cols + 1) / 2 : cols;
-  for (int part = 0; part < (lo_part ? 2 : 1); ++part) {
-    uint32_t* dst = part ? wl : wb;
-    for (int64_t b = 0; b < nblk; ++b) {
-      __m512i v[16];
-      for (int i = 0; i < 16; ++i)
-        v[i] = i >= nr ? _mm512_setzero_si512()
-               : nib   ? nib_pairs(rows[i], rbytes, 16 * b, part ? lut_lo : lut_hi)
-                       : byte_pairs(rows[i], rbytes, 16 * b, *byte, lo, hi);
-      transpose16(v);
-      for (int j = 0; j < 16; ++j) _mm512_store_si512(dst + (16 * b + j) * 16, v[j]);
-    }
+  for (int64_t b = 0; b < nblk; ++b) {
+    __m512i v[16];
+    for (int i = 0; i < 16; ++i)
+      v[i] = i >= nr ? _mm512_setzero_si512()
+             : nib   ? nib_pairs(rows[i], rbytes, 16 * b, lut)
+                     : byte_pairs(rows[i], rbytes, 16 * b, *byte, lo, hi);
+    transpose16(v);
+    for (int j = 0; j < 16; ++j) _mm512_store_si512(wb + (16 * b + j) * 16, v[j]);
   }
 
   const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1);
@@ -185,12 +178,7 @@ void bf16_tile_avx512bf16(int nr, const uint8_t* const* rows, const float* const
     const uint16_t* xt = xb + t0 * xstride;
     const float* gt = asym ? gsum + t0 * ng : nullptr;
     with_nt(nt, [&](auto n) {
-      if (lo_part)
-        tile<decltype(n)::value, true>(wb, wl, npairs, gpairs, sv, asym ? zs : nullptr, xt, xstride, gt, ng,
-                                       out);
-      else
-        tile<decltype(n)::value, false>(wb, wl, npairs, gpairs, sv, asym ? zs : nullptr, xt, xstride, gt, ng,
-                                        out);
+      tile<decltype(n)::value>(wb, npairs, gpairs, sv, asym ? zs : nullptr, xt, xstride, gt, ng, out);
     });
     for (int j = 0; j < nt; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * ystride, m, out[j]);
   }

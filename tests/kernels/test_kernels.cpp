@@ -5,7 +5,7 @@
 // x is the activation the kernel is specified to see: x itself (weight-only), quantize_activations(x) for the
 // INT8 / FP8 activation routes, the Q8-block-rounded x for GGUF Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K decode on
 // AVX-512 (matmul_rounds_to_q8), and x rounded to BF16 for 4-bit weight-only decode on the avx512bf16 tier
-// (matmul_rounds_to_bf16).
+// (matmul_rounds_to_bf16), where NF4's value table is rounded to BF16 as well (matmul_weight_row).
 // The bound is float accumulation-order noise; a wrong code, scale or zero point in any group exceeds it.
 #include <gtest/gtest.h>
 
@@ -111,15 +111,21 @@ TEST_P(MatmulVsReference, WithinTolerance) {
   }
   if (matmul_rounds_to_bf16(w, T))
     for (auto& v : xe) v = bf16_to_f32(f32_to_bf16(v));
-  WeightMatrix wref = w;
-  wref.act_format = FormatId::F32;
-  matmul_reference(wref, xe.data(), T, ref.data());
+  // And the weights (matmul_weight_row: NF4's table rounded to BF16 where the kernel rounds it; else exactly
+  // matmul_reference's rows).
+  std::vector<float> wk(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) matmul_weight_row(w, T, r, wk.data() + r * cols);
   set_kernel_isa(best_isa());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < T; ++t) {
+      double acc = 0;
+      for (int64_t i = 0; i < cols; ++i) acc += static_cast<double>(wk[r * cols + i]) * xe[t * cols + i];
+      ref[t * rows + r] = static_cast<float>(acc);
+    }
 
-  std::vector<float> row(static_cast<size_t>(cols));
   int bad = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    weight_row_f32(w, r, row.data());
+    const float* row = wk.data() + r * cols;
     for (int64_t t = 0; t < T; ++t) {
       double mag = 0;
       for (int64_t i = 0; i < cols; ++i) mag += std::fabs(static_cast<double>(row[i]) * xe[t * cols + i]);
