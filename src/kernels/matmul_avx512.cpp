@@ -11,9 +11,13 @@
 #include "core/parallel.h"
 #include "kernels/exp_avx512.h"
 #include "kernels/kernel_plan.h"
+#include "kernels/prefetch.h"
 
 namespace lowbit {
 namespace {
+
+using kern::prefetch_far;
+using kern::prefetch_to_l2;
 
 template <WeightKind K>
 constexpr int64_t kElemBytes = K == WeightKind::F32 ? 4 : 2;
@@ -52,6 +56,7 @@ void tile(const uint8_t* w, size_t rb, int64_t cols, const float* x, int64_t r, 
     for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_setzero_ps();
   const uint8_t* rows[4];
   for (int a = 0; a < 4; ++a) rows[a] = w + (r + std::min<int64_t>(a, nrows_here - 1)) * rb;
+  const bool l2 = prefetch_to_l2(4 * static_cast<int64_t>(rb), 4 * NT * cols);  // FP32 activations
   int64_t i = 0;
   for (; i + 16 <= cols; i += 16) {
     __m512 xv[NT];
@@ -60,8 +65,7 @@ void tile(const uint8_t* w, size_t rb, int64_t cols, const float* x, int64_t r, 
       // Token tails (T = 2, 3) stream the weights from DRAM once: software prefetch 4 KiB ahead in each row keeps
       // more lines in flight than the hardware prefetcher does for four interleaved rows (+30 % when this tile
       // served T = 1 too; 2 KiB gave +12 %, 8 KiB the same as 4 KiB). Prefetching past the end is harmless.
-      if constexpr (NT == 1)
-        _mm_prefetch(reinterpret_cast<const char*>(rows[a] + kElemBytes<K> * i + 4096), _MM_HINT_T0);
+      if constexpr (NT == 1) prefetch_far(rows[a] + kElemBytes<K> * i + 4096, l2);
       __m512 wv = load16<K>(rows[a], i);
       for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_fmadd_ps(wv, xv[b], acc[a][b]);
     }
@@ -85,11 +89,12 @@ float row_dot_bf16eo(const uint8_t* row, int64_t cols, const float* xeo) {
   const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
   int64_t i = 0;
+  const bool l2 = prefetch_to_l2(2 * cols, 4 * cols);  // the row, FP32 activations (xeo)
   for (; i + 64 <= cols; i += 64) {
     // 4 KiB ahead: +5-15 % from DRAM here (each iteration has more instructions per byte than the F32 loop,
     // so fewer loads are in flight); the F32 / F16 loops measured faster without.
-    _mm_prefetch(reinterpret_cast<const char*>(row + 2 * i + 4096), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(row + 2 * i + 4096 + 64), _MM_HINT_T0);
+    prefetch_far(row + 2 * i + 4096, l2);
+    prefetch_far(row + 2 * i + 4096 + 64, l2);
     const __m512i v0 = _mm512_loadu_si512(row + 2 * i), v1 = _mm512_loadu_si512(row + 2 * i + 64);
     a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v0, 16)), _mm512_loadu_ps(xeo + i), a0);
     a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v0, hi)), _mm512_loadu_ps(xeo + i + 16), a1);

@@ -20,6 +20,7 @@
 
 #include "kernels/kernel_plan.h"
 #include "kernels/lane_avx512.h"
+#include "kernels/prefetch.h"
 
 namespace lowbit::kern {
 namespace {
@@ -150,13 +151,14 @@ __attribute__((noinline)) void nib_tile(const LaneGeom& g, const uint8_t* const*
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  const bool l2 = prefetch_to_l2(R * g.rbytes, T * 8 * g.rbytes);  // FP32 activations: 8 bytes per code byte
   GroupWalk gw;
   for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
     __m512i code[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       // DRAM streaming: prefetch 4 KiB ahead in each row (as the dense GEMV does); harmless past the end.
-      _mm_prefetch(reinterpret_cast<const char*>(rows[r] + 64 * c + 4096), _MM_HINT_T0);
+      prefetch_far(rows[r] + 64 * c + 4096, l2);
       code[r] = load_chunk(g, rows[r], c);
     }
     __m512 sum[P][R][T];
@@ -362,12 +364,13 @@ void vnni_rows_r(int bits, const uint8_t* const* rows, int64_t cols, int64_t gro
   const int zshift = bits == 4 ? 3 : 7;
   __m512 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  const bool l2 = prefetch_to_l2(R * g.rbytes, cols);  // INT8 activations (the lane sums are 1/8 of that)
   GroupWalk gw;
   for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
-    if constexpr (R == 1) _mm_prefetch(reinterpret_cast<const char*>(rows[0]) + 64 * c + 4096, _MM_HINT_T0);
+    if constexpr (R == 1) prefetch_far(rows[0] + 64 * c + 4096, l2);
     if constexpr (R > 1) {
-      const char* ahead = reinterpret_cast<const char*>(rows[0]) + 64 * R * c + 4096;
-      for (int k = 0; k < R; ++k) _mm_prefetch(ahead + 64 * k, _MM_HINT_T0);
+      const uint8_t* ahead = rows[0] + 64 * R * c + 4096;
+      for (int k = 0; k < R; ++k) prefetch_far(ahead + 64 * k, l2);
     }
     const __m512i ls = _mm512_loadu_si512(x.lanesum + 16 * c);
     const __m512i x0 = _mm512_loadu_si512(x.q + (bits == 4 ? 128 : 64) * c);

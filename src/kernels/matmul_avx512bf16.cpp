@@ -45,6 +45,7 @@
 #include "core/half.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/lane_avx512.h"
+#include "kernels/prefetch.h"
 
 namespace lowbit::kern {
 namespace {
@@ -62,6 +63,8 @@ __attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  // BF16 activations: 4 bytes per code byte (kernels/prefetch.h).
+  const bool l2 = prefetch_to_l2(R * g.rbytes, T * 4 * g.rbytes);
   GroupWalk gw;
   for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
     __m512i code[R];
@@ -70,7 +73,7 @@ __attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const
     for (int r = 0; r < R; ++r) {
       // DRAM streaming: the tile's rows are consecutive in memory, so prefetch in address order 4 KiB ahead of
       // the tile (a hint: harmless past the end or for rows that are not consecutive).
-      _mm_prefetch(reinterpret_cast<const char*>(row[0] + 64 * (R * c + r) + 4096), _MM_HINT_T0);
+      prefetch_far(row[0] + 64 * (R * c + r) + 4096, l2);
       code[r] = load_chunk(g, row[r], c);
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) s0[r][t] = s1[r][t] = _mm512_setzero_ps();
@@ -137,12 +140,13 @@ __attribute__((noinline)) void byte_rows(const LaneGeom& g, const uint8_t* const
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  const bool l2 = prefetch_to_l2(R * g.rbytes, T * 2 * g.rbytes);  // BF16 activations, 2 bytes per code
   GroupWalk gw;
   for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
     __m512bh w0[R], w1[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(row[0] + 64 * (R * c + r) + 4096), _MM_HINT_T0);
+      prefetch_far(row[0] + 64 * (R * c + r) + 4096, l2);
       const __m512i b = load_chunk(g, row[r], c);
       __m512i lb, hb;
       if constexpr (SM) {
