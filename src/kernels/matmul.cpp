@@ -644,22 +644,28 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
   switch (path) {
     case Path::Dense512: return name + ".dense.avx512";
     case Path::Vnni512:
-      // W8A8 per-channel: decode on VNNI, prefill from kAmxTokens tokens on AMX tiles when the tier has them.
-      if ((isa >= Isa::Amx || amx_emulated()) && w8a8_per_channel(w, p))
-        return name + (isa >= Isa::Amx ? ".vnni+amxtile.amx" : ".vnni+amxtile-emulated.avx512");
-      return name + ".vnni.avx512";
+      // Decode on VNNI. Prefill (matmul above): W8A8 per-channel from kAmxTokens tokens on AMX tiles when the
+      // tier has them, else on the VNNI register tile; other INT8-activation weights dequantize 16-row blocks into
+      // the FP32 tile ("f32tile", activations still through the INT8 route).
+      if (w8a8_per_channel(w, p)) {
+        if (isa >= Isa::Amx || amx_emulated())
+          return name + (isa >= Isa::Amx ? ".vnni+amxtile.amx" : ".vnni+amxtile-emulated.avx512");
+        return name + ".vnni+vnnitile.avx512";
+      }
+      return name + ".vnni+f32tile.avx512";
     case Path::GgmlQ8_512:
-      // Without a load-time pack: decode by row, prefill on the pack's tile with a per-call pack where one exists.
+      // Without a load-time pack: decode by row, prefill on the pack's tile with a per-call pack where one exists,
+      // else (Q2_K, Q3_K) rows dequantized into the FP32 tile.
       return name + (p.load_pack()           ? ".q8vnni16.avx512"
                      : pack_tile_ok(w, p)    ? ".q8vnni+q8vnni16.avx512"
-                                             : ".q8vnni.avx512");
+                                             : ".q8vnni+f32tile.avx512");
     case Path::Nib512:
     case Path::Byte512: {
       // Decode (T < kPrefillTokens) on the lane kernel; prefill on the BF16 tile where it applies, else rows
-      // dequantized into the FP32 tile (not named).
+      // dequantized into the FP32 tile.
       const bool dec16 = matmul_rounds_to_bf16(w, 1), tile16 = bf16_tile_ok(w, p);
-      return name + "." + (path == Path::Nib512 ? "nib" : "byte") + (dec16 ? "16" : "") + (tile16 ? "+bf16tile" : "") +
-             (dec16 || tile16 ? ".avx512bf16" : ".avx512");
+      return name + "." + (path == Path::Nib512 ? "nib" : "byte") + (dec16 ? "16" : "") +
+             (tile16 ? "+bf16tile" : "+f32tile") + (dec16 || tile16 ? ".avx512bf16" : ".avx512");
     }
     case Path::Deq: break;
   }

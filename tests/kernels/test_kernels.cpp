@@ -220,13 +220,13 @@ TEST(KernelNames, FastPathsSelected) {
     w.act_format = act;
     return matmul_kernel_name(w);
   };
-  EXPECT_EQ(name("int4:g128"), "int4:g128:sym:f16.nib.avx512");
-  EXPECT_NE(name("nf4:g64:dq").find(".nib.avx512"), std::string::npos);
-  EXPECT_NE(name("nvfp4").find(".nib.avx512"), std::string::npos);
-  EXPECT_NE(name("mxfp4").find(".nib.avx512"), std::string::npos);
-  EXPECT_NE(name("e4m3:channel").find(".byte.avx512"), std::string::npos);
-  EXPECT_NE(name("int8:channel", FormatId::INT8).find("+a8.vnni.avx512"), std::string::npos);
-  EXPECT_NE(name("int4:g32:asym", FormatId::INT8).find("+a8.vnni.avx512"), std::string::npos);
+  EXPECT_EQ(name("int4:g128"), "int4:g128:sym:f16.nib+f32tile.avx512");  // prefill: FP32 tile
+  EXPECT_NE(name("nf4:g64:dq").find(".nib+f32tile.avx512"), std::string::npos);
+  EXPECT_NE(name("nvfp4").find(".nib+f32tile.avx512"), std::string::npos);
+  EXPECT_NE(name("mxfp4").find(".nib+f32tile.avx512"), std::string::npos);
+  EXPECT_NE(name("e4m3:channel").find(".byte+f32tile.avx512"), std::string::npos);
+  EXPECT_EQ(name("int8:channel", FormatId::INT8), "int8:channel:sym:f16+a8.vnni+vnnitile.avx512");
+  EXPECT_NE(name("int4:g32:asym", FormatId::INT8).find("+a8.vnni+f32tile.avx512"), std::string::npos);
   EXPECT_EQ(name("ggml:q4_0"), "q4_0.q8vnni16.avx512");  // load-time 16-row pack
   EXPECT_EQ(name("ggml:q8_0"), "q8_0.q8vnni16.avx512");
   {  // types lowbit reads but does not write (random blocks) are packed at load too
@@ -244,7 +244,7 @@ TEST(KernelNames, FastPathsSelected) {
       WeightMatrix g = make_ggml_weight(buf, buf->data(), fi.ggml_type, 16, 256);
       prepare_weight(g);
       const bool packed = std::string(t) == "q4_k" || std::string(t) == "q5_k" || std::string(t) == "q6_k";
-      EXPECT_EQ(matmul_kernel_name(g), std::string(t) + (packed ? ".q8vnni16.avx512" : ".q8vnni.avx512"));
+      EXPECT_EQ(matmul_kernel_name(g), std::string(t) + (packed ? ".q8vnni16.avx512" : ".q8vnni+f32tile.avx512"));
     }
   }
   EXPECT_EQ(name("ggml:q4_k"), "q4_k.q8vnni16.avx512");  // load-time KPack
