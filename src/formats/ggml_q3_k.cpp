@@ -25,18 +25,6 @@ struct BlockQ3K {
 };
 static_assert(sizeof(BlockQ3K) == 110, "Q3_K block is 110 bytes");
 
-void unpack_scales(const uint8_t* s12, int8_t* out16) {
-  uint32_t a, b, c;
-  std::memcpy(&a, s12, 4);
-  std::memcpy(&b, s12 + 4, 4);
-  std::memcpy(&c, s12 + 8, 4);
-  constexpr uint32_t k4 = 0x0F0F0F0Fu, k2 = 0x03030303u;
-  const uint32_t w[4] = {(a & k4) | ((c >> 0) & k2) << 4, (b & k4) | ((c >> 2) & k2) << 4,
-                         ((a >> 4) & k4) | ((c >> 4) & k2) << 4, ((b >> 4) & k4) | ((c >> 6) & k2) << 4};
-  for (int i = 0; i < 16; ++i)
-    out16[i] = static_cast<int8_t>(static_cast<int>((w[i / 4] >> (8 * (i % 4))) & 0xFF) - 32);
-}
-
 void deq(const void* src, float* y, int64_t n) {
   const auto* p = static_cast<const uint8_t*>(src);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
@@ -44,7 +32,7 @@ void deq(const void* src, float* y, int64_t n) {
     std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
     const float d = f16_to_f32(blk.d);
     int8_t sc[16];
-    unpack_scales(blk.scales, sc);
+    k3_scales(blk.scales, sc);
     int is = 0;
     uint8_t m = 1;
     for (int h = 0; h < 2; ++h) {

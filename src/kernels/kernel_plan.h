@@ -76,7 +76,7 @@ struct QBlkPack {
   }
   static int64_t pair(int64_t b, int64_t nb) { return std::min<int64_t>(2, nb - (b & ~int64_t{1})); }
 };
-// GGUF Q4_K / Q5_K / Q6_K weights repacked at load for AVX-512 VNNI (kpack.cpp, matmul_avx512_kpack.cpp), the
+// GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights repacked at load for AVX-512 VNNI (kpack.cpp, matmul_avx512_kpack.cpp), the
 // k-quant counterpart of QBlkPack: per row block rb (16 rows, the last one zero-padded) and super-block s (256
 // columns) one region of sb_bytes at data[(rb * cols / 256 + s) * sb_bytes], read front to back (a decode that
 // jumped to scales at a region's end streamed 10-30 % slower from DRAM):
@@ -90,9 +90,15 @@ struct QBlkPack {
 //          64 + 832 g: the 8 code chunks of columns 64g..64g+63, per sub-block i of the group 64 bytes of high bits
 //          (byte 4r + j, bits 0-1 / 2-3 / 4-5 / 6-7 = u >> 4 of columns 16i + j / 16i + 4 + j / 16i + 8 + j /
 //          16i + 12 + j), then sc[4][16] int8                                                  3392 bytes
-// so w[r][c] = d * sc_j * u - dmin * m_j (Q4_K, Q5_K), d * sc_i * (u - 32) (Q6_K). Q4_K grows 2304 -> 2368
-// bytes per 16 x 256 (+2.8 %: scales unpacked to bytes), Q5_K 2816 -> 2880 (+2.3 %), Q6_K 3360 -> 3392 (+1 %);
-// counted in bytes().
+//   Q2_K:  d[16] f16, dmin[16] f16, the GGUF scale bytes sm[16 sub-blocks][16 rows] (4-bit scale | 4-bit min << 4;
+//          sub-blocks of 16 columns), then per sub-block i at 320 + 64 i its code vector: byte 4r + j, bits
+//          2q..2q+1 = u[r][16i + 4q + j] (0..3)                                                 1344 bytes
+//   Q3_K:  d[16] f16, sc[16][16] int8 (the 6-bit scale - 32), then per sub-block i at 288 + 96 i the vector of
+//          the low two bits (as Q2_K) and four uint64 masks (mask q, bit 4r + j: bit 2 of u[r][16i + 4q + j];
+//          u = 0..7)                                                                            1824 bytes
+// so w[r][c] = d * sc_j * u - dmin * m_j (Q2_K, Q4_K, Q5_K), d * sc_i * (u - 32) (Q6_K), d * sc_i * (u - 4)
+// (Q3_K). Q2_K keeps its 1344 bytes per 16 x 256, Q3_K grows 1760 -> 1824 (+3.6 %), Q4_K 2304 -> 2368 (+2.8 %:
+// scales unpacked to bytes), Q5_K 2816 -> 2880 (+2.3 %), Q6_K 3360 -> 3392 (+1 %); counted in bytes().
 struct KPack {
   int ggml_type = -1;
   int64_t rows = 0, cols = 0;
@@ -100,7 +106,7 @@ struct KPack {
   std::shared_ptr<uint8_t> data;  // [ceil(rows/16), cols/256, sb_bytes], 64-byte aligned
   size_t bytes() const { return static_cast<size_t>((rows + 15) / 16 * (cols / 256) * sb_bytes); }
 };
-bool kpack_supported(int ggml_type, int64_t cols);  // Q4_K / Q5_K / Q6_K with whole super-blocks
+bool kpack_supported(int ggml_type, int64_t cols);  // Q2_K .. Q6_K with whole super-blocks
 std::shared_ptr<const KPack> build_kpack(int ggml_type, const uint8_t* data, int64_t row_bytes, int64_t rows,
                                          int64_t cols);
 // Layout fields without data, and one 16-row block of the pack from nr <= 16 GGUF rows (as pack_qblk_block).

@@ -1,4 +1,4 @@
-// Load-time repacking of GGUF Q4_K / Q5_K / Q6_K rows into the KPack layout (kernel_plan.h) read by
+// Load-time repacking of GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K rows into the KPack layout (kernel_plan.h) read by
 // matmul_avx512_kpack.cpp. Plain C++: it runs once per weight at load, in parallel over row blocks.
 #include <algorithm>
 #include <cstring>
@@ -13,8 +13,28 @@
 namespace lowbit {
 namespace {
 
-constexpr int kQ4K = 12, kQ5K = 13, kQ6K = 14;
-constexpr int64_t kQ4KBytes = 144, kQ5KBytes = 176, kQ6KBytes = 210;
+constexpr int kQ2K = 10, kQ3K = 11, kQ4K = 12, kQ5K = 13, kQ6K = 14;
+constexpr int64_t kQ2KBytes = 84, kQ3KBytes = 110, kQ4KBytes = 144, kQ5KBytes = 176, kQ6KBytes = 210;
+
+// Q2_K (formats/ggml_q2_k.cpp): u[256] = the 2-bit codes in column order; the 16 scale bytes (4-bit scale | 4-bit
+// min << 4) are copied as they are.
+void q2k_unpack(const uint8_t* b, uint8_t* u) {
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 4; ++k)
+      for (int l = 0; l < 32; ++l) u[128 * h + 32 * k + l] = (b[16 + 32 * h + l] >> (2 * k)) & 3;
+}
+
+// Q3_K (formats/ggml_q3_k.cpp): u[256] = low 2 bits | high bit << 2 (0..7, the value u - 4) and the 16 scales
+// minus 32.
+void q3k_unpack(const uint8_t* b, uint8_t* u, int8_t* sc) {
+  formats_detail::k3_scales(b + 96, sc);
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 4; ++k)
+      for (int l = 0; l < 32; ++l) {
+        const int hb = (b[l] >> (4 * h + k)) & 1;
+        u[128 * h + 32 * k + l] = static_cast<uint8_t>(((b[32 + 32 * h + l] >> (2 * k)) & 3) | hb << 2);
+      }
+}
 
 // One GGUF super-block -> unsigned codes u[256] in column order and its scales.
 void q4k_unpack(const uint8_t* b, uint8_t* u, uint8_t* sc, uint8_t* m) {
@@ -53,6 +73,12 @@ void q6k_unpack(const uint8_t* b, uint8_t* u) {
 }
 
 // Offsets inside a region (kernel_plan.h).
+// Q2_K: d[16] f16, dmin[16] f16, scale bytes [16 sub-blocks][16 rows], then the 16 code vectors (sub-block i at
+// 320 + 64 i: byte 4r + j, bits 2q..2q+1 = u of column 16i + 4q + j).
+constexpr int64_t kQ2KCodes = 320;
+// Q3_K: d[16] f16, sc[16 sub-blocks][16 rows] int8, then per sub-block i at 288 + 96 i: its low-bit vector (as
+// Q2_K's codes) and four uint64 masks (mask q, bit 4r + j: the high bit of column 16i + 4q + j).
+constexpr int64_t kQ3KSub = 288, kQ3KSubBytes = 96;
 // Q4_K / Q5_K: the scale block d[16], dmin[16], sc[8][16], m[8][16] leads the region (320 bytes).
 constexpr int64_t kD = 0, kDmin = 32, kSc = 64, kM = 192, kScaleBlock = 320;
 // Q5_K: sub-block j at 320 + 320 j: 4 code chunks (256), per chunk two uint64 fifth-bit masks (64).
@@ -82,7 +108,7 @@ inline int64_t chunk_off(int t, int k) {
 }  // namespace
 
 bool kpack_supported(int ggml_type, int64_t cols) {
-  return (ggml_type == kQ4K || ggml_type == kQ5K || ggml_type == kQ6K) && cols > 0 && cols % 256 == 0;
+  return ggml_type >= kQ2K && ggml_type <= kQ6K && cols > 0 && cols % 256 == 0;
 }
 
 KPack kpack_layout(int t, int64_t rows, int64_t cols) {
@@ -90,20 +116,48 @@ KPack kpack_layout(int t, int64_t rows, int64_t cols) {
   p.ggml_type = t;
   p.rows = rows;
   p.cols = cols;
-  p.sb_bytes = t == kQ4K ? 2368 : t == kQ5K ? 2880 : 3392;
+  p.sb_bytes = t == kQ2K ? 1344 : t == kQ3K ? 1824 : t == kQ4K ? 2368 : t == kQ5K ? 2880 : 3392;
   return p;
 }
 
 void pack_kpack_block(const KPack& p, const uint8_t* const* rows, int nr, uint8_t* base) {
   const int t = p.ggml_type;
   const int64_t nsb = p.cols / 256;
-  const int64_t bb = t == kQ4K ? kQ4KBytes : t == kQ5K ? kQ5KBytes : kQ6KBytes;
+  const int64_t bb = t == kQ2K   ? kQ2KBytes
+                     : t == kQ3K ? kQ3KBytes
+                     : t == kQ4K ? kQ4KBytes
+                     : t == kQ5K ? kQ5KBytes
+                                 : kQ6KBytes;
   std::memset(base, 0, static_cast<size_t>(nsb * p.sb_bytes));  // padding rows: code 0, scale 0
   uint8_t u[256], sc[8] = {}, m[8] = {};  // sc, m: Q4_K / Q5_K only
   for (int lr = 0; lr < nr; ++lr) {
     for (int64_t s = 0; s < nsb; ++s) {
       const uint8_t* blk = rows[lr] + s * bb;
       uint8_t* reg = base + s * p.sb_bytes;
+      if (t == kQ2K || t == kQ3K) {  // 2-bit code vectors per sub-block of 16 columns (kernel_plan.h)
+        int8_t sc3[16];
+        if (t == kQ2K) q2k_unpack(blk, u);
+        else q3k_unpack(blk, u, sc3);
+        std::memcpy(reg + 2 * lr, t == kQ2K ? blk + 80 : blk + 108, 2);  // d
+        if (t == kQ2K) std::memcpy(reg + 32 + 2 * lr, blk + 82, 2);      // dmin
+        for (int i = 0; i < 16; ++i) {
+          uint8_t* v = reg + (t == kQ2K ? kQ2KCodes + 64 * i : kQ3KSub + kQ3KSubBytes * i);
+          if (t == kQ2K) reg[64 + 16 * i + lr] = blk[i];
+          else reg[32 + 16 * i + lr] = static_cast<uint8_t>(sc3[i]);
+          for (int q = 0; q < 4; ++q)
+            for (int j = 0; j < 4; ++j) {
+              const int c = 16 * i + 4 * q + j;
+              v[4 * lr + j] |= static_cast<uint8_t>((u[c] & 3) << (2 * q));
+              if (t == kQ3K && (u[c] >> 2)) {
+                uint64_t mq;
+                std::memcpy(&mq, v + 64 + 8 * q, 8);
+                mq |= uint64_t{1} << (4 * lr + j);
+                std::memcpy(v + 64 + 8 * q, &mq, 8);
+              }
+            }
+        }
+        continue;
+      }
       if (t == kQ4K)
         q4k_unpack(blk, u, sc, m);
       else if (t == kQ5K)
@@ -167,7 +221,29 @@ void kpack_row_f32(const KPack& p, int64_t r, float* out) {
       return lo | ((reg[q6k_hi(i) + 4 * lr + c % 4] >> (2 * q)) & 3) << 4;
     };
     uint16_t h;
-    if (p.ggml_type != kQ6K) {
+    if (p.ggml_type == kQ2K || p.ggml_type == kQ3K) {
+      const bool q2 = p.ggml_type == kQ2K;
+      std::memcpy(&h, reg + 2 * lr, 2);
+      const float d = f16_to_f32(h);
+      std::memcpy(&h, reg + 32 + 2 * lr, 2);
+      const float dmin = q2 ? f16_to_f32(h) : 0.0f;
+      for (int c = 0; c < 256; ++c) {
+        const int i = c / 16, q = (c % 16) / 4, j = c % 4;
+        const uint8_t* v = reg + (q2 ? kQ2KCodes + 64 * i : kQ3KSub + kQ3KSubBytes * i);
+        int u = (v[4 * lr + j] >> (2 * q)) & 3;
+        if (q2) {  // as the GGUF decoder: (d * sc) * q - dmin * m
+          const uint8_t scm = reg[64 + 16 * i + lr];
+          const float dl = d * static_cast<float>(scm & 15), ml = dmin * static_cast<float>(scm >> 4);
+          out[256 * s + c] = dl * static_cast<float>(u) - ml;
+        } else {  // (d * sc) * (u - 4)
+          uint64_t mq;
+          std::memcpy(&mq, v + 64 + 8 * q, 8);
+          u |= static_cast<int>((mq >> (4 * lr + j)) & 1) << 2;
+          const float dl = d * static_cast<float>(static_cast<int8_t>(reg[32 + 16 * i + lr]));
+          out[256 * s + c] = dl * static_cast<float>(u - 4);
+        }
+      }
+    } else if (p.ggml_type != kQ6K) {
       const uint8_t* sb = reg;  // the scale block
       std::memcpy(&h, sb + kD + 2 * lr, 2);
       const float d = f16_to_f32(h);

@@ -1,5 +1,5 @@
-// GGUF Q4_K / Q5_K / Q6_K products on the load-time KPack layout (kernel_plan.h), AVX-512 VNNI, decode and
-// prefill.
+// GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K products on the load-time KPack layout (kernel_plan.h), AVX-512 VNNI,
+// decode and prefill.
 //
 // Why: the row-at-a-time k-quant kernels (matmul_avx512_k.cpp) spend per 64 weights a vpdpbusd, a convert, a
 // vpermps and an FMA, because every int32 lane mixes sub-blocks with different scales; for prefill that is no
@@ -14,6 +14,9 @@
 //         Q5_K's fifth bit ORed into the nibbles from two 64-bit masks per code chunk
 //   Q6_K: y += (d*sc_i)[16] * dx * (<u, q> - 32 * sum(q))                  over sub-block i (16 columns); the
 //         -32 * sum(q) starts the int32 accumulator, exactly.
+//   Q3_K: the same with u - 4 (2-bit fields plus a third bit from 64-bit masks); Q2_K: y += (d*sc_i)[16] * dx *
+//         <u, q> - (dmin*m_i)[16] * dx * sum(q) over sub-block i. The row kernels decode these at ~12 GB/s per
+//         core (compute-bound: 17-21 GB/s from DRAM at 2 threads against Q4_K's pack at 29).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -25,7 +28,7 @@
 namespace lowbit::kern {
 namespace {
 
-constexpr int kQ4K = 12, kQ5K = 13, kQ6K = 14;
+constexpr int kQ2K = 10, kQ3K = 11, kQ4K = 12, kQ5K = 13, kQ6K = 14;
 
 // Q4_K / Q5_K region offsets (kernel_plan.h): the 320-byte scale block leads, then code chunk k.
 template <int TY>
@@ -36,7 +39,8 @@ constexpr int64_t k45_chunk(int k) {
 // Software prefetch, kPrefetchAhead bytes ahead, of the 1/n of a region that inner step k reads. Why: in the Q5_K / Q6_K regions the high bits and scales sit behind the codes of a
 // group, so each step reads two or three places 256-768 bytes apart and the hardware prefetchers fall behind;
 // covering the region line by line read 0.70-0.94 of the time from DRAM (2 threads, docs/kernels.md, "k-quant
-// prefetch"). Q4_K reads its region front to back and measured 1.04 with it, so it keeps one line per region.
+// prefetch"). Q4_K reads its region front to back and measured 1.04 with it, so it keeps one line per region;
+// Q2_K / Q3_K (short regions, a scale load per 64 or 96 bytes of codes) measured 0.91-0.98 / 0.80-0.93 with it.
 constexpr int64_t kPrefetchAhead = 2048;
 template <int n>
 inline void prefetch_step(const uint8_t* reg, int64_t sb_bytes, int k) {
@@ -74,7 +78,45 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
     // DRAM streaming: 4 KiB ahead (the regions of a row block are one sequential stream; harmless past the
     // end).
     if constexpr (TY == kQ4K) _mm_prefetch(reinterpret_cast<const char*>(reg + 4096), _MM_HINT_T0);
-    if constexpr (TY != kQ6K) {
+    if constexpr (TY == kQ2K || TY == kQ3K) {
+      // 16 sub-blocks of 16 columns; u_q = the 2-bit field q of every byte (columns 16i + 4q + j of row r in
+      // byte 4r + j), Q3_K's third bit ORed in from mask q.
+      const __m512 d = cvt_f16x16(reg);
+      const __m512 dmin = TY == kQ2K ? cvt_f16x16(reg + 32) : _mm512_setzero_ps();
+      const __m512i m3 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4);
+      for (int i = 0; i < 16; ++i) {
+        prefetch_step<16>(reg, p.sb_bytes, i);
+        __m512 ds, dm = _mm512_setzero_ps();
+        const uint8_t* v = reg + (TY == kQ2K ? 320 + 64 * i : 288 + 96 * i);
+        if constexpr (TY == kQ2K) {
+          const __m512i scm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(reg + 64 + 16 * i)));
+          ds = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(scm, _mm512_set1_epi32(15))));
+          dm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(scm, 4)));
+        } else {
+          ds = _mm512_mul_ps(d, cvt_i8x16(reg + 32 + 16 * i));
+        }
+        const __m512i c = _mm512_loadu_si512(v);  // Q3_K sub-blocks are 96 bytes apart: not 64-byte aligned
+        __m512i u[4] = {_mm512_and_si512(c, m3), _mm512_and_si512(_mm512_srli_epi16(c, 2), m3),
+                        _mm512_and_si512(_mm512_srli_epi16(c, 4), m3), _mm512_and_si512(_mm512_srli_epi16(c, 6), m3)};
+        if constexpr (TY == kQ3K)
+          for (int q = 0; q < 4; ++q) {
+            uint64_t mq;
+            std::memcpy(&mq, v + 64 + 8 * q, 8);
+            u[q] = _mm512_or_si512(u[q], _mm512_maskz_mov_epi8(_cvtu64_mask64(mq), b2));
+          }
+        for (int j = 0; j < NT; ++j) {
+          const int8_t* xb = q + (t0 + j) * cols + 256 * s + 16 * i;
+          const int32_t s16i = s16[(t0 + j) * n16 + 16 * s + i];
+          // Q3_K: the value is u - 4; -4 * sum(q) starts the int32 accumulator, exactly.
+          __m512i acc = TY == kQ3K ? _mm512_set1_epi32(-4 * s16i) : _mm512_setzero_si512();
+          for (int k = 0; k < 4; ++k) acc = _mm512_dpbusd_epi32(acc, u[k], bcast32(xb + 4 * k));
+          const float xd = dx[(t0 + j) * n32 + 8 * s + i / 2];
+          accf[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(ds, _mm512_set1_ps(xd)), accf[j]);
+          if constexpr (TY == kQ2K)  // - dmin * m * dx * sum(q)
+            accf[j] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(xd * static_cast<float>(s16i)), accf[j]);
+        }
+      }
+    } else if constexpr (TY != kQ6K) {
       const uint8_t* sc = reg;  // the scale block
       const __m512 d = cvt_f16x16(sc), dmin = cvt_f16x16(sc + 32);
       for (int sb = 0; sb < 8; ++sb) {
@@ -151,6 +193,8 @@ void kpack_block_gemm_avx512(const KPack& p, const uint8_t* base, int64_t r, int
     with_nt(static_cast<int>(std::min<int64_t>(8, T - t0)), [&](auto n) {
       constexpr int NT = decltype(n)::value;
       switch (p.ggml_type) {
+        case kQ2K: return kpack_tile<kQ2K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
+        case kQ3K: return kpack_tile<kQ3K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
         case kQ4K: return kpack_tile<kQ4K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
         case kQ5K: return kpack_tile<kQ5K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
         default: return kpack_tile<kQ6K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);

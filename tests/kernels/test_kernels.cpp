@@ -238,13 +238,15 @@ TEST(KernelNames, FastPathsSelected) {
       prepare_weight(g);
       EXPECT_EQ(matmul_kernel_name(g), std::string(kname) + ".q8vnni16.avx512");
     }
-    for (const char* t : {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}) {  // Q4_K..Q6_K packed, the others by row
+    for (const char* t : {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}) {  // every k-quant packed at load
       const FormatInfo& fi = format_by_name(t);
       auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(16 * fi.block_bytes), 1);
       WeightMatrix g = make_ggml_weight(buf, buf->data(), fi.ggml_type, 16, 256);
       prepare_weight(g);
-      const bool packed = std::string(t) == "q4_k" || std::string(t) == "q5_k" || std::string(t) == "q6_k";
-      EXPECT_EQ(matmul_kernel_name(g), std::string(t) + (packed ? ".q8vnni16.avx512" : ".q8vnni+f32tile.avx512"));
+      EXPECT_EQ(matmul_kernel_name(g), std::string(t) + ".q8vnni16.avx512");
+      WeightMatrix rows = make_ggml_weight(buf, buf->data(), fi.ggml_type, 16, 256);
+      prepare_weight(rows, false);  // held as rows: decode by row, prefill on a per-call pack
+      EXPECT_EQ(matmul_kernel_name(rows), std::string(t) + ".q8vnni+q8vnni16.avx512");
     }
   }
   EXPECT_EQ(name("ggml:q4_k"), "q4_k.q8vnni16.avx512");  // load-time KPack
