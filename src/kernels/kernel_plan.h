@@ -346,6 +346,13 @@ void pack_int8_rows16(const uint8_t* codes, int64_t row_bytes, int64_t rows, int
 // (u8), sx [T] their scales, wscale [rows] the weight scales.
 void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const float* wscale, int64_t r0, int64_t r1,
                            int64_t rows, int64_t cols, const uint8_t* xu, const float* sx, int64_t T, float* y);
+// INT4 / INT8 codes (any group that is per-channel or a multiple of 4, sym or asym) with INT8 activations,
+// prefill (matmul_avx512_tile.cpp): nr <= 16 rows (codes, per-row scale / zero cells: zero null = symmetric
+// around zoff), xq [T, xstride] signed INT8 activations (xstride = cols rounded up to 64, zero padding), xg [T,
+// ng] their sums per scale group, sx [T] their scales; y[t * ystride + i] for the block's rows i.
+void vnni_block_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int bits,
+                       int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride, const int32_t* xg,
+                       int64_t ng, const float* sx, int T, float* y, int64_t ystride);
 // W8A8 on AMX-INT8 (amx_tiles.h): offset-binary per-channel INT8 codes (u = q + 128) -> AmxInt8Pack.
 void pack_amx_int8(const uint8_t* codes, int64_t row_bytes, int64_t rows, int64_t cols, AmxInt8Pack& out);
 // y[t, r] for rows [r0, r1) (r0 a multiple of 16) and all T tokens: x [ceil(T/16)*16, pk.kp] signed int8

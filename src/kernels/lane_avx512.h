@@ -155,5 +155,33 @@ inline void sub_zero_points(const LaneGeom& g, const S* s, const Z* z, const X* 
   }
 }
 
+// In-register transpose of a 16 x 16 matrix of 32-bit words (v[i] = row i on entry, column i on exit).
+inline void transpose16(__m512i (&v)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    v[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    v[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    v[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    v[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // Now v[4a + b] holds, in 128-bit lane L, column 4L + b of rows 4a..4a+3 (for b in the order 0, 1, 2, 3).
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(v[i], v[4 + i], 0x88);      // lanes 0, 2 of v[i], then of v[4+i]
+    t[4 + i] = _mm512_shuffle_i32x4(v[i], v[4 + i], 0xDD);  // lanes 1, 3
+    t[8 + i] = _mm512_shuffle_i32x4(v[8 + i], v[12 + i], 0x88);
+    t[12 + i] = _mm512_shuffle_i32x4(v[8 + i], v[12 + i], 0xDD);
+  }
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0x88);            // column i
+    v[8 + i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0xDD);        // column 8 + i
+    v[4 + i] = _mm512_shuffle_i32x4(t[4 + i], t[12 + i], 0x88);   // column 4 + i
+    v[12 + i] = _mm512_shuffle_i32x4(t[4 + i], t[12 + i], 0xDD);  // column 12 + i
+  }
+}
+
 }  // namespace
 }  // namespace lowbit::kern

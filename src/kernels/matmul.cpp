@@ -431,6 +431,44 @@ void run_vnni_tile512(const WeightMatrix& w, const KernelPlan& p, const Int8Tile
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
+// INT4 / INT8 weights with INT8 activations that the W8A8 tile does not take (INT4, groups, zero points): the
+// VNNI register tile over 16-row blocks decoded per call (vnni_block_avx512). Stored codes u with value
+// lut[u] = u - zoff (symmetric) or u (asymmetric, stored integer zero points), groups of whole 4-column steps.
+bool vnni_block_ok(const WeightMatrix& w, const KernelPlan& p) {
+  if (w.kind != WeightKind::Quant || !p.int_codes || (p.bits != 4 && p.bits != 8)) return false;
+  if (!(p.gcols == 1 || p.group % 4 == 0) || p.lut.size() != (size_t{1} << p.bits)) return false;
+  const float zoff = p.asym ? 0.0f : -p.lut[0];
+  for (size_t u = 0; u < p.lut.size(); ++u)
+    if (p.lut[u] != static_cast<float>(u) - zoff) return false;
+  return true;
+}
+
+void run_vnni_block512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  const int64_t cols = w.cols, xs = (cols + 63) / 64 * 64, ng = p.gcols, grp = ng == 1 ? cols : p.group;
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<int32_t> xg;
+  thread_local std::vector<float> sx;
+  xq.assign(static_cast<size_t>(T * xs), 0);  // padding columns hold x = 0
+  xg.assign(static_cast<size_t>(T * ng), 0);
+  sx.resize(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    int8_t* q = xq.data() + t * xs;
+    quantize_activation_int8(w, x + t * cols, q, &sx[t]);
+    for (int64_t c = 0; c < cols; ++c) xg[static_cast<size_t>(t * ng + c / grp)] += q[c];
+  }
+  const int zoff = p.asym ? 0 : static_cast<int>(-p.lut[0]);
+  // The pool's workers see their own thread_local vectors: pass the caller's buffers as plain pointers.
+  const int8_t* xqp = xq.data();
+  const int32_t* xgp = xg.data();
+  const float* sxp = sx.data();
+  for_code_row_blocks(w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
+                      [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
+                          int64_t r0) {
+                        kern::vnni_block_avx512(nr, rp, sp, zp, p.bits, zoff, cols, p.group, xqp, xs, xgp, ng, sxp,
+                                                static_cast<int>(T), y + r0, w.rows);
+                      });
+}
+
 // W8A8 prefill on AMX-INT8 tiles (amx_tiles.h): the same activation quantization; signed codes, no offset.
 void run_amx_w8a8(const WeightMatrix& w, const KernelPlan& p, const AmxInt8Pack& pk, const float* x, int64_t T,
                   float* y, bool hardware) {
@@ -598,14 +636,16 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   const KernelPlan& p = kernel_plan(w);
   Path path = choose(w, p, isa);
   // Prefill: per-channel symmetric INT8 weights with INT8 activations (W8A8) take the register-tiled VNNI kernel
-  // (matmul_avx512_tile.cpp). The other VNNI kernels are GEMV-shaped, so from kPrefillTokens on the dense F32 tile
-  // over a dequantized row block is faster for them; the product is the same up to float rounding (x still goes
-  // through the activation route; GGUF activations are then not rounded to Q8 blocks).
+  // (matmul_avx512_tile.cpp), other INT4 / INT8 weights with INT8 activations its per-call block form. The
+  // remaining VNNI kernels are GEMV-shaped, so from kPrefillTokens on the dense F32 tile over a dequantized row
+  // block is faster for them; the product is the same up to float rounding (x still goes through the activation
+  // route; GGUF activations are then not rounded to Q8 blocks).
   if (T >= kPrefillTokens && path == Path::Vnni512) {
     const bool amx = isa >= Isa::Amx || amx_emulated();
     if (amx && T >= kAmxTokens)
       if (const AmxInt8Pack* pk = amx_int8_pack(w, p)) return run_amx_w8a8(w, p, *pk, x, T, y, isa >= Isa::Amx);
     if (const Int8Tile* tile = int8_tile(w, p)) return run_vnni_tile512(w, p, *tile, x, T, y);
+    if (vnni_block_ok(w, p)) return run_vnni_block512(w, p, x, T, y);
   }
   if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !pack_tile_ok(w, p))))
     path = Path::Deq;
@@ -645,14 +685,15 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
     case Path::Dense512: return name + ".dense.avx512";
     case Path::Vnni512:
       // Decode on VNNI. Prefill (matmul above): W8A8 per-channel from kAmxTokens tokens on AMX tiles when the
-      // tier has them, else on the VNNI register tile; other INT8-activation weights dequantize 16-row blocks into
-      // the FP32 tile ("f32tile", activations still through the INT8 route).
+      // tier has them, else on the VNNI register tile; INT4 / grouped / asymmetric INT codes on the VNNI tile over
+      // per-call decoded blocks ("vnniblock"); anything else dequantizes 16-row blocks into the FP32 tile
+      // ("f32tile", activations still through the INT8 route).
       if (w8a8_per_channel(w, p)) {
         if (isa >= Isa::Amx || amx_emulated())
           return name + (isa >= Isa::Amx ? ".vnni+amxtile.amx" : ".vnni+amxtile-emulated.avx512");
         return name + ".vnni+vnnitile.avx512";
       }
-      return name + ".vnni+f32tile.avx512";
+      return name + (vnni_block_ok(w, p) ? ".vnni+vnniblock.avx512" : ".vnni+f32tile.avx512");
     case Path::GgmlQ8_512:
       // Without a load-time pack: decode by row, prefill on the pack's tile with a per-call pack where one exists,
       // else (Q2_K, Q3_K) rows dequantized into the FP32 tile.

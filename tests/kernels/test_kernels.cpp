@@ -226,7 +226,10 @@ TEST(KernelNames, FastPathsSelected) {
   EXPECT_NE(name("mxfp4").find(".nib+f32tile.avx512"), std::string::npos);
   EXPECT_NE(name("e4m3:channel").find(".byte+f32tile.avx512"), std::string::npos);
   EXPECT_EQ(name("int8:channel", FormatId::INT8), "int8:channel:sym:f16+a8.vnni+vnnitile.avx512");
-  EXPECT_NE(name("int4:g32:asym", FormatId::INT8).find("+a8.vnni+f32tile.avx512"), std::string::npos);
+  // INT4 / grouped / per-tensor INT codes with INT8 activations: prefill on per-call decoded VNNI blocks.
+  EXPECT_EQ(name("int4:g32:asym", FormatId::INT8), "int4:g32:asym:f16+a8.vnni+vnniblock.avx512");
+  EXPECT_NE(name("int4:g128", FormatId::INT8).find("+a8.vnni+vnniblock.avx512"), std::string::npos);
+  EXPECT_NE(name("int8:tensor", FormatId::INT8).find("+a8.vnni+vnniblock.avx512"), std::string::npos);
   EXPECT_EQ(name("ggml:q4_0"), "q4_0.q8vnni16.avx512");  // load-time 16-row pack
   EXPECT_EQ(name("ggml:q8_0"), "q8_0.q8vnni16.avx512");
   {  // types lowbit reads but does not write (random blocks) are packed at load too
