@@ -54,6 +54,8 @@ WeightMatrix gguf_weight(const std::string& fmt, int64_t rows, int64_t cols) {
     const std::vector<int> f16 = type == "ggml_mxfp4"                 ? std::vector<int>{}
                                  : type == "q4_1" || type == "q5_1" || type == "q5_k" ? std::vector<int>{0, 2}
                                  : type == "q6_k"                   ? std::vector<int>{208}
+                                 : type == "q2_k"                   ? std::vector<int>{80, 82}
+                                 : type == "q3_k"                   ? std::vector<int>{108}
                                                                     : std::vector<int>{0};
     WeightMatrix m = random_ggml(type, f16, rows, cols);
     prepare_weight(m, pack);
@@ -121,7 +123,8 @@ int register_all() {
   // GGUF tensors as loaded, with and without the load-time pack, in one run.
   for (const char* f : {"gguf:q4_0", "rows:q4_0", "gguf:q4_1", "rows:q4_1", "gguf:q5_0", "rows:q5_0", "gguf:q5_1",
                         "rows:q5_1", "gguf:q8_0", "rows:q8_0", "gguf:iq4_nl", "rows:iq4_nl", "gguf:ggml_mxfp4",
-                        "rows:ggml_mxfp4", "gguf:q4_k", "rows:q4_k", "gguf:q5_k", "rows:q5_k", "gguf:q6_k", "rows:q6_k"}) {
+                        "rows:ggml_mxfp4", "gguf:q2_k", "rows:q2_k", "gguf:q3_k", "rows:q3_k", "gguf:q4_k", "rows:q4_k",
+                        "gguf:q5_k", "rows:q5_k", "gguf:q6_k", "rows:q6_k"}) {
     const bool kq = std::string(f).back() == 'k';
     for (const auto& [r, c] : kq ? std::vector<std::pair<int64_t, int64_t>>{{896, 4864}, {4864, 2048}, {131072, 2048}} : all_shapes)
       for (int64_t T : {int64_t{1}, int64_t{64}}) {

@@ -144,16 +144,22 @@ void pack_kpack_block(const KPack& p, const uint8_t* const* rows, int nr, uint8_
           uint8_t* v = reg + (t == kQ2K ? kQ2KCodes + 64 * i : kQ3KSub + kQ3KSubBytes * i);
           if (t == kQ2K) reg[64 + 16 * i + lr] = blk[i];
           else reg[32 + 16 * i + lr] = static_cast<uint8_t>(sc3[i]);
+          // This row's 4 code bytes and its 16 third bits (bit 4q + j), then one update per mask.
+          uint8_t b[4] = {0, 0, 0, 0};
+          uint32_t hb = 0;
           for (int q = 0; q < 4; ++q)
             for (int j = 0; j < 4; ++j) {
-              const int c = 16 * i + 4 * q + j;
-              v[4 * lr + j] |= static_cast<uint8_t>((u[c] & 3) << (2 * q));
-              if (t == kQ3K && (u[c] >> 2)) {
-                uint64_t mq;
-                std::memcpy(&mq, v + 64 + 8 * q, 8);
-                mq |= uint64_t{1} << (4 * lr + j);
-                std::memcpy(v + 64 + 8 * q, &mq, 8);
-              }
+              const uint8_t uc = u[16 * i + 4 * q + j];
+              b[j] = static_cast<uint8_t>(b[j] | (uc & 3) << (2 * q));
+              hb |= static_cast<uint32_t>(uc >> 2) << (4 * q + j);
+            }
+          std::memcpy(v + 4 * lr, b, 4);
+          if (t == kQ3K)
+            for (int q = 0; q < 4; ++q) {
+              uint64_t mq;
+              std::memcpy(&mq, v + 64 + 8 * q, 8);
+              mq |= static_cast<uint64_t>((hb >> (4 * q)) & 15) << (4 * lr);
+              std::memcpy(v + 64 + 8 * q, &mq, 8);
             }
         }
         continue;
