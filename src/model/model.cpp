@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -105,9 +106,18 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
   // first use). The embedding table is only read row by row: it shares lm_head's plan when tied and gets no
   // repacked copy otherwise. Once a GGUF tensor is repacked its pages in the file mapping are dropped, so the
   // stored and the repacked copy are not both resident (embedding lookups fault single rows back in).
+  // Largest first: while a tensor is repacked its file pages and its pack are both resident, so the peak is
+  // (packs built so far + the current tensor twice); starting with the biggest (a tied lm_head, ~1/3 of a 1B
+  // model) keeps the peak near the final size instead of the final size plus that tensor (peak RSS of `lowbit
+  // bench`, 1B Q3_K_M file 915 -> 718 MiB, Q4_K_M 1.00 GiB -> 826 MiB; docs/kernels.md).
   ModelWeights& W = m->weights;
-  for (auto& [name, w] : W.named_matrices()) {
-    if (w == &W.tok_embed) continue;
+  std::vector<WeightMatrix*> order;
+  for (auto& [name, w] : W.named_matrices())
+    if (w != &W.tok_embed) order.push_back(w);
+  std::stable_sort(order.begin(), order.end(), [](const WeightMatrix* a, const WeightMatrix* b) {
+    return a->row_bytes() * static_cast<size_t>(a->rows) > b->row_bytes() * static_cast<size_t>(b->rows);
+  });
+  for (WeightMatrix* w : order) {
     prepare_weight(*w);
     if (gguf_file && weight_is_repacked(*w)) gguf_file->release_pages(w->data, w->row_bytes() * w->rows);
   }
