@@ -294,7 +294,7 @@ std::vector<float> q8_rounded(const std::vector<float>& x, int64_t T, int64_t co
 
 // GGUF block types lowbit can read but not write (and Q4_K, whose quantizer never produces some code / scale /
 // min combinations, e.g. scales and mins both at 63): random blocks with sane f16 scale fields, T = 1 and 3
-// (decode: the Q8 VNNI kernels on AVX-512) and T = 5 (prefill path).
+// (decode: the Q8 VNNI kernels on AVX-512) and T = 17 (prefill: full and partial token tiles).
 TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
   struct T {
     const char* name;
@@ -304,7 +304,7 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
   const std::vector<T> types = {{"q4_1", {0, 2}}, {"q5_0", {0}},    {"q5_1", {0, 2}}, {"iq4_nl", {0}},
                                 {"q4_k", {0, 2}}, {"q5_k", {0, 2}}, {"q6_k", {208}},  {"q2_k", {80, 82}},
                                 {"q3_k", {108}},  {"ggml_mxfp4", {}, true}};
-  const int64_t rows = 9, cols = 768, maxtok = 5;
+  const int64_t rows = 9, cols = 768, maxtok = 17;  // 17: two full 8-token tiles and one token
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> ud(0.001f, 0.01f);
   std::vector<float> xall(static_cast<size_t>(maxtok * cols));
