@@ -19,8 +19,8 @@ inline void k4_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   }
 }
 
-// Q3_K: the 16 six-bit sub-block scales packed in 12 bytes (a = bytes 0..3, b = 4..7, c = 8..11 as little-endian
-// words; formats/ggml_q3_k.cpp), unpacked and minus 32: out16[i] in [-32, 31].
+// Q3_K: the 16 six-bit sub-block scales packed in 12 bytes (a = bytes 0..3, b = 4..7, c = 8..11 as
+// little-endian words; formats/ggml_q3_k.cpp), unpacked and minus 32: out16[i] in [-32, 31].
 inline void k3_scales(const uint8_t* s12, int8_t* out16) {
   uint32_t a, b, c;
   std::memcpy(&a, s12, 4);

@@ -255,7 +255,8 @@ void kern::group_sums(const float* x, int64_t cols, int64_t group, bool bf16, fl
   }
 }
 
-void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* out, const float* lut_override) {
+void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* out,
+                  const float* lut_override) {
   if (w.kind != WeightKind::Quant || p.lut.empty()) {
     weight_row_f32(w, r, out);
     return;

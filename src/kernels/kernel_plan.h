@@ -76,10 +76,11 @@ struct QBlkPack {
   }
   static int64_t pair(int64_t b, int64_t nb) { return std::min<int64_t>(2, nb - (b & ~int64_t{1})); }
 };
-// GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights repacked at load for AVX-512 VNNI (kpack.cpp, matmul_avx512_kpack.cpp), the
-// k-quant counterpart of QBlkPack: per row block rb (16 rows, the last one zero-padded) and super-block s (256
-// columns) one region of sb_bytes at data[(rb * cols / 256 + s) * sb_bytes], read front to back (a decode that
-// jumped to scales at a region's end streamed 10-30 % slower from DRAM):
+// GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights repacked at load for AVX-512 VNNI (kpack.cpp,
+// matmul_avx512_kpack.cpp), the k-quant counterpart of QBlkPack: per row block rb (16 rows, the last one
+// zero-padded) and super-block s (256 columns) one region of sb_bytes at data[(rb * cols / 256 + s) *
+// sb_bytes], read front to back (a decode that jumped to scales at a region's end streamed 10-30 % slower from
+// DRAM):
 //   a code chunk is 64 bytes: byte 4r + j of the chunk of columns 8k..8k+7 = u[r][8k+j] & 15 | (u[r][8k+4+j] & 15)
 //   << 4 (u the unsigned code: Q4_K 0..15, Q5_K 0..31, Q6_K 0..63)
 //   Q4_K:  the scale block d[16] f16, dmin[16] f16, sc[8][16] u8, m[8][16] u8 (sub-blocks of 32 columns; 320
@@ -90,15 +91,16 @@ struct QBlkPack {
 //          64 + 832 g: the 8 code chunks of columns 64g..64g+63, per sub-block i of the group 64 bytes of high bits
 //          (byte 4r + j, bits 0-1 / 2-3 / 4-5 / 6-7 = u >> 4 of columns 16i + j / 16i + 4 + j / 16i + 8 + j /
 //          16i + 12 + j), then sc[4][16] int8                                                  3392 bytes
-//   Q2_K:  d[16] f16, dmin[16] f16, the GGUF scale bytes sm[16 sub-blocks][16 rows] (4-bit scale | 4-bit min << 4;
-//          sub-blocks of 16 columns), then per sub-block i at 320 + 64 i its code vector: byte 4r + j, bits
-//          2q..2q+1 = u[r][16i + 4q + j] (0..3)                                                 1344 bytes
-//   Q3_K:  d[16] f16, sc[16][16] int8 (the 6-bit scale - 32), then per sub-block i at 288 + 96 i the vector of
-//          the low two bits (as Q2_K) and four uint64 masks (mask q, bit 4r + j: bit 2 of u[r][16i + 4q + j];
-//          u = 0..7)                                                                            1824 bytes
+//   Q2_K:  d[16] f16, dmin[16] f16, the GGUF scale bytes sm[16 sub-blocks][16 rows] (4-bit scale | 4-bit
+//          min << 4; sub-blocks of 16 columns), then per sub-block i at 320 + 64 i its code vector: byte
+//          4r + j, bits 2q..2q+1 = u[r][16i + 4q + j] (0..3)                                    1344 bytes
+//   Q3_K:  d[16] f16, sc[16][16] int8 (the 6-bit scale - 32), then per sub-block i at 288 + 96 i the
+//          vector of the low two bits (as Q2_K) and four uint64 masks (mask q, bit 4r + j: bit 2 of
+//          u[r][16i + 4q + j]; u = 0..7)                                                       1824 bytes
 // so w[r][c] = d * sc_j * u - dmin * m_j (Q2_K, Q4_K, Q5_K), d * sc_i * (u - 32) (Q6_K), d * sc_i * (u - 4)
-// (Q3_K). Q2_K keeps its 1344 bytes per 16 x 256, Q3_K grows 1760 -> 1824 (+3.6 %), Q4_K 2304 -> 2368 (+2.8 %:
-// scales unpacked to bytes), Q5_K 2816 -> 2880 (+2.3 %), Q6_K 3360 -> 3392 (+1 %); counted in bytes().
+// (Q3_K). Q2_K keeps its 1344 bytes per 16 x 256, Q3_K grows 1760 -> 1824 (+3.6 %), Q4_K 2304 -> 2368
+// (+2.8 %: scales unpacked to bytes), Q5_K 2816 -> 2880 (+2.3 %), Q6_K 3360 -> 3392 (+1 %); counted in
+// bytes().
 struct KPack {
   int ggml_type = -1;
   int64_t rows = 0, cols = 0;
@@ -230,7 +232,8 @@ const AmxInt8Pack* amx_int8_pack(const WeightMatrix& w, const KernelPlan& p);
 
 // Fast scalar dequantization of row r using the plan's tables (all routes; bit-identical to weight_row_f32).
 // lut: a replacement for the plan's value table (matmul_weight_row), else the plan's.
-void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* out, const float* lut = nullptr);
+void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* out,
+                  const float* lut = nullptr);
 
 namespace kern {
 // ---- generic / AVX2 ----
@@ -286,7 +289,8 @@ void nib_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float
 // described): act [nib_padded(cols)] rounded to BF16 in the kernel's pair layout, gsum summing the BF16 values.
 using Bf16X = LaneX<uint16_t>;
 // The 16-entry value table as BF16 (round to nearest even), twice (32 entries, the vpermw table). Exact for
-// INT4 and E2M1; NF4's values round by up to 2^-9 relative (nib16_table_exact; matmul_weight_row is the oracle).
+// INT4 and E2M1; NF4's values round by up to 2^-9 relative (nib16_table_exact; matmul_weight_row is the
+// oracle).
 struct Nib16Lut {
   alignas(64) uint16_t v[32];
 };
@@ -348,11 +352,11 @@ void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const fl
                            int64_t rows, int64_t cols, const uint8_t* xu, const float* sx, int64_t T, float* y);
 // INT4 / INT8 codes (any group that is per-channel or a multiple of 4, sym or asym) with INT8 activations,
 // prefill (matmul_avx512_tile.cpp): nr <= 16 rows (codes, per-row scale / zero cells: zero null = symmetric
-// around zoff), xq [T, xstride] signed INT8 activations (xstride = cols rounded up to 64, zero padding), xg [T,
-// ng] their sums per scale group, sx [T] their scales; y[t * ystride + i] for the block's rows i.
-void vnni_block_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int bits,
-                       int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride, const int32_t* xg,
-                       int64_t ng, const float* sx, int T, float* y, int64_t ystride);
+// around zoff), xq [T, xstride] signed INT8 activations (xstride = cols rounded up to 64, zero padding),
+// xg [T, ng] their sums per scale group, sx [T] their scales; y[t * ystride + i] for the block's rows i.
+void vnni_block_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                       int bits, int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride,
+                       const int32_t* xg, int64_t ng, const float* sx, int T, float* y, int64_t ystride);
 // W8A8 on AMX-INT8 (amx_tiles.h): offset-binary per-channel INT8 codes (u = q + 128) -> AmxInt8Pack.
 void pack_amx_int8(const uint8_t* codes, int64_t row_bytes, int64_t rows, int64_t cols, AmxInt8Pack& out);
 // y[t, r] for rows [r0, r1) (r0 a multiple of 16) and all T tokens: x [ceil(T/16)*16, pk.kp] signed int8

@@ -1,5 +1,5 @@
-// Load-time repacking of GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K rows into the KPack layout (kernel_plan.h) read by
-// matmul_avx512_kpack.cpp. Plain C++: it runs once per weight at load, in parallel over row blocks.
+// Load-time repacking of GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K rows into the KPack layout (kernel_plan.h)
+// read by matmul_avx512_kpack.cpp. Plain C++: it runs once per weight at load, in parallel over row blocks.
 #include <algorithm>
 #include <cstring>
 
@@ -16,8 +16,8 @@ namespace {
 constexpr int kQ2K = 10, kQ3K = 11, kQ4K = 12, kQ5K = 13, kQ6K = 14;
 constexpr int64_t kQ2KBytes = 84, kQ3KBytes = 110, kQ4KBytes = 144, kQ5KBytes = 176, kQ6KBytes = 210;
 
-// Q2_K (formats/ggml_q2_k.cpp): u[256] = the 2-bit codes in column order; the 16 scale bytes (4-bit scale | 4-bit
-// min << 4) are copied as they are.
+// Q2_K (formats/ggml_q2_k.cpp): u[256] = the 2-bit codes in column order; the 16 scale bytes (4-bit scale |
+// 4-bit min << 4) are copied as they are.
 void q2k_unpack(const uint8_t* b, uint8_t* u) {
   for (int h = 0; h < 2; ++h)
     for (int k = 0; k < 4; ++k)
@@ -73,11 +73,11 @@ void q6k_unpack(const uint8_t* b, uint8_t* u) {
 }
 
 // Offsets inside a region (kernel_plan.h).
-// Q2_K: d[16] f16, dmin[16] f16, scale bytes [16 sub-blocks][16 rows], then the 16 code vectors (sub-block i at
-// 320 + 64 i: byte 4r + j, bits 2q..2q+1 = u of column 16i + 4q + j).
+// Q2_K: d[16] f16, dmin[16] f16, scale bytes [16 sub-blocks][16 rows], then the 16 code vectors (sub-block i
+// at 320 + 64 i: byte 4r + j, bits 2q..2q+1 = u of column 16i + 4q + j).
 constexpr int64_t kQ2KCodes = 320;
-// Q3_K: d[16] f16, sc[16 sub-blocks][16 rows] int8, then per sub-block i at 288 + 96 i: its low-bit vector (as
-// Q2_K's codes) and four uint64 masks (mask q, bit 4r + j: the high bit of column 16i + 4q + j).
+// Q3_K: d[16] f16, sc[16 sub-blocks][16 rows] int8, then per sub-block i at 288 + 96 i: its low-bit vector
+// (as Q2_K's codes) and four uint64 masks (mask q, bit 4r + j: the high bit of column 16i + 4q + j).
 constexpr int64_t kQ3KSub = 288, kQ3KSubBytes = 96;
 // Q4_K / Q5_K: the scale block d[16], dmin[16], sc[8][16], m[8][16] leads the region (320 bytes).
 constexpr int64_t kD = 0, kDmin = 32, kSc = 64, kM = 192, kScaleBlock = 320;
@@ -136,14 +136,18 @@ void pack_kpack_block(const KPack& p, const uint8_t* const* rows, int nr, uint8_
       uint8_t* reg = base + s * p.sb_bytes;
       if (t == kQ2K || t == kQ3K) {  // 2-bit code vectors per sub-block of 16 columns (kernel_plan.h)
         int8_t sc3[16];
-        if (t == kQ2K) q2k_unpack(blk, u);
-        else q3k_unpack(blk, u, sc3);
+        if (t == kQ2K)
+          q2k_unpack(blk, u);
+        else
+          q3k_unpack(blk, u, sc3);
         std::memcpy(reg + 2 * lr, t == kQ2K ? blk + 80 : blk + 108, 2);  // d
         if (t == kQ2K) std::memcpy(reg + 32 + 2 * lr, blk + 82, 2);      // dmin
         for (int i = 0; i < 16; ++i) {
           uint8_t* v = reg + (t == kQ2K ? kQ2KCodes + 64 * i : kQ3KSub + kQ3KSubBytes * i);
-          if (t == kQ2K) reg[64 + 16 * i + lr] = blk[i];
-          else reg[32 + 16 * i + lr] = static_cast<uint8_t>(sc3[i]);
+          if (t == kQ2K)
+            reg[64 + 16 * i + lr] = blk[i];
+          else
+            reg[32 + 16 * i + lr] = static_cast<uint8_t>(sc3[i]);
           // This row's 4 code bytes and its 16 third bits (bit 4q + j), then one update per mask.
           uint8_t b[4] = {0, 0, 0, 0};
           uint32_t hb = 0;

@@ -327,9 +327,9 @@ void run_byte16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x,
                           });
 }
 
-// True when prefill of a nib / byte route weight runs the BF16 register tile: the Avx512Bf16 tier, a value table
-// in BF16 (nib: every table, NF4's rounded to BF16 as in decode; byte: the byte16 table, exact) and groups of
-// whole pairs.
+// True when prefill of a nib / byte route weight runs the BF16 register tile: the Avx512Bf16 tier, a value
+// table in BF16 (nib: every table, NF4's rounded to BF16 as in decode; byte: the byte16 table, exact) and
+// groups of whole pairs.
 bool bf16_tile_ok(const WeightMatrix& w, const KernelPlan& p) {
   if (kernel_isa() < Isa::Avx512Bf16 || !(p.group >= w.cols || p.group % 2 == 0)) return false;
   return (p.route == Route::Nib && p.lut.size() >= 16) || byte16_ok(p);
@@ -433,7 +433,8 @@ void run_vnni_tile512(const WeightMatrix& w, const KernelPlan& p, const Int8Tile
 
 // INT4 / INT8 weights with INT8 activations that the W8A8 tile does not take (INT4, groups, zero points): the
 // VNNI register tile over 16-row blocks decoded per call (vnni_block_avx512). Stored codes u with value
-// lut[u] = u - zoff (symmetric) or u (asymmetric, stored integer zero points), groups of whole 4-column steps.
+// lut[u] = u - zoff (symmetric) or u (asymmetric, stored integer zero points), groups of whole 4-column
+// steps.
 bool vnni_block_ok(const WeightMatrix& w, const KernelPlan& p) {
   if (w.kind != WeightKind::Quant || !p.int_codes || (p.bits != 4 && p.bits != 8)) return false;
   if (!(p.gcols == 1 || p.group % 4 == 0) || p.lut.size() != (size_t{1} << p.bits)) return false;
@@ -461,12 +462,12 @@ void run_vnni_block512(const WeightMatrix& w, const KernelPlan& p, const float* 
   const int8_t* xqp = xq.data();
   const int32_t* xgp = xg.data();
   const float* sxp = sx.data();
-  for_code_row_blocks(w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
-                      [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
-                          int64_t r0) {
-                        kern::vnni_block_avx512(nr, rp, sp, zp, p.bits, zoff, cols, p.group, xqp, xs, xgp, ng, sxp,
-                                                static_cast<int>(T), y + r0, w.rows);
-                      });
+  for_code_row_blocks(
+      w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
+      [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp, int64_t r0) {
+        kern::vnni_block_avx512(nr, rp, sp, zp, p.bits, zoff, cols, p.group, xqp, xs, xgp, ng, sxp,
+                                static_cast<int>(T), y + r0, w.rows);
+      });
 }
 
 // W8A8 prefill on AMX-INT8 tiles (amx_tiles.h): the same activation quantization; signed codes, no offset.
@@ -635,11 +636,11 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   const Isa isa = kernel_isa();
   const KernelPlan& p = kernel_plan(w);
   Path path = choose(w, p, isa);
-  // Prefill: per-channel symmetric INT8 weights with INT8 activations (W8A8) take the register-tiled VNNI kernel
-  // (matmul_avx512_tile.cpp), other INT4 / INT8 weights with INT8 activations its per-call block form. The
-  // remaining VNNI kernels are GEMV-shaped, so from kPrefillTokens on the dense F32 tile over a dequantized row
-  // block is faster for them; the product is the same up to float rounding (x still goes through the activation
-  // route; GGUF activations are then not rounded to Q8 blocks).
+  // Prefill: per-channel symmetric INT8 weights with INT8 activations (W8A8) take the register-tiled VNNI
+  // kernel (matmul_avx512_tile.cpp), other INT4 / INT8 weights with INT8 activations its per-call block form.
+  // The remaining VNNI kernels are GEMV-shaped, so from kPrefillTokens on the dense F32 tile over a
+  // dequantized row block is faster for them; the product is the same up to float rounding (x still goes
+  // through the activation route; GGUF activations are then not rounded to Q8 blocks).
   if (T >= kPrefillTokens && path == Path::Vnni512) {
     const bool amx = isa >= Isa::Amx || amx_emulated();
     if (amx && T >= kAmxTokens)
@@ -685,8 +686,9 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
     case Path::Dense512: return name + ".dense.avx512";
     case Path::Vnni512:
       // Decode on VNNI. Prefill (matmul above): W8A8 per-channel from kAmxTokens tokens on AMX tiles when the
-      // tier has them, else on the VNNI register tile; INT4 / grouped / asymmetric INT codes on the VNNI tile over
-      // per-call decoded blocks ("vnniblock"); anything else dequantizes 16-row blocks into the FP32 tile
+      // tier has them, else on the VNNI register tile; INT4 / grouped / asymmetric INT codes on the VNNI tile
+      // over per-call decoded blocks ("vnniblock"); anything else dequantizes 16-row blocks into the FP32
+      // tile
       // ("f32tile", activations still through the INT8 route).
       if (w8a8_per_channel(w, p)) {
         if (isa >= Isa::Amx || amx_emulated())
@@ -695,11 +697,11 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
       }
       return name + (vnni_block_ok(w, p) ? ".vnni+vnniblock.avx512" : ".vnni+f32tile.avx512");
     case Path::GgmlQ8_512:
-      // Without a load-time pack: decode by row, prefill on the pack's tile with a per-call pack where one exists,
-      // else (Q2_K, Q3_K) rows dequantized into the FP32 tile.
-      return name + (p.load_pack()           ? ".q8vnni16.avx512"
-                     : pack_tile_ok(w, p)    ? ".q8vnni+q8vnni16.avx512"
-                                             : ".q8vnni+f32tile.avx512");
+      // Without a load-time pack: decode by row, prefill on the pack's tile with a per-call pack where one
+      // exists, else (Q2_K, Q3_K) rows dequantized into the FP32 tile.
+      return name + (p.load_pack()        ? ".q8vnni16.avx512"
+                     : pack_tile_ok(w, p) ? ".q8vnni+q8vnni16.avx512"
+                                          : ".q8vnni+f32tile.avx512");
     case Path::Nib512:
     case Path::Byte512: {
       // Decode (T < kPrefillTokens) on the lane kernel; prefill on the BF16 tile where it applies, else rows

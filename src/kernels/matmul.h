@@ -34,12 +34,13 @@ void matmul_reference(const WeightMatrix& w, const float* x, int64_t T, float* y
 // Widens row r of w to float32 (out[cols]).
 void weight_row_f32(const WeightMatrix& w, int64_t r, float* out);
 // The kernels that matmul() runs for this weight on this CPU and the current ISA tier,
-// "<format>.<decode kernel>[+<prefill kernel>].<isa>" (the second name when prefill, T >= 4, runs another one),
-// e.g. "f32.dense.avx512", "q4_0.q8vnni+q8vnni16.avx512", "int4:g128:sym:f16.nib16+bf16tile.avx512bf16",
-// "int4:g128:sym:f16.nib+f32tile.avx512" (prefill: 16-row blocks dequantized into the FP32 tile),
-// "nf4:g64:f32.deq.generic", "int8:channel:sym:f32+a8.vnni+vnnitile.avx512",
-// "int4:g128:sym:f16+a8.vnni+vnniblock.avx512". ".deq.<isa>" is the unfused kernel (a row dequantized into a
-// buffer, then dot products), which `lowbit run` / `bench` report as a slow fallback.
+// "<format>.<decode kernel>[+<prefill kernel>].<isa>" (the second name when prefill, T >= 4, runs another
+// one), e.g. "f32.dense.avx512", "q4_0.q8vnni+q8vnni16.avx512",
+// "int4:g128:sym:f16.nib16+bf16tile.avx512bf16", "int4:g128:sym:f16.nib+f32tile.avx512" (prefill: 16-row
+// blocks dequantized into the FP32 tile), "nf4:g64:f32.deq.generic",
+// "int8:channel:sym:f32+a8.vnni+vnnitile.avx512", "int4:g128:sym:f16+a8.vnni+vnniblock.avx512". ".deq.<isa>"
+// is the unfused kernel (a row dequantized into a buffer, then dot products), which `lowbit run` / `bench`
+// report as a slow fallback.
 std::string matmul_kernel_name(const WeightMatrix& w);
 
 // What the activation route does to x: xq[T, cols] = dequantize(quantize(x)) per w.act_format (copy for F32).

@@ -14,9 +14,10 @@
 //         Q5_K's fifth bit ORed into the nibbles from two 64-bit masks per code chunk
 //   Q6_K: y += (d*sc_i)[16] * dx * (<u, q> - 32 * sum(q))                  over sub-block i (16 columns); the
 //         -32 * sum(q) starts the int32 accumulator, exactly.
-//   Q3_K: the same with u - 4 (2-bit fields plus a third bit from 64-bit masks); Q2_K: y += (d*sc_i)[16] * dx *
-//         <u, q> - (dmin*m_i)[16] * dx * sum(q) over sub-block i. The row kernels decode these at ~12 GB/s per
-//         core (compute-bound: 17-21 GB/s from DRAM at 2 threads against Q4_K's pack at 29).
+//   Q3_K: the same with u - 4 (2-bit fields plus a third bit from 64-bit masks); Q2_K: y += (d*sc_i)[16] * dx
+//   *
+//         <u, q> - (dmin*m_i)[16] * dx * sum(q) over sub-block i. The row kernels decode these at ~12 GB/s
+//         per core (compute-bound: 17-21 GB/s from DRAM at 2 threads against Q4_K's pack at 29).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -36,11 +37,12 @@ constexpr int64_t k45_chunk(int k) {
   return TY == kQ4K ? 320 + 64 * k : 320 + 320 * (k / 4) + 64 * (k % 4);
 }
 
-// Software prefetch, kPrefetchAhead bytes ahead, of the 1/n of a region that inner step k reads. Why: in the Q5_K / Q6_K regions the high bits and scales sit behind the codes of a
-// group, so each step reads two or three places 256-768 bytes apart and the hardware prefetchers fall behind;
-// covering the region line by line read 0.70-0.94 of the time from DRAM (2 threads, docs/kernels.md, "k-quant
-// prefetch"). Q4_K reads its region front to back and measured 1.04 with it, so it keeps one line per region;
-// Q2_K / Q3_K (short regions, a scale load per 64 or 96 bytes of codes) measured 0.91-0.98 / 0.80-0.93 with it.
+// Software prefetch, kPrefetchAhead bytes ahead, of the 1/n of a region that inner step k reads. Why: in the
+// Q5_K / Q6_K regions the high bits and scales sit behind the codes of a group, so each step reads two or
+// three places 256-768 bytes apart and the hardware prefetchers fall behind; covering the region line by line
+// read 0.70-0.94 of the time from DRAM (2 threads, docs/kernels.md, "k-quant prefetch"). Q4_K reads its
+// region front to back and measured 1.04 with it, so it keeps one line per region; Q2_K / Q3_K (short
+// regions, a scale load per 64 or 96 bytes of codes) measured 0.91-0.98 / 0.80-0.93 with it.
 constexpr int64_t kPrefetchAhead = 2048;
 template <int n>
 inline void prefetch_step(const uint8_t* reg, int64_t sb_bytes, int k) {
@@ -89,7 +91,8 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
         __m512 ds, dm = _mm512_setzero_ps();
         const uint8_t* v = reg + (TY == kQ2K ? 320 + 64 * i : 288 + 96 * i);
         if constexpr (TY == kQ2K) {
-          const __m512i scm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(reg + 64 + 16 * i)));
+          const __m512i scm =
+              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(reg + 64 + 16 * i)));
           ds = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(scm, _mm512_set1_epi32(15))));
           dm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(scm, 4)));
         } else {
@@ -97,7 +100,8 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
         }
         const __m512i c = _mm512_loadu_si512(v);  // Q3_K sub-blocks are 96 bytes apart: not 64-byte aligned
         __m512i u[4] = {_mm512_and_si512(c, m3), _mm512_and_si512(_mm512_srli_epi16(c, 2), m3),
-                        _mm512_and_si512(_mm512_srli_epi16(c, 4), m3), _mm512_and_si512(_mm512_srli_epi16(c, 6), m3)};
+                        _mm512_and_si512(_mm512_srli_epi16(c, 4), m3),
+                        _mm512_and_si512(_mm512_srli_epi16(c, 6), m3)};
         if constexpr (TY == kQ3K)
           for (int q = 0; q < 4; ++q) {
             uint64_t mq;
@@ -193,8 +197,10 @@ void kpack_block_gemm_avx512(const KPack& p, const uint8_t* base, int64_t r, int
     with_nt(static_cast<int>(std::min<int64_t>(8, T - t0)), [&](auto n) {
       constexpr int NT = decltype(n)::value;
       switch (p.ggml_type) {
-        case kQ2K: return kpack_tile<kQ2K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
-        case kQ3K: return kpack_tile<kQ3K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
+        case kQ2K:
+          return kpack_tile<kQ2K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
+        case kQ3K:
+          return kpack_tile<kQ3K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
         case kQ4K: return kpack_tile<kQ4K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
         case kQ5K: return kpack_tile<kQ5K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
         default: return kpack_tile<kQ6K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);

@@ -1,26 +1,27 @@
-// Register-tiled INT8 x INT8 prefill (W8A8: per-channel symmetric INT8 weights, per-token INT8 activations) on
-// AVX-512 VNNI.
+// Register-tiled INT8 x INT8 prefill (W8A8: per-channel symmetric INT8 weights, per-token INT8 activations)
+// on AVX-512 VNNI.
 //
-// Why a separate layout: vpdpbusd multiplies 4 consecutive unsigned bytes by 4 signed bytes per 32-bit lane and
-// adds them to the lane. With the weights of 16 output rows interleaved by 4 columns,
+// Why a separate layout: vpdpbusd multiplies 4 consecutive unsigned bytes by 4 signed bytes per 32-bit lane
+// and adds them to the lane. With the weights of 16 output rows interleaved by 4 columns,
 //   packed[rb][kq][lane][j] = w[rb*16 + lane][kq*4 + j]        (int8, rows padded to 16, columns to 4 with 0)
 // one 64-byte load holds 4 columns of 16 rows, and one broadcast 32-bit word of a token's activations turns a
-// single vpdpbusd into 64 multiply-adds for 16 outputs at once, with no horizontal reduction. A tile of 16 rows x 8
-// tokens keeps 8 accumulators in registers and reuses each weight load 8 times.
+// single vpdpbusd into 64 multiply-adds for 16 outputs at once, with no horizontal reduction. A tile of 16
+// rows x 8 tokens keeps 8 accumulators in registers and reuses each weight load 8 times.
 //
 // Signedness: vpdpbusd wants the unsigned operand first, so activations are stored as x + 128 (u8) and the
 // result is corrected with 128 * sum_k w[r][k] (the row sums, computed at packing time):
 //   sum_k w*x = sum_k w*(x + 128) - 128 * sum_k w.
-// Everything is exact in int32 (|x|, |w| <= 127 and K < 2^17), so the result equals the reference product of the
-// quantized operands up to the final float scaling.
+// Everything is exact in int32 (|x|, |w| <= 127 and K < 2^17), so the result equals the reference product of
+// the quantized operands up to the final float scaling.
 //
 // vnni_block (INT4 and grouped / asymmetric INT8 weights with INT8 activations, e.g. the W4A8 preset): no
 // resident copy; per call each 16-row block is decoded once into the same [kq][16 rows][4 columns] layout, as
 // the unsigned stored codes u (INT4 nibbles widened to bytes, 16 x 64 columns per 32-bit transpose), and the
 // activations stay signed: vpdpbusd(u, x) sums u * x exactly, and per scale group g
-//   sum_c (u - z) x = <u, x>_g - z * X_g          (X_g: the token's sum of its INT8 activations over the group)
-// so the zero point (stored, or 2^(bits-1) for symmetric codes) costs one vpmulld per group and token. Per group
-// the int32 sums are converted and multiplied by the 16 rows' scales and the token's scale (one FMA).
+//   sum_c (u - z) x = <u, x>_g - z * X_g          (X_g: the token's sum of its INT8 activations over the
+//   group)
+// so the zero point (stored, or 2^(bits-1) for symmetric codes) costs one vpmulld per group and token. Per
+// group the int32 sums are converted and multiplied by the 16 rows' scales and the token's scale (one FMA).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -105,14 +106,16 @@ inline __m512i code_chunk(const uint8_t* row, int bits, int64_t cols, int64_t ch
   const int64_t bl = (left + 1) / 2;  // code bytes left in the row
   const __mmask32 m = bl >= 32 ? ~__mmask32{0} : (__mmask32{1} << bl) - 1;
   const __m512i w = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, row + c0 / 2));
-  // Word i = code byte i: low nibble (column 2i) to its low byte, high nibble (column 2i + 1) to its high byte.
+  // Word i = code byte i: low nibble (column 2i) to its low byte, high nibble (column 2i + 1) to its high
+  // byte.
   return _mm512_or_si512(_mm512_and_si512(w, _mm512_set1_epi16(0x000F)),
                          _mm512_slli_epi16(_mm512_and_si512(w, _mm512_set1_epi16(0x00F0)), 4));
 }
 
 template <int NT>
 void block_tile(const uint8_t* wb, int64_t k4, int64_t gk, int64_t ng, const float* sv, const int32_t* zv,
-                const int8_t* xq, int64_t xstride, const int32_t* xg, int64_t xgs, const float* sx, __m512* out) {
+                const int8_t* xq, int64_t xstride, const int32_t* xg, int64_t xgs, const float* sx,
+                __m512* out) {
   __m512 accf[NT];
   for (int j = 0; j < NT; ++j) accf[j] = _mm512_setzero_ps();
   for (int64_t g = 0; g < ng; ++g) {
@@ -139,9 +142,9 @@ void block_tile(const uint8_t* wb, int64_t k4, int64_t gk, int64_t ng, const flo
 
 }  // namespace
 
-void vnni_block_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int bits,
-                       int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride, const int32_t* xg,
-                       int64_t ng, const float* sx, int T, float* y, int64_t ystride) {
+void vnni_block_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                       int bits, int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride,
+                       const int32_t* xg, int64_t ng, const float* sx, int T, float* y, int64_t ystride) {
   const int64_t k4 = (cols + 3) / 4, nch = (cols + 63) / 64;
   const int64_t gk = ng == 1 ? k4 : group / 4;  // kq steps per scale group
   struct alignas(64) Line {
@@ -168,8 +171,8 @@ void vnni_block_avx512(int nr, const uint8_t* const* rows, const float* const* s
     __m512 out[8];
     const int nt = std::min(8, T - t0);
     with_nt(nt, [&](auto n) {
-      block_tile<decltype(n)::value>(wb, k4, gk, ng, sv, zv, xq + t0 * xstride, xstride, xg + t0 * ng, ng, sx + t0,
-                                     out);
+      block_tile<decltype(n)::value>(wb, k4, gk, ng, sv, zv, xq + t0 * xstride, xstride, xg + t0 * ng, ng,
+                                     sx + t0, out);
     });
     for (int j = 0; j < nt; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * ystride, m, out[j]);
   }

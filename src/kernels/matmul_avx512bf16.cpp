@@ -10,8 +10,8 @@
 // instead of 6. On Zen 4 the shift issues beside vdpbf16ps (vpmultishiftqb, used before, shares its pipe:
 // 1.5 instead of 2 operations per cycle, measured). R rows are decoded together (rows_tile).
 //
-// Long rows (one token, more than kSeqRowBytes of codes): the R-row tile would read R row streams at once; they are
-// read one row at a time instead (the tile at R = 1: one stream).
+// Long rows (one token, more than kSeqRowBytes of codes): the R-row tile would read R row streams at once;
+// they are read one row at a time instead (the tile at R = 1: one stream).
 //
 // Numerics: the activations are rounded to BF16 once per token (W4A16 with BF16 activations), the products of
 // two BF16 numbers are exact in FP32 and accumulate in FP32. Every 4-bit value table of the nib route (INT4
@@ -53,7 +53,8 @@ namespace {
 // R rows x T tokens. The R rows share each activation load and give
 // the core R independent dependency chains (one row alone was latency-bound: ~2x below the issue rate of its
 // vpmultishiftqb / vpermw / vdpbf16ps mix); their rows lie one after another in memory, one stream.
-// S, Z: the scale and zero cells, the plan's FP32 tables (float, float) or the stored cells (lane_avx512.h, cells16).
+// S, Z: the scale and zero cells, the plan's FP32 tables (float, float) or the stored cells (lane_avx512.h,
+// cells16).
 template <int T, int R, typename S, typename Z>
 __attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const* row, const S* const* s,
                                          const Z* const* z, __m512i lut, const Bf16X* x, float* y,
@@ -112,8 +113,8 @@ __attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const
   store_tile_sums<T, R>(acc, y, ystride);
 }
 
-// Rows in tiles of R (decode: R * T partial sums fit the 32 registers), the tail one row at a time; long rows at
-// T = 1 all one at a time (kSeqRowBytes).
+// Rows in tiles of R (decode: R * T partial sums fit the 32 registers), the tail one row at a time; long rows
+// at T = 1 all one at a time (kSeqRowBytes).
 template <int T, typename S, typename Z>
 void rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z,
             const Nib16Lut& lut, const Bf16X* x, float* y, int64_t ystride) {

@@ -69,8 +69,8 @@ inline __m512i byte_pairs(const uint8_t* row, int64_t rbytes, int64_t p0, const 
 
 // One token tile: y[t][16 rows] for NT tokens. wb: the block's pairs.
 template <int NT>
-void tile(const uint32_t* wb, int64_t npairs, int64_t gpairs, const float* sv,
-          const float* zs, const uint16_t* xb, int64_t xstride, const float* gsum, int64_t ng, __m512* out) {
+void tile(const uint32_t* wb, int64_t npairs, int64_t gpairs, const float* sv, const float* zs,
+          const uint16_t* xb, int64_t xstride, const float* gsum, int64_t ng, __m512* out) {
   __m512 acc[NT];
   for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t g = 0, p0 = 0; p0 < npairs; ++g, p0 += gpairs) {

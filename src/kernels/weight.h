@@ -57,10 +57,10 @@ WeightMatrix make_ggml_weight(std::shared_ptr<const void> owner, const uint8_t* 
                               int64_t cols);
 // Wraps a quantized matrix and builds its kernel side tables.
 WeightMatrix make_quant_weight(std::shared_ptr<const QuantizedMatrix> q);
-// Builds w.plan (the kernel side tables) now, so nbytes() counts them and the first matmul does not pay for it.
-// repack: also build a load-time repacked copy where a kernel has one (GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 /
-// IQ4_NL / MXFP4 and Q2_K .. Q6_K on AVX-512, within +4 % of the stored rows' size); pass false for a table
-// that is only read row by row (an untied embedding).
+// Builds w.plan (the kernel side tables) now, so nbytes() counts them and the first matmul does not pay for
+// it. repack: also build a load-time repacked copy where a kernel has one (GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 /
+// Q8_0 / IQ4_NL / MXFP4 and Q2_K .. Q6_K on AVX-512, within +4 % of the stored rows' size); pass false for a
+// table that is only read row by row (an untied embedding).
 void prepare_weight(WeightMatrix& w, bool repack = true);
 // True when products of w read a load-time repacked copy: its stored rows (w.data) are then only read for
 // row lookups, so a loader may release their pages.

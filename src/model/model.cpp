@@ -102,10 +102,10 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
     }
     m->keep_alive.push_back(ck);
   }
-  // Every weight gets its own kernel plan now (side tables, load-time repacks; the W8A8 prefill tile is built on
-  // first use). The embedding table is only read row by row: it shares lm_head's plan when tied and gets no
-  // repacked copy otherwise. Once a GGUF tensor is repacked its pages in the file mapping are dropped, so the
-  // stored and the repacked copy are not both resident (embedding lookups fault single rows back in).
+  // Every weight gets its own kernel plan now (side tables, load-time repacks; the W8A8 prefill tile is built
+  // on first use). The embedding table is only read row by row: it shares lm_head's plan when tied and gets
+  // no repacked copy otherwise. Once a GGUF tensor is repacked its pages in the file mapping are dropped, so
+  // the stored and the repacked copy are not both resident (embedding lookups fault single rows back in).
   // Largest first: while a tensor is repacked its file pages and its pack are both resident, so the peak is
   // (packs built so far + the current tensor twice); starting with the biggest (a tied lm_head, ~1/3 of a 1B
   // model) keeps the peak near the final size instead of the final size plus that tensor (peak RSS of `lowbit

@@ -292,8 +292,8 @@ std::vector<float> q8_rounded(const std::vector<float>& x, int64_t T, int64_t co
   return xe;
 }
 
-// GGUF block types lowbit can read but not write (and Q4_K, whose quantizer never produces some code / scale /
-// min combinations, e.g. scales and mins both at 63): random blocks with sane f16 scale fields, T = 1 and 3
+// GGUF block types lowbit can read but not write (and Q4_K, whose quantizer never produces some code / scale
+// / min combinations, e.g. scales and mins both at 63): random blocks with sane f16 scale fields, T = 1 and 3
 // (decode: the Q8 VNNI kernels on AVX-512) and T = 17 (prefill: full and partial token tiles).
 TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
   struct T {

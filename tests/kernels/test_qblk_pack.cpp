@@ -73,12 +73,14 @@ TEST(QBlkPack, RowsEqualTheGgufDecoderBitForBit) {
   EXPECT_FALSE(qblk_supported(format_by_name("q4_0").ggml_type, 200));
 }
 
-// The k-quant pack: random super-blocks (every code and high bit, every 4- / 6-bit scale / min, every Q6_K scale
-// byte), sane f16 d (and dmin), against the GGUF row decoder bit for bit; padding rows; the byte count.
+// The k-quant pack: random super-blocks (every code and high bit, every 4- / 6-bit scale / min, every Q6_K
+// scale byte), sane f16 d (and dmin), against the GGUF row decoder bit for bit; padding rows; the byte count.
 TEST(KPack, RowsEqualTheGgufDecoderBitForBit) {
-  for (auto [name, f16s] :
-       {std::pair<const char*, std::vector<int>>{"q2_k", {80, 82}}, {"q3_k", {108}}, {"q4_k", {0, 2}},
-        {"q5_k", {0, 2}}, {"q6_k", {208}}}) {
+  for (auto [name, f16s] : {std::pair<const char*, std::vector<int>>{"q2_k", {80, 82}},
+                            {"q3_k", {108}},
+                            {"q4_k", {0, 2}},
+                            {"q5_k", {0, 2}},
+                            {"q6_k", {208}}}) {
     const FormatInfo& fi = format_by_name(name);
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {16, 512}, {5, 2048}}) {
       std::mt19937 rng(static_cast<uint32_t>(rows * 7 + cols));
@@ -95,7 +97,11 @@ TEST(KPack, RowsEqualTheGgufDecoderBitForBit) {
       auto pk = build_kpack(fi.ggml_type, buf->data(), row_bytes, rows, cols);
       ASSERT_NE(pk, nullptr);
       const std::string n = name;
-      const int64_t sb = n == "q2_k" ? 1344 : n == "q3_k" ? 1824 : n == "q4_k" ? 2368 : n == "q5_k" ? 2880 : 3392;
+      const int64_t sb = n == "q2_k"   ? 1344
+                         : n == "q3_k" ? 1824
+                         : n == "q4_k" ? 2368
+                         : n == "q5_k" ? 2880
+                                       : 3392;
       EXPECT_EQ(pk->bytes(), static_cast<size_t>((rows + 15) / 16 * nsb * sb)) << name;
       std::vector<float> want(static_cast<size_t>(cols)), got(want.size());
       for (int64_t r = 0; r < rows; ++r) {
