@@ -308,10 +308,12 @@ void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* con
                             int64_t ystride);
 // S, Z: the scale / zero cells the kernel reads: the plan's FP32 tables (float, float), or the stored cells
 // (KernelPlan::scales_f16 + zeros_u8: uint16_t, uint8_t; scales_e8m0 / scales_e4m3: E8m0Cell / E4m3Cell, float).
-// Instantiated for those four pairs (matmul_avx512bf16.cpp).
+// Instantiated for those four pairs (matmul_avx512bf16.cpp). bits: 4 (the nib formats), or 2 / 3 (INT2 / INT3
+// bit streams, widened to the 4-bit layout in registers; lut: the 2^bits values, padded to 16).
 template <typename S, typename Z>
 void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z, int64_t cols,
-                           int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y, int64_t ystride);
+                           int64_t group, int bits, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
+                           int64_t ystride);
 void byte_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                      ByteDec dec, float* out);
 // Weight-only prefill with BF16 activations (matmul_avx512bf16_tile.cpp): y[t*ystride + i] = row i . x[t] for

@@ -284,12 +284,14 @@ void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x,
   const int64_t pad = kern::nib_padded(w.cols);
   const int nt = static_cast<int>(T);
   if (kernel_isa() >= Isa::Avx512Bf16) {
+    float lut16[16] = {};  // INT2 / INT3: the 4 / 8 values, the rest unused
+    std::copy(p.lut.begin(), p.lut.begin() + std::min<size_t>(16, p.lut.size()), lut16);
     kern::Nib16Lut lut;  // 32 entries: cheaper to build than to look up
-    kern::nib16_make_lut(p.lut.data(), lut);
+    kern::nib16_make_lut(lut16, lut);
     // The stored binary16 / uint8 cells where they are exact (fewer bytes per token than the FP32 tables).
     auto gemv = [&](int nr, const uint8_t* const* rp, const auto* const* sp, const auto* const* zp,
                     const kern::Bf16X* xr, float* yb) {
-      kern::nib16_gemv_avx512bf16(nr, rp, sp, zp, w.cols, p.group, lut, nt, xr, yb, w.rows);
+      kern::nib16_gemv_avx512bf16(nr, rp, sp, zp, w.cols, p.group, p.bits, lut, nt, xr, yb, w.rows);
     };
     if (p.scales_f16) return run_lane_gemv<uint16_t>(w, p, x, T, y, pad, kern::nib16_layout, gemv, p.scales_f16, p.zeros_u8);
     if (p.scales_e8m0)
@@ -312,6 +314,14 @@ void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x,
                            const kern::NibX* xr, float* yb) {
                          kern::nib_gemv_avx512(nr, rp, sp, zp, w.cols, p.group, p.lut.data(), nt, xr, yb, w.rows);
                        });
+}
+
+// INT2 / INT3 weight-only decode on the nib16 kernel (codes widened to 4 bits in registers): the Avx512Bf16 tier,
+// lane-compatible groups; prefill keeps the row dequantization into the FP32 tile (run_deq).
+bool lowbit_nib16_ok(const WeightMatrix& w, const KernelPlan& p) {
+  return kernel_isa() >= Isa::Avx512Bf16 && w.kind == WeightKind::Quant && w.act_format == FormatId::F32 &&
+         (p.bits == 2 || p.bits == 3) && p.route == Route::Deq && p.lut.size() == (size_t{1} << p.bits) &&
+         kern::nib_lanes_ok(p.group, w.cols);
 }
 
 // True when the byte route's decode runs the BF16-activation kernel: the Avx512Bf16 tier and a plan with the
@@ -651,6 +661,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !pack_tile_ok(w, p))))
     path = Path::Deq;
   if (path == Path::Vnni512) return run_vnni512(w, p, x, T, y);
+  if (path == Path::Deq && T < kPrefillTokens && lowbit_nib16_ok(w, p)) return run_nib_gemv512(w, p, x, T, y);
   std::vector<float> xq_storage;
   if (w.act_format != FormatId::F32) {
     xq_storage.resize(static_cast<size_t>(T * w.cols));
@@ -710,7 +721,9 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
       return name + "." + (path == Path::Nib512 ? "nib" : "byte") + (dec16 ? "16" : "") +
              (tile16 ? "+bf16tile" : "+f32tile") + (dec16 || tile16 ? ".avx512bf16" : ".avx512");
     }
-    case Path::Deq: break;
+    case Path::Deq:
+      if (lowbit_nib16_ok(w, p)) return name + ".nib16+f32tile.avx512bf16";  // INT2 / INT3 decode, see matmul()
+      break;
   }
   return name + (w.kind == WeightKind::F32 ? ".dot." : ".deq.") + isa_name(isa);
 }
@@ -764,6 +777,7 @@ bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
   const KernelPlan& p = kernel_plan(w);
   if (kernel_isa() < Isa::Avx512Bf16) return false;
   const Path path = choose(w, p, kernel_isa());
+  if (path == Path::Deq) return T < kPrefillTokens && lowbit_nib16_ok(w, p);
   if (path != Path::Nib512 && path != Path::Byte512) return false;
   if (T >= kPrefillTokens) return bf16_tile_ok(w, p);
   return (path == Path::Nib512 && kern::nib_lanes_ok(p.group, w.cols)) || (path == Path::Byte512 && byte16_ok(p));

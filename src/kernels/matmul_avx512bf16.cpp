@@ -50,22 +50,55 @@
 namespace lowbit::kern {
 namespace {
 
+// INT2 / INT3 (B bits, codes packed as one little-endian bit stream, tensor/qtensor.h): 128 codes are 16 B
+// bytes; they are widened in registers to the 4-bit nib layout (byte m = code 2m | code 2m + 1 << 4, so the nib16
+// steps below serve them unchanged): vpermb gives qword j the 2B source bytes of its 16 codes, vpmultishiftqb
+// moves the 2B-bit field of output byte m (8 bytes per qword) to its low bits, and one shift + mask + ternary
+// logic spreads the two B-bit codes to nibbles: 6 operations per 128 codes before the 12 of nib16. B = 4 is the
+// stored nib layout itself.
+template <int B>
+inline __m512i load_codes(const LaneGeom& g, int64_t rbytes, const uint8_t* row, int64_t c) {
+  if constexpr (B == 4) {
+    return load_chunk(g, row, c);
+  } else {
+    constexpr int bpc = 16 * B, bpq = 2 * B;  // source bytes per chunk, per output qword
+    const int64_t left = rbytes - bpc * c;
+    const __m512i src = _mm512_maskz_loadu_epi8(mask64(std::min<int64_t>(left, bpc)), row + bpc * c);
+    alignas(64) static const auto tables = [] {
+      struct {
+        uint8_t perm[64], ctrl[64];
+      } t{};
+      for (int q = 0; q < 8; ++q)
+        for (int k = 0; k < 8; ++k) {
+          t.perm[8 * q + k] = static_cast<uint8_t>(k < bpq ? bpq * q + k : 0);
+          t.ctrl[8 * q + k] = static_cast<uint8_t>(bpq * k);  // bit offset of output byte k's two codes
+        }
+      return t;
+    }();
+    const __m512i v = _mm512_permutexvar_epi8(_mm512_load_si512(tables.perm), src);
+    const __m512i t = _mm512_multishift_epi64_epi8(_mm512_load_si512(tables.ctrl), v);
+    constexpr int lo = (1 << B) - 1;
+    const __m512i hi = _mm512_and_si512(_mm512_slli_epi16(t, 4 - B), _mm512_set1_epi8(static_cast<char>(lo << 4)));
+    return _mm512_ternarylogic_epi32(t, _mm512_set1_epi8(static_cast<char>(lo)), hi, 0xEA);  // (t & lo) | hi
+  }
+}
+
 // R rows x T tokens. The R rows share each activation load and give
 // the core R independent dependency chains (one row alone was latency-bound: ~2x below the issue rate of its
 // vpmultishiftqb / vpermw / vdpbf16ps mix); their rows lie one after another in memory, one stream.
 // S, Z: the scale and zero cells, the plan's FP32 tables (float, float) or the stored cells (lane_avx512.h,
 // cells16).
-template <int T, int R, typename S, typename Z>
-__attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const* row, const S* const* s,
-                                         const Z* const* z, __m512i lut, const Bf16X* x, float* y,
-                                         int64_t ystride) {
+template <int T, int R, int B, typename S, typename Z>
+__attribute__((noinline)) void rows_tile(const LaneGeom& g, int64_t rbytes, const uint8_t* const* row,
+                                         const S* const* s, const Z* const* z, __m512i lut, const Bf16X* x,
+                                         float* y, int64_t ystride) {
   __m512 acc[R][T];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   // BF16 activations: 4 bytes per code byte (kernels/prefetch.h).
-  const bool l2 = prefetch_to_l2(R * g.rbytes, T * 4 * g.rbytes);
+  const bool l2 = prefetch_to_l2(R * rbytes, T * 2 * 128 * g.nch);
   GroupWalk gw;
   for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
     __m512i code[R];
@@ -74,8 +107,8 @@ __attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const
     for (int r = 0; r < R; ++r) {
       // DRAM streaming: the tile's rows are consecutive in memory, so prefetch in address order 4 KiB ahead of
       // the tile (a hint: harmless past the end or for rows that are not consecutive).
-      prefetch_far(row[0] + 64 * (R * c + r) + 4096, l2);
-      code[r] = load_chunk(g, row[r], c);
+      prefetch_far(row[0] + 16 * B * (R * c + r) + 4096, l2);
+      code[r] = load_codes<B>(g, rbytes, row[r], c);
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) s0[r][t] = s1[r][t] = _mm512_setzero_ps();
     }
@@ -115,15 +148,15 @@ __attribute__((noinline)) void rows_tile(const LaneGeom& g, const uint8_t* const
 
 // Rows in tiles of R (decode: R * T partial sums fit the 32 registers), the tail one row at a time; long rows
 // at T = 1 all one at a time (kSeqRowBytes).
-template <int T, typename S, typename Z>
-void rows_t(const LaneGeom& g, int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z,
-            const Nib16Lut& lut, const Bf16X* x, float* y, int64_t ystride) {
+template <int T, int B, typename S, typename Z>
+void rows_t(const LaneGeom& g, int64_t rbytes, int nr, const uint8_t* const* rows, const S* const* s,
+            const Z* const* z, const Nib16Lut& lut, const Bf16X* x, float* y, int64_t ystride) {
   const __m512i v = _mm512_loadu_si512(lut.v);
   constexpr int R = T == 1 ? 4 : 2;
   int i = 0;
-  if (T > 1 || g.rbytes <= kSeqRowBytes)
-    for (; i + R <= nr; i += R) rows_tile<T, R>(g, rows + i, s + i, z + i, v, x, y + i, ystride);
-  for (; i < nr; ++i) rows_tile<T, 1>(g, rows + i, s + i, z + i, v, x, y + i, ystride);
+  if (T > 1 || rbytes <= kSeqRowBytes)
+    for (; i + R <= nr; i += R) rows_tile<T, R, B>(g, rbytes, rows + i, s + i, z + i, v, x, y + i, ystride);
+  for (; i < nr; ++i) rows_tile<T, 1, B>(g, rbytes, rows + i, s + i, z + i, v, x, y + i, ystride);
 }
 
 // byte16: chunks of 64 codes; lane 4L + j holds two elements of the 16-element block L.
@@ -311,16 +344,21 @@ void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, flo
 
 template <typename S, typename Z>
 void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z, int64_t cols,
-                           int64_t group, const Nib16Lut& lut, int T, const Bf16X* x, float* y, int64_t ystride) {
+                           int64_t group, int bits, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
+                           int64_t ystride) {
   const LaneGeom g = nib_lane_geom(cols, group);
+  const int64_t rbytes = (cols * bits + 7) / 8;
   for_token_runs3(T, [&](auto n, int t0) {
-    rows_t<decltype(n)::value>(g, nr, rows, s, z, lut, x + t0, y + t0 * ystride, ystride);
+    constexpr int TN = decltype(n)::value;
+    if (bits == 2) rows_t<TN, 2>(g, rbytes, nr, rows, s, z, lut, x + t0, y + t0 * ystride, ystride);
+    else if (bits == 3) rows_t<TN, 3>(g, rbytes, nr, rows, s, z, lut, x + t0, y + t0 * ystride, ystride);
+    else rows_t<TN, 4>(g, rbytes, nr, rows, s, z, lut, x + t0, y + t0 * ystride, ystride);
   });
 }
 
 #define LOWBIT_NIB16_GEMV(S, Z)                                                                                    \
   template void nib16_gemv_avx512bf16<S, Z>(int, const uint8_t* const*, const S* const*, const Z* const*, int64_t, \
-                                           int64_t, const Nib16Lut&, int, const Bf16X*, float*, int64_t);
+                                           int64_t, int, const Nib16Lut&, int, const Bf16X*, float*, int64_t);
 LOWBIT_NIB16_GEMV(float, float)
 LOWBIT_NIB16_GEMV(uint16_t, uint8_t)
 LOWBIT_NIB16_GEMV(E8m0Cell, float)

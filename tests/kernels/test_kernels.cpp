@@ -201,6 +201,18 @@ INSTANTIATE_TEST_SUITE_P(LongRowsActivations, MatmulVsReference,
                          ::testing::Combine(::testing::ValuesIn(available_isas()), ::testing::ValuesIn(act_cases()),
                                             kLongRows, ::testing::Values(1)),
                          param_name);
+// INT2 / INT3 on nib16 (codes widened to 4 bits in registers): rows of more than 1 KiB of codes (the one-row
+// stream: INT3 4608 columns = 1728 bytes, INT2 = 1152), a row ending inside a 128-code chunk (4480 + 40), and
+// 4-row tiles (1 KiB or less).
+INSTANTIATE_TEST_SUITE_P(LowBitRows, MatmulVsReference,
+                         ::testing::Combine(::testing::ValuesIn(available_isas()),
+                                            ::testing::Values(Case{"int3:g64", ""}, Case{"int2:g32:asym", ""},
+                                                              Case{"int3:g128:asym", ""}, Case{"int2:channel", ""}),
+                                            ::testing::Values(std::pair<int64_t, int64_t>{5, 4608},
+                                                              std::pair<int64_t, int64_t>{6, 4520},
+                                                              std::pair<int64_t, int64_t>{9, 1024}),
+                                            ::testing::Values(1, 2, 3)),
+                         param_name);
 // The W8A8 prefill tile (16 rows x 8 tokens, columns padded to 4): ragged rows, columns not a multiple of 4,
 // token counts that leave a partial tile.
 INSTANTIATE_TEST_SUITE_P(W8A8Tile, MatmulVsReference,
@@ -258,6 +270,13 @@ TEST(KernelNames, FastPathsSelected) {
   EXPECT_EQ(name("q8_0"), "q8_0.q8vnni+q8vnni16.avx512");
   EXPECT_EQ(name("q4_0"), "q4_0.q8vnni+q8vnni16.avx512");
   EXPECT_EQ(name("f32"), "f32.dense.avx512");
+  if (best_isa() >= Isa::Avx512Bf16) {  // INT2 / INT3 decode on nib16 (widened in registers), not deq
+    set_kernel_isa(Isa::Avx512Bf16);
+    EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.nib16+f32tile.avx512bf16");
+    EXPECT_EQ(name("int2:g32:asym"), "int2:g32:asym:f16.nib16+f32tile.avx512bf16");
+    set_kernel_isa(Isa::Avx512);
+    EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.deq.avx512");
+  }
   set_kernel_isa(Isa::Generic);
   EXPECT_EQ(name("int4:g128"), "int4:g128:sym:f16.deq.generic");
   set_kernel_isa(best_isa());
@@ -277,6 +296,13 @@ TEST(KernelNames, Bf16KernelsSelected) {
   // g48: not a lane group for the decode kernel, but whole pairs for the tile.
   EXPECT_EQ(name("int4:g48"), "int4:g48:sym:f16.nib+bf16tile.avx512bf16");
   EXPECT_EQ(name("f32"), "f32.dense.avx512");
+  if (best_isa() >= Isa::Avx512Bf16) {  // INT2 / INT3 decode on nib16 (widened in registers), not deq
+    set_kernel_isa(Isa::Avx512Bf16);
+    EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.nib16+f32tile.avx512bf16");
+    EXPECT_EQ(name("int2:g32:asym"), "int2:g32:asym:f16.nib16+f32tile.avx512bf16");
+    set_kernel_isa(Isa::Avx512);
+    EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.deq.avx512");
+  }
   set_kernel_isa(best_isa());
 }
 
