@@ -318,10 +318,12 @@ void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x,
 
 // INT2 / INT3 weight-only decode on the nib16 kernel (codes widened to 4 bits in registers): the Avx512Bf16 tier,
 // lane-compatible groups; prefill keeps the row dequantization into the FP32 tile (run_deq).
-bool lowbit_nib16_ok(const WeightMatrix& w, const KernelPlan& p) {
+bool lowbit_codes(const WeightMatrix& w, const KernelPlan& p) {
   return kernel_isa() >= Isa::Avx512Bf16 && w.kind == WeightKind::Quant && w.act_format == FormatId::F32 &&
-         (p.bits == 2 || p.bits == 3) && p.route == Route::Deq && p.lut.size() == (size_t{1} << p.bits) &&
-         kern::nib_lanes_ok(p.group, w.cols);
+         (p.bits == 2 || p.bits == 3) && p.route == Route::Deq && p.lut.size() == (size_t{1} << p.bits);
+}
+bool lowbit_nib16_ok(const WeightMatrix& w, const KernelPlan& p) {
+  return lowbit_codes(w, p) && kern::nib_lanes_ok(p.group, w.cols);
 }
 
 // True when the byte route's decode runs the BF16-activation kernel: the Avx512Bf16 tier and a plan with the
@@ -342,7 +344,7 @@ void run_byte16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x,
 // groups of whole pairs.
 bool bf16_tile_ok(const WeightMatrix& w, const KernelPlan& p) {
   if (kernel_isa() < Isa::Avx512Bf16 || !(p.group >= w.cols || p.group % 2 == 0)) return false;
-  return (p.route == Route::Nib && p.lut.size() >= 16) || byte16_ok(p);
+  return (p.route == Route::Nib && p.lut.size() >= 16) || byte16_ok(p) || lowbit_codes(w, p);
 }
 
 // Prefill on the BF16 tile: activations rounded to BF16 once (zero-padded to an even count; group sums of the
@@ -358,18 +360,32 @@ void run_bf16_tile(const WeightMatrix& w, const KernelPlan& p, const float* x, i
     for (int64_t i = 0; i < cols; ++i) act[t * xstride + i] = f32_to_bf16(x[t * cols + i]);
     if (ng) kern::group_sums(x + t * cols, cols, p.group, true, gs.data() + t * ng);
   }
+  // INT2 / INT3: each block's rows widened to the 4-bit layout first (widen_codes_avx512bf16), then as nib.
+  const bool low = p.route == Route::Deq && lowbit_codes(w, p);
+  float lut16[16] = {};
+  std::copy(p.lut.begin(), p.lut.begin() + std::min<size_t>(16, p.lut.size()), lut16);
   kern::Nib16Lut lut;
-  if (p.route == Route::Nib) kern::nib16_make_lut(p.lut.data(), lut);
-  const kern::Nib16Lut* nib = p.route == Route::Nib ? &lut : nullptr;
+  if (p.route == Route::Nib || low) kern::nib16_make_lut(lut16, lut);
+  const kern::Nib16Lut* nib = p.route == Route::Nib || low ? &lut : nullptr;
   const kern::Byte16Lut* byte = nib ? nullptr : p.byte16.get();
   // The pool's workers see their own thread_local vectors: pass the caller's buffers as plain pointers.
   const uint16_t* xb = act.data();
   const float* gsum = ng ? gs.data() : nullptr;
+  const int64_t wide = (cols + 127) / 128 * 64;  // bytes of a widened row
   for_code_row_blocks(w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
                       [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
                           int64_t r0) {
-                        kern::bf16_tile_avx512bf16(nr, rp, sp, zp, cols, p.group, nib, byte, xb, xstride, gsum,
-                                                   static_cast<int>(T), y + r0, rows);
+                        const uint8_t* wr[kRowBlock];
+                        if (low) {
+                          thread_local std::vector<uint8_t> buf;
+                          buf.resize(static_cast<size_t>(kRowBlock * wide));
+                          for (int i = 0; i < nr; ++i) {
+                            kern::widen_codes_avx512bf16(rp[i], cols, p.bits, buf.data() + i * wide);
+                            wr[i] = buf.data() + i * wide;
+                          }
+                        }
+                        kern::bf16_tile_avx512bf16(nr, low ? wr : rp, sp, zp, cols, p.group, nib, byte, xb, xstride,
+                                                   gsum, static_cast<int>(T), y + r0, rows);
                       });
 }
 
@@ -662,6 +678,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
     path = Path::Deq;
   if (path == Path::Vnni512) return run_vnni512(w, p, x, T, y);
   if (path == Path::Deq && T < kPrefillTokens && lowbit_nib16_ok(w, p)) return run_nib_gemv512(w, p, x, T, y);
+  if (path == Path::Deq && T >= kPrefillTokens && lowbit_codes(w, p) && bf16_tile_ok(w, p))
+    return run_bf16_tile(w, p, x, T, y);
   std::vector<float> xq_storage;
   if (w.act_format != FormatId::F32) {
     xq_storage.resize(static_cast<size_t>(T * w.cols));
@@ -722,7 +740,8 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
              (tile16 ? "+bf16tile" : "+f32tile") + (dec16 || tile16 ? ".avx512bf16" : ".avx512");
     }
     case Path::Deq:
-      if (lowbit_nib16_ok(w, p)) return name + ".nib16+f32tile.avx512bf16";  // INT2 / INT3 decode, see matmul()
+      // INT2 / INT3 decode on nib16 (see matmul()); without it the decode is unfused and named deq.
+      if (lowbit_nib16_ok(w, p)) return name + ".nib16" + (bf16_tile_ok(w, p) ? "+bf16tile" : "+f32tile") + ".avx512bf16";
       break;
   }
   return name + (w.kind == WeightKind::F32 ? ".dot." : ".deq.") + isa_name(isa);
@@ -777,7 +796,7 @@ bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
   const KernelPlan& p = kernel_plan(w);
   if (kernel_isa() < Isa::Avx512Bf16) return false;
   const Path path = choose(w, p, kernel_isa());
-  if (path == Path::Deq) return T < kPrefillTokens && lowbit_nib16_ok(w, p);
+  if (path == Path::Deq) return T < kPrefillTokens ? lowbit_nib16_ok(w, p) : lowbit_codes(w, p) && bf16_tile_ok(w, p);
   if (path != Path::Nib512 && path != Path::Byte512) return false;
   if (T >= kPrefillTokens) return bf16_tile_ok(w, p);
   return (path == Path::Nib512 && kern::nib_lanes_ok(p.group, w.cols)) || (path == Path::Byte512 && byte16_ok(p));

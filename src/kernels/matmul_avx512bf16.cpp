@@ -356,6 +356,13 @@ void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const S* const* s
   });
 }
 
+void widen_codes_avx512bf16(const uint8_t* row, int64_t cols, int bits, uint8_t* out) {
+  const int64_t nch = (cols + 127) / 128, rbytes = (cols * bits + 7) / 8;
+  const LaneGeom g{};  // load_codes reads it for bits = 4 only
+  for (int64_t c = 0; c < nch; ++c)
+    _mm512_storeu_si512(out + 64 * c, bits == 2 ? load_codes<2>(g, rbytes, row, c) : load_codes<3>(g, rbytes, row, c));
+}
+
 #define LOWBIT_NIB16_GEMV(S, Z)                                                                                    \
   template void nib16_gemv_avx512bf16<S, Z>(int, const uint8_t* const*, const S* const*, const Z* const*, int64_t, \
                                            int64_t, int, const Nib16Lut&, int, const Bf16X*, float*, int64_t);

@@ -203,7 +203,7 @@ INSTANTIATE_TEST_SUITE_P(LongRowsActivations, MatmulVsReference,
                          param_name);
 // INT2 / INT3 on nib16 (codes widened to 4 bits in registers): rows of more than 1 KiB of codes (the one-row
 // stream: INT3 4608 columns = 1728 bytes, INT2 = 1152), a row ending inside a 128-code chunk (4480 + 40), and
-// 4-row tiles (1 KiB or less).
+// 4-row tiles (1 KiB or less); T = 17: the BF16 prefill tile over the widened rows.
 INSTANTIATE_TEST_SUITE_P(LowBitRows, MatmulVsReference,
                          ::testing::Combine(::testing::ValuesIn(available_isas()),
                                             ::testing::Values(Case{"int3:g64", ""}, Case{"int2:g32:asym", ""},
@@ -211,7 +211,7 @@ INSTANTIATE_TEST_SUITE_P(LowBitRows, MatmulVsReference,
                                             ::testing::Values(std::pair<int64_t, int64_t>{5, 4608},
                                                               std::pair<int64_t, int64_t>{6, 4520},
                                                               std::pair<int64_t, int64_t>{9, 1024}),
-                                            ::testing::Values(1, 2, 3)),
+                                            ::testing::Values(1, 2, 3, 17)),
                          param_name);
 // The W8A8 prefill tile (16 rows x 8 tokens, columns padded to 4): ragged rows, columns not a multiple of 4,
 // token counts that leave a partial tile.
@@ -272,8 +272,8 @@ TEST(KernelNames, FastPathsSelected) {
   EXPECT_EQ(name("f32"), "f32.dense.avx512");
   if (best_isa() >= Isa::Avx512Bf16) {  // INT2 / INT3 decode on nib16 (widened in registers), not deq
     set_kernel_isa(Isa::Avx512Bf16);
-    EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.nib16+f32tile.avx512bf16");
-    EXPECT_EQ(name("int2:g32:asym"), "int2:g32:asym:f16.nib16+f32tile.avx512bf16");
+    EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.nib16+bf16tile.avx512bf16");
+    EXPECT_EQ(name("int2:g32:asym"), "int2:g32:asym:f16.nib16+bf16tile.avx512bf16");
     set_kernel_isa(Isa::Avx512);
     EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.deq.avx512");
   }
@@ -298,8 +298,8 @@ TEST(KernelNames, Bf16KernelsSelected) {
   EXPECT_EQ(name("f32"), "f32.dense.avx512");
   if (best_isa() >= Isa::Avx512Bf16) {  // INT2 / INT3 decode on nib16 (widened in registers), not deq
     set_kernel_isa(Isa::Avx512Bf16);
-    EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.nib16+f32tile.avx512bf16");
-    EXPECT_EQ(name("int2:g32:asym"), "int2:g32:asym:f16.nib16+f32tile.avx512bf16");
+    EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.nib16+bf16tile.avx512bf16");
+    EXPECT_EQ(name("int2:g32:asym"), "int2:g32:asym:f16.nib16+bf16tile.avx512bf16");
     set_kernel_isa(Isa::Avx512);
     EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.deq.avx512");
   }
