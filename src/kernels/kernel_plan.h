@@ -306,13 +306,13 @@ void byte16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, fl
 void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
                             int64_t cols, int64_t group, const Byte16Lut& lut, int T, const Bf16X* x, float* y,
                             int64_t ystride);
-// S, Z: the scale / zero cells the kernel reads: the plan's FP32 tables (float, float), or the stored cells
-// (KernelPlan::scales_f16 + zeros_u8: uint16_t, uint8_t; scales_e8m0 / scales_e4m3: E8m0Cell / E4m3Cell, float).
-// Instantiated for those four pairs (matmul_avx512bf16.cpp). bits: 4 (the nib formats), or 2 / 3 (INT2 / INT3
-// bit streams, widened to the 4-bit layout in registers; lut: the 2^bits values, padded to 16).
-// An INT2 / INT3 row (bits 2 / 3) in the 4-bit nib layout: out [ceil(cols / 128) * 64] bytes, byte m = code 2m |
-// code 2m + 1 << 4 (the BF16 prefill tile's input for these formats).
+// An INT2 / INT3 row (bits 2 / 3) in the 4-bit nib layout: out [ceil(cols / 128) * 64] bytes, byte m = code
+// 2m | code 2m + 1 << 4 (the BF16 prefill tile's input for these formats).
 void widen_codes_avx512bf16(const uint8_t* row, int64_t cols, int bits, uint8_t* out);
+// S, Z: the scale / zero cells the kernel reads: the plan's FP32 tables (float, float), or the stored cells
+// (KernelPlan::scales_f16 + zeros_u8: uint16_t, uint8_t; scales_e8m0 / scales_e4m3: E8m0Cell / E4m3Cell,
+// float). Instantiated for those four pairs (matmul_avx512bf16.cpp). bits: 4 (the nib formats), or 2 / 3
+// (INT2 / INT3 bit streams, widened to the 4-bit layout in registers; lut: the 2^bits values, padded to 16).
 template <typename S, typename Z>
 void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z, int64_t cols,
                            int64_t group, int bits, const Nib16Lut& lut, int T, const Bf16X* x, float* y,

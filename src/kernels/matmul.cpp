@@ -316,8 +316,8 @@ void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x,
                        });
 }
 
-// INT2 / INT3 weight-only decode on the nib16 kernel (codes widened to 4 bits in registers): the Avx512Bf16 tier,
-// lane-compatible groups; prefill keeps the row dequantization into the FP32 tile (run_deq).
+// INT2 / INT3 weight-only products on the Avx512Bf16 tier with the codes widened to 4 bits in registers: decode
+// on the nib16 kernel (lane-compatible groups), prefill on the BF16 tile (run_bf16_tile, even groups).
 bool lowbit_codes(const WeightMatrix& w, const KernelPlan& p) {
   return kernel_isa() >= Isa::Avx512Bf16 && w.kind == WeightKind::Quant && w.act_format == FormatId::F32 &&
          (p.bits == 2 || p.bits == 3) && p.route == Route::Deq && p.lut.size() == (size_t{1} << p.bits);
