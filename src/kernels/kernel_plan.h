@@ -314,9 +314,9 @@ void widen_codes_avx512bf16(const uint8_t* row, int64_t cols, int bits, uint8_t*
 // float). Instantiated for those four pairs (matmul_avx512bf16.cpp). bits: 4 (the nib formats), or 2 / 3
 // (INT2 / INT3 bit streams, widened to the 4-bit layout in registers; lut: the 2^bits values, padded to 16).
 template <typename S, typename Z>
-void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z, int64_t cols,
-                           int64_t group, int bits, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
-                           int64_t ystride);
+void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z,
+                           int64_t cols, int64_t group, int bits, const Nib16Lut& lut, int T, const Bf16X* x,
+                           float* y, int64_t ystride);
 void byte_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                      ByteDec dec, float* out);
 // Weight-only prefill with BF16 activations (matmul_avx512bf16_tile.cpp): y[t*ystride + i] = row i . x[t] for

@@ -316,8 +316,8 @@ void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x,
                        });
 }
 
-// INT2 / INT3 weight-only products on the Avx512Bf16 tier with the codes widened to 4 bits in registers: decode
-// on the nib16 kernel (lane-compatible groups), prefill on the BF16 tile (run_bf16_tile, even groups).
+// INT2 / INT3 weight-only products on the Avx512Bf16 tier with the codes widened to 4 bits in registers:
+// decode on the nib16 kernel (lane-compatible groups), prefill on the BF16 tile (run_bf16_tile, even groups).
 bool lowbit_codes(const WeightMatrix& w, const KernelPlan& p) {
   return kernel_isa() >= Isa::Avx512Bf16 && w.kind == WeightKind::Quant && w.act_format == FormatId::F32 &&
          (p.bits == 2 || p.bits == 3) && p.route == Route::Deq && p.lut.size() == (size_t{1} << p.bits);
@@ -372,21 +372,21 @@ void run_bf16_tile(const WeightMatrix& w, const KernelPlan& p, const float* x, i
   const uint16_t* xb = act.data();
   const float* gsum = ng ? gs.data() : nullptr;
   const int64_t wide = (cols + 127) / 128 * 64;  // bytes of a widened row
-  for_code_row_blocks(w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
-                      [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
-                          int64_t r0) {
-                        const uint8_t* wr[kRowBlock];
-                        if (low) {
-                          thread_local std::vector<uint8_t> buf;
-                          buf.resize(static_cast<size_t>(kRowBlock * wide));
-                          for (int i = 0; i < nr; ++i) {
-                            kern::widen_codes_avx512bf16(rp[i], cols, p.bits, buf.data() + i * wide);
-                            wr[i] = buf.data() + i * wide;
-                          }
-                        }
-                        kern::bf16_tile_avx512bf16(nr, low ? wr : rp, sp, zp, cols, p.group, nib, byte, xb, xstride,
-                                                   gsum, static_cast<int>(T), y + r0, rows);
-                      });
+  for_code_row_blocks(
+      w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
+      [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp, int64_t r0) {
+        const uint8_t* wr[kRowBlock];
+        if (low) {
+          thread_local std::vector<uint8_t> buf;
+          buf.resize(static_cast<size_t>(kRowBlock * wide));
+          for (int i = 0; i < nr; ++i) {
+            kern::widen_codes_avx512bf16(rp[i], cols, p.bits, buf.data() + i * wide);
+            wr[i] = buf.data() + i * wide;
+          }
+        }
+        kern::bf16_tile_avx512bf16(nr, low ? wr : rp, sp, zp, cols, p.group, nib, byte, xb, xstride, gsum,
+                                   static_cast<int>(T), y + r0, rows);
+      });
 }
 
 void run_codes512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
@@ -741,7 +741,8 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
     }
     case Path::Deq:
       // INT2 / INT3 decode on nib16 (see matmul()); without it the decode is unfused and named deq.
-      if (lowbit_nib16_ok(w, p)) return name + ".nib16" + (bf16_tile_ok(w, p) ? "+bf16tile" : "+f32tile") + ".avx512bf16";
+      if (lowbit_nib16_ok(w, p))
+        return name + ".nib16" + (bf16_tile_ok(w, p) ? "+bf16tile" : "+f32tile") + ".avx512bf16";
       break;
   }
   return name + (w.kind == WeightKind::F32 ? ".dot." : ".deq.") + isa_name(isa);
@@ -796,7 +797,8 @@ bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
   const KernelPlan& p = kernel_plan(w);
   if (kernel_isa() < Isa::Avx512Bf16) return false;
   const Path path = choose(w, p, kernel_isa());
-  if (path == Path::Deq) return T < kPrefillTokens ? lowbit_nib16_ok(w, p) : lowbit_codes(w, p) && bf16_tile_ok(w, p);
+  if (path == Path::Deq)
+    return T < kPrefillTokens ? lowbit_nib16_ok(w, p) : lowbit_codes(w, p) && bf16_tile_ok(w, p);
   if (path != Path::Nib512 && path != Path::Byte512) return false;
   if (T >= kPrefillTokens) return bf16_tile_ok(w, p);
   return (path == Path::Nib512 && kern::nib_lanes_ok(p.group, w.cols)) || (path == Path::Byte512 && byte16_ok(p));

@@ -51,11 +51,11 @@ namespace lowbit::kern {
 namespace {
 
 // INT2 / INT3 (B bits, codes packed as one little-endian bit stream, tensor/qtensor.h): 128 codes are 16 B
-// bytes; they are widened in registers to the 4-bit nib layout (byte m = code 2m | code 2m + 1 << 4, so the nib16
-// steps below serve them unchanged): vpermb gives qword j the 2B source bytes of its 16 codes, vpmultishiftqb
-// moves the 2B-bit field of output byte m (8 bytes per qword) to its low bits, and one shift + mask + ternary
-// logic spreads the two B-bit codes to nibbles: 6 operations per 128 codes before the 12 of nib16. B = 4 is the
-// stored nib layout itself.
+// bytes; they are widened in registers to the 4-bit nib layout (byte m = code 2m | code 2m + 1 << 4, so the
+// nib16 steps below serve them unchanged): vpermb gives qword j the 2B source bytes of its 16 codes,
+// vpmultishiftqb moves the 2B-bit field of output byte m (8 bytes per qword) to its low bits, and one shift +
+// mask + ternary logic spreads the two B-bit codes to nibbles: 6 operations per 128 codes before the 12 of
+// nib16. B = 4 is the stored nib layout itself.
 template <int B>
 inline __m512i load_codes(const LaneGeom& g, int64_t rbytes, const uint8_t* row, int64_t c) {
   if constexpr (B == 4) {
@@ -78,7 +78,8 @@ inline __m512i load_codes(const LaneGeom& g, int64_t rbytes, const uint8_t* row,
     const __m512i v = _mm512_permutexvar_epi8(_mm512_load_si512(tables.perm), src);
     const __m512i t = _mm512_multishift_epi64_epi8(_mm512_load_si512(tables.ctrl), v);
     constexpr int lo = (1 << B) - 1;
-    const __m512i hi = _mm512_and_si512(_mm512_slli_epi16(t, 4 - B), _mm512_set1_epi8(static_cast<char>(lo << 4)));
+    const __m512i hi =
+        _mm512_and_si512(_mm512_slli_epi16(t, 4 - B), _mm512_set1_epi8(static_cast<char>(lo << 4)));
     return _mm512_ternarylogic_epi32(t, _mm512_set1_epi8(static_cast<char>(lo)), hi, 0xEA);  // (t & lo) | hi
   }
 }
@@ -343,16 +344,19 @@ void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, flo
 }
 
 template <typename S, typename Z>
-void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z, int64_t cols,
-                           int64_t group, int bits, const Nib16Lut& lut, int T, const Bf16X* x, float* y,
-                           int64_t ystride) {
+void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const S* const* s, const Z* const* z,
+                           int64_t cols, int64_t group, int bits, const Nib16Lut& lut, int T, const Bf16X* x,
+                           float* y, int64_t ystride) {
   const LaneGeom g = nib_lane_geom(cols, group);
   const int64_t rbytes = (cols * bits + 7) / 8;
   for_token_runs3(T, [&](auto n, int t0) {
     constexpr int TN = decltype(n)::value;
-    if (bits == 2) rows_t<TN, 2>(g, rbytes, nr, rows, s, z, lut, x + t0, y + t0 * ystride, ystride);
-    else if (bits == 3) rows_t<TN, 3>(g, rbytes, nr, rows, s, z, lut, x + t0, y + t0 * ystride, ystride);
-    else rows_t<TN, 4>(g, rbytes, nr, rows, s, z, lut, x + t0, y + t0 * ystride, ystride);
+    if (bits == 2)
+      rows_t<TN, 2>(g, rbytes, nr, rows, s, z, lut, x + t0, y + t0 * ystride, ystride);
+    else if (bits == 3)
+      rows_t<TN, 3>(g, rbytes, nr, rows, s, z, lut, x + t0, y + t0 * ystride, ystride);
+    else
+      rows_t<TN, 4>(g, rbytes, nr, rows, s, z, lut, x + t0, y + t0 * ystride, ystride);
   });
 }
 
@@ -360,12 +364,14 @@ void widen_codes_avx512bf16(const uint8_t* row, int64_t cols, int bits, uint8_t*
   const int64_t nch = (cols + 127) / 128, rbytes = (cols * bits + 7) / 8;
   const LaneGeom g{};  // load_codes reads it for bits = 4 only
   for (int64_t c = 0; c < nch; ++c)
-    _mm512_storeu_si512(out + 64 * c, bits == 2 ? load_codes<2>(g, rbytes, row, c) : load_codes<3>(g, rbytes, row, c));
+    _mm512_storeu_si512(out + 64 * c,
+                        bits == 2 ? load_codes<2>(g, rbytes, row, c) : load_codes<3>(g, rbytes, row, c));
 }
 
-#define LOWBIT_NIB16_GEMV(S, Z)                                                                                    \
-  template void nib16_gemv_avx512bf16<S, Z>(int, const uint8_t* const*, const S* const*, const Z* const*, int64_t, \
-                                           int64_t, int, const Nib16Lut&, int, const Bf16X*, float*, int64_t);
+#define LOWBIT_NIB16_GEMV(S, Z)                                                                           \
+  template void nib16_gemv_avx512bf16<S, Z>(int, const uint8_t* const*, const S* const*, const Z* const*, \
+                                            int64_t, int64_t, int, const Nib16Lut&, int, const Bf16X*,    \
+                                            float*, int64_t);
 LOWBIT_NIB16_GEMV(float, float)
 LOWBIT_NIB16_GEMV(uint16_t, uint8_t)
 LOWBIT_NIB16_GEMV(E8m0Cell, float)

@@ -207,7 +207,8 @@ INSTANTIATE_TEST_SUITE_P(LongRowsActivations, MatmulVsReference,
 INSTANTIATE_TEST_SUITE_P(LowBitRows, MatmulVsReference,
                          ::testing::Combine(::testing::ValuesIn(available_isas()),
                                             ::testing::Values(Case{"int3:g64", ""}, Case{"int2:g32:asym", ""},
-                                                              Case{"int3:g128:asym", ""}, Case{"int2:channel", ""}),
+                                                              Case{"int3:g128:asym", ""},
+                                                              Case{"int2:channel", ""}),
                                             ::testing::Values(std::pair<int64_t, int64_t>{5, 4608},
                                                               std::pair<int64_t, int64_t>{6, 4520},
                                                               std::pair<int64_t, int64_t>{9, 1024}),
@@ -270,13 +271,7 @@ TEST(KernelNames, FastPathsSelected) {
   EXPECT_EQ(name("q8_0"), "q8_0.q8vnni+q8vnni16.avx512");
   EXPECT_EQ(name("q4_0"), "q4_0.q8vnni+q8vnni16.avx512");
   EXPECT_EQ(name("f32"), "f32.dense.avx512");
-  if (best_isa() >= Isa::Avx512Bf16) {  // INT2 / INT3 decode on nib16 (widened in registers), not deq
-    set_kernel_isa(Isa::Avx512Bf16);
-    EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.nib16+bf16tile.avx512bf16");
-    EXPECT_EQ(name("int2:g32:asym"), "int2:g32:asym:f16.nib16+bf16tile.avx512bf16");
-    set_kernel_isa(Isa::Avx512);
-    EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.deq.avx512");
-  }
+  EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.deq.avx512");  // INT2 / INT3 fuse on the avx512bf16 tier only
   set_kernel_isa(Isa::Generic);
   EXPECT_EQ(name("int4:g128"), "int4:g128:sym:f16.deq.generic");
   set_kernel_isa(best_isa());
@@ -296,13 +291,9 @@ TEST(KernelNames, Bf16KernelsSelected) {
   // g48: not a lane group for the decode kernel, but whole pairs for the tile.
   EXPECT_EQ(name("int4:g48"), "int4:g48:sym:f16.nib+bf16tile.avx512bf16");
   EXPECT_EQ(name("f32"), "f32.dense.avx512");
-  if (best_isa() >= Isa::Avx512Bf16) {  // INT2 / INT3 decode on nib16 (widened in registers), not deq
-    set_kernel_isa(Isa::Avx512Bf16);
-    EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.nib16+bf16tile.avx512bf16");
-    EXPECT_EQ(name("int2:g32:asym"), "int2:g32:asym:f16.nib16+bf16tile.avx512bf16");
-    set_kernel_isa(Isa::Avx512);
-    EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.deq.avx512");
-  }
+  // INT2 / INT3: decode on nib16 with the codes widened in registers, prefill on the tile over widened rows.
+  EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.nib16+bf16tile.avx512bf16");
+  EXPECT_EQ(name("int2:g32:asym"), "int2:g32:asym:f16.nib16+bf16tile.avx512bf16");
   set_kernel_isa(best_isa());
 }
 
