@@ -117,6 +117,14 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
       }
     }
   }
+  // FP6 (E2M3 / E3M2, MX or grouped): a 6-bit bit stream, widened to one code per byte per block of rows and
+  // then multiplied by the byte16 kernels (matmul.cpp, fp6_byte16_ok); every value is exact in BF16.
+  if (q.bits == 6 && !is_int && best_isa() >= Isa::Avx512Bf16 && kern::byte16_lanes_ok(G, cols)) {
+    std::vector<float> t256(256, 0.0f);
+    std::copy(p->lut.begin(), p->lut.end(), t256.begin());
+    auto t = std::make_shared<kern::Byte16Lut>();
+    if (kern::byte16_make_lut(t256.data(), *t)) p->byte16 = std::move(t);
+  }
   // VNNI lane mapping: a chunk is 128 (INT4) or 64 (INT8) elements; lane l covers 8 (INT4) or 4 (INT8)
   // consecutive elements, so each lane must lie inside one scale cell.
   if (p->int_codes) {

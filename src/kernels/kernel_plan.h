@@ -307,7 +307,8 @@ void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* con
                             int64_t cols, int64_t group, const Byte16Lut& lut, int T, const Bf16X* x, float* y,
                             int64_t ystride);
 // An INT2 / INT3 row (bits 2 / 3) in the 4-bit nib layout: out [ceil(cols / 128) * 64] bytes, byte m = code
-// 2m | code 2m + 1 << 4 (the BF16 prefill tile's input for these formats).
+// 2m | code 2m + 1 << 4 (the BF16 prefill tile's input for these formats); a 6-bit row (FP6) as one code per
+// byte: out [ceil(cols / 64) * 64] (the byte16 kernels' input).
 void widen_codes_avx512bf16(const uint8_t* row, int64_t cols, int bits, uint8_t* out);
 // S, Z: the scale / zero cells the kernel reads: the plan's FP32 tables (float, float), or the stored cells
 // (KernelPlan::scales_f16 + zeros_u8: uint16_t, uint8_t; scales_e8m0 / scales_e4m3: E8m0Cell / E4m3Cell,

@@ -325,10 +325,35 @@ bool lowbit_codes(const WeightMatrix& w, const KernelPlan& p) {
 bool lowbit_nib16_ok(const WeightMatrix& w, const KernelPlan& p) {
   return lowbit_codes(w, p) && kern::nib_lanes_ok(p.group, w.cols);
 }
+// FP6 (6-bit E2M3 / E3M2 streams) on the byte16 kernels and the BF16 tile, each block's rows widened to one
+// code per byte first (widen_codes_avx512bf16); the plan holds the byte16 table when the groups fit its
+// lanes.
+bool fp6_byte16_ok(const WeightMatrix& w, const KernelPlan& p) {
+  return kernel_isa() >= Isa::Avx512Bf16 && w.kind == WeightKind::Quant && w.act_format == FormatId::F32 &&
+         p.bits == 6 && p.route == Route::Deq && p.byte16;
+}
 
 // True when the byte route's decode runs the BF16-activation kernel: the Avx512Bf16 tier and a plan with the
 // byte16 table (lane-compatible groups, every code value exact in BF16).
 bool byte16_ok(const KernelPlan& p) { return kernel_isa() >= Isa::Avx512Bf16 && p.route == Route::Byte && p.byte16; }
+
+// FP6 decode: each block's rows widened to bytes (one 48 -> 64-byte step per 64 codes), then byte16.
+void run_fp6_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  const int64_t wide = (w.cols + 63) / 64 * 64;
+  run_lane_gemv<uint16_t>(w, p, x, T, y, kern::byte16_padded(w.cols), kern::byte16_layout,
+                          [&](int nr, const uint8_t* const* rp, const float* const* sp,
+                              const float* const* zp, const kern::Bf16X* xr, float* yb) {
+                            thread_local std::vector<uint8_t> buf;
+                            buf.resize(static_cast<size_t>(kRowBlock * wide));
+                            const uint8_t* wr[kRowBlock];
+                            for (int i = 0; i < nr; ++i) {
+                              kern::widen_codes_avx512bf16(rp[i], w.cols, 6, buf.data() + i * wide);
+                              wr[i] = buf.data() + i * wide;
+                            }
+                            kern::byte16_gemv_avx512bf16(nr, wr, sp, zp, w.cols, p.group, *p.byte16,
+                                                         static_cast<int>(T), xr, yb, w.rows);
+                          });
+}
 
 void run_byte16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   run_lane_gemv<uint16_t>(w, p, x, T, y, kern::byte16_padded(w.cols), kern::byte16_layout,
@@ -344,7 +369,8 @@ void run_byte16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x,
 // groups of whole pairs.
 bool bf16_tile_ok(const WeightMatrix& w, const KernelPlan& p) {
   if (kernel_isa() < Isa::Avx512Bf16 || !(p.group >= w.cols || p.group % 2 == 0)) return false;
-  return (p.route == Route::Nib && p.lut.size() >= 16) || byte16_ok(p) || lowbit_codes(w, p);
+  return (p.route == Route::Nib && p.lut.size() >= 16) || byte16_ok(p) || lowbit_codes(w, p) ||
+         fp6_byte16_ok(w, p);
 }
 
 // Prefill on the BF16 tile: activations rounded to BF16 once (zero-padded to an even count; group sums of the
@@ -361,7 +387,7 @@ void run_bf16_tile(const WeightMatrix& w, const KernelPlan& p, const float* x, i
     if (ng) kern::group_sums(x + t * cols, cols, p.group, true, gs.data() + t * ng);
   }
   // INT2 / INT3: each block's rows widened to the 4-bit layout first (widen_codes_avx512bf16), then as nib.
-  const bool low = p.route == Route::Deq && lowbit_codes(w, p);
+  const bool low = p.route == Route::Deq && lowbit_codes(w, p), six = fp6_byte16_ok(w, p);
   float lut16[16] = {};
   std::copy(p.lut.begin(), p.lut.begin() + std::min<size_t>(16, p.lut.size()), lut16);
   kern::Nib16Lut lut;
@@ -371,12 +397,12 @@ void run_bf16_tile(const WeightMatrix& w, const KernelPlan& p, const float* x, i
   // The pool's workers see their own thread_local vectors: pass the caller's buffers as plain pointers.
   const uint16_t* xb = act.data();
   const float* gsum = ng ? gs.data() : nullptr;
-  const int64_t wide = (cols + 127) / 128 * 64;  // bytes of a widened row
+  const int64_t wide = six ? (cols + 63) / 64 * 64 : (cols + 127) / 128 * 64;  // bytes of a widened row
   for_code_row_blocks(
       w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
       [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp, int64_t r0) {
         const uint8_t* wr[kRowBlock];
-        if (low) {
+        if (low || six) {
           thread_local std::vector<uint8_t> buf;
           buf.resize(static_cast<size_t>(kRowBlock * wide));
           for (int i = 0; i < nr; ++i) {
@@ -384,8 +410,8 @@ void run_bf16_tile(const WeightMatrix& w, const KernelPlan& p, const float* x, i
             wr[i] = buf.data() + i * wide;
           }
         }
-        kern::bf16_tile_avx512bf16(nr, low ? wr : rp, sp, zp, cols, p.group, nib, byte, xb, xstride, gsum,
-                                   static_cast<int>(T), y + r0, rows);
+        kern::bf16_tile_avx512bf16(nr, low || six ? wr : rp, sp, zp, cols, p.group, nib, byte, xb, xstride,
+                                   gsum, static_cast<int>(T), y + r0, rows);
       });
 }
 
@@ -680,6 +706,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   if (path == Path::Deq && T < kPrefillTokens && lowbit_nib16_ok(w, p)) return run_nib_gemv512(w, p, x, T, y);
   if (path == Path::Deq && T >= kPrefillTokens && lowbit_codes(w, p) && bf16_tile_ok(w, p))
     return run_bf16_tile(w, p, x, T, y);
+  if (path == Path::Deq && fp6_byte16_ok(w, p))
+    return T < kPrefillTokens ? run_fp6_gemv(w, p, x, T, y) : run_bf16_tile(w, p, x, T, y);
   std::vector<float> xq_storage;
   if (w.act_format != FormatId::F32) {
     xq_storage.resize(static_cast<size_t>(T * w.cols));
@@ -743,6 +771,7 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
       // INT2 / INT3 decode on nib16 (see matmul()); without it the decode is unfused and named deq.
       if (lowbit_nib16_ok(w, p))
         return name + ".nib16" + (bf16_tile_ok(w, p) ? "+bf16tile" : "+f32tile") + ".avx512bf16";
+      if (fp6_byte16_ok(w, p)) return name + ".byte16+bf16tile.avx512bf16";  // FP6, rows widened per block
       break;
   }
   return name + (w.kind == WeightKind::F32 ? ".dot." : ".deq.") + isa_name(isa);
@@ -798,7 +827,8 @@ bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
   if (kernel_isa() < Isa::Avx512Bf16) return false;
   const Path path = choose(w, p, kernel_isa());
   if (path == Path::Deq)
-    return T < kPrefillTokens ? lowbit_nib16_ok(w, p) : lowbit_codes(w, p) && bf16_tile_ok(w, p);
+    return T < kPrefillTokens ? lowbit_nib16_ok(w, p) || fp6_byte16_ok(w, p)
+                              : (lowbit_codes(w, p) || fp6_byte16_ok(w, p)) && bf16_tile_ok(w, p);
   if (path != Path::Nib512 && path != Path::Byte512) return false;
   if (T >= kPrefillTokens) return bf16_tile_ok(w, p);
   return (path == Path::Nib512 && kern::nib_lanes_ok(p.group, w.cols)) || (path == Path::Byte512 && byte16_ok(p));

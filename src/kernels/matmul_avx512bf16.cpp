@@ -361,7 +361,30 @@ void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const S* const* s
 }
 
 void widen_codes_avx512bf16(const uint8_t* row, int64_t cols, int bits, uint8_t* out) {
-  const int64_t nch = (cols + 127) / 128, rbytes = (cols * bits + 7) / 8;
+  const int64_t rbytes = (cols * bits + 7) / 8;
+  if (bits ==
+      6) {  // 64 codes = 48 bytes -> one code per byte: qword j <- bytes 6j..6j+5, byte k <- bits 6k..
+    alignas(64) static const auto tables = [] {
+      struct {
+        uint8_t perm[64], ctrl[64];
+      } t{};
+      for (int q = 0; q < 8; ++q)
+        for (int k = 0; k < 8; ++k) {
+          t.perm[8 * q + k] = static_cast<uint8_t>(k < 6 ? 6 * q + k : 0);
+          t.ctrl[8 * q + k] = static_cast<uint8_t>(6 * k);
+        }
+      return t;
+    }();
+    for (int64_t c = 0; c < (cols + 63) / 64; ++c) {
+      const int64_t left = rbytes - 48 * c;
+      const __m512i src = _mm512_maskz_loadu_epi8(mask64(std::min<int64_t>(left, 48)), row + 48 * c);
+      const __m512i v = _mm512_permutexvar_epi8(_mm512_load_si512(tables.perm), src);
+      const __m512i t = _mm512_multishift_epi64_epi8(_mm512_load_si512(tables.ctrl), v);
+      _mm512_storeu_si512(out + 64 * c, _mm512_and_si512(t, _mm512_set1_epi8(0x3F)));
+    }
+    return;
+  }
+  const int64_t nch = (cols + 127) / 128;
   const LaneGeom g{};  // load_codes reads it for bits = 4 only
   for (int64_t c = 0; c < nch; ++c)
     _mm512_storeu_si512(out + 64 * c,

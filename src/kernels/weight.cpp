@@ -43,7 +43,7 @@ size_t WeightMatrix::decode_bytes() const {
   if (!plan || plan->scales.empty()) return q->storage_bytes();  // no decoded table: the stored cells are read
   // nib16 decode reads the stored binary16 / uint8 cells where the plan has them (matmul.cpp, run_nib_gemv512).
   if ((plan->scales_f16 || plan->scales_e8m0 || plan->scales_e4m3) &&
-      (plan->route == Route::Nib || plan->route == Route::Deq) &&  // Deq: INT2 / INT3 on nib16
+      (plan->route == Route::Nib || (plan->route == Route::Deq && plan->bits < 4)) &&  // INT2 / INT3 on nib16
       matmul_rounds_to_bf16(*this, 1))
     return b + plan->scales.size() * (plan->scales_f16 ? 2 : 1) + (plan->zeros_u8 ? plan->zeros.size() : 0) +
            plan->lut.size() * sizeof(float);

@@ -195,14 +195,14 @@ TEST(BenchCli, DecodeBoundPerRepetition) {
 // warning, and does not when every matrix has a fused kernel.
 TEST(RunCli, ReportsUnfusedKernelsAsSlowFallback) {
   const std::string base = "run -m " + kModel + " -p Once -n 2 --seed 1";
-  auto r = lowbit::testing_cli::run_cli(base + " --quantize e2m3:g32 --json");
+  auto r = lowbit::testing_cli::run_cli(base + " --quantize int3:g48 --json");
   ASSERT_EQ(r.rc, 0) << r.out;
   auto k = nlohmann::json::parse(r.out)["kernels"];
   const bool avx512 = k["by_kernel"].dump().find("avx512") != std::string::npos;
-  EXPECT_TRUE(k["slow_fallback"].get<bool>());  // FP6 (E2M3) has no fused kernel on any tier
+  EXPECT_TRUE(k["slow_fallback"].get<bool>());  // INT3 g48 (not a lane group) has no fused decode on any tier
   ASSERT_EQ(k["unfused"].size(), 1u) << k.dump();
-  EXPECT_NE(k["unfused"].begin().key().find("e2m3:g32:f16.deq."), std::string::npos);
-  r = lowbit::testing_cli::run_cli(base + " --quantize e2m3:g32", true);
+  EXPECT_NE(k["unfused"].begin().key().find("int3:g48:sym:f16.deq."), std::string::npos);
+  r = lowbit::testing_cli::run_cli(base + " --quantize int3:g48", true);
   EXPECT_NE(r.out.find("WARNING: 35 matrices run the unfused kernel"), std::string::npos) << r.out;
   if (avx512) {  // below the avx512 tier every quantized format is unfused
     r = lowbit::testing_cli::run_cli(base + " --quantize int4:g32 --json");

@@ -201,14 +201,16 @@ INSTANTIATE_TEST_SUITE_P(LongRowsActivations, MatmulVsReference,
                          ::testing::Combine(::testing::ValuesIn(available_isas()), ::testing::ValuesIn(act_cases()),
                                             kLongRows, ::testing::Values(1)),
                          param_name);
-// INT2 / INT3 on nib16 (codes widened to 4 bits in registers): rows of more than 1 KiB of codes (the one-row
-// stream: INT3 4608 columns = 1728 bytes, INT2 = 1152), a row ending inside a 128-code chunk (4480 + 40), and
-// 4-row tiles (1 KiB or less); T = 17: the BF16 prefill tile over the widened rows.
+// INT2 / INT3 on nib16 (codes widened to 4 bits in registers) and FP6 on byte16 (widened to bytes per block):
+// rows of more than 1 KiB of codes (the one-row stream: INT3 4608 columns = 1728 bytes, INT2 = 1152), a row
+// ending inside a 128-code chunk (4480 + 40), and 4-row tiles (1 KiB or less); T = 17: the BF16 prefill tile
+// over the widened rows.
 INSTANTIATE_TEST_SUITE_P(LowBitRows, MatmulVsReference,
                          ::testing::Combine(::testing::ValuesIn(available_isas()),
                                             ::testing::Values(Case{"int3:g64", ""}, Case{"int2:g32:asym", ""},
                                                               Case{"int3:g128:asym", ""},
-                                                              Case{"int2:channel", ""}),
+                                                              Case{"int2:channel", ""}, Case{"e2m3:g32", ""},
+                                                              Case{"mxfp6", ""}),
                                             ::testing::Values(std::pair<int64_t, int64_t>{5, 4608},
                                                               std::pair<int64_t, int64_t>{6, 4520},
                                                               std::pair<int64_t, int64_t>{9, 1024}),
