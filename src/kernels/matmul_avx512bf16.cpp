@@ -56,27 +56,42 @@ namespace {
 // vpmultishiftqb moves the 2B-bit field of output byte m (8 bytes per qword) to its low bits, and one shift +
 // mask + ternary logic spreads the two B-bit codes to nibbles: 6 operations per 128 codes before the 12 of
 // nib16. B = 4 is the stored nib layout itself.
+// vpermb / vpmultishiftqb controls: qword j of the result <- source bytes bpq*j .. bpq*j + bpq - 1, and output
+// byte k of each qword <- its bits bpq*k .. bpq*k + 7 (INT2: bpq 4, two codes per byte; INT3 and FP6: bpq 6, two
+// 3-bit codes or one 6-bit code per byte).
+struct alignas(64) ShiftTables {
+  uint8_t perm[64], ctrl[64];
+};
+template <int bpq>
+const ShiftTables& shift_tables() {
+  static const ShiftTables t = [] {
+    ShiftTables r{};
+    for (int q = 0; q < 8; ++q)
+      for (int k = 0; k < 8; ++k) {
+        r.perm[8 * q + k] = static_cast<uint8_t>(k < bpq ? bpq * q + k : 0);
+        r.ctrl[8 * q + k] = static_cast<uint8_t>(bpq * k);
+      }
+    return r;
+  }();
+  return t;
+}
+
+// The 64 bytes of bit fields (shift_tables) of the `bytes` (capped at 8 * bpq) source bytes at p.
+template <int bpq>
+inline __m512i shift_fields(const uint8_t* p, int64_t bytes) {
+  const ShiftTables& t = shift_tables<bpq>();
+  const __m512i src = _mm512_maskz_loadu_epi8(mask64(std::min<int64_t>(bytes, 8 * bpq)), p);
+  const __m512i v = _mm512_permutexvar_epi8(_mm512_load_si512(t.perm), src);
+  return _mm512_multishift_epi64_epi8(_mm512_load_si512(t.ctrl), v);
+}
+
 template <int B>
 inline __m512i load_codes(const LaneGeom& g, int64_t rbytes, const uint8_t* row, int64_t c) {
   if constexpr (B == 4) {
     return load_chunk(g, row, c);
   } else {
-    constexpr int bpc = 16 * B, bpq = 2 * B;  // source bytes per chunk, per output qword
-    const int64_t left = rbytes - bpc * c;
-    const __m512i src = _mm512_maskz_loadu_epi8(mask64(std::min<int64_t>(left, bpc)), row + bpc * c);
-    alignas(64) static const auto tables = [] {
-      struct {
-        uint8_t perm[64], ctrl[64];
-      } t{};
-      for (int q = 0; q < 8; ++q)
-        for (int k = 0; k < 8; ++k) {
-          t.perm[8 * q + k] = static_cast<uint8_t>(k < bpq ? bpq * q + k : 0);
-          t.ctrl[8 * q + k] = static_cast<uint8_t>(bpq * k);  // bit offset of output byte k's two codes
-        }
-      return t;
-    }();
-    const __m512i v = _mm512_permutexvar_epi8(_mm512_load_si512(tables.perm), src);
-    const __m512i t = _mm512_multishift_epi64_epi8(_mm512_load_si512(tables.ctrl), v);
+    constexpr int bpc = 16 * B;  // source bytes per 128 codes
+    const __m512i t = shift_fields<2 * B>(row + bpc * c, rbytes - bpc * c);
     constexpr int lo = (1 << B) - 1;
     const __m512i hi =
         _mm512_and_si512(_mm512_slli_epi16(t, 4 - B), _mm512_set1_epi8(static_cast<char>(lo << 4)));
@@ -362,26 +377,10 @@ void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const S* const* s
 
 void widen_codes_avx512bf16(const uint8_t* row, int64_t cols, int bits, uint8_t* out) {
   const int64_t rbytes = (cols * bits + 7) / 8;
-  if (bits ==
-      6) {  // 64 codes = 48 bytes -> one code per byte: qword j <- bytes 6j..6j+5, byte k <- bits 6k..
-    alignas(64) static const auto tables = [] {
-      struct {
-        uint8_t perm[64], ctrl[64];
-      } t{};
-      for (int q = 0; q < 8; ++q)
-        for (int k = 0; k < 8; ++k) {
-          t.perm[8 * q + k] = static_cast<uint8_t>(k < 6 ? 6 * q + k : 0);
-          t.ctrl[8 * q + k] = static_cast<uint8_t>(6 * k);
-        }
-      return t;
-    }();
-    for (int64_t c = 0; c < (cols + 63) / 64; ++c) {
-      const int64_t left = rbytes - 48 * c;
-      const __m512i src = _mm512_maskz_loadu_epi8(mask64(std::min<int64_t>(left, 48)), row + 48 * c);
-      const __m512i v = _mm512_permutexvar_epi8(_mm512_load_si512(tables.perm), src);
-      const __m512i t = _mm512_multishift_epi64_epi8(_mm512_load_si512(tables.ctrl), v);
-      _mm512_storeu_si512(out + 64 * c, _mm512_and_si512(t, _mm512_set1_epi8(0x3F)));
-    }
+  if (bits == 6) {  // 64 codes = 48 bytes -> one code per byte
+    for (int64_t c = 0; c < (cols + 63) / 64; ++c)
+      _mm512_storeu_si512(out + 64 * c,
+                          _mm512_and_si512(shift_fields<6>(row + 48 * c, rbytes - 48 * c), _mm512_set1_epi8(0x3F)));
     return;
   }
   const int64_t nch = (cols + 127) / 128;
