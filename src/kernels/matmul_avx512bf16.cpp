@@ -56,9 +56,9 @@ namespace {
 // vpmultishiftqb moves the 2B-bit field of output byte m (8 bytes per qword) to its low bits, and one shift +
 // mask + ternary logic spreads the two B-bit codes to nibbles: 6 operations per 128 codes before the 12 of
 // nib16. B = 4 is the stored nib layout itself.
-// vpermb / vpmultishiftqb controls: qword j of the result <- source bytes bpq*j .. bpq*j + bpq - 1, and output
-// byte k of each qword <- its bits bpq*k .. bpq*k + 7 (INT2: bpq 4, two codes per byte; INT3 and FP6: bpq 6, two
-// 3-bit codes or one 6-bit code per byte).
+// vpermb / vpmultishiftqb controls: qword j of the result <- source bytes bpq*j .. bpq*j + bpq - 1, and
+// output byte k of each qword <- its bits bpq*k .. bpq*k + 7 (INT2: bpq 4, two codes per byte; INT3 and FP6:
+// bpq 6, two 3-bit codes or one 6-bit code per byte).
 struct alignas(64) ShiftTables {
   uint8_t perm[64], ctrl[64];
 };
@@ -379,8 +379,8 @@ void widen_codes_avx512bf16(const uint8_t* row, int64_t cols, int bits, uint8_t*
   const int64_t rbytes = (cols * bits + 7) / 8;
   if (bits == 6) {  // 64 codes = 48 bytes -> one code per byte
     for (int64_t c = 0; c < (cols + 63) / 64; ++c)
-      _mm512_storeu_si512(out + 64 * c,
-                          _mm512_and_si512(shift_fields<6>(row + 48 * c, rbytes - 48 * c), _mm512_set1_epi8(0x3F)));
+      _mm512_storeu_si512(out + 64 * c, _mm512_and_si512(shift_fields<6>(row + 48 * c, rbytes - 48 * c),
+                                                         _mm512_set1_epi8(0x3F)));
     return;
   }
   const int64_t nch = (cols + 127) / 128;
