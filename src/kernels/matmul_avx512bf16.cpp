@@ -50,12 +50,6 @@
 namespace lowbit::kern {
 namespace {
 
-// INT2 / INT3 (B bits, codes packed as one little-endian bit stream, tensor/qtensor.h): 128 codes are 16 B
-// bytes; they are widened in registers to the 4-bit nib layout (byte m = code 2m | code 2m + 1 << 4, so the
-// nib16 steps below serve them unchanged): vpermb gives qword j the 2B source bytes of its 16 codes,
-// vpmultishiftqb moves the 2B-bit field of output byte m (8 bytes per qword) to its low bits, and one shift +
-// mask + ternary logic spreads the two B-bit codes to nibbles: 6 operations per 128 codes before the 12 of
-// nib16. B = 4 is the stored nib layout itself.
 // vpermb / vpmultishiftqb controls: qword j of the result <- source bytes bpq*j .. bpq*j + bpq - 1, and
 // output byte k of each qword <- its bits bpq*k .. bpq*k + 7 (INT2: bpq 4, two codes per byte; INT3 and FP6:
 // bpq 6, two 3-bit codes or one 6-bit code per byte).
@@ -85,6 +79,12 @@ inline __m512i shift_fields(const uint8_t* p, int64_t bytes) {
   return _mm512_multishift_epi64_epi8(_mm512_load_si512(t.ctrl), v);
 }
 
+// INT2 / INT3 (B bits, codes packed as one little-endian bit stream, tensor/qtensor.h): 128 codes are 16 B
+// bytes; they are widened in registers to the 4-bit nib layout (byte m = code 2m | code 2m + 1 << 4, so the
+// nib16 steps below serve them unchanged): vpermb gives qword j the 2B source bytes of its 16 codes,
+// vpmultishiftqb moves the 2B-bit field of output byte m (8 bytes per qword) to its low bits, and one shift +
+// mask + ternary logic spreads the two B-bit codes to nibbles: 6 operations per 128 codes before the 12 of
+// nib16. B = 4 is the stored nib layout itself.
 template <int B>
 inline __m512i load_codes(const LaneGeom& g, int64_t rbytes, const uint8_t* row, int64_t c) {
   if constexpr (B == 4) {
