@@ -245,8 +245,8 @@ bool kern::byte16_make_lut(const float* lut256, Byte16Lut& out) {
   return true;
 }
 
-void kern::nib16_make_lut(const float* lut16, Nib16Lut& out) {
-  for (int i = 0; i < 32; ++i) out.v[i] = f32_to_bf16(lut16[i & 15]);
+void kern::nib16_make_lut(const float* lut, size_t n, Nib16Lut& out) {
+  for (int i = 0; i < 32; ++i) out.v[i] = static_cast<size_t>(i & 15) < n ? f32_to_bf16(lut[i & 15]) : 0;
 }
 
 bool kern::nib16_table_exact(const float* lut16) {

@@ -294,7 +294,8 @@ using Bf16X = LaneX<uint16_t>;
 struct Nib16Lut {
   alignas(64) uint16_t v[32];
 };
-void nib16_make_lut(const float* lut16, Nib16Lut& out);
+// From the n <= 16 values of a plan's table (INT2 / INT3: 4 / 8; the entries past n are 0, never indexed).
+void nib16_make_lut(const float* lut, size_t n, Nib16Lut& out);
 bool nib16_table_exact(const float* lut16);  // every value of the 16-entry table exact in BF16
 void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, float* gsum);
 // 8-bit codes (byte route) with BF16 activations on the same tier: a 256-entry BF16 table as low / high byte

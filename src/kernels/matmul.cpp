@@ -284,10 +284,8 @@ void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x,
   const int64_t pad = kern::nib_padded(w.cols);
   const int nt = static_cast<int>(T);
   if (kernel_isa() >= Isa::Avx512Bf16) {
-    float lut16[16] = {};  // INT2 / INT3: the 4 / 8 values, the rest unused
-    std::copy(p.lut.begin(), p.lut.begin() + std::min<size_t>(16, p.lut.size()), lut16);
     kern::Nib16Lut lut;  // 32 entries: cheaper to build than to look up
-    kern::nib16_make_lut(lut16, lut);
+    kern::nib16_make_lut(p.lut.data(), p.lut.size(), lut);
     // The stored binary16 / uint8 cells where they are exact (fewer bytes per token than the FP32 tables).
     auto gemv = [&](int nr, const uint8_t* const* rp, const auto* const* sp, const auto* const* zp,
                     const kern::Bf16X* xr, float* yb) {
@@ -337,19 +335,25 @@ bool fp6_byte16_ok(const WeightMatrix& w, const KernelPlan& p) {
 // byte16 table (lane-compatible groups, every code value exact in BF16).
 bool byte16_ok(const KernelPlan& p) { return kernel_isa() >= Isa::Avx512Bf16 && p.route == Route::Byte && p.byte16; }
 
+// Rows rp[0..nr) of an INT2 / INT3 / FP6 weight widened (widen_codes_avx512bf16) into this thread's buffer;
+// wr[i] points at row i's widened copy.
+void widen_block(const KernelPlan& p, int64_t cols, int nr, const uint8_t* const* rp, const uint8_t** wr) {
+  const int64_t wide = p.bits == 6 ? (cols + 63) / 64 * 64 : (cols + 127) / 128 * 64;  // bytes per row
+  thread_local std::vector<uint8_t> buf;
+  buf.resize(static_cast<size_t>(kRowBlock * wide));
+  for (int i = 0; i < nr; ++i) {
+    kern::widen_codes_avx512bf16(rp[i], cols, p.bits, buf.data() + i * wide);
+    wr[i] = buf.data() + i * wide;
+  }
+}
+
 // FP6 decode: each block's rows widened to bytes (one 48 -> 64-byte step per 64 codes), then byte16.
 void run_fp6_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
-  const int64_t wide = (w.cols + 63) / 64 * 64;
   run_lane_gemv<uint16_t>(w, p, x, T, y, kern::byte16_padded(w.cols), kern::byte16_layout,
                           [&](int nr, const uint8_t* const* rp, const float* const* sp,
                               const float* const* zp, const kern::Bf16X* xr, float* yb) {
-                            thread_local std::vector<uint8_t> buf;
-                            buf.resize(static_cast<size_t>(kRowBlock * wide));
                             const uint8_t* wr[kRowBlock];
-                            for (int i = 0; i < nr; ++i) {
-                              kern::widen_codes_avx512bf16(rp[i], w.cols, 6, buf.data() + i * wide);
-                              wr[i] = buf.data() + i * wide;
-                            }
+                            widen_block(p, w.cols, nr, rp, wr);
                             kern::byte16_gemv_avx512bf16(nr, wr, sp, zp, w.cols, p.group, *p.byte16,
                                                          static_cast<int>(T), xr, yb, w.rows);
                           });
@@ -386,30 +390,20 @@ void run_bf16_tile(const WeightMatrix& w, const KernelPlan& p, const float* x, i
     for (int64_t i = 0; i < cols; ++i) act[t * xstride + i] = f32_to_bf16(x[t * cols + i]);
     if (ng) kern::group_sums(x + t * cols, cols, p.group, true, gs.data() + t * ng);
   }
-  // INT2 / INT3: each block's rows widened to the 4-bit layout first (widen_codes_avx512bf16), then as nib.
+  // INT2 / INT3 / FP6: each block's rows widened first (widen_block), then as nib / byte.
   const bool low = p.route == Route::Deq && lowbit_codes(w, p), six = fp6_byte16_ok(w, p);
-  float lut16[16] = {};
-  std::copy(p.lut.begin(), p.lut.begin() + std::min<size_t>(16, p.lut.size()), lut16);
   kern::Nib16Lut lut;
-  if (p.route == Route::Nib || low) kern::nib16_make_lut(lut16, lut);
+  if (p.route == Route::Nib || low) kern::nib16_make_lut(p.lut.data(), p.lut.size(), lut);
   const kern::Nib16Lut* nib = p.route == Route::Nib || low ? &lut : nullptr;
   const kern::Byte16Lut* byte = nib ? nullptr : p.byte16.get();
   // The pool's workers see their own thread_local vectors: pass the caller's buffers as plain pointers.
   const uint16_t* xb = act.data();
   const float* gsum = ng ? gs.data() : nullptr;
-  const int64_t wide = six ? (cols + 63) / 64 * 64 : (cols + 127) / 128 * 64;  // bytes of a widened row
   for_code_row_blocks(
       w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
       [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp, int64_t r0) {
         const uint8_t* wr[kRowBlock];
-        if (low || six) {
-          thread_local std::vector<uint8_t> buf;
-          buf.resize(static_cast<size_t>(kRowBlock * wide));
-          for (int i = 0; i < nr; ++i) {
-            kern::widen_codes_avx512bf16(rp[i], cols, p.bits, buf.data() + i * wide);
-            wr[i] = buf.data() + i * wide;
-          }
-        }
+        if (low || six) widen_block(p, cols, nr, rp, wr);
         kern::bf16_tile_avx512bf16(nr, low || six ? wr : rp, sp, zp, cols, p.group, nib, byte, xb, xstride,
                                    gsum, static_cast<int>(T), y + r0, rows);
       });

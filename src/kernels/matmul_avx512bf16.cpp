@@ -113,7 +113,7 @@ __attribute__((noinline)) void rows_tile(const LaneGeom& g, int64_t rbytes, cons
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-  // BF16 activations: 4 bytes per code byte (kernels/prefetch.h).
+  // BF16 activations: 2 bytes per column of the padded row (kernels/prefetch.h).
   const bool l2 = prefetch_to_l2(R * rbytes, T * 2 * 128 * g.nch);
   GroupWalk gw;
   for (int64_t c = 0; c < g.nch; ++c, gw.next(g)) {
