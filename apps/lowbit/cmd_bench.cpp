@@ -20,6 +20,7 @@
 #include "model/kv_cache.h"
 #include "model/kv_paged.h"
 #include "model/model.h"
+#include "core/json_text.h"
 
 namespace {
 
@@ -27,7 +28,7 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct BenchArgs {
-  std::string model, dtype = "native";
+  std::string model, dtype = "native", rope_scaling;
   lowbit::app::QuantizeFlags quant;
   lowbit::app::KvFlags kv;
   int p = 512, n = 128, threads = 0, reps = 3;
@@ -104,7 +105,7 @@ void run_bandwidth(const BenchArgs& a) {
     if (!a.json) std::printf("| %d | %.1f |\n", t, bw / 1e9);
   }
   lowbit::set_num_threads(maxt);
-  if (a.json) std::cout << nlohmann::json{{"bandwidth", rows}, {"buffer_bytes", bytes}}.dump(2) << "\n";
+  if (a.json) std::cout << lowbit::json_text(nlohmann::json{{"bandwidth", rows}, {"buffer_bytes", bytes}}, 2) << "\n";
 }
 
 void run_model(const BenchArgs& a) {
@@ -115,6 +116,7 @@ void run_model(const BenchArgs& a) {
   lo.dense = dense_mode_from_string(a.dtype);
   auto t0 = Clock::now();
   auto m = load_model(a.model, lo);
+  app::apply_rope_scaling(*m, a.rope_scaling, a.json);
   const nlohmann::json online = app::apply_online_quantization(*m, a.quant, a.json);
   for (auto& [name, w] : m->weights.named_matrices()) prepare_weight(*w);
   const double load_s = seconds_since(t0);
@@ -124,6 +126,10 @@ void run_model(const BenchArgs& a) {
   if (a.depth + a.n > c.max_seq_len && kvs.evict.policy == KvEvictPolicy::None)
     throw UsageError("bench", "--depth " + std::to_string(a.depth) + " + -n " + std::to_string(a.n) +
                                   " exceeds the model's context of " + std::to_string(c.max_seq_len) + " tokens");
+  if (a.p > c.max_seq_len)
+    throw UsageError("bench", "-p " + std::to_string(a.p) + " exceeds the model's context of " +
+                                  std::to_string(c.max_seq_len) + " tokens; use -p " + std::to_string(c.max_seq_len) +
+                                  " or less, or extend the context with --rope-scaling linear:F");
   Decoder dec(c, m->weights);
   std::mt19937 rng(1);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
@@ -228,7 +234,7 @@ void run_model(const BenchArgs& a) {
                      {"bytes_per_token", bytes_per_token}, {"read_bandwidth_bytes_per_second", bw},
                      {"read_bandwidth_sd", sb.sd}, {"read_bandwidth_per_repetition", bws},
                      {"bound_tokens_per_second", bound}, {"fraction_of_bound", sf.mean}, {"fraction_of_bound_sd", sf.sd}};
-    std::cout << j.dump(2) << "\n";
+    std::cout << lowbit::json_text(j, 2) << "\n";
     return;
   }
   std::printf("| model | size | params | backend | threads | test | t/s | of bound |\n");
@@ -255,9 +261,10 @@ void setup(CLI::App& cmd) {
   lowbit::app::add_quantize_options(&cmd, a.quant);
   cmd.add_option("-p,--n-prompt", a.p, "Prefill test: tokens in one batch (0 = skip; default 512)");
   cmd.add_option("-n,--n-gen", a.n, "Decode test: tokens generated one by one from an empty cache (0 = skip; 128)");
-  cmd.add_option("-t,--threads", a.threads, "Threads (default: all cores)");
+  lowbit::app::add_threads_option(&cmd, a.threads);
   cmd.add_option("-r,--repetitions", a.reps, "Repetitions per test (mean ± sd; one extra warm-up run)");
   lowbit::app::add_kv_options(&cmd, a.kv);
+  lowbit::app::add_rope_scaling_option(&cmd, a.rope_scaling);
   cmd.add_option("-d,--depth", a.depth,
                  "Decode test starts from a cache already holding this many tokens (synthetic rows stored through "
                  "the cache's encoder; like llama-bench -d). Example: -d 4096 --kv-cache int8");

@@ -16,6 +16,7 @@
 #include "eval/compare_report.h"
 #include "eval/compare_runner.h"
 #include "io/mapped_file.h"
+#include "core/json_text.h"
 
 namespace fs = std::filesystem;
 
@@ -52,7 +53,7 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--chunks", a.chunks, "Evaluation windows (default 8)");
   cmd.add_option("--concurrency", a.concurrency, "Concurrency levels of the throughput test (default 1,4)");
   cmd.add_option("--output", a.output, "Tokens generated per fixed prompt (default 32)");
-  cmd.add_option("-t,--threads", a.threads, "Threads for every measurement (default: all cores)");
+  lowbit::app::add_threads_option(&cmd, a.threads, "Threads for every measurement (default: all cores)");
   cmd.add_flag("--fresh", a.fresh, "Recompute every step instead of resuming from OUT/results");
   cmd.add_flag("--list", a.list, "List the presets and their variants, then exit");
   cmd.add_flag("--json", a.json, "Print the summary as JSON on stdout");
@@ -132,7 +133,7 @@ void setup(CLI::App& cmd) {
     // The experiment as run is saved, so the rerun command is exact.
     std::string exp_path = fs::absolute(a.out + "/experiment.json").string();
     {
-      const std::string text = e.to_json().dump(2) + "\n";
+      const std::string text = lowbit::json_text(e.to_json(), 2) + "\n";
       io::write_file_atomic(exp_path, text.data(), text.size());
     }
     std::string rerun = shell_join({"lowbit", "compare", "-e", exp_path, "-o", fs::absolute(a.out).string()});
@@ -141,7 +142,7 @@ void setup(CLI::App& cmd) {
     bool all_pass = true;
     for (auto& r : summary) all_pass = all_pass && r["pass"].get<bool>();
     if (a.json) {
-      std::cout << summary.dump(2) << "\n";
+      std::cout << lowbit::json_text(summary, 2) << "\n";
     } else {
       std::printf("%-14s %-10s %8s %10s %10s %8s %12s %12s  %s\n", "variant", "changes", "bpw", "dPPL %", "KLD",
                   "top-1", "decode t/s", "peak MiB", "verdict");

@@ -19,6 +19,7 @@
 #include "eval/perplexity.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "core/json_text.h"
 
 namespace {
 
@@ -30,7 +31,7 @@ struct EvalArgs {
   app::KvFlags kv;
   app::QuantizeFlags quant;
   std::string model, tokenizer, text, dtype = "native", method = "chunks", save_baseline,
-                                      baseline;
+                                      baseline, rope_scaling;
   std::string variant;
   int64_t ctx = 0, chunks = 0, first_chars = 4000, len = 0, kv_step = 0;
   int batch = 0, threads = 0, topk = 32, buckets = 16, seqs = 4;
@@ -46,7 +47,8 @@ void add_model_options(CLI::App* c, EvalArgs& a, bool model_required) {
   c->add_option("--dtype", a.dtype, "Dense weights in memory: native (as stored, default), f32, f16, bf16");
   app::add_kv_options(c, a.kv);
   app::add_quantize_options(c, a.quant);
-  c->add_option("-t,--threads", a.threads, "Threads (default: all cores)");
+  app::add_rope_scaling_option(c, a.rope_scaling);
+  lowbit::app::add_threads_option(c, a.threads);
   c->add_flag(
       "--check-layers", a.check_layers,
       "Check every layer's activations for NaN/Inf (the logits are always checked); exit code 3 on failure");
@@ -82,6 +84,7 @@ std::unique_ptr<Model> load(const EvalArgs& a) {
   lo.dense = dense_mode_from_string(a.dtype);
   lo.tokenizer_path = a.tokenizer;
   auto m = load_model(a.model, lo);
+  app::apply_rope_scaling(*m, a.rope_scaling, a.json || a.no_progress);
   online_report() = app::apply_online_quantization(*m, a.quant, a.json || a.no_progress);
   if (!m->tokenizer)
     throw UsageError("eval",
@@ -237,7 +240,7 @@ void do_ppl(const EvalArgs& a, bool positions) {
       j["histograms"] = hist.to_json();
       if (curve) j["position_curve"] = position_curve_json(buckets);
       if (!bj.is_null()) j["baseline"] = bj;
-      std::cout << j.dump(2) << "\n";
+      std::cout << lowbit::json_text(j, 2) << "\n";
       return;
     }
     print_run_header(a, *m, t);
@@ -295,7 +298,7 @@ void do_kld(const EvalArgs& a) {
       j["comparison"] = s.to_json();
       if (a.position_curve)
         j["position_curve"] = {{"baseline", position_curve_json(cb)}, {"variant", position_curve_json(cv)}};
-      std::cout << j.dump(2) << "\n";
+      std::cout << lowbit::json_text(j, 2) << "\n";
       return;
     }
     print_run_header(b, *m, t);
@@ -350,7 +353,7 @@ void do_batch(const EvalArgs& a) {
       json j = r.to_json();
       j["model"] = m->path;
       j["text"] = a.text;
-      std::cout << j.dump(2) << "\n";
+      std::cout << lowbit::json_text(j, 2) << "\n";
     } else {
       std::printf("model    %s (weights %s, KV cache %s)\n", m->path.c_str(), a.dtype.c_str(), a.kv.text().c_str());
       std::printf("batch    %d sequences of lengths", r.seqs);

@@ -9,6 +9,7 @@
 #include "apps/lowbit/command.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "io/durable.h"
 #include "io/hf_checkpoint.h"
 #include "model/fixture.h"
 #include "model/gguf_export.h"
@@ -45,8 +46,9 @@ void setup(CLI::App& cmd) {
     o.seed = a.seed;
     o.dtype = a.dtype;
     if (!a.text.empty()) {
+      std::error_code dir_ec;
       std::ifstream in(a.text, std::ios::binary);
-      if (!in) throw UsageError("fixture", "cannot read --tokenizer-text '" + a.text + "'");
+      if (!in || std::filesystem::is_directory(a.text, dir_ec)) throw UsageError("fixture", "cannot read --tokenizer-text '" + a.text + "'");
       std::stringstream ss;
       ss << in.rdbuf();
       o.tokenizer_text = ss.str();
@@ -59,14 +61,14 @@ void setup(CLI::App& cmd) {
     }
     if (std::filesystem::exists(a.out))
       throw UsageError("fixture", "'" + a.out + "' exists; choose another --out");
-    // GGUF: build the HF fixture in a scratch directory (F32), then export with llama.cpp naming.
-    std::string scratch = a.out + ".hf-tmp";
+    // GGUF: build the HF fixture in a private scratch directory (F32), then export with llama.cpp naming.
+    const std::string scratch = io::make_temp_dir_for(a.out);
     std::error_code ec;
-    std::filesystem::remove_all(scratch, ec);
     o.dtype = "f32";
     try {
-      write_fixture_hf(s, o, scratch);
-      auto ck = io::HfCheckpoint::open(scratch);
+      const std::string hf = scratch + "/hf";
+      write_fixture_hf(s, o, hf);
+      auto ck = io::HfCheckpoint::open(hf);
       ModelConfig c = config_from_hf(ck.config);
       GgufExportOptions go;
       go.type = a.type;

@@ -14,6 +14,7 @@
 #include "formats/format.h"
 #include "formats/scheme.h"
 #include "tensor/qtensor.h"
+#include "core/json_text.h"
 
 namespace {
 using namespace lowbit;
@@ -71,7 +72,7 @@ void list_formats(bool as_json) {
     arr.push_back(j);
   }
   if (as_json) {
-    std::cout << json{{"formats", arr}}.dump(2) << "\n";
+    std::cout << lowbit::json_text(json{{"formats", arr}}, 2) << "\n";
     return;
   }
   std::printf("%-12s %4s %6s %-8s %7s  %-22s %-5s %s\n", "format", "bits", "block", "scale", "bpw",
@@ -146,7 +147,7 @@ void show_values(const std::string& name, const std::vector<std::string>& values
     arr.push_back(j);
   }
   if (as_json) {
-    std::cout << json{{"format", f.name}, {"scale", scale}, {"values", arr}}.dump(2) << "\n";
+    std::cout << lowbit::json_text(json{{"format", f.name}, {"scale", scale}, {"values", arr}}, 2) << "\n";
     return;
   }
   std::printf(
@@ -242,7 +243,7 @@ void error_table(const std::string& formats, const std::string& gran, int64_t ro
     arr.push_back(j);
   }
   if (as_json) {
-    std::cout << json{{"rows", rows}, {"cols", cols}, {"seed", seed}, {"results", arr}}.dump(2) << "\n";
+    std::cout << lowbit::json_text(json{{"rows", rows}, {"cols", cols}, {"seed", seed}, {"results", arr}}, 2) << "\n";
     return;
   }
   std::printf("matrix [%lld, %lld], seed %u; gaussian N(0,1) | heavy-tailed (t3 + 0.1%% outliers x50)\n",

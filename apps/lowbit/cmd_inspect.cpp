@@ -4,6 +4,7 @@
 
 #include "apps/lowbit/command.h"
 #include "quant/inspect.h"
+#include "core/json_text.h"
 
 namespace {
 
@@ -26,7 +27,7 @@ void setup(CLI::App& cmd) {
   cmd.callback([] {
     auto r = lowbit::quant::inspect_checkpoint(a.path);
     if (a.json) {
-      std::cout << r.dump(2) << "\n";
+      std::cout << lowbit::json_text(r, 2) << "\n";
       return;
     }
     std::cout << lowbit::quant::inspect_table(r, a.per_tensor);

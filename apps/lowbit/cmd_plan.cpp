@@ -9,6 +9,8 @@
 #include "apps/lowbit/command.h"
 #include "core/error.h"
 #include "eval/plan.h"
+#include "io/mapped_file.h"
+#include "core/json_text.h"
 
 namespace {
 
@@ -125,13 +127,11 @@ void setup(CLI::App& cmd) {
     const plan::Plan p = plan::make_plan(m, r);
     if (!a.chart.empty()) {
       const std::string ext = std::filesystem::path(a.chart).extension().string();
-      std::ofstream f(a.chart, std::ios::binary);
-      if (!f) throw UsageError("plan", "cannot write the chart to '" + a.chart + "'; check the directory exists");
-      f << (ext == ".svg" ? plan::plan_chart_svg(p) : plan::plan_chart_html(p));
-      if (!f) throw Error("plan", "writing the chart to '" + a.chart + "' failed (disk full?)");
+      const std::string chart = ext == ".svg" ? plan::plan_chart_svg(p) : plan::plan_chart_html(p);
+      io::write_file_atomic(a.chart, chart.data(), chart.size());  // never a half-written chart
       std::fprintf(stderr, "chart written to %s\n", a.chart.c_str());
     }
-    if (a.json) std::cout << plan::plan_to_json(p).dump(2) << "\n";
+    if (a.json) std::cout << lowbit::json_text(plan::plan_to_json(p), 2) << "\n";
     else std::cout << plan::plan_table(p);
   });
 }

@@ -13,6 +13,7 @@
 #include "quant/checkpoint_writer.h"
 #include "quant/quantizer.h"
 #include "quant/recipe.h"
+#include "core/json_text.h"
 
 namespace {
 
@@ -50,7 +51,7 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer.bin (default: found next to the model)");
   cmd.add_option("--dtype", a.dtype,
                  "How dense source weights are held while quantizing: native (default), f32");
-  cmd.add_option("-t,--threads", a.threads, "Threads (default: all cores)");
+  lowbit::app::add_threads_option(&cmd, a.threads);
   cmd.add_flag("--tensors", a.per_tensor,
                "Print one line per tensor (format, bpw, errors) after the summary");
   cmd.add_flag("-q,--quiet", a.quiet, "No progress bar");
@@ -88,7 +89,7 @@ void setup(CLI::App& cmd) {
       nlohmann::json j = rep.to_json();
       j["output"] = {{"dir", res.dir}, {"bytes", res.bytes}, {"shards", res.shards}, {"files", res.files}};
       j["total_seconds"] = t.seconds();
-      std::cout << j.dump(2) << "\n";
+      std::cout << lowbit::json_text(j, 2) << "\n";
       return;
     }
     std::cout << rep.summary_table();

@@ -14,11 +14,12 @@
 #include "model/tokenizer.h"
 #include "quant/quantizer.h"
 #include "quant/recipe.h"
+#include "core/json_text.h"
 
 namespace {
 
 struct RunArgs {
-  std::string model, prompt, tokenizer, dtype = "native";
+  std::string model, prompt, tokenizer, dtype = "native", rope_scaling;
   lowbit::app::QuantizeFlags quant;
   lowbit::app::KvFlags kv;
   int n = 64, threads = 0;
@@ -41,12 +42,15 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--min-p", a.min_p, "Keep tokens with p >= min_p * p_max (0 = off)");
   cmd.add_option("--repeat-penalty", a.repeat_penalty, "Penalise the last 64 tokens (1 = off)");
   cmd.add_option("--seed", a.seed, "Random seed for sampling (runs with the same seed are identical)");
-  cmd.add_option("--ctx", a.ctx, "KV cache capacity in tokens (default: prompt + n, up to the model's context)");
+  cmd.add_option("--ctx", a.ctx, "KV cache capacity in tokens (default: prompt + n, up to the model's context)")
+      ->check(CLI::Validator(
+          [](std::string& v) { return v.rfind('-', 0) == 0 ? "must be >= 0 (0 = prompt + n)" : ""; }, "", "CTX"));
+  lowbit::app::add_rope_scaling_option(&cmd, a.rope_scaling);
   lowbit::app::add_kv_options(&cmd, a.kv);
   cmd.add_option("--dtype", a.dtype, "Dense weights in memory: native (as stored, default), f32, f16, bf16");
   lowbit::app::add_quantize_options(&cmd, a.quant);
   cmd.add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer.bin (default: found next to the model)");
-  cmd.add_option("-t,--threads", a.threads, "Threads (default: all cores)");
+  lowbit::app::add_threads_option(&cmd, a.threads);
   cmd.add_flag("--no-bos", a.no_bos, "Do not prepend the BOS token");
   cmd.add_flag("--ignore-eos", a.ignore_eos, "Keep generating after the end-of-sequence token");
   cmd.add_flag("--kernels", a.kernels, "List the kernel that served each weight matrix");
@@ -63,6 +67,8 @@ void setup(CLI::App& cmd) {
     lo.dense = dense_mode_from_string(a.dtype);
     lo.tokenizer_path = a.tokenizer;
     auto m = load_model(a.model, lo);
+    app::apply_rope_scaling(*m, a.rope_scaling, a.json);
+    app::check_ctx(m->config, a.ctx, "run");
     const nlohmann::json online = app::apply_online_quantization(*m, a.quant, a.json);
     if (!m->tokenizer)
       throw UsageError("run", "no tokenizer found for '" + a.model + "'; pass --tokenizer PATH (tokenizer.bin)");
@@ -126,7 +132,7 @@ void setup(CLI::App& cmd) {
                           {"threads", num_threads()},
                           {"kernels", kr.to_json()},
                           {"online_quantization", online}};
-      std::cout << j.dump(2) << "\n";
+      std::cout << lowbit::json_text(j, 2) << "\n";
       return;
     }
     std::cout << rest << "\n";

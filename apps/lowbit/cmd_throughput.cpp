@@ -11,6 +11,7 @@
 #include "core/parallel.h"
 #include "eval/throughput.h"
 #include "model/model.h"
+#include "core/json_text.h"
 
 namespace {
 
@@ -33,7 +34,7 @@ void setup(CLI::App& cmd) {
   lowbit::app::add_kv_options(&cmd, a.kv);
   cmd.add_option("--dtype", a.dtype, "Dense weights in memory: native (default), f32, f16, bf16");
   cmd.add_option("--seed", a.seed, "Seed for the random prompt token ids");
-  cmd.add_option("-t,--threads", a.threads, "Threads (default: all cores)");
+  lowbit::app::add_threads_option(&cmd, a.threads);
   cmd.add_flag("--json", a.json, "Print one JSON object");
   cmd.footer("Example: lowbit throughput -m ../shared/models/kjv-brown-6M/model.bin -c 1,4,8 -p 64 -n 32");
   cmd.callback([] {
@@ -64,7 +65,7 @@ void setup(CLI::App& cmd) {
                     r.queue_mean * 1e3, r.latency_mean * 1e3);
     }
     out["peak_rss_bytes"] = peak_rss_bytes();
-    if (a.json) std::cout << out.dump(2) << "\n";
+    if (a.json) std::cout << lowbit::json_text(out, 2) << "\n";
   });
 }
 

@@ -9,6 +9,7 @@
 #include "core/parallel.h"
 #include "core/version.h"
 #include "kernels/dispatch.h"
+#include "core/json_text.h"
 
 namespace {
 void setup(CLI::App& cmd) {
@@ -28,7 +29,7 @@ void setup(CLI::App& cmd) {
     j["thp_mode"] = thp_mode();
     j["malloc_huge_pages"] = huge;
     if (json) {
-      std::cout << j.dump(2) << "\n";
+      std::cout << lowbit::json_text(j, 2) << "\n";
       return;
     }
     std::printf("lowbit %s (commit %s), %s\n", version().c_str(), git_commit().c_str(), compiler_id().c_str());

@@ -15,6 +15,18 @@ void release_free_heap() { malloc_trim(0); }
 
 void AlignedFree::operator()(void* p) const noexcept { std::free(p); }
 
+int64_t checked_size(std::initializer_list<int64_t> factors, std::string_view module, std::string_view what) {
+  constexpr int64_t kMax = int64_t(1) << 62;
+  int64_t p = 1;
+  for (int64_t f : factors) {
+    if (f < 0) throw UsageError(module, std::string(what) + ": negative size " + std::to_string(f));
+    if (f != 0 && p > kMax / f)
+      throw UsageError(module, std::string(what) + " would need more than 2^62 bytes; lower the sizes given");
+    p *= f;
+  }
+  return p;
+}
+
 std::unique_ptr<uint8_t[], AlignedFree> aligned_bytes(size_t n) {
   size_t sz = (n + kAlign - 1) / kAlign * kAlign;
   if (sz == 0) sz = kAlign;

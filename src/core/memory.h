@@ -2,8 +2,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace lowbit {
 
@@ -12,6 +14,11 @@ constexpr size_t kAlign = 64;  // cache line and AVX-512 register width
 struct AlignedFree {
   void operator()(void* p) const noexcept;
 };
+
+// The product of non-negative sizes (elements, bytes), checked: throws UsageError(module) naming `what` when a
+// factor is negative or the product passes 2^62, so a huge flag value gets a clear error instead of a wrapped
+// size and a too-small buffer.
+int64_t checked_size(std::initializer_list<int64_t> factors, std::string_view module, std::string_view what);
 
 // 64-byte aligned, zero-initialised bytes. Throws lowbit::Error("core") when allocation fails.
 std::unique_ptr<uint8_t[], AlignedFree> aligned_bytes(size_t n);

@@ -11,6 +11,7 @@
 #include "core/hash.h"
 #include "core/version.h"
 #include "io/mapped_file.h"
+#include "core/json_text.h"
 
 namespace lowbit::eval {
 
@@ -177,7 +178,7 @@ void save_baseline(const std::string& path, const Baseline& b) {
                             std::to_string(kBaselineMaxK) + "]");
   if (b.meta.rows != t.size() || b.meta.k != t.k)
     throw Error("eval", "baseline meta does not describe its table (internal error)");
-  const std::string header = b.meta.to_json().dump();
+  const std::string header = json_text(b.meta.to_json());
   if (header.size() > kMaxHeader) throw Error("eval", "baseline header exceeds 1 MiB (internal error)");
   std::string out;
   const size_t rb = record_bytes(t.k);

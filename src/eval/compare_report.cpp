@@ -7,6 +7,7 @@
 
 #include "eval/compare_runner.h"
 #include "io/mapped_file.h"
+#include "core/json_text.h"
 
 using nlohmann::json;
 
@@ -63,7 +64,7 @@ std::string esc(const std::string& s) {
 }  // namespace
 
 std::string check_number(const json& v) {
-  if (!v.is_number_float()) return v.dump();
+  if (!v.is_number_float()) return json_text(v);
   char b[32];
   std::snprintf(b, sizeof b, "%.4g", v.get<double>());
   return b;
@@ -255,7 +256,7 @@ std::string markdown_report(const json& s, const json& results, const std::strin
     for (const auto& c : r["commands"]) o << c.get<std::string>() << "\n";
     o << "```\n</details>\n";
   }
-  o << "\n## Manifest\n\n```json\n" << m.dump(2) << "\n```\n";
+  o << "\n## Manifest\n\n```json\n" << json_text(m, 2) << "\n```\n";
   return o.str();
 }
 
@@ -415,7 +416,7 @@ json write_reports(const json& results, const Experiment& e, const std::string& 
   auto put = [&](const std::string& name, const std::string& text) {
     io::write_file_atomic(dir + "/" + name, text.data(), text.size());
   };
-  put("report.json", full.dump(2));
+  put("report.json", json_text(full, 2));
   put("report.md", markdown_report(s, results, rerun));
   put("report.html", html_report(s, results, rerun));
   return s;

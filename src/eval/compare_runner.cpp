@@ -1,9 +1,13 @@
 #include "eval/compare_runner.h"
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,6 +18,9 @@
 #include "core/timer.h"
 #include "core/version.h"
 #include "io/mapped_file.h"
+#include "core/json_text.h"
+
+extern char** environ;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -22,8 +29,8 @@ namespace lowbit::compare {
 
 json StepRecord::to_json() const {
   return {{"variant", variant}, {"step", step},     {"argv", argv},     {"command", shell_join(argv)},
-          {"exit_code", exit_code}, {"seconds", seconds}, {"reused", reused}, {"output", output},
-          {"error", error}};
+          {"exit_code", exit_code}, {"seconds", seconds}, {"reused", reused}, {"inputs_sha256", inputs_sha256},
+          {"output", output}, {"error", error}};
 }
 
 std::string shell_join(const std::vector<std::string>& argv) {
@@ -53,28 +60,48 @@ std::string read_file(const std::string& p) {
 }
 
 void write_json_atomic(const std::string& path, const json& j) {
-  std::string s = j.dump(2);
+  std::string s = json_text(j, 2);
   io::write_file_atomic(path, s.data(), s.size());
 }
 
-// Runs argv with stdout captured and stderr captured to a file (and echoed when it is a progress line).
+// Runs argv (posix_spawn, no shell) with stdout captured and stderr written to DIR/STEP.stderr.
 StepRecord run_step(const std::string& variant, const std::string& step, const std::vector<std::string>& argv,
                     const std::string& dir) {
   StepRecord r;
   r.variant = variant;
   r.step = step;
   r.argv = argv;
-  std::string err_path = dir + "/" + step + ".stderr";
-  std::string cmd = shell_join(argv) + " 2>" + shell_join({err_path});
+  const std::string err_path = dir + "/" + step + ".stderr";
   std::fprintf(stderr, "compare: [%s] %s\n", variant.c_str(), step.c_str());
   Timer t;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) fail("compare", "cannot start '" + argv[0] + "'");
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) fail("compare", std::string("cannot create a pipe: ") + std::strerror(errno));
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(fds[1]);
+  if (rc != 0) {
+    ::close(fds[0]);
+    fail("compare", "cannot start '" + argv[0] + "': " + std::strerror(rc));
+  }
   std::string out;
   char buf[65536];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int status = pclose(p);
+  for (;;) {
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n > 0) out.append(buf, static_cast<size_t>(n));
+    else if (n == 0 || errno != EINTR) break;
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   r.seconds = t.seconds();
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   // Exit code 3 is a failed check that still measured (e.g. eval batch over its tolerance): keep its JSON.
@@ -138,6 +165,9 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
   const std::string mhash = model_hash(e.model);
   const std::string text_hash = sha256_file_hex(e.eval_text);
   const std::string calib_hash = e.calib_text.empty() ? "" : sha256_file_hex(e.calib_text);
+  // The binary's bytes stand for its build: a rebuilt lowbit may compute different numbers.
+  const std::string exe_hash = sha256_file_hex(o.exe);
+  const std::string inputs_hash = sha256_hex(mhash + "|" + text_hash + "|" + calib_hash + "|" + exe_hash);
   const std::string baseline_file = fs::absolute(o.out_dir + "/results/" + e.baseline.name + "/baseline.lbb").string();
   std::vector<std::string> threads;
   if (o.threads > 0) threads = {"--threads", std::to_string(o.threads)};
@@ -151,8 +181,16 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
     const std::string dir = o.out_dir + "/results/" + v.name;
     fs::create_directories(dir);
     json steps = json::object();
-    auto step = [&](const std::string& name, std::vector<std::string> argv) -> const json& {
+    // extra_input: a file the step reads beyond the experiment's inputs (the baseline a variant is scored
+    // against); its bytes join the reuse key.
+    auto step = [&](const std::string& name, std::vector<std::string> argv,
+                    const std::string& extra_input = "") -> const json& {
       const std::string path = dir + "/" + name + ".json";
+      std::error_code ec;
+      const std::string key =
+          extra_input.empty() ? inputs_hash
+                              : sha256_hex(inputs_hash + "|" +
+                                           (fs::exists(extra_input, ec) ? sha256_file_hex(extra_input) : "none"));
       if (!o.fresh && fs::exists(path)) {
         try {
           json prev = json::parse(read_file(path));
@@ -160,7 +198,8 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
           // batch-consistency FAIL) whose JSON result is the measurement. Crashes and usage errors rerun.
           const int rc = prev.value("exit_code", 1);
           const bool measured = rc == 0 || (rc == 3 && prev.contains("output") && !prev["output"].is_null());
-          if (prev.value("argv", std::vector<std::string>{}) == argv && measured) {
+          if (prev.value("argv", std::vector<std::string>{}) == argv && prev.value("inputs_sha256", "") == key &&
+              measured) {
             prev["reused"] = true;
             steps[name] = prev;
             return steps[name];
@@ -170,6 +209,7 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
         }
       }
       StepRecord r = run_step(v.name, name, argv, dir);
+      r.inputs_sha256 = key;
       write_json_atomic(path, r.to_json());
       steps[name] = r.to_json();
       return steps[name];
@@ -179,7 +219,7 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
     std::string model = e.model;
     std::vector<std::string> wflags = {"--dtype", v.dtype};
     if (!v.recipe.empty() && !v.online) {
-      std::string key = sha256_hex(mhash + "|" + v.recipe + "|" + calib_hash).substr(0, 16);
+      std::string key = sha256_hex(mhash + "|" + v.recipe + "|" + calib_hash + "|" + exe_hash).substr(0, 16);
       std::string ck = fs::absolute(o.cache_dir + "/ck-" + key).string();
       std::vector<std::string> q = {o.exe, "quantize", "-m", e.model, "-r", v.recipe, "-o", ck};
       if (!e.calib_text.empty()) q.insert(q.end(), {"-c", e.calib_text});
@@ -225,7 +265,7 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
       } else {
         auto a = with({o.exe, "eval", "kld", "--baseline", baseline_file, "--json"}, true);
         a.insert(a.end(), {"--no-progress"});
-        step("quality", a);
+        step("quality", a, baseline_file);
         auto p = with({o.exe, "eval", "ppl", "--position-curve", "--json"}, true);
         p.insert(p.end(), text.begin(), text.end());
         step("positions", p);
@@ -261,14 +301,15 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
                    {"calib_text", e.calib_text},
                    {"calib_text_sha256", calib_hash},
                    {"prompts", e.prompts},
-                   {"prompts_sha256", sha256_hex(json(e.prompts).dump())},
+                   {"prompts_sha256", sha256_hex(json_text(json(e.prompts)))},
                    {"sampling", {{"temperature", 0}, {"method", "greedy"}}},
                    {"ctx", e.ctx},
                    {"concurrency", e.concurrency},
                    {"output_cap", e.gen_tokens},
                    {"hardware", {{"cpu", cpu.model_name}, {"features", cpu.summary()},
                                  {"cores", cpu.logical_cores}, {"ram_bytes", total_ram_bytes()}}},
-                   {"tool", {{"version", version()}, {"commit", git_commit()}, {"compiler", compiler_id()}}},
+                   {"tool", {{"version", version()}, {"commit", git_commit()}, {"compiler", compiler_id()},
+                             {"binary_sha256", exe_hash}}},
                    {"baseline_file", baseline_file},
                    {"cache_dir", fs::absolute(o.cache_dir).string()}};
   std::ifstream osr("/etc/os-release");

@@ -1,8 +1,10 @@
 // Runs an Experiment: every measurement is one `lowbit` subprocess with --json (so each variant's peak memory
 // is its own process's, and every number can be reproduced by re-running the recorded command). Results are
-// written per variant and step under OUT/results/; a rerun skips finished steps (resume after interruption).
-// Quantized checkpoints are cached by (model hash, recipe, calibration hash) under OUT/../.lowbit-cache or
-// --cache DIR, so reruns reuse them.
+// written per variant and step under OUT/results/; a rerun skips finished steps (resume after interruption) only
+// when nothing they depend on changed: the same argv, the same bytes of every input (model files, evaluation and
+// calibration text, the baseline a variant is scored against) and the same lowbit binary. Quantized checkpoints
+// are cached by (model hash, recipe, calibration hash, binary hash) under OUT/../.lowbit-cache or --cache DIR.
+// Commands run with posix_spawn from an argv (no shell, so no quoting).
 #pragma once
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -28,6 +30,7 @@ struct StepRecord {
   int exit_code = 0;
   double seconds = 0;
   bool reused = false;            // loaded from a previous run
+  std::string inputs_sha256;      // hash of every input's bytes and of the binary: reuse needs it unchanged
   nlohmann::json output;          // the subprocess's --json stdout (null on failure)
   std::string error;              // last lines of stderr on failure
   nlohmann::json to_json() const;
@@ -36,7 +39,7 @@ struct StepRecord {
 // Runs everything; returns {"experiment":..., "variants": [{name, spec, steps: {...}}...], "manifest": ...}.
 nlohmann::json run_experiment(const Experiment& e, const RunnerOptions& o);
 
-// Shell-quotes argv into one command line.
+// Shell-quotes argv into one command line (for the report: what a person pastes to reproduce a step).
 std::string shell_join(const std::vector<std::string>& argv);
 
 }  // namespace lowbit::compare

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/byte_reader.h"
+#include "core/json_text.h"
 
 namespace lowbit::io {
 namespace {
@@ -24,7 +25,7 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 uint64_t json_u64(const json& j, const std::string& file, const std::string& what) {
   if (j.is_number_unsigned()) return j.get<uint64_t>();
   if (j.is_number_integer() && j.get<int64_t>() >= 0) return static_cast<uint64_t>(j.get<int64_t>());
-  bad(file, what + " must be a non-negative integer, got " + j.dump().substr(0, 64));
+  bad(file, what + " must be a non-negative integer, got " + json_text(j).substr(0, 64));
 }
 
 struct Span {
@@ -182,7 +183,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
         {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.nbytes}}};
     offset += t.nbytes;
   }
-  std::string h = header.dump();
+  std::string h = json_text(header);
   // Pad with spaces so the data section starts 8-byte aligned (as the reference writer does).
   while ((8 + h.size()) % 8 != 0) h.push_back(' ');
   uint64_t hlen = h.size();

@@ -14,8 +14,10 @@
 #include "core/hash.h"
 #include "core/parallel.h"
 #include "io/mapped_file.h"
+#include "io/durable.h"
 #include "io/safetensors.h"
 #include "model/tokenizer.h"
+#include "core/json_text.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -407,9 +409,9 @@ void write_fixture_hf(const FixtureShape& s, const FixtureOptions& o, const std:
   ModelConfig c = config_from_hf(s.config);
   json cfg = s.config;
   cfg["torch_dtype"] = o.dtype == "f32" ? "float32" : o.dtype == "f16" ? "float16" : "bfloat16";
-  std::string tmp = dir + ".tmp-fixture";
-  fs::remove_all(tmp, ec);
-  fs::create_directories(tmp);
+  // A private temporary next to the target (never a fixed name that could be someone's directory), published
+  // only when complete; a missing parent is an error, not created.
+  const std::string tmp = io::make_temp_dir_for(dir);
   try {
     auto tensors = fixture_tensors(c, s.store_lm_head_only, o.seed);
     // Convert to the stored dtype and write one safetensors file (HF writes one file up to 5 GB per shard).
@@ -431,7 +433,7 @@ void write_fixture_hf(const FixtureShape& s, const FixtureOptions& o, const std:
     std::string text = o.tokenizer_text.empty() ? kDefaultText : o.tokenizer_text;
     json tok = fixture_tokenizer_json(c.vocab_size, s.pretokenizer, text, c.bos_id, c.eos_id);
     auto write_json = [&](const std::string& name, const json& j) {
-      std::string d = j.dump(2);
+      std::string d = json_text(j, 2);
       io::write_file_atomic(tmp + "/" + name, d.data(), d.size());
     };
     write_json("config.json", cfg);
@@ -447,7 +449,7 @@ void write_fixture_hf(const FixtureShape& s, const FixtureOptions& o, const std:
     write_json("lowbit_fixture.json", {{"shape", s.name}, {"seed", o.seed}, {"dtype", o.dtype},
                                        {"note", "seeded random weights N(0, 0.02); not a trained model"}});
     if (fs::exists(dir, ec)) fs::remove(dir, ec);  // empty directory
-    fs::rename(tmp, dir);
+    io::publish_dir(tmp, dir, false);
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;

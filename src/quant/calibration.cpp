@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -31,6 +32,9 @@ CalibData load_calibration(const CalibSpec& spec, const Tokenizer& tok, int64_t 
     throw UsageError("quant",
                      "this recipe needs calibration text; pass --calib FILE (any text file, e.g. "
                      "../shared/data/tinystories/tinystories_train_head.txt)");
+  std::error_code ec;
+  if (std::filesystem::is_directory(spec.file, ec))
+    throw UsageError("quant", "--calib '" + spec.file + "' is a directory; give a text file");
   std::ifstream in(spec.file, std::ios::binary);
   if (!in)
     throw UsageError("quant", "cannot open calibration file '" + spec.file + "'; check the --calib path");

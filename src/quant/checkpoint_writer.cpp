@@ -17,9 +17,12 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/version.h"
+#include "io/durable.h"
+#include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
 #include "model/quantized_checkpoint.h"
+#include "core/json_text.h"
 
 namespace fs = std::filesystem;
 
@@ -39,11 +42,8 @@ struct Files {
       fail("quant", "injected failure after writing " + name + " (test hook WriteOptions::fail_after_files)");
   }
   void write_json(const std::string& name, const json& j) {
-    std::ofstream out(fs::path(dir) / name);
-    out << j.dump(2) << "\n";
-    if (!out)
-      fail("quant", "cannot write " + (fs::path(dir) / name).string() + "; check disk space and permissions");
-    out.close();
+    const std::string text = json_text(j, 2) + "\n";
+    io::write_file_atomic((fs::path(dir) / name).string(), text.data(), text.size());  // checked and fsynced
     done(name);
   }
   void copy(const fs::path& src, const std::string& name) {
@@ -262,12 +262,7 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
                                   "' already exists; choose another --out or pass "
                                   "--force to replace it");
   if (!out.parent_path().empty()) fs::create_directories(out.parent_path(), ec);
-  std::string tmpl = out.string() + ".tmp-XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  if (!mkdtemp(buf.data()))
-    fail("quant", "cannot create a temporary directory next to '" + out_dir + "': " + std::strerror(errno));
-  const std::string tmp(buf.data());
+  const std::string tmp = io::make_temp_dir_for(out.string());
   WriteResult res;
   try {
     Files files;
@@ -394,15 +389,7 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
     fs::permissions(tmp, rw | fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, ec);
     for (auto& f : files.names) res.bytes += static_cast<int64_t>(fs::file_size(fs::path(tmp) / f));
     res.files = files.names;
-    if (fs::exists(out, ec)) {
-      // --force: move the old directory aside first so a failed rename never loses both.
-      const std::string old = out.string() + ".old-" + std::to_string(std::time(nullptr));
-      fs::rename(out, old);
-      fs::rename(tmp, out);
-      fs::remove_all(old, ec);
-    } else {
-      fs::rename(tmp, out);
-    }
+    io::publish_dir(tmp, out.string(), o.force);
   } catch (...) {
     fs::remove_all(tmp, ec);
     throw;

@@ -11,6 +11,7 @@
 #include "io/hf_checkpoint.h"
 #include "model/model.h"
 #include "model/quantized_checkpoint.h"
+#include "core/json_text.h"
 
 namespace fs = std::filesystem;
 
@@ -149,7 +150,7 @@ std::string inspect_table(const json& r, bool per_tensor) {
     const json& q = r["quantization_config"];
     os << "quantization_config: " << q.value("quant_method", "?") << ", format " << q.value("format", "?")
        << ", " << q["config_groups"].size() << " group(s)";
-    if (!q["kv_cache_scheme"].is_null()) os << ", kv_cache_scheme " << q["kv_cache_scheme"].dump();
+    if (!q["kv_cache_scheme"].is_null()) os << ", kv_cache_scheme " << json_text(q["kv_cache_scheme"]);
     os << "\n";
   }
   // Per format summary, then per tensor.
@@ -199,7 +200,7 @@ std::string inspect_table(const json& r, bool per_tensor) {
   if (!r["kv_scales"].empty()) {
     os << "kv-cache scales:\n";
     for (auto& k : r["kv_scales"])
-      os << "  layer " << k["layer"] << ": k " << k["k_scale"].dump() << ", v " << k["v_scale"].dump()
+      os << "  layer " << k["layer"] << ": k " << json_text(k["k_scale"]) << ", v " << json_text(k["v_scale"])
          << "\n";
   }
   const json& p = r["provenance"];

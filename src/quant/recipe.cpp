@@ -2,9 +2,11 @@
 #include "quant/recipe.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -470,32 +472,44 @@ Recipe parse_recipe_arg(const std::string& arg) {
             "), the WxAy[KVz] notation, a scheme such as int4:g32:sym, or a .json recipe file");
     }
   }
-  int group_override = -1;
+  std::optional<int> group_override;
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
     auto eq = p.find('=');
     if (eq == std::string::npos) usage("--recipe '" + arg + "': '" + p + "' is not key=value");
     std::string k = lower(p.substr(0, eq)), v = p.substr(eq + 1);
+    // Every value is parsed whole and range-checked here: "nan", "32.5" or "1e12" for an integer key would
+    // otherwise reach a float -> int cast (undefined beyond the int range) or be silently truncated.
     auto num = [&](const std::string& what) {
+      double d = 0;
       try {
         size_t used = 0;
-        double d = std::stod(v, &used);
+        d = std::stod(v, &used);
         if (used != v.size()) throw std::invalid_argument("x");
-        return d;
       } catch (const std::exception&) {
         usage("--recipe '" + arg + "': " + what + " '" + v + "' is not a number");
       }
+      if (!std::isfinite(d)) usage("--recipe '" + arg + "': " + what + " '" + v + "' is not a finite number");
+      return d;
     };
+    auto integer = [&](const std::string& what, double lo, double hi) {
+      const double d = num(what);
+      if (d != std::floor(d) || d < lo || d > hi)
+        usage("--recipe '" + arg + "': " + what + " '" + v + "' must be an integer in [" +
+              std::to_string(static_cast<long long>(lo)) + ", " + std::to_string(static_cast<long long>(hi)) + "]");
+      return d;
+    };
+    auto flag = [&](const std::string& what) { return integer(what, 0, 1) != 0; };
     if (k == "algo" || k == "algorithm")
       r->algorithm = algorithm_from_name(v, &r->smoothquant, "--recipe");
     else if (k == "scheme")
       r->weights = scheme_or_usage(v, "--recipe scheme");
     else if (k == "group")
-      group_override = static_cast<int>(num("group"));
+      group_override = static_cast<int>(integer("group", 1, 1 << 20));
     else if (k == "act")
       r->act = {act_format_from_name(v, "--recipe act"), r->act.dynamic};
     else if (k == "act_static")
-      r->act.dynamic = num("act_static") == 0;
+      r->act.dynamic = !flag("act_static");
     else if (k == "kv")
       r->kv.format = act_format_from_name(v, "--recipe kv");
     else if (k == "kv_strategy")
@@ -503,19 +517,19 @@ Recipe parse_recipe_arg(const std::string& arg) {
     else if (k == "alpha")
       r->smoothquant_alpha = static_cast<float>(num("alpha"));
     else if (k == "samples")
-      r->calib.samples = static_cast<int>(num("samples"));
+      r->calib.samples = static_cast<int>(integer("samples", 1, 100000));
     else if (k == "length")
-      r->calib.length = static_cast<int>(num("length"));
+      r->calib.length = static_cast<int>(integer("length", 2, 1 << 20));
     else if (k == "seed")
-      r->calib.seed = static_cast<uint64_t>(num("seed"));
+      r->calib.seed = static_cast<uint64_t>(integer("seed", 0, 9007199254740992.0));
     else if (k == "calib")
       r->calib.file = v;
     else if (k == "act_order")
-      r->gptq_act_order = num("act_order") != 0;
+      r->gptq_act_order = flag("act_order");
     else if (k == "damp")
       r->gptq_damp = static_cast<float>(num("damp"));
     else if (k == "clip")
-      r->awq_clip = num("clip") != 0;
+      r->awq_clip = flag("clip");
     else if (k == "ignore")
       r->ignore.push_back({v, {}, "ignored by the recipe"});
     else if (k == "dtype")
@@ -525,11 +539,11 @@ Recipe parse_recipe_arg(const std::string& arg) {
             "'; known: algo, scheme, group, act, act_static, kv, kv_strategy, alpha, samples, length, seed, "
             "calib, act_order, damp, clip, ignore, dtype");
   }
-  if (group_override > 0) {
+  if (group_override) {
     if (r->weights.gran != Granularity::Group)
-      usage("--recipe '" + arg + "': group=" + std::to_string(group_override) + " given but scheme " +
+      usage("--recipe '" + arg + "': group=" + std::to_string(*group_override) + " given but scheme " +
             to_string(r->weights) + " is not per-group");
-    r->weights.group_size = group_override;
+    r->weights.group_size = *group_override;
   }
   if (parts.size() > 1) r->name = arg;
   // Re-run the range checks through the JSON path so both forms validate the same way.

@@ -43,13 +43,16 @@ TEST(CompareCli, ThresholdFailureReportsAndResume) {
   const fs::path dir = fs::temp_directory_path() / ("lowbit_compare_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
+  // The evaluation text is a copy, so that it can be changed in place below.
+  const fs::path text_file = dir / "eval.txt";
+  fs::copy_file(kShared + "/data/tinystories/tinystories_train_head.txt", text_file);
   const json exp = {
       {"model", kShared + "/models/stories260K/stories260K.bin"},
       {"baseline", {{"name", "baseline"}, {"dtype", "f32"}, {"kv_cache", "f32"}}},
       {"variants",
        {{{"name", "kv-int8"}, {"dtype", "f32"}, {"kv_cache", "int8"}},
         {{"name", "kv-e5m2"}, {"dtype", "f32"}, {"kv_cache", "e5m2"}}}},
-      {"eval", {{"text", kShared + "/data/tinystories/tinystories_train_head.txt"}, {"ctx", 128}, {"chunks", 2}}},
+      {"eval", {{"text", text_file.string()}, {"ctx", 128}, {"chunks", 2}}},
       {"prompts", {"Once upon a time"}},
       {"generation", {{"n", 8}}},
       {"bench", {{"prompt", 16}, {"gen", 8}, {"repetitions", 1}}},
@@ -95,5 +98,27 @@ TEST(CompareCli, ThresholdFailureReportsAndResume) {
     for (const auto& [name, s] : v["steps"].items())
       if (!s.value("reused", false)) recomputed += v["name"].get<std::string>() + "/" + name + " ";
   EXPECT_EQ(recomputed, "") << "steps recomputed on resume";
+
+  // The text replaced in place (same path, same argv): every step that reads it, and every variant scored
+  // against the recomputed baseline, runs again; the report never shows the old numbers beside the new hash.
+  {
+    std::ifstream in(text_file);
+    std::string t((std::istreambuf_iterator<char>(in)), {});
+    in.close();
+    std::ofstream(text_file, std::ios::trunc) << t.substr(t.size() / 2);
+  }
+  Result r3 = run("compare -e " + ef.string() + " -o " + out.string() + " -t 1 --json");
+  ASSERT_EQ(r3.rc, 3) << r3.out;
+  const json rep3 = read_json(out / "report.json");
+  for (const auto& v : rep3["variants"])
+    for (const char* name : {"quality", "batch"}) {
+      ASSERT_TRUE(v["steps"].contains(name)) << v["name"] << " " << name;
+      EXPECT_FALSE(v["steps"][name].value("reused", true)) << v["name"] << " " << name << " reused after the text changed";
+    }
+  const json* base2 = find_variant(rep2, "baseline");
+  const json* base3 = find_variant(rep3, "baseline");
+  ASSERT_TRUE(base2 && base3);
+  EXPECT_NE((*base2)["ppl"].dump(), (*base3)["ppl"].dump()) << "same PPL on a different text";
+  EXPECT_NE(rep2["manifest"]["eval_text_sha256"], rep3["manifest"]["eval_text_sha256"]);
   if (!HasFailure()) fs::remove_all(dir);
 }
