@@ -1,7 +1,7 @@
 #include "apps/lowbit/cli_common.h"
 
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <thread>
@@ -148,9 +148,10 @@ std::vector<int> parse_concurrency_list(const std::string& s, const std::string&
 }
 
 void add_rope_scaling_option(CLI::App* cmd, std::string& spec) {
-  cmd->add_option("--rope-scaling", spec,
-                  "Extend the model's context by linear RoPE interpolation, e.g. linear:2 (positions / 2, context x "
-                  "2); quality past the trained context is the model's, measure it with eval");
+  cmd->add_option(
+      "--rope-scaling", spec,
+      "Extend the model's context by linear RoPE interpolation, e.g. linear:2 (positions / 2, context x "
+      "2); quality past the trained context is the model's, measure it with eval");
 }
 
 void apply_rope_scaling(Model& m, const std::string& spec, bool quiet) {
@@ -160,10 +161,11 @@ void apply_rope_scaling(Model& m, const std::string& spec, bool quiet) {
   char* end = nullptr;
   const double f = spec.rfind(prefix, 0) == 0 ? std::strtod(spec.c_str() + prefix.size(), &end) : 0.0;
   if (!end || *end != 0 || end == spec.c_str() + prefix.size() || !(f >= 1.0 && f <= 64.0))
-    throw UsageError("cli", "--rope-scaling '" + spec + "': expected linear:F with F in [1, 64], e.g. linear:2");
+    throw UsageError("cli",
+                     "--rope-scaling '" + spec + "': expected linear:F with F in [1, 64], e.g. linear:2");
   if (c.rope_scaling.type != "none")
-    throw UsageError("cli", "--rope-scaling: the model already scales RoPE (" + c.rope_scaling.type + ", factor " +
-                                std::to_string(c.rope_scaling.factor) + "); drop the flag");
+    throw UsageError("cli", "--rope-scaling: the model already scales RoPE (" + c.rope_scaling.type +
+                                ", factor " + std::to_string(c.rope_scaling.factor) + "); drop the flag");
   const int64_t before = c.max_seq_len;
   c.rope_scaling.type = "linear";
   c.rope_scaling.factor = f;
@@ -174,7 +176,8 @@ void apply_rope_scaling(Model& m, const std::string& spec, bool quiet) {
 }
 
 void check_ctx(const ModelConfig& c, int64_t ctx, const std::string& module) {
-  if (ctx < 0) throw UsageError(module, "--ctx " + std::to_string(ctx) + " is negative; omit it for the default");
+  if (ctx < 0)
+    throw UsageError(module, "--ctx " + std::to_string(ctx) + " is negative; omit it for the default");
   if (ctx > c.max_seq_len)
     throw UsageError(module, "--ctx " + std::to_string(ctx) + " exceeds the model's context of " +
                                  std::to_string(c.max_seq_len) + " tokens; use --ctx " +
@@ -194,10 +197,11 @@ void apply_threads(int threads) {
   if (threads == 0) return;
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   if (cores > 0 && threads > cores)
-    std::fprintf(stderr,
-                 "warning: --threads %d on %d hardware threads: the threads share cores and every parallel step "
-                 "waits for the slowest; expect lower speed than --threads %d\n",
-                 threads, cores, cores);
+    std::fprintf(
+        stderr,
+        "warning: --threads %d on %d hardware threads: the threads share cores and every parallel step "
+        "waits for the slowest; expect lower speed than --threads %d\n",
+        threads, cores, cores);
   set_num_threads(threads);
 }
 

@@ -54,19 +54,23 @@ void add_quantize_options(CLI::App* cmd, QuantizeFlags& f);
 // "bits_per_weight_quantized", "warnings"}) or null. Prints a line (and warnings) to stderr unless quiet.
 nlohmann::json apply_online_quantization(Model& m, const QuantizeFlags& f, bool quiet);
 
-// --rope-scaling linear:F: extends the model's context F-fold by linear position interpolation (positions divided
-// by F in RoPE; Hugging Face's rope_scaling {"type": "linear"}), for models whose config has no RoPE scaling.
+// --rope-scaling linear:F: extends the model's context F-fold by linear position interpolation (positions
+// divided by F in RoPE; Hugging Face's rope_scaling {"type": "linear"}), for models whose config has no RoPE
+// scaling.
 // --ctx / -p past the model's context are refused unless this is given.
 void add_rope_scaling_option(CLI::App* cmd, std::string& spec);
-// Applies a non-empty spec to m's config (and prints one line on stderr unless quiet); UsageError when the spec
-// is malformed or the model already scales RoPE.
+// Applies a non-empty spec to m's config (and prints one line on stderr unless quiet); UsageError when the
+// spec is malformed or the model already scales RoPE.
 void apply_rope_scaling(Model& m, const std::string& spec, bool quiet);
-// --ctx of run: 0 (default) or in [1, the model's context]; UsageError naming the flag and the way out otherwise.
+// --ctx of run: 0 (default) or in [1, the model's context]; UsageError naming the flag and the way out
+// otherwise.
 void check_ctx(const ModelConfig& c, int64_t ctx, const std::string& module);
 
-// -t,--threads: optional; when given it must be in [1, kMaxThreads] (CLI error otherwise). 0 (unset) = all cores.
+// -t,--threads: optional; when given it must be in [1, kMaxThreads] (CLI error otherwise). 0 (unset) = all
+// cores.
 constexpr int kMaxThreads = 1024;
-void add_threads_option(CLI::App* cmd, int& threads, const std::string& help = "Threads (default: all cores)");
+void add_threads_option(CLI::App* cmd, int& threads,
+                        const std::string& help = "Threads (default: all cores)");
 // Applies --threads (0 = all cores); warns on stderr when it exceeds the hardware threads.
 void apply_threads(int threads);
 

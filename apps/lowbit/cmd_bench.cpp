@@ -13,6 +13,7 @@
 #include "apps/lowbit/cli_common.h"
 #include "apps/lowbit/command.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "kernels/dispatch.h"
@@ -20,7 +21,6 @@
 #include "model/kv_cache.h"
 #include "model/kv_paged.h"
 #include "model/model.h"
-#include "core/json_text.h"
 
 namespace {
 
@@ -105,7 +105,8 @@ void run_bandwidth(const BenchArgs& a) {
     if (!a.json) std::printf("| %d | %.1f |\n", t, bw / 1e9);
   }
   lowbit::set_num_threads(maxt);
-  if (a.json) std::cout << lowbit::json_text(nlohmann::json{{"bandwidth", rows}, {"buffer_bytes", bytes}}, 2) << "\n";
+  if (a.json)
+    std::cout << lowbit::json_text(nlohmann::json{{"bandwidth", rows}, {"buffer_bytes", bytes}}, 2) << "\n";
 }
 
 void run_model(const BenchArgs& a) {
@@ -128,7 +129,8 @@ void run_model(const BenchArgs& a) {
                                   " exceeds the model's context of " + std::to_string(c.max_seq_len) + " tokens");
   if (a.p > c.max_seq_len)
     throw UsageError("bench", "-p " + std::to_string(a.p) + " exceeds the model's context of " +
-                                  std::to_string(c.max_seq_len) + " tokens; use -p " + std::to_string(c.max_seq_len) +
+                                  std::to_string(c.max_seq_len) + " tokens; use -p " +
+                                  std::to_string(c.max_seq_len) +
                                   " or less, or extend the context with --rope-scaling linear:F");
   Decoder dec(c, m->weights);
   std::mt19937 rng(1);

@@ -12,11 +12,11 @@
 #include "apps/lowbit/cli_common.h"
 #include "apps/lowbit/command.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "eval/compare_experiment.h"
 #include "eval/compare_report.h"
 #include "eval/compare_runner.h"
 #include "io/mapped_file.h"
-#include "core/json_text.h"
 
 namespace fs = std::filesystem;
 

@@ -10,6 +10,7 @@
 #include "apps/lowbit/cli_common.h"
 #include "apps/lowbit/command.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "core/progress.h"
@@ -19,7 +20,6 @@
 #include "eval/perplexity.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
-#include "core/json_text.h"
 
 namespace {
 
@@ -30,8 +30,8 @@ using nlohmann::json;
 struct EvalArgs {
   app::KvFlags kv;
   app::QuantizeFlags quant;
-  std::string model, tokenizer, text, dtype = "native", method = "chunks", save_baseline,
-                                      baseline, rope_scaling;
+  std::string model, tokenizer, text, dtype = "native", method = "chunks", save_baseline, baseline,
+                                      rope_scaling;
   std::string variant;
   int64_t ctx = 0, chunks = 0, first_chars = 4000, len = 0, kv_step = 0;
   int batch = 0, threads = 0, topk = 32, buckets = 16, seqs = 4;

@@ -48,7 +48,8 @@ void setup(CLI::App& cmd) {
     if (!a.text.empty()) {
       std::error_code dir_ec;
       std::ifstream in(a.text, std::ios::binary);
-      if (!in || std::filesystem::is_directory(a.text, dir_ec)) throw UsageError("fixture", "cannot read --tokenizer-text '" + a.text + "'");
+      if (!in || std::filesystem::is_directory(a.text, dir_ec))
+        throw UsageError("fixture", "cannot read --tokenizer-text '" + a.text + "'");
       std::stringstream ss;
       ss << in.rdbuf();
       o.tokenizer_text = ss.str();

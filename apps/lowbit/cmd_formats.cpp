@@ -11,10 +11,10 @@
 
 #include "apps/lowbit/command.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "formats/format.h"
 #include "formats/scheme.h"
 #include "tensor/qtensor.h"
-#include "core/json_text.h"
 
 namespace {
 using namespace lowbit;
@@ -243,7 +243,8 @@ void error_table(const std::string& formats, const std::string& gran, int64_t ro
     arr.push_back(j);
   }
   if (as_json) {
-    std::cout << lowbit::json_text(json{{"rows", rows}, {"cols", cols}, {"seed", seed}, {"results", arr}}, 2) << "\n";
+    std::cout << lowbit::json_text(json{{"rows", rows}, {"cols", cols}, {"seed", seed}, {"results", arr}}, 2)
+              << "\n";
     return;
   }
   std::printf("matrix [%lld, %lld], seed %u; gaussian N(0,1) | heavy-tailed (t3 + 0.1%% outliers x50)\n",

@@ -3,8 +3,8 @@
 #include <iostream>
 
 #include "apps/lowbit/command.h"
-#include "quant/inspect.h"
 #include "core/json_text.h"
+#include "quant/inspect.h"
 
 namespace {
 

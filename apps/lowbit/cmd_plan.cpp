@@ -8,9 +8,9 @@
 
 #include "apps/lowbit/command.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "eval/plan.h"
 #include "io/mapped_file.h"
-#include "core/json_text.h"
 
 namespace {
 
@@ -131,7 +131,8 @@ void setup(CLI::App& cmd) {
       io::write_file_atomic(a.chart, chart.data(), chart.size());  // never a half-written chart
       std::fprintf(stderr, "chart written to %s\n", a.chart.c_str());
     }
-    if (a.json) std::cout << lowbit::json_text(plan::plan_to_json(p), 2) << "\n";
+    if (a.json)
+      std::cout << lowbit::json_text(plan::plan_to_json(p), 2) << "\n";
     else std::cout << plan::plan_table(p);
   });
 }

@@ -7,13 +7,13 @@
 #include "apps/lowbit/cli_common.h"
 #include "apps/lowbit/command.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/progress.h"
 #include "core/timer.h"
 #include "model/model.h"
 #include "quant/checkpoint_writer.h"
 #include "quant/quantizer.h"
 #include "quant/recipe.h"
-#include "core/json_text.h"
 
 namespace {
 

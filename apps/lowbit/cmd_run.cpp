@@ -7,6 +7,7 @@
 #include "apps/lowbit/cli_common.h"
 #include "apps/lowbit/command.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "model/generate.h"
@@ -14,7 +15,6 @@
 #include "model/tokenizer.h"
 #include "quant/quantizer.h"
 #include "quant/recipe.h"
-#include "core/json_text.h"
 
 namespace {
 
@@ -42,9 +42,11 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--min-p", a.min_p, "Keep tokens with p >= min_p * p_max (0 = off)");
   cmd.add_option("--repeat-penalty", a.repeat_penalty, "Penalise the last 64 tokens (1 = off)");
   cmd.add_option("--seed", a.seed, "Random seed for sampling (runs with the same seed are identical)");
-  cmd.add_option("--ctx", a.ctx, "KV cache capacity in tokens (default: prompt + n, up to the model's context)")
+  cmd.add_option("--ctx", a.ctx,
+                 "KV cache capacity in tokens (default: prompt + n, up to the model's context)")
       ->check(CLI::Validator(
-          [](std::string& v) { return v.rfind('-', 0) == 0 ? "must be >= 0 (0 = prompt + n)" : ""; }, "", "CTX"));
+          [](std::string& v) { return v.rfind('-', 0) == 0 ? "must be >= 0 (0 = prompt + n)" : ""; }, "",
+          "CTX"));
   lowbit::app::add_rope_scaling_option(&cmd, a.rope_scaling);
   lowbit::app::add_kv_options(&cmd, a.kv);
   cmd.add_option("--dtype", a.dtype, "Dense weights in memory: native (as stored, default), f32, f16, bf16");

@@ -7,11 +7,11 @@
 #include "apps/lowbit/cli_common.h"
 #include "apps/lowbit/command.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "eval/throughput.h"
 #include "model/model.h"
-#include "core/json_text.h"
 
 namespace {
 

@@ -5,11 +5,11 @@
 
 #include "apps/lowbit/command.h"
 #include "core/cpu.h"
+#include "core/json_text.h"
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "core/version.h"
 #include "kernels/dispatch.h"
-#include "core/json_text.h"
 
 namespace {
 void setup(CLI::App& cmd) {

@@ -1,6 +1,7 @@
 // JSON text for output and files. Strings that reach JSON come from users (prompts, paths, generated text,
-// tokenizer pieces) and need not be valid UTF-8; nlohmann::json's default dump() throws on them — after all the
-// work is done. Every serialisation goes through json_text, which writes U+FFFD for each invalid byte instead.
+// tokenizer pieces) and need not be valid UTF-8; nlohmann::json's default dump() throws on them — after all
+// the work is done. Every serialisation goes through json_text, which writes U+FFFD for each invalid byte
+// instead.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>

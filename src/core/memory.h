@@ -15,9 +15,9 @@ struct AlignedFree {
   void operator()(void* p) const noexcept;
 };
 
-// The product of non-negative sizes (elements, bytes), checked: throws UsageError(module) naming `what` when a
-// factor is negative or the product passes 2^62, so a huge flag value gets a clear error instead of a wrapped
-// size and a too-small buffer.
+// The product of non-negative sizes (elements, bytes), checked: throws UsageError(module) naming `what` when
+// a factor is negative or the product passes 2^62, so a huge flag value gets a clear error instead of a
+// wrapped size and a too-small buffer.
 int64_t checked_size(std::initializer_list<int64_t> factors, std::string_view module, std::string_view what);
 
 // 64-byte aligned, zero-initialised bytes. Throws lowbit::Error("core") when allocation fails.

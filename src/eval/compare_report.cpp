@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/json_text.h"
 #include "eval/compare_runner.h"
 #include "io/mapped_file.h"
-#include "core/json_text.h"
 
 using nlohmann::json;
 

@@ -15,10 +15,10 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/json_text.h"
 #include "core/timer.h"
 #include "core/version.h"
 #include "io/mapped_file.h"
-#include "core/json_text.h"
 
 extern char** environ;
 
@@ -28,9 +28,10 @@ using nlohmann::json;
 namespace lowbit::compare {
 
 json StepRecord::to_json() const {
-  return {{"variant", variant}, {"step", step},     {"argv", argv},     {"command", shell_join(argv)},
-          {"exit_code", exit_code}, {"seconds", seconds}, {"reused", reused}, {"inputs_sha256", inputs_sha256},
-          {"output", output}, {"error", error}};
+  return {
+      {"variant", variant},     {"step", step},       {"argv", argv},     {"command", shell_join(argv)},
+      {"exit_code", exit_code}, {"seconds", seconds}, {"reused", reused}, {"inputs_sha256", inputs_sha256},
+      {"output", output},       {"error", error}};
 }
 
 std::string shell_join(const std::vector<std::string>& argv) {
@@ -75,7 +76,8 @@ StepRecord run_step(const std::string& variant, const std::string& step, const s
   std::fprintf(stderr, "compare: [%s] %s\n", variant.c_str(), step.c_str());
   Timer t;
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) fail("compare", std::string("cannot create a pipe: ") + std::strerror(errno));
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    fail("compare", std::string("cannot create a pipe: ") + std::strerror(errno));
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
@@ -95,8 +97,10 @@ StepRecord run_step(const std::string& variant, const std::string& step, const s
   char buf[65536];
   for (;;) {
     const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n > 0) out.append(buf, static_cast<size_t>(n));
-    else if (n == 0 || errno != EINTR) break;
+    if (n > 0)
+      out.append(buf, static_cast<size_t>(n));
+    else if (n == 0 || errno != EINTR)
+      break;
   }
   ::close(fds[0]);
   int status = 0;
@@ -188,9 +192,10 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
       const std::string path = dir + "/" + name + ".json";
       std::error_code ec;
       const std::string key =
-          extra_input.empty() ? inputs_hash
-                              : sha256_hex(inputs_hash + "|" +
-                                           (fs::exists(extra_input, ec) ? sha256_file_hex(extra_input) : "none"));
+          extra_input.empty()
+              ? inputs_hash
+              : sha256_hex(inputs_hash + "|" +
+                           (fs::exists(extra_input, ec) ? sha256_file_hex(extra_input) : "none"));
       if (!o.fresh && fs::exists(path)) {
         try {
           json prev = json::parse(read_file(path));
@@ -198,8 +203,8 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
           // batch-consistency FAIL) whose JSON result is the measurement. Crashes and usage errors rerun.
           const int rc = prev.value("exit_code", 1);
           const bool measured = rc == 0 || (rc == 3 && prev.contains("output") && !prev["output"].is_null());
-          if (prev.value("argv", std::vector<std::string>{}) == argv && prev.value("inputs_sha256", "") == key &&
-              measured) {
+          if (prev.value("argv", std::vector<std::string>{}) == argv &&
+              prev.value("inputs_sha256", "") == key && measured) {
             prev["reused"] = true;
             steps[name] = prev;
             return steps[name];
@@ -306,10 +311,16 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
                    {"ctx", e.ctx},
                    {"concurrency", e.concurrency},
                    {"output_cap", e.gen_tokens},
-                   {"hardware", {{"cpu", cpu.model_name}, {"features", cpu.summary()},
-                                 {"cores", cpu.logical_cores}, {"ram_bytes", total_ram_bytes()}}},
-                   {"tool", {{"version", version()}, {"commit", git_commit()}, {"compiler", compiler_id()},
-                             {"binary_sha256", exe_hash}}},
+                   {"hardware",
+                    {{"cpu", cpu.model_name},
+                     {"features", cpu.summary()},
+                     {"cores", cpu.logical_cores},
+                     {"ram_bytes", total_ram_bytes()}}},
+                   {"tool",
+                    {{"version", version()},
+                     {"commit", git_commit()},
+                     {"compiler", compiler_id()},
+                     {"binary_sha256", exe_hash}}},
                    {"baseline_file", baseline_file},
                    {"cache_dir", fs::absolute(o.cache_dir).string()}};
   std::ifstream osr("/etc/os-release");

@@ -1,10 +1,10 @@
 // Runs an Experiment: every measurement is one `lowbit` subprocess with --json (so each variant's peak memory
 // is its own process's, and every number can be reproduced by re-running the recorded command). Results are
-// written per variant and step under OUT/results/; a rerun skips finished steps (resume after interruption) only
-// when nothing they depend on changed: the same argv, the same bytes of every input (model files, evaluation and
-// calibration text, the baseline a variant is scored against) and the same lowbit binary. Quantized checkpoints
-// are cached by (model hash, recipe, calibration hash, binary hash) under OUT/../.lowbit-cache or --cache DIR.
-// Commands run with posix_spawn from an argv (no shell, so no quoting).
+// written per variant and step under OUT/results/; a rerun skips finished steps (resume after interruption)
+// only when nothing they depend on changed: the same argv, the same bytes of every input (model files,
+// evaluation and calibration text, the baseline a variant is scored against) and the same lowbit binary.
+// Quantized checkpoints are cached by (model hash, recipe, calibration hash, binary hash) under
+// OUT/../.lowbit-cache or --cache DIR. Commands run with posix_spawn from an argv (no shell, so no quoting).
 #pragma once
 #include <functional>
 #include <nlohmann/json.hpp>

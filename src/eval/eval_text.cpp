@@ -31,7 +31,8 @@ const char* ppl_method_name(PplMethod m) {
 std::string read_text_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
-    throw UsageError("eval", "--text '" + path + "' is a directory; give a text file (e.g. " + path + "/val.txt)");
+    throw UsageError("eval",
+                     "--text '" + path + "' is a directory; give a text file (e.g. " + path + "/val.txt)");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error("eval", "cannot open text file '" + path + "'; check the --text path");
   std::ostringstream ss;

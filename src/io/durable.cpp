@@ -80,7 +80,8 @@ void publish_dir(const std::string& tmp, const std::string& target, bool replace
   for (const auto& e : fs::recursive_directory_iterator(tmp, ec))
     if (e.is_regular_file()) fsync_path(e.path().string());
   fsync_path(tmp);
-  const fs::path parent = fs::path(target).parent_path().empty() ? fs::path(".") : fs::path(target).parent_path();
+  const fs::path parent =
+      fs::path(target).parent_path().empty() ? fs::path(".") : fs::path(target).parent_path();
   if (fs::exists(target, ec)) {
     if (!replace) fail("io", "'" + target + "' exists; choose another output or ask to replace it");
     // One atomic step: readers see the old directory or the new one, never neither.

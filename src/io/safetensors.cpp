@@ -6,8 +6,8 @@
 #include <set>
 
 #include "core/error.h"
-#include "io/byte_reader.h"
 #include "core/json_text.h"
+#include "io/byte_reader.h"
 
 namespace lowbit::io {
 namespace {

@@ -12,12 +12,12 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/hash.h"
+#include "core/json_text.h"
 #include "core/parallel.h"
-#include "io/mapped_file.h"
 #include "io/durable.h"
+#include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "model/tokenizer.h"
-#include "core/json_text.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -8,10 +8,10 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/json_text.h"
 #include "formats/format.h"
 #include "formats/ggml_types.h"
 #include "io/gguf.h"
-#include "core/json_text.h"
 
 using nlohmann::json;
 

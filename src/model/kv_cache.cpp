@@ -35,9 +35,9 @@ KvCache::KvCache(const ModelConfig& c, int n_seqs, int64_t capacity, KvDtype dty
     : n_layers_(c.n_layers), kv_dim_(c.kv_dim()), head_dim_(c.head_dim), n_seqs_(n_seqs), capacity_(capacity),
       dtype_(dtype), elem_(dtype == KvDtype::F32 ? 4 : 2) {
   if (n_seqs <= 0 || capacity <= 0) fail("model", "KV cache needs at least one sequence and one position");
-  const auto bytes = static_cast<size_t>(checked_size({n_layers_, n_seqs_, capacity_, kv_dim_, int64_t(elem_)}, "model",
-                                                     "a KV cache of " + std::to_string(capacity) + " tokens x " +
-                                                         std::to_string(n_seqs) + " sequences"));
+  const auto bytes = static_cast<size_t>(checked_size(
+      {n_layers_, n_seqs_, capacity_, kv_dim_, int64_t(elem_)}, "model",
+      "a KV cache of " + std::to_string(capacity) + " tokens x " + std::to_string(n_seqs) + " sequences"));
   auto a = aligned_bytes(bytes), b = aligned_bytes(bytes);
   k_ = std::shared_ptr<uint8_t>(a.release(), AlignedFree{});
   v_ = std::shared_ptr<uint8_t>(b.release(), AlignedFree{});

@@ -64,9 +64,10 @@ PagedKvCache::PagedKvCache(const ModelConfig& c, int n_seqs, int64_t capacity, c
   evict_budget_ = kv_evict_budget(spec.evict, capacity);
   if (spec.budget_bytes > 0) n_blocks_ = spec.budget_bytes / block_bytes_;
   else if (spec.budget_tokens > 0) n_blocks_ = (spec.budget_tokens + B_ - 1) / B_;
-  else n_blocks_ = checked_size({n_seqs, capacity / B_ + (capacity % B_ != 0)}, "model",
-                                 "a KV cache of " + std::to_string(capacity) + " tokens x " +
-                                     std::to_string(n_seqs) + " sequences");
+  else
+    n_blocks_ = checked_size(
+        {n_seqs, capacity / B_ + (capacity % B_ != 0)}, "model",
+        "a KV cache of " + std::to_string(capacity) + " tokens x " + std::to_string(n_seqs) + " sequences");
   if (n_blocks_ < 1)
     throw UsageError("model", "KV budget of " + std::to_string(spec.budget_bytes) + " bytes holds no page of " +
                                   std::to_string(B_) + " tokens (" + std::to_string(block_bytes_) +

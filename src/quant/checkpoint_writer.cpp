@@ -16,13 +16,13 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/json_text.h"
 #include "core/version.h"
 #include "io/durable.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
 #include "model/quantized_checkpoint.h"
-#include "core/json_text.h"
 
 namespace fs = std::filesystem;
 

@@ -8,10 +8,10 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "io/hf_checkpoint.h"
 #include "model/model.h"
 #include "model/quantized_checkpoint.h"
-#include "core/json_text.h"
 
 namespace fs = std::filesystem;
 

@@ -2,8 +2,8 @@
 #include "quant/recipe.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cctype>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -201,7 +201,8 @@ std::optional<Recipe> preset_recipe(const std::string& name_in) {
 }
 
 std::optional<Recipe> parse_wakv(const std::string& s_in) {
-  static const std::regex re("^W(\\d+)A(\\d+)(?:KV(\\d+))?$", std::regex::icase);
+  // At most 3 digits per width: std::stoi below must not overflow (longer runs are not this notation).
+  static const std::regex re("^W(\\d{1,3})A(\\d{1,3})(?:KV(\\d{1,3}))?$", std::regex::icase);
   std::smatch m;
   std::string s = s_in;
   if (!std::regex_match(s, m, re)) return std::nullopt;
@@ -496,7 +497,8 @@ Recipe parse_recipe_arg(const std::string& arg) {
       const double d = num(what);
       if (d != std::floor(d) || d < lo || d > hi)
         usage("--recipe '" + arg + "': " + what + " '" + v + "' must be an integer in [" +
-              std::to_string(static_cast<long long>(lo)) + ", " + std::to_string(static_cast<long long>(hi)) + "]");
+              std::to_string(static_cast<long long>(lo)) + ", " + std::to_string(static_cast<long long>(hi)) +
+              "]");
       return d;
     };
     auto flag = [&](const std::string& what) { return integer(what, 0, 1) != 0; };

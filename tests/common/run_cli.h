@@ -16,12 +16,15 @@ inline const std::string& lowbit_exe() {
 }
 
 struct CliResult {
-  int rc = -1;      // exit code; -1 when the process could not run or was killed
+  int rc = -1;      // exit code (124: the deadline passed); -1 when the process could not run or was killed
   std::string out;  // stdout (and stderr with merge_stderr)
 };
 
-inline CliResult run_cli(const std::string& args, bool merge_stderr = false) {
-  const std::string cmd = lowbit_exe() + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+// Each command gets a deadline (coreutils timeout: TERM after `seconds`, KILL 5 s later), so a hung child
+// fails its test with rc 124 / 137 instead of stalling the suite.
+inline CliResult run_cli(const std::string& args, bool merge_stderr = false, int seconds = 240) {
+  const std::string cmd = "timeout -k 5 " + std::to_string(seconds) + " " + lowbit_exe() + " " + args +
+                          (merge_stderr ? " 2>&1" : " 2>/dev/null");
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;

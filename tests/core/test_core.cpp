@@ -150,3 +150,13 @@ TEST(Tensor, DtypeNamesRoundTrip) {
   DType t;
   EXPECT_FALSE(dtype_from_name("F7", &t));
 }
+
+// Size products from flags (KV capacity x layers x width) are checked instead of wrapping.
+TEST(Memory, CheckedSizeRefusesOverflowAndNegatives) {
+  using lowbit::checked_size;
+  EXPECT_EQ(checked_size({4, 5, 6}, "model", "x"), 120);
+  EXPECT_EQ(checked_size({0, int64_t(1) << 62, int64_t(1) << 62}, "model", "x"), 0);
+  EXPECT_THROW(checked_size({int64_t(1) << 31, int64_t(1) << 31, 4}, "model", "x"), lowbit::UsageError);
+  EXPECT_THROW(checked_size({5, 2305843009213693952, 8, 64, 4}, "model", "KV"), lowbit::UsageError);
+  EXPECT_THROW(checked_size({5, -1}, "model", "x"), lowbit::UsageError);
+}

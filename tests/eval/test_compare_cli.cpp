@@ -46,19 +46,18 @@ TEST(CompareCli, ThresholdFailureReportsAndResume) {
   // The evaluation text is a copy, so that it can be changed in place below.
   const fs::path text_file = dir / "eval.txt";
   fs::copy_file(kShared + "/data/tinystories/tinystories_train_head.txt", text_file);
-  const json exp = {
-      {"model", kShared + "/models/stories260K/stories260K.bin"},
-      {"baseline", {{"name", "baseline"}, {"dtype", "f32"}, {"kv_cache", "f32"}}},
-      {"variants",
-       {{{"name", "kv-int8"}, {"dtype", "f32"}, {"kv_cache", "int8"}},
-        {{"name", "kv-e5m2"}, {"dtype", "f32"}, {"kv_cache", "e5m2"}}}},
-      {"eval", {{"text", text_file.string()}, {"ctx", 128}, {"chunks", 2}}},
-      {"prompts", {"Once upon a time"}},
-      {"generation", {{"n", 8}}},
-      {"bench", {{"prompt", 16}, {"gen", 8}, {"repetitions", 1}}},
-      {"throughput", {{"concurrency", {1, 2}}, {"prompt", 8}, {"gen", 4}}},
-      // E5M2 keys on a head_dim-8 model cost far more than 2 % PPL; INT8 stays within it.
-      {"thresholds", {{"max_dppl_pct", 2.0}, {"no_nan", true}}}};
+  const json exp = {{"model", kShared + "/models/stories260K/stories260K.bin"},
+                    {"baseline", {{"name", "baseline"}, {"dtype", "f32"}, {"kv_cache", "f32"}}},
+                    {"variants",
+                     {{{"name", "kv-int8"}, {"dtype", "f32"}, {"kv_cache", "int8"}},
+                      {{"name", "kv-e5m2"}, {"dtype", "f32"}, {"kv_cache", "e5m2"}}}},
+                    {"eval", {{"text", text_file.string()}, {"ctx", 128}, {"chunks", 2}}},
+                    {"prompts", {"Once upon a time"}},
+                    {"generation", {{"n", 8}}},
+                    {"bench", {{"prompt", 16}, {"gen", 8}, {"repetitions", 1}}},
+                    {"throughput", {{"concurrency", {1, 2}}, {"prompt", 8}, {"gen", 4}}},
+                    // E5M2 keys on a head_dim-8 model cost far more than 2 % PPL; INT8 stays within it.
+                    {"thresholds", {{"max_dppl_pct", 2.0}, {"no_nan", true}}}};
   const fs::path ef = dir / "experiment.json";
   std::ofstream(ef) << exp.dump(2);
   const fs::path out = dir / "report";
@@ -113,7 +112,8 @@ TEST(CompareCli, ThresholdFailureReportsAndResume) {
   for (const auto& v : rep3["variants"])
     for (const char* name : {"quality", "batch"}) {
       ASSERT_TRUE(v["steps"].contains(name)) << v["name"] << " " << name;
-      EXPECT_FALSE(v["steps"][name].value("reused", true)) << v["name"] << " " << name << " reused after the text changed";
+      EXPECT_FALSE(v["steps"][name].value("reused", true))
+          << v["name"] << " " << name << " reused after the text changed";
     }
   const json* base2 = find_variant(rep2, "baseline");
   const json* base3 = find_variant(rep3, "baseline");

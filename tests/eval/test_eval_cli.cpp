@@ -124,12 +124,17 @@ static nlohmann::json info_json_with(const char* name, const char* value) {
 TEST(InfoCli, KernelTierFollowsLowbitIsa) {
   auto tier = [](const char* isa) { return info_json_with("LOWBIT_ISA", isa).at("kernel_isa").get<std::string>(); };
   const std::string best = tier(nullptr);
-  EXPECT_TRUE(best == "generic" || best == "avx2" || best == "avx512" || best == "avx512bf16") << best;
+  EXPECT_TRUE(best == "generic" || best == "avx2" || best == "avx512" || best == "avx512bf16" ||
+              best == "amx")
+      << best;
   EXPECT_EQ(tier("generic"), "generic");
-  if (best == "avx512bf16") {
+  if (best == "amx") {
+    EXPECT_EQ(tier("avx512bf16"), "avx512bf16");
+  }
+  if (best == "amx" || best == "avx512bf16") {
     EXPECT_EQ(tier("avx512"), "avx512");
   }
-  if (best == "avx512bf16" || best == "avx512") {
+  if (best == "amx" || best == "avx512bf16" || best == "avx512") {
     EXPECT_EQ(tier("avx2"), "avx2");
   }
   // A value that is not a tier is refused with a clear error instead of silently running the best tier.

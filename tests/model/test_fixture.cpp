@@ -48,7 +48,9 @@ std::vector<float> engine_logits(const Model& m, const std::vector<int32_t>& ids
 std::vector<double> reference_logits(const std::string& dir, const std::vector<int32_t>& ids) {
   std::string arg;
   for (auto i : ids) arg += (arg.empty() ? "" : ",") + std::to_string(i);
-  std::string cmd = "/usr/bin/python3 " LOWBIT_SOURCE_DIR "/tests/reference/reference_forward.py " + dir + " " + arg;
+  std::string cmd = "timeout -k 5 240 /usr/bin/python3 " LOWBIT_SOURCE_DIR
+                    "/tests/reference/reference_forward.py " +
+                    dir + " " + arg;
   std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
   std::vector<double> v;
   std::array<char, 128> buf{};

@@ -2,6 +2,9 @@
 // and inspection.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -167,6 +170,30 @@ TEST(Checkpoint, WriteIsAtomicAndRefusesExistingDirs) {
   fs::remove_all(dir);
 }
 
+// A writer killed mid-write leaves DIR.tmp-XXXXXX behind; the next write of DIR removes it once its process
+// is gone, and leaves alone one whose writer still runs (another process writing the same target right now).
+TEST(Checkpoint, TemporariesOfDeadWritersAreRemoved) {
+  auto m = make_random_model(25);
+  QuantReport rep = quantize_model(*m, parse_recipe_arg("int4:g32"), {nullptr, false, false});
+  const std::string dir = testing::temp_path("stale");
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // reaped: its pid names no process now
+  const std::string dead = dir + ".tmp-Dead01", live = dir + ".tmp-Live01";
+  fs::create_directories(dead);
+  fs::create_directories(live);
+  std::ofstream(fs::path(dead) / ".lowbit-writer-pid") << child << "\n";
+  std::ofstream(fs::path(dead) / "model.safetensors") << "half-written";
+  std::ofstream(fs::path(live) / ".lowbit-writer-pid") << ::getpid() << "\n";
+  write_quantized_checkpoint(*m, rep, dir);
+  EXPECT_FALSE(fs::exists(dead)) << "a dead writer's temporary must be removed";
+  EXPECT_TRUE(fs::exists(live)) << "a running writer's temporary must be kept";
+  EXPECT_FALSE(fs::exists(fs::path(dir) / ".lowbit-writer-pid")) << "the owner mark must not be published";
+  fs::remove_all(live);
+  fs::remove_all(dir);
+}
+
 TEST(Checkpoint, ShardsWithIndexWhenLarge) {
   auto m = make_random_model(25);
   QuantReport rep = quantize_model(*m, parse_recipe_arg("int4:g32"), {nullptr, false, false});
@@ -232,6 +259,27 @@ TEST(Checkpoint, HostileQuantizedTensorsAreRejected) {
   bad = t;
   bad["m.weight_scale"].dtype = DType::F32;
   EXPECT_THROW(unpack_quantized(bad, "m", s, 64, 64, "test"), Error);
+}
+
+// Found by fuzz_quantized_checkpoint: a non-string quant_method / format escaped load_quantized_weights as
+// nlohmann's type_error instead of Error("model").
+TEST(Checkpoint, NonStringQuantizationFieldsAreErrors) {
+  auto m = make_random_model(28);
+  io::HfCheckpoint ck;
+  ck.dir = "ckpt";
+  for (const char* field : {"quant_method", "format"}) {
+    ck.config = nlohmann::json::parse(R"({"quantization_config":{"quant_method":"compressed-tensors",)"
+                                      R"("config_groups":{}}})");
+    ck.config["quantization_config"][field] = 5;
+    try {
+      load_quantized_weights(ck, m->config, nullptr, DenseMode::Native);
+      ADD_FAILURE() << field << " = 5 was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("quantization_config.") + field + " must be a string"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

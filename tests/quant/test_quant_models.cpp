@@ -25,7 +25,7 @@ const std::string kKjv = kShared + "/models/kjv-brown-6M/model.bin";
 const std::string kTinyText = kShared + "/data/tinystories/tinystories_train_head.txt";
 
 void round_trip(const std::string& path, const std::string& recipe, const std::string& prompt) {
-  if (!fs::exists(path)) GTEST_SKIP() << path << " not found";
+  ASSERT_TRUE(fs::exists(path)) << path << " not found: the shared folder (LOWBIT_SHARED_DIR) is incomplete";
   auto m = load_model(path);
   QuantReport rep = quantize_model(*m, parse_recipe_arg(recipe), {nullptr, false, false});
   const std::string dir = testing::temp_path("model_rt");
@@ -59,7 +59,7 @@ TEST(QuantModels, KjvW4A16G32RoundTrip) {
 }
 
 TEST(QuantModels, GptqAndAwqLowerOutputErrorThanRtnOnStories260k) {
-  if (!fs::exists(kStories) || !fs::exists(kTinyText)) GTEST_SKIP() << "shared files not found";
+  ASSERT_TRUE(fs::exists(kStories) && fs::exists(kTinyText)) << "shared files not found under " << kShared;
   auto m0 = load_model(kStories);
   Recipe base = parse_recipe_arg("int3:g32:sym");
   base.calib = {kTinyText, 8, 128, 0};
@@ -100,7 +100,7 @@ TEST(QuantModels, GptqAndAwqLowerOutputErrorThanRtnOnStories260k) {
 // A calibration text with too few tokens is refused with a message that names the file and the count, instead of
 // quantizing on statistics of a handful of tokens.
 TEST(QuantModels, CalibrationTextTooShortIsAnError) {
-  if (!fs::exists(kStories)) GTEST_SKIP() << "shared files not found";
+  ASSERT_TRUE(fs::exists(kStories)) << kStories << " not found under the shared folder";
   auto m = load_model(kStories);
   const fs::path p = fs::temp_directory_path() / ("lowbit_short_calib_" + std::to_string(::getpid()) + ".txt");
   std::ofstream(p) << "Once upon a time.";
