@@ -112,7 +112,8 @@ void run_bandwidth(const BenchArgs& a) {
 void run_model(const BenchArgs& a) {
   using namespace lowbit;
   if (a.model.empty()) throw UsageError("bench", "--model is required (or pass --bandwidth)");
-  if (a.p < 0 || a.n < 0 || a.reps < 1) throw UsageError("bench", "-p and -n must be >= 0 and --repetitions >= 1");
+  if (a.p < 0 || a.n < 0 || a.reps < 1 || a.reps > 1000)
+    throw UsageError("bench", "-p and -n must be >= 0 and --repetitions in [1, 1000]");
   LoadOptions lo;
   lo.dense = dense_mode_from_string(a.dtype);
   auto t0 = Clock::now();

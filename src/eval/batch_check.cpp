@@ -26,7 +26,7 @@ BatchCheckResult check_batch_consistency(const Model& m, const std::vector<int32
                                          const BatchCheckOptions& o) {
   const int64_t V = m.config.vocab_size;
   if (o.seqs < 2 || o.seqs > 64) throw UsageError("eval", "--seqs must be in [2, 64]");
-  const int64_t len = o.len > 0 ? o.len : std::min<int64_t>(128, m.config.max_seq_len);
+  const int64_t len = o.len != 0 ? o.len : std::min<int64_t>(128, m.config.max_seq_len);  // 0 = default
   if (len < 2 || len > m.config.max_seq_len)
     throw UsageError("eval", "--len " + std::to_string(len) + " must be in [2, " +
                                  std::to_string(m.config.max_seq_len) + "] (the model's context)");
