@@ -8,6 +8,7 @@
 
 #include "core/half.h"
 #include "formats/format_rows.h"
+#include "formats/ggml_types.h"
 
 namespace lowbit::formats_detail {
 namespace {
@@ -33,7 +34,7 @@ void deq(const void* src, float* y, int64_t n) {
 }  // namespace
 
 FormatInfo row_iq4_nl() {
-  return make_gguf_row(FormatId::IQ4_NL, "iq4_nl", 20, 4,
+  return make_gguf_row(FormatId::IQ4_NL, "iq4_nl", ggml::IQ4_NL, 4,
                        "GGUF IQ4_NL: 32 x 4-bit non-linear grid + fp16 (4.5 bpw)", deq, nullptr);
 }
 }  // namespace lowbit::formats_detail

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "formats/format_rows.h"
+#include "formats/ggml_types.h"
 
 namespace lowbit::formats_detail {
 namespace {
@@ -34,7 +35,7 @@ void deq(const void* src, float* y, int64_t n) {
 
 FormatInfo row_ggml_mxfp4() {
   FormatInfo r =
-      make_gguf_row(FormatId::GGML_MXFP4, "ggml_mxfp4", 39, 4,
+      make_gguf_row(FormatId::GGML_MXFP4, "ggml_mxfp4", ggml::MXFP4, 4,
                     "GGUF MXFP4 (gpt-oss): E8M0 + 32 x E2M1, j/j+16 nibbles (4.25 bpw)", deq, nullptr);
   r.native_scale = ScaleType::E8M0;
   return r;

@@ -12,6 +12,7 @@
 #include "core/half.h"
 #include "formats/format_rows.h"
 #include "formats/ggml_kquants.h"
+#include "formats/ggml_types.h"
 
 namespace lowbit::formats_detail {
 namespace {
@@ -44,7 +45,7 @@ void deq(const void* src, float* y, int64_t n) {
 }  // namespace
 
 FormatInfo row_q2_k() {
-  return make_gguf_row(FormatId::Q2_K, "q2_k", 10, 2, "GGUF Q2_K: 256-superblock, 2-bit + 4-bit scales/mins",
-                       deq, nullptr);
+  return make_gguf_row(FormatId::Q2_K, "q2_k", ggml::Q2_K, 2,
+                       "GGUF Q2_K: 256-superblock, 2-bit + 4-bit scales/mins", deq, nullptr);
 }
 }  // namespace lowbit::formats_detail

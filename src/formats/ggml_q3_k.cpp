@@ -14,6 +14,7 @@
 #include "core/half.h"
 #include "formats/format_rows.h"
 #include "formats/ggml_kquants.h"
+#include "formats/ggml_types.h"
 
 namespace lowbit::formats_detail {
 namespace {
@@ -53,7 +54,7 @@ void deq(const void* src, float* y, int64_t n) {
 }  // namespace
 
 FormatInfo row_q3_k() {
-  return make_gguf_row(FormatId::Q3_K, "q3_k", 11, 3, "GGUF Q3_K: 256-superblock, 3-bit + 6-bit scales", deq,
-                       nullptr);
+  return make_gguf_row(FormatId::Q3_K, "q3_k", ggml::Q3_K, 3,
+                       "GGUF Q3_K: 256-superblock, 3-bit + 6-bit scales", deq, nullptr);
 }
 }  // namespace lowbit::formats_detail

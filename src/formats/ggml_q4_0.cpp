@@ -11,6 +11,7 @@
 
 #include "core/half.h"
 #include "formats/format_rows.h"
+#include "formats/ggml_types.h"
 
 namespace lowbit::formats_detail {
 namespace {
@@ -57,7 +58,7 @@ void quant(const float* x, void* dst, int64_t n) {
 }  // namespace
 
 FormatInfo row_q4_0() {
-  return make_gguf_row(FormatId::Q4_0, "q4_0", 2, 4, "GGUF Q4_0: 32 x 4-bit + fp16 scale (4.5 bpw)", deq,
-                       quant);
+  return make_gguf_row(FormatId::Q4_0, "q4_0", ggml::Q4_0, 4, "GGUF Q4_0: 32 x 4-bit + fp16 scale (4.5 bpw)",
+                       deq, quant);
 }
 }  // namespace lowbit::formats_detail

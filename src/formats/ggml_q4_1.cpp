@@ -7,6 +7,7 @@
 
 #include "core/half.h"
 #include "formats/format_rows.h"
+#include "formats/ggml_types.h"
 
 namespace lowbit::formats_detail {
 namespace {
@@ -31,7 +32,7 @@ void deq(const void* src, float* y, int64_t n) {
 }  // namespace
 
 FormatInfo row_q4_1() {
-  return make_gguf_row(FormatId::Q4_1, "q4_1", 3, 4, "GGUF Q4_1: 32 x 4-bit + fp16 scale and min (5.0 bpw)",
-                       deq, nullptr);
+  return make_gguf_row(FormatId::Q4_1, "q4_1", ggml::Q4_1, 4,
+                       "GGUF Q4_1: 32 x 4-bit + fp16 scale and min (5.0 bpw)", deq, nullptr);
 }
 }  // namespace lowbit::formats_detail

@@ -17,6 +17,7 @@
 #include "core/half.h"
 #include "formats/format_rows.h"
 #include "formats/ggml_kquants.h"
+#include "formats/ggml_types.h"
 
 namespace lowbit::formats_detail {
 namespace {
@@ -167,7 +168,7 @@ void quant(const float* x, void* dst, int64_t n) {
 }  // namespace
 
 FormatInfo row_q4_k() {
-  return make_gguf_row(FormatId::Q4_K, "q4_k", 12, 4,
+  return make_gguf_row(FormatId::Q4_K, "q4_k", ggml::Q4_K, 4,
                        "GGUF Q4_K: 256-superblock, 4-bit + 6-bit scales/mins (4.5 bpw)", deq, quant);
 }
 }  // namespace lowbit::formats_detail

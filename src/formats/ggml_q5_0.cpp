@@ -9,6 +9,7 @@
 
 #include "core/half.h"
 #include "formats/format_rows.h"
+#include "formats/ggml_types.h"
 
 namespace lowbit::formats_detail {
 namespace {
@@ -37,7 +38,7 @@ void deq(const void* src, float* y, int64_t n) {
 }  // namespace
 
 FormatInfo row_q5_0() {
-  return make_gguf_row(FormatId::Q5_0, "q5_0", 6, 5, "GGUF Q5_0: 32 x 5-bit + fp16 scale (5.5 bpw)", deq,
-                       nullptr);
+  return make_gguf_row(FormatId::Q5_0, "q5_0", ggml::Q5_0, 5, "GGUF Q5_0: 32 x 5-bit + fp16 scale (5.5 bpw)",
+                       deq, nullptr);
 }
 }  // namespace lowbit::formats_detail

@@ -7,6 +7,7 @@
 
 #include "core/half.h"
 #include "formats/format_rows.h"
+#include "formats/ggml_types.h"
 
 namespace lowbit::formats_detail {
 namespace {
@@ -35,7 +36,7 @@ void deq(const void* src, float* y, int64_t n) {
 }  // namespace
 
 FormatInfo row_q5_1() {
-  return make_gguf_row(FormatId::Q5_1, "q5_1", 7, 5, "GGUF Q5_1: 32 x 5-bit + fp16 scale and min (6.0 bpw)",
-                       deq, nullptr);
+  return make_gguf_row(FormatId::Q5_1, "q5_1", ggml::Q5_1, 5,
+                       "GGUF Q5_1: 32 x 5-bit + fp16 scale and min (6.0 bpw)", deq, nullptr);
 }
 }  // namespace lowbit::formats_detail

@@ -10,6 +10,7 @@
 #include "core/half.h"
 #include "formats/format_rows.h"
 #include "formats/ggml_kquants.h"
+#include "formats/ggml_types.h"
 
 namespace lowbit::formats_detail {
 namespace {
@@ -44,7 +45,7 @@ void deq(const void* src, float* y, int64_t n) {
 }  // namespace
 
 FormatInfo row_q5_k() {
-  return make_gguf_row(FormatId::Q5_K, "q5_k", 13, 5, "GGUF Q5_K: 256-superblock, 5-bit + 6-bit scales/mins",
-                       deq, nullptr);
+  return make_gguf_row(FormatId::Q5_K, "q5_k", ggml::Q5_K, 5,
+                       "GGUF Q5_K: 256-superblock, 5-bit + 6-bit scales/mins", deq, nullptr);
 }
 }  // namespace lowbit::formats_detail

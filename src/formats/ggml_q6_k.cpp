@@ -14,6 +14,7 @@
 #include "core/half.h"
 #include "formats/format_rows.h"
 #include "formats/ggml_kquants.h"
+#include "formats/ggml_types.h"
 
 namespace lowbit::formats_detail {
 namespace {
@@ -52,7 +53,7 @@ void deq(const void* src, float* y, int64_t n) {
 }  // namespace
 
 FormatInfo row_q6_k() {
-  return make_gguf_row(FormatId::Q6_K, "q6_k", 14, 6, "GGUF Q6_K: 256-superblock, 6-bit + int8 scales", deq,
-                       nullptr);
+  return make_gguf_row(FormatId::Q6_K, "q6_k", ggml::Q6_K, 6,
+                       "GGUF Q6_K: 256-superblock, 6-bit + int8 scales", deq, nullptr);
 }
 }  // namespace lowbit::formats_detail

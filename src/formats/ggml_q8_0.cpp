@@ -10,6 +10,7 @@
 
 #include "core/half.h"
 #include "formats/format_rows.h"
+#include "formats/ggml_types.h"
 
 namespace lowbit::formats_detail {
 namespace {
@@ -45,7 +46,7 @@ void quant(const float* x, void* dst, int64_t n) {
 }  // namespace
 
 FormatInfo row_q8_0() {
-  return make_gguf_row(FormatId::Q8_0, "q8_0", 8, 8, "GGUF Q8_0: 32 x int8 + fp16 scale (8.5 bpw)", deq,
-                       quant);
+  return make_gguf_row(FormatId::Q8_0, "q8_0", ggml::Q8_0, 8, "GGUF Q8_0: 32 x int8 + fp16 scale (8.5 bpw)",
+                       deq, quant);
 }
 }  // namespace lowbit::formats_detail

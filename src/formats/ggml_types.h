@@ -5,6 +5,33 @@
 
 namespace lowbit {
 
+// ggml's type ids (ggml.h enum ggml_type), the values GGUF files store. An unscoped enum in its own namespace
+// so that the ids stay plain ints where files and plans carry them: `ggml_type == ggml::Q4_K`.
+namespace ggml {
+enum Type : int {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q2_K = 10,
+  Q3_K = 11,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  IQ4_NL = 20,
+  I8 = 24,
+  I16 = 25,
+  I32 = 26,
+  I64 = 27,
+  F64 = 28,
+  BF16 = 30,
+  MXFP4 = 39,
+};
+}  // namespace ggml
+
 struct GgmlTypeInfo {
   int id;
   const char* name;   // llama.cpp spelling, e.g. "Q4_K"

@@ -9,6 +9,7 @@
 
 #include "core/half.h"
 #include "formats/format_rows.h"
+#include "formats/ggml_types.h"
 
 namespace lowbit::formats_detail {
 namespace {
@@ -37,7 +38,7 @@ FormatInfo plain_row(FormatId id, const char* name, int bits, double maxv, doubl
 FormatInfo row_f32() {
   auto r = plain_row(FormatId::F32, "f32", 32, std::numeric_limits<float>::max(),
                      std::numeric_limits<float>::denorm_min(), "IEEE binary32 (reference precision)");
-  r.ggml_type = 0;
+  r.ggml_type = ggml::F32;
   r.exp_bits = 8;
   r.man_bits = 23;
   r.decode = [](uint32_t c) { return f32_from_bits(c); };
@@ -47,7 +48,7 @@ FormatInfo row_f32() {
 
 FormatInfo row_f16() {
   auto r = plain_row(FormatId::F16, "f16", 16, 65504.0, std::ldexp(1.0, -24), "IEEE binary16: max 65504");
-  r.ggml_type = 1;
+  r.ggml_type = ggml::F16;
   r.exp_bits = 5;
   r.man_bits = 10;
   r.decode = [](uint32_t c) { return f16_to_f32(static_cast<uint16_t>(c)); };
@@ -61,7 +62,7 @@ FormatInfo row_f16() {
 FormatInfo row_bf16() {
   auto r = plain_row(FormatId::BF16, "bf16", 16, 3.3895313892515355e38, std::ldexp(1.0, -133),
                      "bfloat16: F32 range, 8-bit significand");
-  r.ggml_type = 30;
+  r.ggml_type = ggml::BF16;
   r.exp_bits = 8;
   r.man_bits = 7;
   r.decode = [](uint32_t c) { return bf16_to_f32(static_cast<uint16_t>(c)); };

@@ -29,11 +29,9 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
   if (fi.is_gguf()) {
     p->ggml_type = fi.ggml_type;
     p->route = ggml_q8_route(fi.ggml_type) ? Route::GgmlQ8 : Route::Deq;
-    p->kernel = p->route == Route::GgmlQ8 ? "q8vnni" : "deq";
     return p;
   }
   if (q.is_plain()) {
-    p->kernel = "deq";
     return p;
   }
   const FormatInfo& ei = format_info(q.elem);
@@ -97,10 +95,8 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
   const int64_t G = p->group, cols = q.cols;
   const bool one_group = G >= cols;
   p->route = Route::Deq;
-  p->kernel = "deq";
   if (q.bits == 4 && (one_group || G % 16 == 0)) {
     p->route = Route::Nib;
-    p->kernel = "nib";
   } else if (q.bits == 8 && (one_group || G % 16 == 0)) {
     const FormatId e = q.elem;
     bool ok = true;
@@ -110,7 +106,6 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
     else ok = false;
     if (ok) {
       p->route = Route::Byte;
-      p->kernel = "byte";
       if (best_isa() >= Isa::Avx512Bf16 && kern::byte16_lanes_ok(G, cols)) {
         auto t = std::make_shared<kern::Byte16Lut>();
         if (kern::byte16_make_lut(p->lut.data(), *t)) p->byte16 = std::move(t);
@@ -134,7 +129,7 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
   return p;
 }
 
-const KernelPlan& static_plan(Route r, const char* name, int ggml_type = -1) {
+const KernelPlan& static_plan(Route r, int ggml_type = -1) {
   static std::mutex mu;
   static std::map<std::pair<int, int>, std::unique_ptr<KernelPlan>> plans;
   std::lock_guard<std::mutex> lock(mu);
@@ -142,7 +137,6 @@ const KernelPlan& static_plan(Route r, const char* name, int ggml_type = -1) {
   if (!slot) {
     slot = std::make_unique<KernelPlan>();
     slot->route = r;
-    slot->kernel = name;
     slot->ggml_type = ggml_type;
   }
   return *slot;
@@ -158,10 +152,8 @@ std::shared_ptr<const KernelPlan> build_kernel_plan(const WeightMatrix& w, bool 
   const int64_t rb = static_cast<int64_t>(w.row_bytes());
   if (qblk_supported(w.ggml_type, w.cols)) p->qblk = build_qblk_pack(w.ggml_type, w.data, rb, w.rows, w.cols);
   if (kpack_supported(w.ggml_type, w.cols)) p->kpack = build_kpack(w.ggml_type, w.data, rb, w.rows, w.cols);
-  if (p->load_pack()) {
-    p->kernel = "q8vnni16";
-    p->route = Route::GgmlQ8;  // IQ4_NL / MXFP4 have no row-at-a-time VNNI kernel: only the pack serves them
-  }
+  if (p->load_pack())
+    p->route = Route::GgmlQ8;  // IQ4_NL / MXFP4: no row-at-a-time VNNI kernel, only the pack
   return p;
 }
 
@@ -170,11 +162,10 @@ const KernelPlan& kernel_plan(const WeightMatrix& w) {
   switch (w.kind) {
     case WeightKind::F32:
     case WeightKind::F16:
-    case WeightKind::BF16: return static_plan(Route::Dense, "dense");
+    case WeightKind::BF16:
+      return static_plan(Route::Dense);
     case WeightKind::Ggml:
-      if (ggml_q8_route(w.ggml_type))
-        return static_plan(Route::GgmlQ8, "q8vnni", w.ggml_type);
-      return static_plan(Route::Deq, "deq", w.ggml_type);
+      return static_plan(ggml_q8_route(w.ggml_type) ? Route::GgmlQ8 : Route::Deq, w.ggml_type);
     case WeightKind::Quant: break;
   }
   // A Quant weight built without make_quant_weight: cache its plan keyed by the QuantizedMatrix, checking

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/ggml_types.h"
 #include "kernels/weight.h"
 
 namespace lowbit {
@@ -190,7 +191,6 @@ struct KernelPlan {
   // rounding more than the FP32 table, whose cells are e4m3 / global: not the same bits, within the tolerance).
   const kern::E4m3Cell* scales_e4m3 = nullptr;
   float e4m3_post = 1.0f;
-  std::string kernel;             // "nib", "byte", "q8vnni", "q8vnni16", "deq", "dense"
 
   // Built on the first INT8-activation prefill of a per-channel symmetric INT8 weight (int8_tile()); a repacked
   // copy of the codes, so it is counted here once it exists.
@@ -405,7 +405,9 @@ void ggml_q8_dot4_avx512(int ggml_type, const uint8_t* const* rows, int64_t cols
 // qk[cols] int8 codes in the order the kernel loads them, xk[cols / 256 * ggml_k_xk_floats] per-super-block
 // float factors (activation scales and code sums for the min / offset terms).
 inline bool ggml_k_supported(int ggml_type) { return ggml_type >= 10 && ggml_type <= 14; }  // Q2_K .. Q6_K
-inline int64_t ggml_k_xk_floats(int ggml_type) { return ggml_type == 12 || ggml_type == 13 ? 16 : 32; }
+inline int64_t ggml_k_xk_floats(int ggml_type) {
+  return ggml_type == ggml::Q4_K || ggml_type == ggml::Q5_K ? 16 : 32;
+}
 void ggml_k_prep_x(int ggml_type, const float* x, int64_t cols, int8_t* qk, float* xk);
 float ggml_k_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qk, const float* xk);
 }  // namespace kern

@@ -7,13 +7,13 @@
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "formats/ggml_kquants.h"
+#include "formats/ggml_types.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/row_blocks.h"
 
 namespace lowbit {
 namespace {
 
-constexpr int kQ2K = 10, kQ3K = 11, kQ4K = 12, kQ5K = 13, kQ6K = 14;
 constexpr int64_t kQ2KBytes = 84, kQ3KBytes = 110, kQ4KBytes = 144, kQ5KBytes = 176, kQ6KBytes = 210;
 
 // Q2_K (formats/ggml_q2_k.cpp): u[256] = the 2-bit codes in column order; the 16 scale bytes (4-bit scale |
@@ -102,13 +102,13 @@ inline int64_t q6k_sc(int i) {
   return 64 + (i / 4) * kQ6KGroup + 768 + 16 * (i % 4);
 }
 inline int64_t chunk_off(int t, int k) {
-  return t == kQ4K ? kScaleBlock + 64 * k : t == kQ5K ? q5k_chunk(k) : q6k_chunk(k);
+  return t == ggml::Q4_K ? kScaleBlock + 64 * k : t == ggml::Q5_K ? q5k_chunk(k) : q6k_chunk(k);
 }
 
 }  // namespace
 
 bool kpack_supported(int ggml_type, int64_t cols) {
-  return ggml_type >= kQ2K && ggml_type <= kQ6K && cols > 0 && cols % 256 == 0;
+  return ggml_type >= ggml::Q2_K && ggml_type <= ggml::Q6_K && cols > 0 && cols % 256 == 0;
 }
 
 KPack kpack_layout(int t, int64_t rows, int64_t cols) {
@@ -116,35 +116,40 @@ KPack kpack_layout(int t, int64_t rows, int64_t cols) {
   p.ggml_type = t;
   p.rows = rows;
   p.cols = cols;
-  p.sb_bytes = t == kQ2K ? 1344 : t == kQ3K ? 1824 : t == kQ4K ? 2368 : t == kQ5K ? 2880 : 3392;
+  p.sb_bytes = t == ggml::Q2_K   ? 1344
+               : t == ggml::Q3_K ? 1824
+               : t == ggml::Q4_K ? 2368
+               : t == ggml::Q5_K ? 2880
+                                 : 3392;
   return p;
 }
 
 void pack_kpack_block(const KPack& p, const uint8_t* const* rows, int nr, uint8_t* base) {
   const int t = p.ggml_type;
   const int64_t nsb = p.cols / 256;
-  const int64_t bb = t == kQ2K   ? kQ2KBytes
-                     : t == kQ3K ? kQ3KBytes
-                     : t == kQ4K ? kQ4KBytes
-                     : t == kQ5K ? kQ5KBytes
-                                 : kQ6KBytes;
+  const int64_t bb = t == ggml::Q2_K   ? kQ2KBytes
+                     : t == ggml::Q3_K ? kQ3KBytes
+                     : t == ggml::Q4_K ? kQ4KBytes
+                     : t == ggml::Q5_K ? kQ5KBytes
+                                       : kQ6KBytes;
   std::memset(base, 0, static_cast<size_t>(nsb * p.sb_bytes));  // padding rows: code 0, scale 0
   uint8_t u[256], sc[8] = {}, m[8] = {};  // sc, m: Q4_K / Q5_K only
   for (int lr = 0; lr < nr; ++lr) {
     for (int64_t s = 0; s < nsb; ++s) {
       const uint8_t* blk = rows[lr] + s * bb;
       uint8_t* reg = base + s * p.sb_bytes;
-      if (t == kQ2K || t == kQ3K) {  // 2-bit code vectors per sub-block of 16 columns (kernel_plan.h)
+      if (t == ggml::Q2_K ||
+          t == ggml::Q3_K) {  // 2-bit code vectors per sub-block of 16 columns (kernel_plan.h)
         int8_t sc3[16];
-        if (t == kQ2K)
+        if (t == ggml::Q2_K)
           q2k_unpack(blk, u);
         else
           q3k_unpack(blk, u, sc3);
-        std::memcpy(reg + 2 * lr, t == kQ2K ? blk + 80 : blk + 108, 2);  // d
-        if (t == kQ2K) std::memcpy(reg + 32 + 2 * lr, blk + 82, 2);      // dmin
+        std::memcpy(reg + 2 * lr, t == ggml::Q2_K ? blk + 80 : blk + 108, 2);  // d
+        if (t == ggml::Q2_K) std::memcpy(reg + 32 + 2 * lr, blk + 82, 2);      // dmin
         for (int i = 0; i < 16; ++i) {
-          uint8_t* v = reg + (t == kQ2K ? kQ2KCodes + 64 * i : kQ3KSub + kQ3KSubBytes * i);
-          if (t == kQ2K)
+          uint8_t* v = reg + (t == ggml::Q2_K ? kQ2KCodes + 64 * i : kQ3KSub + kQ3KSubBytes * i);
+          if (t == ggml::Q2_K)
             reg[64 + 16 * i + lr] = blk[i];
           else
             reg[32 + 16 * i + lr] = static_cast<uint8_t>(sc3[i]);
@@ -158,7 +163,7 @@ void pack_kpack_block(const KPack& p, const uint8_t* const* rows, int nr, uint8_
               hb |= static_cast<uint32_t>(uc >> 2) << (4 * q + j);
             }
           std::memcpy(v + 4 * lr, b, 4);
-          if (t == kQ3K)
+          if (t == ggml::Q3_K)
             for (int q = 0; q < 4; ++q) {
               uint64_t mq;
               std::memcpy(&mq, v + 64 + 8 * q, 8);
@@ -168,16 +173,16 @@ void pack_kpack_block(const KPack& p, const uint8_t* const* rows, int nr, uint8_
         }
         continue;
       }
-      if (t == kQ4K)
+      if (t == ggml::Q4_K)
         q4k_unpack(blk, u, sc, m);
-      else if (t == kQ5K)
+      else if (t == ggml::Q5_K)
         q5k_unpack(blk, u, sc, m);
       else
         q6k_unpack(blk, u);
       for (int k = 0; k < 32; ++k)
         for (int j = 0; j < 4; ++j)
           reg[chunk_off(t, k) + 4 * lr + j] = static_cast<uint8_t>((u[8 * k + j] & 15) | (u[8 * k + 4 + j] & 15) << 4);
-      if (t != kQ6K) {
+      if (t != ggml::Q6_K) {
         uint8_t* sb = reg;  // the scale block
         std::memcpy(sb + kD + 2 * lr, blk, 2);
         std::memcpy(sb + kDmin + 2 * lr, blk + 2, 2);
@@ -185,7 +190,7 @@ void pack_kpack_block(const KPack& p, const uint8_t* const* rows, int nr, uint8_
           sb[kSc + 16 * j + lr] = sc[j];
           sb[kM + 16 * j + lr] = m[j];
         }
-        if (t == kQ5K)
+        if (t == ggml::Q5_K)
           for (int k = 0; k < 32; ++k) {
             uint64_t* hb = reinterpret_cast<uint64_t*>(reg + q5k_hbit(k));
             for (int j = 0; j < 4; ++j) {
@@ -221,8 +226,8 @@ void kpack_row_f32(const KPack& p, int64_t r, float* out) {
     auto code = [&](int c) {
       const int k = c / 8, j = c % 8;
       const int lo = (reg[chunk_off(p.ggml_type, k) + 4 * lr + j % 4] >> (4 * (j / 4))) & 15;
-      if (p.ggml_type == kQ4K) return lo;
-      if (p.ggml_type == kQ5K) {
+      if (p.ggml_type == ggml::Q4_K) return lo;
+      if (p.ggml_type == ggml::Q5_K) {
         uint64_t hb;
         std::memcpy(&hb, reg + q5k_hbit(k) + 8 * (j / 4), 8);
         return lo | static_cast<int>((hb >> (4 * lr + j % 4)) & 1) << 4;
@@ -231,8 +236,8 @@ void kpack_row_f32(const KPack& p, int64_t r, float* out) {
       return lo | ((reg[q6k_hi(i) + 4 * lr + c % 4] >> (2 * q)) & 3) << 4;
     };
     uint16_t h;
-    if (p.ggml_type == kQ2K || p.ggml_type == kQ3K) {
-      const bool q2 = p.ggml_type == kQ2K;
+    if (p.ggml_type == ggml::Q2_K || p.ggml_type == ggml::Q3_K) {
+      const bool q2 = p.ggml_type == ggml::Q2_K;
       std::memcpy(&h, reg + 2 * lr, 2);
       const float d = f16_to_f32(h);
       std::memcpy(&h, reg + 32 + 2 * lr, 2);
@@ -253,7 +258,7 @@ void kpack_row_f32(const KPack& p, int64_t r, float* out) {
           out[256 * s + c] = dl * static_cast<float>(u - 4);
         }
       }
-    } else if (p.ggml_type != kQ6K) {
+    } else if (p.ggml_type != ggml::Q6_K) {
       const uint8_t* sb = reg;  // the scale block
       std::memcpy(&h, sb + kD + 2 * lr, 2);
       const float d = f16_to_f32(h);

@@ -1,4 +1,5 @@
 #include "kernels/matmul.h"
+#include "kernels/kernel_select.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,6 +11,7 @@
 #include "core/half.h"
 #include "core/parallel.h"
 #include "formats/format.h"
+#include "formats/ggml_types.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/matmul_avx512.h"
@@ -126,20 +128,8 @@ void matmul_reference(const WeightMatrix& w, const float* x, int64_t T, float* y
 
 namespace {
 
-enum class Path : uint8_t { Dense512, Vnni512, GgmlQ8_512, Nib512, Byte512, Deq };
-
-Path choose(const WeightMatrix& w, const KernelPlan& p, Isa isa) {
-  if (isa < Isa::Avx512) return Path::Deq;
-  if (w.act_format == FormatId::INT8 && p.int_codes && p.vnni_ok) return Path::Vnni512;
-  switch (p.route) {
-    case Route::Dense: return Path::Dense512;
-    case Route::GgmlQ8: return Path::GgmlQ8_512;
-    case Route::Nib: return Path::Nib512;
-    case Route::Byte: return Path::Byte512;
-    case Route::Deq: break;
-  }
-  return Path::Deq;
-}
+// Rows per parallel work item: enough for the row block's weights to stay in L1/L2 across the tokens.
+constexpr int64_t kRowBlock = 16;
 
 inline const uint8_t* row_ptr(const WeightMatrix& w, int64_t r) {
   return w.kind == WeightKind::Quant ? w.q->row_data(r) : w.data + static_cast<size_t>(r) * w.row_bytes();
@@ -155,19 +145,6 @@ float dot_isa(Isa isa, const float* a, const float* b, int64_t n) {
   }
   return kern::dot_f32_generic(a, b, n);
 }
-
-// Rows per parallel work item: enough for the row block's weights to stay in L1/L2 across the tokens.
-constexpr int64_t kRowBlock = 16;
-// From this many tokens on, dequantizing a row block once and running the dense float GEMM tile beats
-// re-decoding the codes for every token.
-constexpr int64_t kPrefillTokens = 4;
-
-// From this many tokens on, W8A8 prefill runs on AMX tiles where the Amx tier is active: one A tile holds 16
-// tokens, fewer would leave the tile unit partly idle (the VNNI register tile serves 4..15). Not tuned on hardware.
-constexpr int64_t kAmxTokens = 16;
-
-std::atomic<bool> g_amx_emulated{false};
-bool amx_emulated() { return g_amx_emulated.load(std::memory_order_relaxed); }
 
 // Below this much weight traffic (bytes x tokens) a product runs on the calling thread: waking the pool costs
 // more than the work (small models decode ~50 such products per token).
@@ -314,27 +291,6 @@ void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x,
                        });
 }
 
-// INT2 / INT3 weight-only products on the Avx512Bf16 tier with the codes widened to 4 bits in registers:
-// decode on the nib16 kernel (lane-compatible groups), prefill on the BF16 tile (run_bf16_tile, even groups).
-bool lowbit_codes(const WeightMatrix& w, const KernelPlan& p) {
-  return kernel_isa() >= Isa::Avx512Bf16 && w.kind == WeightKind::Quant && w.act_format == FormatId::F32 &&
-         (p.bits == 2 || p.bits == 3) && p.route == Route::Deq && p.lut.size() == (size_t{1} << p.bits);
-}
-bool lowbit_nib16_ok(const WeightMatrix& w, const KernelPlan& p) {
-  return lowbit_codes(w, p) && kern::nib_lanes_ok(p.group, w.cols);
-}
-// FP6 (6-bit E2M3 / E3M2 streams) on the byte16 kernels and the BF16 tile, each block's rows widened to one
-// code per byte first (widen_codes_avx512bf16); the plan holds the byte16 table when the groups fit its
-// lanes.
-bool fp6_byte16_ok(const WeightMatrix& w, const KernelPlan& p) {
-  return kernel_isa() >= Isa::Avx512Bf16 && w.kind == WeightKind::Quant && w.act_format == FormatId::F32 &&
-         p.bits == 6 && p.route == Route::Deq && p.byte16;
-}
-
-// True when the byte route's decode runs the BF16-activation kernel: the Avx512Bf16 tier and a plan with the
-// byte16 table (lane-compatible groups, every code value exact in BF16).
-bool byte16_ok(const KernelPlan& p) { return kernel_isa() >= Isa::Avx512Bf16 && p.route == Route::Byte && p.byte16; }
-
 // Rows rp[0..nr) of an INT2 / INT3 / FP6 weight widened (widen_codes_avx512bf16) into this thread's buffer;
 // wr[i] points at row i's widened copy.
 void widen_block(const KernelPlan& p, int64_t cols, int nr, const uint8_t* const* rp, const uint8_t** wr) {
@@ -366,15 +322,6 @@ void run_byte16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x,
                             kern::byte16_gemv_avx512bf16(nr, rp, sp, zp, w.cols, p.group, *p.byte16,
                                                          static_cast<int>(T), xr, yb, w.rows);
                           });
-}
-
-// True when prefill of a nib / byte route weight runs the BF16 register tile: the Avx512Bf16 tier, a value
-// table in BF16 (nib: every table, NF4's rounded to BF16 as in decode; byte: the byte16 table, exact) and
-// groups of whole pairs.
-bool bf16_tile_ok(const WeightMatrix& w, const KernelPlan& p) {
-  if (kernel_isa() < Isa::Avx512Bf16 || !(p.group >= w.cols || p.group % 2 == 0)) return false;
-  return (p.route == Route::Nib && p.lut.size() >= 16) || byte16_ok(p) || lowbit_codes(w, p) ||
-         fp6_byte16_ok(w, p);
 }
 
 // Prefill on the BF16 tile: activations rounded to BF16 once (zero-padded to an even count; group sums of the
@@ -409,11 +356,9 @@ void run_bf16_tile(const WeightMatrix& w, const KernelPlan& p, const float* x, i
       });
 }
 
-void run_codes512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
-  if (T >= kPrefillTokens && bf16_tile_ok(w, p)) return run_bf16_tile(w, p, x, T, y);
-  if (T >= kPrefillTokens) return run_deq(w, p, Isa::Avx512, x, T, y);
-  if (p.route == Route::Nib && kern::nib_lanes_ok(p.group, w.cols)) return run_nib_gemv512(w, p, x, T, y);
-  if (byte16_ok(p)) return run_byte16_gemv(w, p, x, T, y);
+// Nib / byte route decode without a lane kernel (groups the lanes cannot serve): one fused dot per row and
+// token.
+void run_code_dots512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols;
   for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < T; ++t)
@@ -475,19 +420,6 @@ void run_vnni_tile512(const WeightMatrix& w, const KernelPlan& p, const Int8Tile
     kern::vnni_tile_int8_avx512(tile.packed.data(), tile.rowsum.data(), p.scales.data(), r0, r1, rows, cols, xp, sxp,
                                 T, y);
   }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
-}
-
-// INT4 / INT8 weights with INT8 activations that the W8A8 tile does not take (INT4, groups, zero points): the
-// VNNI register tile over 16-row blocks decoded per call (vnni_block_avx512). Stored codes u with value
-// lut[u] = u - zoff (symmetric) or u (asymmetric, stored integer zero points), groups of whole 4-column
-// steps.
-bool vnni_block_ok(const WeightMatrix& w, const KernelPlan& p) {
-  if (w.kind != WeightKind::Quant || !p.int_codes || (p.bits != 4 && p.bits != 8)) return false;
-  if (!(p.gcols == 1 || p.group % 4 == 0) || p.lut.size() != (size_t{1} << p.bits)) return false;
-  const float zoff = p.asym ? 0.0f : -p.lut[0];
-  for (size_t u = 0; u < p.lut.size(); ++u)
-    if (p.lut[u] != static_cast<float>(u) - zoff) return false;
-  return true;
 }
 
 void run_vnni_block512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
@@ -578,15 +510,6 @@ void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int6
                  static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
-// True when GGUF-type prefill (T >= kPrefillTokens) runs on a pack's tile: the load-time pack, or, for a QBlkPack
-// or KPack type held as rows (online --quantize q4_0 / q8_0 / q4_k, i.e. WeightKind::Quant, or a GGUF weight
-// without its load-time pack), a per-call pack: each 16-row block is packed into a per-thread buffer and multiplied
-// by all tokens, so the packing (~1 byte operation per weight byte) is paid once per call and block, not per
-// token, and nothing stays resident. Decode keeps the row kernel (a pack per call would cost more than the product).
-bool pack_tile_ok(const WeightMatrix& w, const KernelPlan& p) {
-  return p.load_pack() || qblk_supported(p.ggml_type, w.cols) || kpack_supported(p.ggml_type, w.cols);
-}
-
 // 64-byte aligned per-thread scratch of at least n bytes.
 uint8_t* tls_aligned(size_t n) {
   thread_local std::vector<uint8_t> buf;
@@ -655,7 +578,7 @@ void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x,
   const float* dxp = dx.data();
   // Q4_0, Q8_0: four rows per call, or long rows one after another (kern::kSeqRowBytes).
   const bool long_rows = static_cast<int64_t>(w.row_bytes()) > kern::kSeqRowBytes;
-  const bool four = (type == 2 || type == 8) && !long_rows;
+  const bool four = (type == ggml::Q4_0 || type == ggml::Q8_0) && !long_rows;
   for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < T; ++t) {
       int64_t r = r0;
@@ -681,94 +604,55 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   if (T <= 0 || w.rows <= 0) return;
   const Isa isa = kernel_isa();
   const KernelPlan& p = kernel_plan(w);
-  Path path = choose(w, p, isa);
-  // Prefill: per-channel symmetric INT8 weights with INT8 activations (W8A8) take the register-tiled VNNI
-  // kernel (matmul_avx512_tile.cpp), other INT4 / INT8 weights with INT8 activations its per-call block form.
-  // The remaining VNNI kernels are GEMV-shaped, so from kPrefillTokens on the dense F32 tile over a
-  // dequantized row block is faster for them; the product is the same up to float rounding (x still goes
-  // through the activation route; GGUF activations are then not rounded to Q8 blocks).
-  if (T >= kPrefillTokens && path == Path::Vnni512) {
-    const bool amx = isa >= Isa::Amx || amx_emulated();
-    if (amx && T >= kAmxTokens)
-      if (const AmxInt8Pack* pk = amx_int8_pack(w, p)) return run_amx_w8a8(w, p, *pk, x, T, y, isa >= Isa::Amx);
-    if (const Int8Tile* tile = int8_tile(w, p)) return run_vnni_tile512(w, p, *tile, x, T, y);
-    if (vnni_block_ok(w, p)) return run_vnni_block512(w, p, x, T, y);
+  const Kernel k = select_kernel(w, p, isa, T).kernel;
+  // Kernels that take x as it is (their own INT8 / BF16 handling, or weight-only).
+  switch (k) {
+    case Kernel::AmxTile:
+    case Kernel::AmxTileEmulated:
+      return run_amx_w8a8(w, p, *amx_int8_pack(w, p), x, T, y, k == Kernel::AmxTile);
+    case Kernel::VnniTile:
+      return run_vnni_tile512(w, p, *int8_tile(w, p), x, T, y);
+    case Kernel::VnniBlock:
+      return run_vnni_block512(w, p, x, T, y);
+    case Kernel::VnniGemv:
+      return run_vnni512(w, p, x, T, y);
+    case Kernel::Fp6Byte16:
+      return run_fp6_gemv(w, p, x, T, y);
+    default:
+      break;
   }
-  if (T >= kPrefillTokens && (path == Path::Vnni512 || (path == Path::GgmlQ8_512 && !pack_tile_ok(w, p))))
-    path = Path::Deq;
-  if (path == Path::Vnni512) return run_vnni512(w, p, x, T, y);
-  if (path == Path::Deq && T < kPrefillTokens && lowbit_nib16_ok(w, p)) return run_nib_gemv512(w, p, x, T, y);
-  if (path == Path::Deq && T >= kPrefillTokens && lowbit_codes(w, p) && bf16_tile_ok(w, p))
-    return run_bf16_tile(w, p, x, T, y);
-  if (path == Path::Deq && fp6_byte16_ok(w, p))
-    return T < kPrefillTokens ? run_fp6_gemv(w, p, x, T, y) : run_bf16_tile(w, p, x, T, y);
   std::vector<float> xq_storage;
   if (w.act_format != FormatId::F32) {
     xq_storage.resize(static_cast<size_t>(T * w.cols));
     quantize_activations(w, x, T, xq_storage.data());
     x = xq_storage.data();
   }
-  switch (path) {
-    case Path::Dense512: return matmul_dense_avx512(w, x, T, y);
-    case Path::GgmlQ8_512:  // x has been through the activation route; these kernels add the Q8 block rounding
-      if (p.qblk) return run_qblk512(w, *p.qblk, x, T, y);
-      if (p.kpack) return run_kpack512(w, *p.kpack, x, T, y);
-      if (T >= kPrefillTokens) {  // a per-call pack (pack_tile_ok, see above)
-        if (kpack_supported(p.ggml_type, w.cols)) return run_kpack_transient(w, p, x, T, y);
-        return run_qblk_transient(w, p, x, T, y);
-      }
+  switch (k) {
+    case Kernel::Dense:
+      return matmul_dense_avx512(w, x, T, y);
+    // x has been through the activation route; these kernels add the Q8 block rounding.
+    case Kernel::Q8Pack:
+      return p.qblk ? run_qblk512(w, *p.qblk, x, T, y) : run_kpack512(w, *p.kpack, x, T, y);
+    case Kernel::Q8PackPerCall:
+      return kpack_supported(p.ggml_type, w.cols) ? run_kpack_transient(w, p, x, T, y)
+                                                  : run_qblk_transient(w, p, x, T, y);
+    case Kernel::Q8Row:
       return run_ggml_q8_512(w, p, x, T, y);
-    case Path::Nib512:
-    case Path::Byte512: return run_codes512(w, p, x, T, y);
-    case Path::Vnni512:
-    case Path::Deq: break;
+    case Kernel::Bf16Tile:
+      return run_bf16_tile(w, p, x, T, y);
+    case Kernel::Nib16:
+    case Kernel::NibLane:
+      return run_nib_gemv512(w, p, x, T, y);
+    case Kernel::Byte16:
+      return run_byte16_gemv(w, p, x, T, y);
+    case Kernel::NibDot:
+    case Kernel::ByteDot:
+      return run_code_dots512(w, p, x, T, y);
+    case Kernel::F32Tile:
+      return run_deq(w, p, Isa::Avx512, x, T, y);
+    default:
+      return run_deq(w, p, isa, x, T, y);
   }
-  run_deq(w, p, isa, x, T, y);
-}
-
-std::string matmul_kernel_name(const WeightMatrix& w) {
-  const Isa isa = kernel_isa();
-  const KernelPlan& p = kernel_plan(w);
-  const Path path = choose(w, p, isa);
-  std::string name = w.format_name();
-  if (w.act_format == FormatId::INT8) name += "+a8";
-  else if (w.act_format != FormatId::F32) name += std::string("+a_") + format_info(w.act_format).name;
-  switch (path) {
-    case Path::Dense512: return name + ".dense.avx512";
-    case Path::Vnni512:
-      // Decode on VNNI. Prefill (matmul above): W8A8 per-channel from kAmxTokens tokens on AMX tiles when the
-      // tier has them, else on the VNNI register tile; INT4 / grouped / asymmetric INT codes on the VNNI tile
-      // over per-call decoded blocks ("vnniblock"); anything else dequantizes 16-row blocks into the FP32
-      // tile
-      // ("f32tile", activations still through the INT8 route).
-      if (w8a8_per_channel(w, p)) {
-        if (isa >= Isa::Amx || amx_emulated())
-          return name + (isa >= Isa::Amx ? ".vnni+amxtile.amx" : ".vnni+amxtile-emulated.avx512");
-        return name + ".vnni+vnnitile.avx512";
-      }
-      return name + (vnni_block_ok(w, p) ? ".vnni+vnniblock.avx512" : ".vnni+f32tile.avx512");
-    case Path::GgmlQ8_512:
-      // Without a load-time pack: decode by row, prefill on the pack's tile with a per-call pack where one
-      // exists, else (Q2_K, Q3_K) rows dequantized into the FP32 tile.
-      return name + (p.load_pack()        ? ".q8vnni16.avx512"
-                     : pack_tile_ok(w, p) ? ".q8vnni+q8vnni16.avx512"
-                                          : ".q8vnni+f32tile.avx512");
-    case Path::Nib512:
-    case Path::Byte512: {
-      // Decode (T < kPrefillTokens) on the lane kernel; prefill on the BF16 tile where it applies, else rows
-      // dequantized into the FP32 tile.
-      const bool dec16 = matmul_rounds_to_bf16(w, 1), tile16 = bf16_tile_ok(w, p);
-      return name + "." + (path == Path::Nib512 ? "nib" : "byte") + (dec16 ? "16" : "") +
-             (tile16 ? "+bf16tile" : "+f32tile") + (dec16 || tile16 ? ".avx512bf16" : ".avx512");
-    }
-    case Path::Deq:
-      // INT2 / INT3 decode on nib16 (see matmul()); without it the decode is unfused and named deq.
-      if (lowbit_nib16_ok(w, p))
-        return name + ".nib16" + (bf16_tile_ok(w, p) ? "+bf16tile" : "+f32tile") + ".avx512bf16";
-      if (fp6_byte16_ok(w, p)) return name + ".byte16+bf16tile.avx512bf16";  // FP6, rows widened per block
-      break;
-  }
-  return name + (w.kind == WeightKind::F32 ? ".dot." : ".deq.") + isa_name(isa);
 }
 
 float dot_f32(const float* a, const float* b, int64_t n) { return dot_isa(kernel_isa(), a, b, n); }
@@ -812,38 +696,6 @@ void silu_mul_f32(float* g, const float* u, int64_t n) {
     const float a = g[i];
     g[i] = a / (1.0f + std::exp(-a)) * u[i];
   }
-}
-
-void set_amx_emulation(bool on) { g_amx_emulated.store(on, std::memory_order_relaxed); }
-
-bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
-  const KernelPlan& p = kernel_plan(w);
-  if (kernel_isa() < Isa::Avx512Bf16) return false;
-  const Path path = choose(w, p, kernel_isa());
-  if (path == Path::Deq)
-    return T < kPrefillTokens ? lowbit_nib16_ok(w, p) || fp6_byte16_ok(w, p)
-                              : (lowbit_codes(w, p) || fp6_byte16_ok(w, p)) && bf16_tile_ok(w, p);
-  if (path != Path::Nib512 && path != Path::Byte512) return false;
-  if (T >= kPrefillTokens) return bf16_tile_ok(w, p);
-  return (path == Path::Nib512 && kern::nib_lanes_ok(p.group, w.cols)) || (path == Path::Byte512 && byte16_ok(p));
-}
-
-void matmul_weight_row(const WeightMatrix& w, int64_t T, int64_t r, float* out) {
-  const KernelPlan& p = kernel_plan(w);
-  if (p.route != Route::Nib || p.lut.size() < 16 || kern::nib16_table_exact(p.lut.data()) ||
-      !matmul_rounds_to_bf16(w, T))
-    return weight_row_f32(w, r, out);
-  float lut[16];
-  for (int i = 0; i < 16; ++i) lut[i] = bf16_to_f32(f32_to_bf16(p.lut[static_cast<size_t>(i)]));
-  deq_row_plan(w, p, r, out, lut);
-}
-
-bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {
-  const KernelPlan& p = kernel_plan(w);
-  if (choose(w, p, kernel_isa()) != Path::GgmlQ8_512) return false;
-  // Prefill rounds too when a load-time pack serves it (GGUF weights with their own plan, prepare_weight) or a
-  // per-call pack of a QBlkPack type.
-  return T < kPrefillTokens || pack_tile_ok(w, p);
 }
 
 namespace kern {

@@ -27,6 +27,38 @@
 
 namespace lowbit {
 
+// The kernels matmul() chooses from. Which one runs is decided in one place, select_kernel(): matmul() runs
+// it, matmul_kernel_name() names it, matmul_rounds_to_bf16 / _q8 and WeightMatrix::decode_bytes read it.
+enum class Kernel : uint8_t {
+  Deq,              // unfused: a row dequantized into a buffer, then dot products (every tier)
+  Dense,            // F32 / F16 / BF16 weights, AVX-512
+  VnniGemv,         // INT4 / INT8 codes x INT8 activations, decode
+  VnniTile,         // W8A8 per-channel prefill, VNNI register tile
+  AmxTile,          // W8A8 per-channel prefill on AMX-INT8 tiles
+  AmxTileEmulated,  // the same on the instruction-level emulator (set_amx_emulation)
+  VnniBlock,        // other INT4 / INT8 codes x INT8 activations, prefill over per-call decoded blocks
+  F32Tile,          // prefill: 16-row blocks dequantized into the dense FP32 tile
+  Q8Row,            // GGUF blocks x Q8 activations, decode by row
+  Q8Pack,           // GGUF on the load-time pack (QBlkPack / KPack), decode and prefill
+  Q8PackPerCall,    // GGUF prefill on a pack made per call
+  NibLane,          // 4-bit codes, lane kernel, FP32 activations (avx512 tier)
+  Nib16,            // 4-bit (and INT2 / INT3 widened) codes, lane kernel, BF16 activations
+  NibDot,           // 4-bit codes, one fused dot per row (groups the lanes cannot serve)
+  Byte16,           // 8-bit codes, lane kernel, BF16 activations
+  Fp6Byte16,        // FP6 rows widened per block to bytes, then the byte16 kernel
+  ByteDot,          // 8-bit codes, one fused dot per row
+  Bf16Tile,         // weight-only prefill on the BF16 tile
+};
+// What a kernel rounds the activations to beyond the weight's activation route.
+enum class ActRounding : uint8_t { None, Bf16, Q8 };
+struct KernelChoice {
+  Kernel kernel;
+  ActRounding rounding;
+};
+// The kernel matmul(w, ., T, .) runs on the current ISA tier.
+KernelChoice select_kernel(const WeightMatrix& w, int64_t T);
+const char* kernel_short_name(Kernel k);  // "nib16", "bf16tile", ... (the parts of matmul_kernel_name)
+
 void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y);
 // Plain scalar reference: applies the activation route to x (quantize_activations), widens each row to float32
 // and accumulates in double. The test oracle.

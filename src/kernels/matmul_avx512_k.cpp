@@ -20,13 +20,12 @@
 #include <cstring>
 #include <vector>
 
+#include "formats/ggml_types.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/matmul.h"
 
 namespace lowbit::kern {
 namespace {
-
-constexpr int kQ2K = 10, kQ3K = 11, kQ4K = 12, kQ5K = 13, kQ6K = 14;
 
 // Q4_K / Q5_K: the 8 six-bit scales and mins of a super-block (12 bytes, layout in formats/ggml_kquants.h),
 // unpacked with 32-bit integer ops into 8 scale bytes (low qword) and 8 min bytes (high qword):
@@ -232,7 +231,7 @@ void ggml_k_prep_x(int ggml_type, const float* x, int64_t cols, int8_t* qk, floa
   };
   for (int64_t s = 0; s < nsb; ++s) {
     const int64_t base = 256 * s;
-    if (ggml_type == kQ2K || ggml_type == kQ3K) {
+    if (ggml_type == ggml::Q2_K || ggml_type == ggml::Q3_K) {
       // Step k meets elements 32k.. (half 0) and 128 + 32k.. (half 1).
       for (int k = 0; k < 4; ++k) {
         std::memcpy(qk + base + 64 * k, qn.data() + base + 32 * k, 32);
@@ -241,11 +240,11 @@ void ggml_k_prep_x(int ggml_type, const float* x, int64_t cols, int8_t* qk, floa
       for (int i = 0; i < 16; ++i) {
         const float dxi = dx[8 * s + i / 2], si = static_cast<float>(sum(base + 16 * i, 16));
         xk[32 * s + i] = dxi;
-        xk[32 * s + 16 + i] = ggml_type == kQ3K ? -4.0f * si : -dxi * si;
+        xk[32 * s + 16 + i] = ggml_type == ggml::Q3_K ? -4.0f * si : -dxi * si;
       }
       continue;
     }
-    if (ggml_type == kQ6K) {
+    if (ggml_type == ggml::Q6_K) {
       std::memcpy(qk + base, qn.data() + base, 256);
       for (int i = 0; i < 16; ++i) {
         xk[32 * s + i] = dx[8 * s + i / 2];
@@ -271,10 +270,14 @@ void ggml_k_prep_x(int ggml_type, const float* x, int64_t cols, int8_t* qk, floa
 
 float ggml_k_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qk, const float* xk) {
   switch (ggml_type) {
-    case kQ4K: return k4_dot<false>(row, cols, qk, xk);
-    case kQ5K: return k4_dot<true>(row, cols, qk, xk);
-    case kQ2K: return k23_dot<false>(row, cols, qk, xk);
-    case kQ3K: return k23_dot<true>(row, cols, qk, xk);
+    case ggml::Q4_K:
+      return k4_dot<false>(row, cols, qk, xk);
+    case ggml::Q5_K:
+      return k4_dot<true>(row, cols, qk, xk);
+    case ggml::Q2_K:
+      return k23_dot<false>(row, cols, qk, xk);
+    case ggml::Q3_K:
+      return k23_dot<true>(row, cols, qk, xk);
     default: return q6k_dot(row, cols, qk, xk);
   }
 }

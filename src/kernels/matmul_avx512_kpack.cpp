@@ -23,18 +23,17 @@
 #include <algorithm>
 #include <cstring>
 
+#include "formats/ggml_types.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/with_nt.h"
 
 namespace lowbit::kern {
 namespace {
 
-constexpr int kQ2K = 10, kQ3K = 11, kQ4K = 12, kQ5K = 13, kQ6K = 14;
-
 // Q4_K / Q5_K region offsets (kernel_plan.h): the 320-byte scale block leads, then code chunk k.
 template <int TY>
 constexpr int64_t k45_chunk(int k) {
-  return TY == kQ4K ? 320 + 64 * k : 320 + 320 * (k / 4) + 64 * (k % 4);
+  return TY == ggml::Q4_K ? 320 + 64 * k : 320 + 320 * (k / 4) + 64 * (k % 4);
 }
 
 // Software prefetch, kPrefetchAhead bytes ahead, of the 1/n of a region that inner step k reads. Why: in the
@@ -79,18 +78,18 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
     const uint8_t* reg = reg0 + s * p.sb_bytes;
     // DRAM streaming: 4 KiB ahead (the regions of a row block are one sequential stream; harmless past the
     // end).
-    if constexpr (TY == kQ4K) _mm_prefetch(reinterpret_cast<const char*>(reg + 4096), _MM_HINT_T0);
-    if constexpr (TY == kQ2K || TY == kQ3K) {
+    if constexpr (TY == ggml::Q4_K) _mm_prefetch(reinterpret_cast<const char*>(reg + 4096), _MM_HINT_T0);
+    if constexpr (TY == ggml::Q2_K || TY == ggml::Q3_K) {
       // 16 sub-blocks of 16 columns; u_q = the 2-bit field q of every byte (columns 16i + 4q + j of row r in
       // byte 4r + j), Q3_K's third bit ORed in from mask q.
       const __m512 d = cvt_f16x16(reg);
-      const __m512 dmin = TY == kQ2K ? cvt_f16x16(reg + 32) : _mm512_setzero_ps();
+      const __m512 dmin = TY == ggml::Q2_K ? cvt_f16x16(reg + 32) : _mm512_setzero_ps();
       const __m512i m3 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4);
       for (int i = 0; i < 16; ++i) {
         prefetch_step<16>(reg, p.sb_bytes, i);
         __m512 ds, dm = _mm512_setzero_ps();
-        const uint8_t* v = reg + (TY == kQ2K ? 320 + 64 * i : 288 + 96 * i);
-        if constexpr (TY == kQ2K) {
+        const uint8_t* v = reg + (TY == ggml::Q2_K ? 320 + 64 * i : 288 + 96 * i);
+        if constexpr (TY == ggml::Q2_K) {
           const __m512i scm =
               _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(reg + 64 + 16 * i)));
           ds = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(scm, _mm512_set1_epi32(15))));
@@ -102,7 +101,7 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
         __m512i u[4] = {_mm512_and_si512(c, m3), _mm512_and_si512(_mm512_srli_epi16(c, 2), m3),
                         _mm512_and_si512(_mm512_srli_epi16(c, 4), m3),
                         _mm512_and_si512(_mm512_srli_epi16(c, 6), m3)};
-        if constexpr (TY == kQ3K)
+        if constexpr (TY == ggml::Q3_K)
           for (int q = 0; q < 4; ++q) {
             uint64_t mq;
             std::memcpy(&mq, v + 64 + 8 * q, 8);
@@ -112,19 +111,19 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
           const int8_t* xb = q + (t0 + j) * cols + 256 * s + 16 * i;
           const int32_t s16i = s16[(t0 + j) * n16 + 16 * s + i];
           // Q3_K: the value is u - 4; -4 * sum(q) starts the int32 accumulator, exactly.
-          __m512i acc = TY == kQ3K ? _mm512_set1_epi32(-4 * s16i) : _mm512_setzero_si512();
+          __m512i acc = TY == ggml::Q3_K ? _mm512_set1_epi32(-4 * s16i) : _mm512_setzero_si512();
           for (int k = 0; k < 4; ++k) acc = _mm512_dpbusd_epi32(acc, u[k], bcast32(xb + 4 * k));
           const float xd = dx[(t0 + j) * n32 + 8 * s + i / 2];
           accf[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(ds, _mm512_set1_ps(xd)), accf[j]);
-          if constexpr (TY == kQ2K)  // - dmin * m * dx * sum(q)
+          if constexpr (TY == ggml::Q2_K)  // - dmin * m * dx * sum(q)
             accf[j] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(xd * static_cast<float>(s16i)), accf[j]);
         }
       }
-    } else if constexpr (TY != kQ6K) {
+    } else if constexpr (TY != ggml::Q6_K) {
       const uint8_t* sc = reg;  // the scale block
       const __m512 d = cvt_f16x16(sc), dmin = cvt_f16x16(sc + 32);
       for (int sb = 0; sb < 8; ++sb) {
-        if constexpr (TY == kQ5K) prefetch_step<8>(reg, p.sb_bytes, sb);
+        if constexpr (TY == ggml::Q5_K) prefetch_step<8>(reg, p.sb_bytes, sb);
         const __m512 ds = _mm512_mul_ps(d, cvt_u8x16(sc + 64 + 16 * sb));
         const __m512 dm = _mm512_mul_ps(dmin, cvt_u8x16(sc + 192 + 16 * sb));
         __m512i acc[NT];
@@ -132,7 +131,7 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
         for (int k = 0; k < 4; ++k) {
           const __m512i v = _mm512_load_si512(reg + k45_chunk<TY>(4 * sb + k));
           __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-          if constexpr (TY == kQ5K) {
+          if constexpr (TY == ggml::Q5_K) {
             uint64_t ml, mh;
             const uint8_t* hb = reg + 320 + 320 * sb + 256 + 16 * k;
             std::memcpy(&ml, hb, 8);
@@ -197,13 +196,16 @@ void kpack_block_gemm_avx512(const KPack& p, const uint8_t* base, int64_t r, int
     with_nt(static_cast<int>(std::min<int64_t>(8, T - t0)), [&](auto n) {
       constexpr int NT = decltype(n)::value;
       switch (p.ggml_type) {
-        case kQ2K:
-          return kpack_tile<kQ2K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
-        case kQ3K:
-          return kpack_tile<kQ3K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
-        case kQ4K: return kpack_tile<kQ4K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
-        case kQ5K: return kpack_tile<kQ5K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
-        default: return kpack_tile<kQ6K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
+        case ggml::Q2_K:
+          return kpack_tile<ggml::Q2_K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
+        case ggml::Q3_K:
+          return kpack_tile<ggml::Q3_K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
+        case ggml::Q4_K:
+          return kpack_tile<ggml::Q4_K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
+        case ggml::Q5_K:
+          return kpack_tile<ggml::Q5_K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
+        default:
+          return kpack_tile<ggml::Q6_K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
       }
     });
 }

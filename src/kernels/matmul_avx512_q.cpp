@@ -18,6 +18,7 @@
 #include <cstring>
 #include <limits>
 
+#include "formats/ggml_types.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/lane_avx512.h"
 #include "kernels/prefetch.h"
@@ -411,7 +412,7 @@ float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const 
   const int64_t nb = cols / 32;
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   const __m256i zero = _mm256_setzero_si256();
-  if (ggml_type == 2) {  // Q4_0: d (f16), qs[16]; x = d * (q - 8)
+  if (ggml_type == ggml::Q4_0) {  //: d (f16), qs[16]; x = d * (q - 8)
     const __m128i m4 = _mm_set1_epi8(0x0F);
     const __m256i eight = _mm256_set1_epi8(8);
     for (int64_t b = 0; b < nb; ++b) {
@@ -427,14 +428,14 @@ float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const 
       if (b & 1) acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc1);
       else acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc0);
     }
-  } else if (ggml_type == 3 || ggml_type == 6 || ggml_type == 7) {
+  } else if (ggml_type == ggml::Q4_1 || ggml_type == ggml::Q5_0 || ggml_type == ggml::Q5_1) {
     // Q4_1: d, m (f16), qs[16]           x = d * q + m,        q = nibble
     // Q5_0: d (f16), qh[4], qs[16]       x = d * (q - 16),     q = nibble | high bit << 4
     // Q5_1: d, m (f16), qh[4], qs[16]    x = d * q + m
     // Element j < 16 is the low nibble of qs[j], element j + 16 its high nibble; bit j of qh is element j's 5th bit.
     // With x = dx * xq per block: sum_j w_j x_j = dx * (d * sum q*xq + m * sum xq)   (Q5_0: m = -16 d).
-    const bool has_m = ggml_type != 6, has_h = ggml_type != 3;
-    const int64_t bs = ggml_type == 3 ? 20 : ggml_type == 6 ? 22 : 24;
+    const bool has_m = ggml_type != ggml::Q5_0, has_h = ggml_type != ggml::Q4_1;
+    const int64_t bs = ggml_type == ggml::Q4_1 ? 20 : ggml_type == ggml::Q5_0 ? 22 : 24;
     const int64_t qs_off = (has_m ? 4 : 2) + (has_h ? 4 : 0);
     const __m128i m4 = _mm_set1_epi8(0x0F);
     const __m256i ones = _mm256_set1_epi8(1), h16 = _mm256_set1_epi8(0x10);
@@ -560,7 +561,7 @@ float q4_0_dot1_zmm(const uint8_t* row, int64_t nb, const int8_t* qx, const floa
 }  // namespace
 
 float ggml_q8_dot1_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx) {
-  if (ggml_type == 2) return q4_0_dot1_zmm(row, cols / 32, qx, dx);
+  if (ggml_type == ggml::Q4_0) return q4_0_dot1_zmm(row, cols / 32, qx, dx);
   return ggml_q8_dot_avx512(ggml_type, row, cols, qx, dx);
 }
 
@@ -570,7 +571,7 @@ float ggml_q8_dot1_avx512(int ggml_type, const uint8_t* row, int64_t cols, const
 void ggml_q8_dot4_avx512(int ggml_type, const uint8_t* const* rows, int64_t cols, const int8_t* qx, const float* dx,
                          float* out) {
   const int64_t nb = cols / 32;
-  if (ggml_type == 2) return q4_0_dot4_zmm(rows, nb, qx, dx, out);
+  if (ggml_type == ggml::Q4_0) return q4_0_dot4_zmm(rows, nb, qx, dx, out);
   // Q8_0: four ymm rows side by side (a two-zmm version measured +8 % in cache, nothing from DRAM: not kept).
   const __m256i zero = _mm256_setzero_si256();
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));

@@ -16,13 +16,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include "formats/ggml_types.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/with_nt.h"
 
 namespace lowbit::kern {
 namespace {
-
-constexpr int kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kIq4Nl = 20, kMxfp4 = 39;
 
 inline __m512i bcast32(const int8_t* p) {
   int32_t v;
@@ -44,10 +43,10 @@ void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols,
     const uint8_t* cb = base + p.code_off(b);
     const int8_t* xb = q + t0 * cols + 32 * b;
     __m512i acc[NT];
-    constexpr bool kMin = TY == kQ4_1 || TY == kQ5_1;
+    constexpr bool kMin = TY == ggml::Q4_1 || TY == ggml::Q5_1;
     for (int j = 0; j < NT; ++j)
       acc[j] = kMin ? _mm512_setzero_si512() : _mm512_set1_epi32(xo[(t0 + j) * nb + b]);
-    if constexpr (TY == kQ8_0) {
+    if constexpr (TY == ggml::Q8_0) {
       for (int k = 0; k < 8; ++k) {
         const __m512i w = _mm512_loadu_si512(cb + 64 * k);
         for (int j = 0; j < NT; ++j) acc[j] = _mm512_dpbusd_epi32(acc[j], w, bcast32(xb + j * cols + 4 * k));
@@ -56,7 +55,7 @@ void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols,
       for (int k = 0; k < 4; ++k) {
         const __m512i v = _mm512_loadu_si512(cb + 64 * k);
         __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        if constexpr (TY == kQ5_0 || TY == kQ5_1) {
+        if constexpr (TY == ggml::Q5_0 || TY == ggml::Q5_1) {
           uint64_t ml, mh;
           const uint8_t* hb = base + p.hbit_off(b, nb);
           std::memcpy(&ml, hb + 16 * k, 8);
@@ -64,7 +63,7 @@ void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols,
           lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(_cvtu64_mask64(ml), h16));
           hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(_cvtu64_mask64(mh), h16));
         }
-        if constexpr (TY == kIq4Nl || TY == kMxfp4) {
+        if constexpr (TY == ggml::IQ4_NL || TY == ggml::MXFP4) {
           lo = _mm512_shuffle_epi8(lut, lo);
           hi = _mm512_shuffle_epi8(lut, hi);
         }
@@ -76,7 +75,7 @@ void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols,
     }
     const __m256i sh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + p.scale_off(b, nb)));
     __m512 d;
-    if constexpr (TY == kMxfp4)
+    if constexpr (TY == ggml::MXFP4)
       d = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sh), 16));
     else
       d = _mm512_cvtph_ps(sh);
@@ -105,13 +104,20 @@ void qblk_block_gemm_avx512(const QBlkPack& p, const uint8_t* base, int64_t r, i
     with_nt(static_cast<int>(std::min<int64_t>(8, T - t0)), [&](auto n) {
       constexpr int NT = decltype(n)::value;
       switch (p.ggml_type) {
-        case kQ4_0: return qblk_tile<kQ4_0, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
-        case kQ5_0: return qblk_tile<kQ5_0, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
-        case kQ4_1: return qblk_tile<kQ4_1, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
-        case kQ5_1: return qblk_tile<kQ5_1, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
-        case kIq4Nl: return qblk_tile<kIq4Nl, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
-        case kMxfp4: return qblk_tile<kMxfp4, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
-        default: return qblk_tile<kQ8_0, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
+        case ggml::Q4_0:
+          return qblk_tile<ggml::Q4_0, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
+        case ggml::Q5_0:
+          return qblk_tile<ggml::Q5_0, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
+        case ggml::Q4_1:
+          return qblk_tile<ggml::Q4_1, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
+        case ggml::Q5_1:
+          return qblk_tile<ggml::Q5_1, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
+        case ggml::IQ4_NL:
+          return qblk_tile<ggml::IQ4_NL, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
+        case ggml::MXFP4:
+          return qblk_tile<ggml::MXFP4, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
+        default:
+          return qblk_tile<ggml::Q8_0, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, m);
       }
     });
 }

@@ -8,14 +8,13 @@
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "formats/format.h"
+#include "formats/ggml_types.h"
 #include "formats/minifloat.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/row_blocks.h"
 
 namespace lowbit {
 namespace {
-
-constexpr int kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kIq4Nl = 20, kMxfp4 = 39;
 
 // The non-linear grids as unsigned bytes (value + 128), so that vpdpbusd can take them as its unsigned
 // operand.
@@ -25,13 +24,13 @@ constexpr int8_t kMxfp4Grid[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -
 // Where the 16 code bytes start in a GGUF block.
 int qs_offset(int t) {
   switch (t) {
-    case kQ4_1:
+    case ggml::Q4_1:
       return 4;
-    case kQ5_0:
+    case ggml::Q5_0:
       return 6;
-    case kQ5_1:
+    case ggml::Q5_1:
       return 8;
-    case kMxfp4:
+    case ggml::MXFP4:
       return 1;
     default:
       return 2;
@@ -39,7 +38,7 @@ int qs_offset(int t) {
 }
 // Where the 32 fifth bits (little-endian uint32) start in a Q5_0 / Q5_1 block.
 int qh_offset(int t) {
-  return t == kQ5_1 ? 4 : 2;
+  return t == ggml::Q5_1 ? 4 : 2;
 }
 
 // MXFP4's block scale E8M0 e as the bf16 of 2^(e-127) / 2 (the grid holds 2 x E2M1): exact, denormals
@@ -58,7 +57,8 @@ float pack_scale(const QBlkPack& p, uint16_t h) {
 
 bool qblk_supported(int ggml_type, int64_t cols) {
   const int t = ggml_type;
-  return (t == kQ4_0 || t == kQ4_1 || t == kQ5_0 || t == kQ5_1 || t == kQ8_0 || t == kIq4Nl || t == kMxfp4) &&
+  return (t == ggml::Q4_0 || t == ggml::Q4_1 || t == ggml::Q5_0 || t == ggml::Q5_1 || t == ggml::Q8_0 ||
+          t == ggml::IQ4_NL || t == ggml::MXFP4) &&
          cols > 0 && cols % 32 == 0;
 }
 
@@ -67,23 +67,23 @@ QBlkPack qblk_layout(int t, int64_t rows, int64_t cols) {
   p.ggml_type = t;
   p.rows = rows;
   p.cols = cols;
-  p.code_bytes = t == kQ8_0 ? 512 : 256;
-  const bool five = t == kQ5_0 || t == kQ5_1;
+  p.code_bytes = t == ggml::Q8_0 ? 512 : 256;
+  const bool five = t == ggml::Q5_0 || t == ggml::Q5_1;
   p.hbit_bytes = five ? 64 : 0;
-  p.min_bytes = t == kQ4_1 || t == kQ5_1 ? 32 : 0;
+  p.min_bytes = t == ggml::Q4_1 || t == ggml::Q5_1 ? 32 : 0;
   p.block_bytes = p.code_bytes + p.hbit_bytes + 32 + p.min_bytes;
-  p.offset = t == kQ5_0 ? 16 : t == kQ4_0 ? 8 : p.min_bytes ? 0 : 128;
-  p.bf16_scales = t == kMxfp4;
-  p.has_lut = t == kIq4Nl || t == kMxfp4;
+  p.offset = t == ggml::Q5_0 ? 16 : t == ggml::Q4_0 ? 8 : p.min_bytes ? 0 : 128;
+  p.bf16_scales = t == ggml::MXFP4;
+  p.has_lut = t == ggml::IQ4_NL || t == ggml::MXFP4;
   if (p.has_lut)
     for (int c = 0; c < 16; ++c)
-      p.lut[c] = static_cast<uint8_t>((t == kIq4Nl ? kIq4NlGrid[c] : kMxfp4Grid[c]) + 128);
+      p.lut[c] = static_cast<uint8_t>((t == ggml::IQ4_NL ? kIq4NlGrid[c] : kMxfp4Grid[c]) + 128);
   return p;
 }
 
 void pack_qblk_block(const QBlkPack& p, const uint8_t* const* rows, int nr, uint8_t* base) {
   const int t = p.ggml_type;
-  const bool five = t == kQ5_0 || t == kQ5_1;
+  const bool five = t == ggml::Q5_0 || t == ggml::Q5_1;
   const int64_t nb = p.cols / 32;
   const int64_t sb = format_by_ggml_type(t)->block_bytes;  // GGUF bytes per block of 32
   std::memset(base, 0, static_cast<size_t>(nb * p.block_bytes));  // padding rows: code 0, scale 0
@@ -91,7 +91,7 @@ void pack_qblk_block(const QBlkPack& p, const uint8_t* const* rows, int nr, uint
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = rows[lr] + b * sb;
       uint8_t* codes = base + p.code_off(b);
-      if (t == kQ8_0) {
+      if (t == ggml::Q8_0) {
         for (int k = 0; k < 8; ++k)
           for (int j = 0; j < 4; ++j) codes[64 * k + 4 * lr + j] = blk[2 + 4 * k + j] ^ 0x80;  // q + 128
       } else {
@@ -117,7 +117,7 @@ void pack_qblk_block(const QBlkPack& p, const uint8_t* const* rows, int nr, uint
             }
         }
       }
-      if (t == kMxfp4) {
+      if (t == ggml::MXFP4) {
         const uint16_t h = mxfp4_scale_bf16(blk[0]);
         std::memcpy(base + p.scale_off(b, nb) + 2 * lr, &h, 2);
       } else {
@@ -151,7 +151,7 @@ void qblk_row_f32(const QBlkPack& p, int64_t r, float* out) {
     const uint8_t* codes = base + p.code_off(b);
     for (int j = 0; j < 32; ++j) {
       int c;
-      if (t == kQ8_0) {
+      if (t == ggml::Q8_0) {
         c = codes[(j / 4) * 64 + 4 * lr + j % 4];
       } else {
         const int k = j / 8, jj = j % 8, half = jj / 4;

@@ -1,0 +1,229 @@
+// One kernel selection: which kernel serves a weight on an ISA tier at T tokens (select_kernel), its name,
+// and what it rounds. matmul() runs what this decides; nothing else decides.
+#include "kernels/kernel_select.h"
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+
+#include "core/half.h"
+#include "formats/format.h"
+#include "kernels/matmul_avx512.h"
+#include "tensor/qtensor.h"
+
+namespace lowbit {
+
+namespace {
+std::atomic<bool> g_amx_emulated{false};
+}  // namespace
+
+bool amx_emulated() {
+  return g_amx_emulated.load(std::memory_order_relaxed);
+}
+
+// INT2 / INT3 weight-only products on the Avx512Bf16 tier with the codes widened to 4 bits in registers:
+// decode on the nib16 kernel (lane-compatible groups), prefill on the BF16 tile (run_bf16_tile, even groups).
+bool lowbit_codes(const WeightMatrix& w, const KernelPlan& p) {
+  return kernel_isa() >= Isa::Avx512Bf16 && w.kind == WeightKind::Quant && w.act_format == FormatId::F32 &&
+         (p.bits == 2 || p.bits == 3) && p.route == Route::Deq && p.lut.size() == (size_t{1} << p.bits);
+}
+
+bool lowbit_nib16_ok(const WeightMatrix& w, const KernelPlan& p) {
+  return lowbit_codes(w, p) && kern::nib_lanes_ok(p.group, w.cols);
+}
+
+// FP6 (6-bit E2M3 / E3M2 streams) on the byte16 kernels and the BF16 tile, each block's rows widened to one
+// code per byte first (widen_codes_avx512bf16); the plan holds the byte16 table when the groups fit its
+// lanes.
+bool fp6_byte16_ok(const WeightMatrix& w, const KernelPlan& p) {
+  return kernel_isa() >= Isa::Avx512Bf16 && w.kind == WeightKind::Quant && w.act_format == FormatId::F32 &&
+         p.bits == 6 && p.route == Route::Deq && p.byte16;
+}
+
+// True when the byte route's decode runs the BF16-activation kernel: the Avx512Bf16 tier and a plan with the
+// byte16 table (lane-compatible groups, every code value exact in BF16).
+bool byte16_ok(const KernelPlan& p) {
+  return kernel_isa() >= Isa::Avx512Bf16 && p.route == Route::Byte && p.byte16;
+}
+
+// True when prefill of a nib / byte route weight runs the BF16 register tile: the Avx512Bf16 tier, a value
+// table in BF16 (nib: every table, NF4's rounded to BF16 as in decode; byte: the byte16 table, exact) and
+// groups of whole pairs.
+bool bf16_tile_ok(const WeightMatrix& w, const KernelPlan& p) {
+  if (kernel_isa() < Isa::Avx512Bf16 || !(p.group >= w.cols || p.group % 2 == 0)) return false;
+  return (p.route == Route::Nib && p.lut.size() >= 16) || byte16_ok(p) || lowbit_codes(w, p) ||
+         fp6_byte16_ok(w, p);
+}
+
+// INT4 / INT8 weights with INT8 activations that the W8A8 tile does not take (INT4, groups, zero points): the
+// VNNI register tile over 16-row blocks decoded per call (vnni_block_avx512). Stored codes u with value
+// lut[u] = u - zoff (symmetric) or u (asymmetric, stored integer zero points), groups of whole 4-column
+// steps.
+bool vnni_block_ok(const WeightMatrix& w, const KernelPlan& p) {
+  if (w.kind != WeightKind::Quant || !p.int_codes || (p.bits != 4 && p.bits != 8)) return false;
+  if (!(p.gcols == 1 || p.group % 4 == 0) || p.lut.size() != (size_t{1} << p.bits)) return false;
+  const float zoff = p.asym ? 0.0f : -p.lut[0];
+  for (size_t u = 0; u < p.lut.size(); ++u)
+    if (p.lut[u] != static_cast<float>(u) - zoff) return false;
+  return true;
+}
+
+// True when GGUF-type prefill (T >= kPrefillTokens) runs on a pack's tile: the load-time pack, or, for a
+// QBlkPack or KPack type held as rows (online --quantize q4_0 / q8_0 / q4_k, i.e. WeightKind::Quant, or a
+// GGUF weight without its load-time pack), a per-call pack: each 16-row block is packed into a per-thread
+// buffer and multiplied by all tokens, so the packing (~1 byte operation per weight byte) is paid once per
+// call and block, not per token, and nothing stays resident. Decode keeps the row kernel (a pack per call
+// would cost more than the product).
+bool pack_tile_ok(const WeightMatrix& w, const KernelPlan& p) {
+  return p.load_pack() || qblk_supported(p.ggml_type, w.cols) || kpack_supported(p.ggml_type, w.cols);
+}
+
+// The one kernel decision (see matmul.h): matmul runs it, matmul_kernel_name names it, the rounding queries
+// and decode_bytes read it.
+KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, int64_t T) {
+  if (isa < Isa::Avx512) return {Kernel::Deq, ActRounding::None};
+  const bool prefill = T >= kPrefillTokens;
+  // INT4 / INT8 codes with INT8 activations: integer products. Prefill: W8A8 per-channel on AMX tiles (from
+  // kAmxTokens, where the tier or the emulator has them) or the VNNI register tile, other INT codes on the
+  // same tile over per-call decoded blocks, anything else dequantized into the FP32 tile (x still through the
+  // activation route).
+  if (w.act_format == FormatId::INT8 && p.int_codes && p.vnni_ok) {
+    if (!prefill) return {Kernel::VnniGemv, ActRounding::None};
+    if (w8a8_per_channel(w, p)) {
+      if (T >= kAmxTokens && isa >= Isa::Amx) return {Kernel::AmxTile, ActRounding::None};
+      if (T >= kAmxTokens && amx_emulated()) return {Kernel::AmxTileEmulated, ActRounding::None};
+      return {Kernel::VnniTile, ActRounding::None};
+    }
+    return {vnni_block_ok(w, p) ? Kernel::VnniBlock : Kernel::F32Tile, ActRounding::None};
+  }
+  switch (p.route) {
+    case Route::Dense:
+      return {Kernel::Dense, ActRounding::None};
+    case Route::GgmlQ8:
+      // Q8 blocks of x against the load-time pack; without one, decode by row and prefill on a per-call pack
+      // where the type has one, else (Q2_K / Q3_K held as rows) rows dequantized into the FP32 tile.
+      if (p.qblk || p.kpack) return {Kernel::Q8Pack, ActRounding::Q8};
+      if (!prefill) return {Kernel::Q8Row, ActRounding::Q8};
+      if (pack_tile_ok(w, p)) return {Kernel::Q8PackPerCall, ActRounding::Q8};
+      return {Kernel::F32Tile, ActRounding::None};
+    case Route::Nib:
+    case Route::Byte:
+      if (prefill)
+        return bf16_tile_ok(w, p) ? KernelChoice{Kernel::Bf16Tile, ActRounding::Bf16}
+                                  : KernelChoice{Kernel::F32Tile, ActRounding::None};
+      if (p.route == Route::Nib && kern::nib_lanes_ok(p.group, w.cols))
+        return isa >= Isa::Avx512Bf16 ? KernelChoice{Kernel::Nib16, ActRounding::Bf16}
+                                      : KernelChoice{Kernel::NibLane, ActRounding::None};
+      if (byte16_ok(p)) return {Kernel::Byte16, ActRounding::Bf16};
+      return {p.route == Route::Nib ? Kernel::NibDot : Kernel::ByteDot, ActRounding::None};
+    case Route::Deq:
+      break;
+  }
+  // INT2 / INT3 on the nib16 kernel and FP6 on byte16 (rows widened in registers / per block), both on the
+  // BF16 tile for prefill; everything else unfused (decode) or dequantized into the FP32 tile (prefill).
+  if (!prefill && lowbit_nib16_ok(w, p)) return {Kernel::Nib16, ActRounding::Bf16};
+  if (!prefill && fp6_byte16_ok(w, p)) return {Kernel::Fp6Byte16, ActRounding::Bf16};
+  if (prefill && (lowbit_codes(w, p) || fp6_byte16_ok(w, p)) && bf16_tile_ok(w, p))
+    return {Kernel::Bf16Tile, ActRounding::Bf16};
+  return {prefill ? Kernel::F32Tile : Kernel::Deq, ActRounding::None};
+}
+
+KernelChoice select_kernel(const WeightMatrix& w, int64_t T) {
+  return select_kernel(w, kernel_plan(w), kernel_isa(), T);
+}
+
+const char* kernel_short_name(Kernel k) {
+  switch (k) {
+    case Kernel::Deq:
+      return "deq";
+    case Kernel::Dense:
+      return "dense";
+    case Kernel::VnniGemv:
+      return "vnni";
+    case Kernel::AmxTile:
+      return "amxtile";
+    case Kernel::AmxTileEmulated:
+      return "amxtile-emulated";
+    case Kernel::VnniTile:
+      return "vnnitile";
+    case Kernel::VnniBlock:
+      return "vnniblock";
+    case Kernel::F32Tile:
+      return "f32tile";
+    case Kernel::Q8Row:
+      return "q8vnni";
+    case Kernel::Q8Pack:
+    case Kernel::Q8PackPerCall:
+      return "q8vnni16";
+    case Kernel::NibLane:
+    case Kernel::NibDot:
+      return "nib";
+    case Kernel::Nib16:
+      return "nib16";
+    case Kernel::Byte16:
+    case Kernel::Fp6Byte16:
+      return "byte16";
+    case Kernel::ByteDot:
+      return "byte";
+    case Kernel::Bf16Tile:
+      return "bf16tile";
+  }
+  return "?";
+}
+
+Isa kernel_tier(Kernel k) {
+  switch (k) {
+    case Kernel::AmxTile:
+      return Isa::Amx;
+    case Kernel::Nib16:
+    case Kernel::Byte16:
+    case Kernel::Fp6Byte16:
+    case Kernel::Bf16Tile:
+      return Isa::Avx512Bf16;
+    case Kernel::Deq:
+      return Isa::Generic;
+    default:
+      return Isa::Avx512;
+  }
+}
+
+std::string matmul_kernel_name(const WeightMatrix& w) {
+  const Isa isa = kernel_isa();
+  const KernelPlan& p = kernel_plan(w);
+  std::string name = w.format_name();
+  if (w.act_format == FormatId::INT8)
+    name += "+a8";
+  else if (w.act_format != FormatId::F32)
+    name += std::string("+a_") + format_info(w.act_format).name;
+  // "<decode>[+<prefill>].<tier>": decode at one token, prefill at a long prompt (AMX from kAmxTokens on).
+  const Kernel dec = select_kernel(w, p, isa, 1).kernel, pre = select_kernel(w, p, isa, 1 << 20).kernel;
+  // An unfused decode names the whole weight: the slow fallback that `run` / `bench` warn about.
+  if (dec == Kernel::Deq) return name + (w.kind == WeightKind::F32 ? ".dot." : ".deq.") + isa_name(isa);
+  const std::string d = kernel_short_name(dec), f = kernel_short_name(pre);
+  return name + "." + d + (f != d ? "+" + f : "") + "." +
+         isa_name(std::max(kernel_tier(dec), kernel_tier(pre)));
+}
+
+void set_amx_emulation(bool on) {
+  g_amx_emulated.store(on, std::memory_order_relaxed);
+}
+
+bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
+  return select_kernel(w, T).rounding == ActRounding::Bf16;
+}
+
+void matmul_weight_row(const WeightMatrix& w, int64_t T, int64_t r, float* out) {
+  const KernelPlan& p = kernel_plan(w);
+  if (p.route != Route::Nib || p.lut.size() < 16 || kern::nib16_table_exact(p.lut.data()) ||
+      !matmul_rounds_to_bf16(w, T))
+    return weight_row_f32(w, r, out);
+  float lut[16];
+  for (int i = 0; i < 16; ++i) lut[i] = bf16_to_f32(f32_to_bf16(p.lut[static_cast<size_t>(i)]));
+  deq_row_plan(w, p, r, out, lut);
+}
+
+bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {
+  return select_kernel(w, T).rounding == ActRounding::Q8;
+}
+
+}  // namespace lowbit
