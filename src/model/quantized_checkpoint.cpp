@@ -386,6 +386,14 @@ struct ModuleQuant {
   bool act_static = false;
 };
 
+// qc.value(key, "") for a string field, naming a value of another type instead of leaking json's type_error.
+std::string string_field(const json& qc, const char* key, const std::string& src) {
+  if (!qc.contains(key) || qc[key].is_null()) return "";
+  if (!qc[key].is_string())
+    bad(src + ": quantization_config." + key + " must be a string, got " + qc[key].type_name());
+  return qc[key].get<std::string>();
+}
+
 bool target_matches(const std::string& target, const std::string& module) {
   if (target == "Linear") return module != "model.embed_tokens";
   if (target.rfind("re:", 0) == 0) {
@@ -414,13 +422,13 @@ ModelWeights load_quantized_weights(const io::HfCheckpoint& ck, const ModelConfi
                                     std::shared_ptr<const void> owner, DenseMode mode) {
   const json& qc = ck.config["quantization_config"];
   const std::string src = ck.dir + "/config.json";
-  const std::string method = qc.value("quant_method", std::string());
+  const std::string method = string_field(qc, "quant_method", src);
   if (method != "compressed-tensors")
     bad(src + ": quant_method '" + method +
         "' is not supported; lowbit loads compressed-tensors checkpoints "
         "(convert GPTQ/AWQ checkpoints with llm-compressor, or quantize the 16-bit model with lowbit "
         "quantize)");
-  const std::string global_format = qc.value("format", std::string());
+  const std::string global_format = string_field(qc, "format", src);
   std::vector<std::string> ignore;
   if (qc.contains("ignore") && qc["ignore"].is_array())
     for (auto& x : qc["ignore"])

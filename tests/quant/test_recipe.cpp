@@ -92,6 +92,11 @@ TEST(Recipe, WakvNotationReportsWhatItLeavesOpen) {
   EXPECT_FALSE(parse_wakv("W4"));
   EXPECT_FALSE(parse_wakv("int4:g32"));
   EXPECT_NE(usage_message([] { parse_wakv("W5A16"); }).find("W5"), std::string::npos);
+  EXPECT_NE(usage_message([] { parse_wakv("W999A16"); }).find("W999"), std::string::npos);
+  // Found by fuzz_recipe: a width too long for int escaped std::stoi as std::out_of_range (not a UsageError).
+  EXPECT_FALSE(parse_wakv("W4A155555555555555555KV8"));
+  EXPECT_NE(usage_message([] { parse_recipe_arg("W99999999999A16"); }).find("unknown recipe"),
+            std::string::npos);
 }
 
 TEST(Recipe, W4A4IsRejectedForActivationsAndWarnsAboutRotation) {
