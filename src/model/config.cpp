@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <type_traits>
 
 #include "core/error.h"
 #include "io/gguf.h"
@@ -13,25 +15,39 @@ namespace {
 const char* kSupported = "llama, mistral, qwen2, qwen3 (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
                          "Qwen3ForCausalLM; SmolLM uses llama)";
 
+// v.get<T>() with the type checked. nlohmann converts any number to an integer type with a plain cast: a
+// float out of range is undefined behaviour and a big integer wraps, so integers are range-checked here.
 template <typename T>
-T req(const nlohmann::json& j, const char* key) {
-  if (!j.contains(key) || j[key].is_null())
-    fail("model", std::string("config.json is missing '") + key + "'; is this a decoder-only LLM config?");
+T checked(const nlohmann::json& v, const char* key) {
   try {
-    return j[key].get<T>();
-  } catch (const std::exception&) {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      const auto lo = static_cast<double>(std::numeric_limits<T>::min()), hi = -lo;  // [-2^(n-1), 2^(n-1))
+      const bool fits = v.is_number_unsigned()  ? v.get<uint64_t>() < static_cast<uint64_t>(hi)
+                        : v.is_number_integer() ? v.get<int64_t>() >= lo && v.get<int64_t>() < hi
+                        : v.is_number_float()   ? v.get<double>() >= lo && v.get<double>() < hi
+                                                : true;  // not a number: get<T>() throws below
+      if (!fits) {
+        fail("model", std::string("config.json field '") + key + "' = " + v.dump() +
+                          " is out of range; the config file is probably corrupt");
+      }
+    }
+    return v.get<T>();
+  } catch (const nlohmann::json::exception&) {
     fail("model", std::string("config.json field '") + key + "' has the wrong type");
   }
 }
 
 template <typename T>
+T req(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null())
+    fail("model", std::string("config.json is missing '") + key + "'; is this a decoder-only LLM config?");
+  return checked<T>(j[key], key);
+}
+
+template <typename T>
 T opt(const nlohmann::json& j, const char* key, T def) {
   if (!j.contains(key) || j[key].is_null()) return def;
-  try {
-    return j[key].get<T>();
-  } catch (const std::exception&) {
-    fail("model", std::string("config.json field '") + key + "' has the wrong type");
-  }
+  return checked<T>(j[key], key);
 }
 
 }  // namespace
@@ -64,6 +80,11 @@ void ModelConfig::validate() const {
   if (head_dim % 2) fail("model", "config: head_dim must be even for RoPE (got " + std::to_string(head_dim) + ")");
   if (dim > (1 << 20) || n_layers > 4096 || vocab_size > (1 << 24) || ffn_dim > (1 << 22) || head_dim > 4096)
     fail("model", "config: dimensions are implausibly large; the config file is probably corrupt");
+  // With the bounds above this keeps q_dim(), kv_dim() and n_params() far from int64 overflow.
+  if (n_heads > (1 << 16)) {
+    fail("model", "config: num_attention_heads " + std::to_string(n_heads) +
+                      " is implausible (at most 65536); the config file is probably corrupt");
+  }
   if (!(norm_eps > 0) || !(rope_theta > 0)) fail("model", "config: rms_norm_eps and rope_theta must be positive");
 }
 
@@ -120,7 +141,7 @@ ModelConfig config_from_hf(const nlohmann::json& j) {
   c.rope_style = RopeStyle::Half;
   c.bos_id = opt<int32_t>(j, "bos_token_id", 1);
   if (j.contains("eos_token_id") && j["eos_token_id"].is_array() && !j["eos_token_id"].empty())
-    c.eos_id = j["eos_token_id"][0].get<int32_t>();
+    c.eos_id = checked<int32_t>(j["eos_token_id"][0], "eos_token_id");
   else
     c.eos_id = opt<int32_t>(j, "eos_token_id", 2);
   c.torch_dtype = opt<std::string>(j, "torch_dtype", "float32");
@@ -176,7 +197,9 @@ ModelConfig config_from_gguf(const io::GgufFile& g) {
   c.n_layers = geti("block_count");
   c.n_heads = geti("attention.head_count");
   c.n_kv_heads = has("attention.head_count_kv") ? geti("attention.head_count_kv") : c.n_heads;
-  c.head_dim = has("attention.key_length") ? geti("attention.key_length") : c.dim / c.n_heads;
+  c.head_dim = has("attention.key_length") ? geti("attention.key_length")
+               : c.n_heads > 0             ? c.dim / c.n_heads
+                                           : 0;
   c.ffn_dim = geti("feed_forward_length");
   c.max_seq_len = has("context_length") ? geti("context_length") : 2048;
   c.norm_eps = has("attention.layer_norm_rms_epsilon") ? g.get(arch + ".attention.layer_norm_rms_epsilon").as_float()

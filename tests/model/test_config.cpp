@@ -1,6 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "core/error.h"
+#include "io/gguf.h"
 #include "model/config.h"
 #include "model/rope.h"
 
@@ -58,6 +63,60 @@ TEST(Config, RejectsBadConfigs) {
   j = llama32_1b();
   j["hidden_size"] = "big";
   EXPECT_THROW(config_from_hf(j), Error);
+}
+
+// Found by fuzz_hf_checkpoint: each of these escaped as a json exception or undefined behaviour (a float cast
+// out of range, an int64 overflow in n_params) instead of a clear Error("model").
+TEST(Config, RejectsOutOfRangeNumbersAndBadEosLists) {
+  auto message = [](const json& j) {
+    try {
+      config_from_hf(j);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  auto j = llama32_1b();
+  j["eos_token_id"] = {"x"};
+  EXPECT_NE(message(j).find("'eos_token_id' has the wrong type"), std::string::npos) << message(j);
+  j = llama32_1b();
+  j["hidden_size"] = 1e300;
+  EXPECT_NE(message(j).find("'hidden_size' = 1e+300 is out of range"), std::string::npos) << message(j);
+  j = llama32_1b();
+  j["bos_token_id"] = 1ll << 40;  // would wrap to 0 as int32
+  EXPECT_NE(message(j).find("'bos_token_id' = 1099511627776 is out of range"), std::string::npos)
+      << message(j);
+  j = llama32_1b();
+  j["num_attention_heads"] = 1ll << 62;
+  j["num_key_value_heads"] = 1;
+  j["head_dim"] = 2;
+  EXPECT_NE(message(j).find("num_attention_heads 4611686018427387904 is implausible"), std::string::npos)
+      << message(j);
+  j = llama32_1b();
+  j["hidden_size"] = 2048.0;  // an integral float still reads
+  EXPECT_EQ(config_from_hf(j).dim, 2048);
+}
+
+// Found by fuzz_gguf_model: head_count 0 without key_length divided by zero before validate() could say so.
+TEST(Config, GgufZeroHeadsIsAnError) {
+  io::GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_u32("llama.embedding_length", 64);
+  w.set_u32("llama.block_count", 1);
+  w.set_u32("llama.attention.head_count", 0);
+  w.set_u32("llama.feed_forward_length", 128);
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("lowbit_config_heads0_" + std::to_string(::getpid()) + ".gguf");
+  w.write(path.string());
+  const auto g = io::GgufFile::open(path.string());
+  std::filesystem::remove(path);
+  try {
+    config_from_gguf(g);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_attention_heads must be positive"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Rope, Llama3ScalingMatchesFormula) {
