@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 
 #include "core/error.h"
 #include "core/hash.h"
@@ -36,6 +37,26 @@ T get(const uint8_t* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
+}
+
+// Header integers. nlohmann's get<int>() casts whatever number it finds (a float out of range is undefined
+// behaviour, a big integer wraps), so the value must be a JSON integer that fits T.
+template <typename T>
+T int_value(const nlohmann::json& v, const std::string& what) {
+  const bool fits = v.is_number_unsigned()
+                        ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                        : v.is_number_integer() && v.get<int64_t>() >= std::numeric_limits<T>::min() &&
+                              v.get<int64_t>() <= std::numeric_limits<T>::max();
+  if (!fits) {
+    throw Error("eval", "baseline header field '" + what + "' must be an integer in range, got " +
+                            v.dump().substr(0, 40));
+  }
+  return v.get<T>();
+}
+
+template <typename T>
+T int_field(const nlohmann::json& j, const char* key) {
+  return int_value<T>(j.at(key), key);
 }
 
 std::string hex_to_raw(const std::string& hex) {
@@ -100,21 +121,26 @@ BaselineMeta BaselineMeta::from_json(const nlohmann::json& j) {
     m.text_path = t.at("path").get<std::string>();
     m.text_sha256 = t.at("sha256").get<std::string>();
     m.tokens_sha256 = t.at("tokens_sha256").get<std::string>();
-    m.text_tokens = t.at("text_tokens").get<int64_t>();
+    m.text_tokens = int_field<int64_t>(t, "text_tokens");
     m.method = ppl_method_from_string(j.at("method").get<std::string>());
-    m.ctx = j.at("ctx").get<int64_t>();
-    m.windows = j.at("windows").get<int64_t>();
-    m.first_chars = j.at("first_chars").get<int64_t>();
+    m.ctx = int_field<int64_t>(j, "ctx");
+    m.windows = int_field<int64_t>(j, "windows");
+    m.first_chars = int_field<int64_t>(j, "first_chars");
     m.bos = j.at("bos").get<bool>();
-    m.vocab_size = j.at("vocab_size").get<int64_t>();
-    m.k = j.at("topk").get<int>();
-    m.rows = j.at("rows").get<int64_t>();
+    m.vocab_size = int_field<int64_t>(j, "vocab_size");
+    m.k = int_field<int>(j, "topk");
+    m.rows = int_field<int64_t>(j, "rows");
     const auto& p = j.at("perplexity");
     m.ppl.ppl = p.at("ppl").get<double>();
     m.ppl.ppl_stderr = p.at("ppl_stderr").get<double>();
     m.ppl.mean_nll = p.at("mean_nll").get<double>();
     m.ppl.mean_nll_stderr = p.at("mean_nll_stderr").get<double>();
-    m.ppl.tokens = p.at("tokens").get<int64_t>();
+    m.ppl.tokens = int_field<int64_t>(p, "tokens");
+    for (const char* h : {"top1_prob", "entropy"}) {
+      const nlohmann::json& counts = j.at("histograms").at(h).at("counts");
+      if (!counts.is_array()) continue;  // Histogram::from_json names the type error
+      for (const auto& c : counts) (void)int_value<int64_t>(c, std::string("histograms.") + h + ".counts");
+    }
     m.histograms.top1_prob = Histogram::from_json(j.at("histograms").at("top1_prob"));
     m.histograms.entropy = Histogram::from_json(j.at("histograms").at("entropy"));
   } catch (const nlohmann::json::exception& e) {

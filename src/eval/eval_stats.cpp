@@ -108,9 +108,9 @@ double percentile_sorted(const std::vector<double>& v, double q) {
 void Histogram::add(double x) {
   if (counts.empty()) return;
   const int n = static_cast<int>(counts.size());
-  int b = hi > lo ? static_cast<int>(std::floor((x - lo) / (hi - lo) * n)) : 0;
-  if (!(b >= 0)) b = 0;  // also catches NaN
-  if (b >= n) b = n - 1;
+  // Clamp in double before the cast: converting NaN or an out-of-range value to int is undefined.
+  const double t = hi > lo ? std::floor((x - lo) / (hi - lo) * n) : 0.0;
+  const int b = !(t >= 0) ? 0 : t >= n ? n - 1 : static_cast<int>(t);  // !(t >= 0) also catches NaN
   counts[static_cast<size_t>(b)]++;
 }
 

@@ -5,10 +5,13 @@
 
 #include <unistd.h>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 
+#include "core/hash.h"
 #include "eval/baseline.h"
 
 using namespace lowbit;
@@ -167,6 +170,48 @@ TEST(BaselineFile, OutOfRangeRecordBehindValidChecksum) {
   EXPECT_THROW(load_baseline(path), Error);
   std::filesystem::remove(path);
   EXPECT_THROW(load_baseline(temp_path("does_not_exist.lbbase")), Error);
+}
+
+namespace {
+
+// The file `bytes` with its header JSON replaced by edit(header), header length and checksum fixed up.
+std::string with_header(const std::string& bytes, const std::function<void(nlohmann::json&)>& edit) {
+  uint32_t hl;
+  std::memcpy(&hl, bytes.data() + 12, 4);
+  nlohmann::json h = nlohmann::json::parse(bytes.substr(16, hl));
+  edit(h);
+  const std::string text = h.dump();
+  std::string out = bytes.substr(0, 12);
+  const uint32_t n = static_cast<uint32_t>(text.size());
+  out.append(reinterpret_cast<const char*>(&n), 4);
+  out += text;
+  out += bytes.substr(16 + hl, bytes.size() - 16 - hl - 40);
+  const std::string hex = sha256_hex(out.data(), out.size());
+  for (size_t i = 0; i < 32; ++i)
+    out.push_back(static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16)));
+  return out + bytes.substr(bytes.size() - 8);
+}
+
+}  // namespace
+
+// Found by fuzz_baseline: header integers given as out-of-range floats were cast with undefined behaviour
+// (nlohmann's get<int64_t>() on 1e300) before any size check could reject them.
+TEST(BaselineFile, HeaderIntegersMustBeIntegersInRange) {
+  const std::string path = temp_path("ints.lbbase");
+  save_baseline(path, synthetic());
+  const std::string bytes = bytes_of(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(error_of(with_header(bytes, [](nlohmann::json&) {})), "");  // the fix-up itself is exact
+  EXPECT_NE(error_of(with_header(bytes, [](nlohmann::json& h) { h["ctx"] = 1e300; }))
+                .find("'ctx' must be an integer"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(with_header(bytes, [](nlohmann::json& h) { h["topk"] = int64_t{1} << 40; })).find("'topk'"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of(with_header(bytes, [](nlohmann::json& h) { h["histograms"]["entropy"]["counts"][0] = -1e30; }))
+          .find("histograms.entropy.counts"),
+      std::string::npos);
 }
 
 TEST(BaselineFile, MismatchNamesWhatDiffers) {
