@@ -101,6 +101,68 @@ GgufType read_type(ByteReader& r, const std::string& what) {
   return static_cast<GgufType>(t);
 }
 
+// Bytes of one element of a fixed-size type; 0 for STRING and ARRAY (variable size).
+uint64_t fixed_value_bytes(GgufType t) {
+  return t == GgufType::STRING || t == GgufType::ARRAY ? 0 : min_value_bytes(t);
+}
+
+void check_array_fits(ByteReader& r, GgufType elem, uint64_t count, const std::string& what) {
+  uint64_t min_bytes;
+  if (!mul_ok(count, min_value_bytes(elem), &min_bytes) || min_bytes > r.remaining()) {
+    bad(r, what + ": array of " + std::to_string(count) + " " + type_name(elem) +
+               " values cannot fit in the " + std::to_string(r.remaining()) +
+               " bytes left; the file is corrupt");
+  }
+}
+
+// Validates one value and moves past it without decoding it (nested arrays inside an encoded array).
+void skip_value(ByteReader& r, GgufType type, const std::string& what, int depth);
+
+// Validates `count` elements of type `elem` at the cursor and moves past them. `starts`, when given, receives
+// the start of each variable-size element relative to `base`.
+void skip_elements(ByteReader& r, GgufType elem, uint64_t count, const std::string& what, int depth,
+                   size_t base, std::vector<uint64_t>* starts) {
+  if (const uint64_t size = fixed_value_bytes(elem)) {
+    const uint8_t* p = r.bytes(count * size, what);  // check_array_fits bounded count * size
+    if (elem == GgufType::BOOL) {
+      for (uint64_t i = 0; i < count; ++i) {
+        if (p[i] > 1) bad(r, what + ": bool value " + std::to_string(p[i]) + " is not 0 or 1");
+      }
+    }
+    return;
+  }
+  if (starts) starts->reserve(static_cast<size_t>(count));
+  for (uint64_t i = 0; i < count; ++i) {
+    if (starts) starts->push_back(r.pos() - base);
+    skip_value(r, elem, what, depth);
+  }
+}
+
+void skip_value(ByteReader& r, GgufType type, const std::string& what, int depth) {
+  if (type == GgufType::STRING) {
+    // No `what + "..."` per element: a 10 M-string array would allocate (and free) 10 M error labels.
+    if (r.remaining() < 8) r.u64(what + " length");  // throws, naming the field
+    const uint64_t len = r.u64(what);
+    if (len > kMaxStringBytes) {
+      bad(r, what + " length " + std::to_string(len) + " at offset " + std::to_string(r.pos() - 8) +
+                 " exceeds the limit of " + std::to_string(kMaxStringBytes) + " bytes; the file is corrupt");
+    }
+    r.skip(len, what);
+    return;
+  }
+  if (type != GgufType::ARRAY) {
+    skip_elements(r, type, 1, what, depth, 0, nullptr);
+    return;
+  }
+  if (depth >= kMaxArrayDepth) {
+    bad(r, what + ": arrays nested deeper than " + std::to_string(kMaxArrayDepth) + " levels");
+  }
+  const GgufType elem = read_type(r, what + " element");
+  const uint64_t count = r.u64(what + " element count");
+  check_array_fits(r, elem, count, what);
+  skip_elements(r, elem, count, what, depth + 1, 0, nullptr);
+}
+
 GgufValue read_value(ByteReader& r, GgufType type, const std::string& what, int depth) {
   GgufValue v;
   v.type = type;
@@ -149,18 +211,15 @@ GgufValue read_value(ByteReader& r, GgufType type, const std::string& what, int 
         bad(r, what + ": arrays nested deeper than " + std::to_string(kMaxArrayDepth) + " levels");
       }
       v.elem_type = read_type(r, what + " element");
-      uint64_t count = r.u64(what + " element count");
-      uint64_t min_bytes;
-      if (!mul_ok(count, min_value_bytes(v.elem_type), &min_bytes) || min_bytes > r.remaining()) {
-        bad(r, what + ": array of " + std::to_string(count) + " " + type_name(v.elem_type) +
-                   " values cannot fit in the " + std::to_string(r.remaining()) +
-                   " bytes left; the file is corrupt");
-      }
-      auto arr = std::make_shared<GgufArray>();
-      arr->reserve(static_cast<size_t>(count));
-      for (uint64_t i = 0; i < count; ++i) {
-        arr->push_back(read_value(r, v.elem_type, what, depth + 1));
-      }
+      const uint64_t count = r.u64(what + " element count");
+      check_array_fits(r, v.elem_type, count, what);
+      // Validate now, keep the encoded bytes, decode elements on access (see GgufArray).
+      const size_t start = r.pos();
+      const uint8_t* first = r.bytes(0, what);  // the cursor, not moved
+      std::vector<uint64_t> starts;
+      skip_elements(r, v.elem_type, count, what, depth + 1, start, &starts);
+      auto arr = std::make_shared<GgufArray>(
+          GgufArray::from_encoded(v.elem_type, count, first, r.pos() - start, std::move(starts)));
       v.v = std::move(arr);
       break;
     }
@@ -225,13 +284,59 @@ bool GgufValue::as_bool() const {
   if (auto* b = std::get_if<bool>(&v)) return *b;
   type_mismatch(*this, "a bool");
 }
-const std::string& GgufValue::as_string() const {
+const std::string& GgufValue::as_string() const& {
   if (auto* s = std::get_if<std::string>(&v)) return *s;
   type_mismatch(*this, "a string");
 }
-const GgufArray& GgufValue::as_array() const {
+const GgufArray& GgufValue::as_array() const& {
   if (auto* a = std::get_if<std::shared_ptr<GgufArray>>(&v)) return **a;
   type_mismatch(*this, "an array");
+}
+std::string GgufValue::as_string() && {
+  if (auto* s = std::get_if<std::string>(&v)) return std::move(*s);
+  type_mismatch(*this, "a string");
+}
+GgufArray GgufValue::as_array() && {
+  if (auto* a = std::get_if<std::shared_ptr<GgufArray>>(&v)) {
+    if (a->use_count() == 1) return std::move(**a);  // the only owner: hand the array over
+    return **a;
+  }
+  type_mismatch(*this, "an array");
+}
+
+// ---- GgufArray ----
+
+GgufArray GgufArray::from_encoded(GgufType elem, uint64_t count, const uint8_t* bytes, size_t nbytes,
+                                  std::vector<uint64_t> starts) {
+  GgufArray a;
+  a.encoded_ = true;
+  a.elem_ = elem;
+  a.count_ = count;
+  a.bytes_.assign(bytes, bytes + nbytes);
+  a.starts_ = std::move(starts);
+  return a;
+}
+
+GgufValue GgufArray::operator[](size_t i) const {
+  if (i >= size()) {
+    fail("io", "GGUF array index " + std::to_string(i) + " is out of range (" + std::to_string(size()) +
+                   " elements)");
+  }
+  if (!encoded_) return values_[i];
+  const uint64_t size = fixed_value_bytes(elem_);
+  const uint64_t at = size ? i * size : starts_[i];
+  // The bytes were validated when the file was read, so this decode cannot fail.
+  ByteReader r(bytes_.data() + at, bytes_.size() - at, "GGUF array element");
+  return read_value(r, elem_, "array element", 0);
+}
+
+void GgufArray::push_back(GgufValue v) {
+  if (encoded_) fail("io", "GgufArray: an array read from a file is read-only; build a new one to change it");
+  values_.push_back(std::move(v));
+}
+
+size_t GgufArray::memory_bytes() const {
+  return bytes_.capacity() + starts_.capacity() * sizeof(uint64_t) + values_.capacity() * sizeof(GgufValue);
 }
 
 const GgufValue& GgufFile::get(const std::string& key) const {

@@ -6,7 +6,9 @@
 // fit the bytes left; tensors have <= 4 dims, each > 0, a known ggml type (formats/ggml_types.h), a row
 // length that is a multiple of the block size, and aligned, non-overlapping offsets inside the data section.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,8 +36,7 @@ enum class GgufType : uint32_t {
   FLOAT64 = 12
 };
 
-struct GgufValue;
-using GgufArray = std::vector<GgufValue>;
+class GgufArray;
 struct GgufValue {
   GgufType type = GgufType::UINT32;
   GgufType elem_type = GgufType::UINT32;  // for ARRAY
@@ -45,8 +46,65 @@ struct GgufValue {
   int64_t as_int() const;
   double as_float() const;
   bool as_bool() const;
-  const std::string& as_string() const;
-  const GgufArray& as_array() const;
+  const std::string& as_string() const&;
+  const GgufArray& as_array() const&;
+  // On a temporary (an element decoded from a GgufArray) these return their own copy, so
+  // `const std::string& s = arr[i].as_string();` and `for (auto& e : arr[i].as_array())` stay valid.
+  std::string as_string() &&;
+  GgufArray as_array() &&;
+};
+
+// A metadata array. Arrays read from a file keep their encoded bytes (one copy, little-endian, plus an 8-byte
+// start offset per string / nested-array element) and decode an element on access: a GgufValue per element
+// would hold ~48 bytes for each 1-byte uint8 in the file, so a crafted 1 GB file could demand ~48 GB.
+// Arrays built in memory (writer, tests) hold their GgufValues. Elements come back by value.
+class GgufArray {
+ public:
+  class iterator {
+   public:
+    using value_type = GgufValue;
+    using difference_type = std::ptrdiff_t;
+    iterator(const GgufArray* a, size_t i) : a_(a), i_(i) {}
+    GgufValue operator*() const { return (*a_)[i_]; }
+    iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator==(const iterator& o) const { return i_ == o.i_; }
+
+   private:
+    const GgufArray* a_;
+    size_t i_;
+  };
+
+  GgufArray() = default;
+  GgufArray(std::initializer_list<GgufValue> values) : values_(values) {}
+  // Encoded elements of type `elem` exactly as in a file (already validated by the reader): they are copied.
+  static GgufArray from_encoded(GgufType elem, uint64_t count, const uint8_t* bytes, size_t nbytes,
+                                std::vector<uint64_t> starts);
+
+  size_t size() const { return encoded() ? count_ : values_.size(); }
+  bool empty() const { return size() == 0; }
+  GgufValue operator[](size_t i) const;  // decoded on access; Error("io") when out of range
+  iterator begin() const { return {this, 0}; }
+  iterator end() const { return {this, size()}; }
+  void reserve(size_t n) { values_.reserve(n); }
+  void push_back(GgufValue v);  // in-memory arrays only
+
+  // Encoded form (for the writer's byte-exact copy); empty for in-memory arrays.
+  bool encoded() const { return encoded_; }
+  GgufType encoded_elem_type() const { return elem_; }
+  const std::vector<uint8_t>& encoded_bytes() const { return bytes_; }
+  // Heap bytes this array holds (the memory bound the reader promises; tests check it).
+  size_t memory_bytes() const;
+
+ private:
+  std::vector<GgufValue> values_;
+  bool encoded_ = false;
+  GgufType elem_ = GgufType::UINT8;
+  uint64_t count_ = 0;
+  std::vector<uint8_t> bytes_;
+  std::vector<uint64_t> starts_;  // element start in bytes_, for STRING / ARRAY elements only
 };
 
 struct GgufFile {

@@ -63,6 +63,10 @@ void put_value(std::vector<uint8_t>& out, const GgufValue& v, const std::string&
       const GgufArray& a = v.as_array();
       put<uint32_t>(out, static_cast<uint32_t>(v.elem_type));
       put<uint64_t>(out, a.size());
+      if (a.encoded() && a.encoded_elem_type() == v.elem_type) {  // read from a file: already encoded
+        out.insert(out.end(), a.encoded_bytes().begin(), a.encoded_bytes().end());
+        return;
+      }
       for (const GgufValue& e : a) {
         if (e.type != v.elem_type) fail("io", "GgufWriter: array '" + key + "' mixes element types");
         put_value(out, e, key);

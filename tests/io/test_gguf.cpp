@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cstring>
+#include <fstream>
 
 #include "io/gguf.h"
 #include "io_test_util.h"
@@ -171,6 +175,94 @@ std::vector<uint8_t> small_valid() {
   pad_to(b, 32);
   b.b.resize(b.b.size() + 96, 0x11);
   return b.b;
+}
+
+// Resident set now (/proc/self/statm) and the process peak so far (getrusage), in bytes.
+size_t current_rss() {
+  std::ifstream in("/proc/self/statm");
+  size_t pages_total = 0, pages_resident = 0;
+  in >> pages_total >> pages_resident;
+  return pages_resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+}
+size_t peak_rss() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<size_t>(u.ru_maxrss) * 1024;
+}
+
+// Finding 4 of issue 22: each array element used to become a ~48-byte GgufValue, so a 10 MB file holding one
+// uint8 array of 10 M elements took ~480 MB before anything could reject it (a 1 GB file: ~48 GB). Arrays now
+// keep their encoded bytes and decode on access: memory stays within a small factor of the file.
+TEST(Gguf, HugeMetadataArraysCostAboutTheirFileBytes) {
+  constexpr uint64_t kU8 = 10'000'000, kStrings = 2'000'000;
+  Bytes b = head(3, 0, 2);
+  b.b.reserve(64 + kU8 + kStrings * 9 + 64);  // one allocation: the peak before parsing is the file itself
+  b.str("u8s").put<uint32_t>(9).put<uint32_t>(0).put<uint64_t>(kU8);
+  b.b.resize(b.b.size() + kU8, 7);
+  b.b.back() = 9;
+  b.str("strs").put<uint32_t>(9).put<uint32_t>(8).put<uint64_t>(kStrings);
+  for (uint64_t i = 0; i < kStrings; ++i) b.str(i + 1 == kStrings ? "z" : "a");
+  const size_t file_bytes = b.b.size();
+
+  const size_t before = current_rss();
+  auto g = parse(b.b);
+  const size_t grew = peak_rss() > before ? peak_rss() - before : 0;
+  // Two copies of the file at most (encoded bytes + 8-byte string starts) plus allocator slack; the old
+  // representation needed ~576 MB here.
+  EXPECT_LT(grew, 3 * file_bytes + (16u << 20)) << "file " << file_bytes << " bytes";
+
+  const GgufArray& u8s = g.get("u8s").as_array();
+  const GgufArray& strs = g.get("strs").as_array();
+  ASSERT_EQ(u8s.size(), kU8);
+  ASSERT_EQ(strs.size(), kStrings);
+  EXPECT_LE(u8s.memory_bytes(), kU8 + 64);
+  EXPECT_LE(strs.memory_bytes(), kStrings * (9 + 8) + 64);
+  EXPECT_EQ(u8s[0].as_int(), 7);
+  EXPECT_EQ(u8s[kU8 - 1].as_int(), 9);
+  EXPECT_EQ(strs[0].as_string(), "a");
+  EXPECT_EQ(strs[kStrings - 1].as_string(), "z");
+  expect_io_error([&] { (void)u8s[kU8]; }, "out of range");
+}
+
+// Arrays decode lazily, but everything is still validated while reading: a bad bool, string length or
+// nested element deep inside an array rejects the file up front.
+TEST(Gguf, ArrayElementsAreValidatedWhenRead) {
+  Bytes bools = head(3, 0, 1);
+  bools.str("b")
+      .put<uint32_t>(9)
+      .put<uint32_t>(7)
+      .put<uint64_t>(3)
+      .put<uint8_t>(1)
+      .put<uint8_t>(0)
+      .put<uint8_t>(2);
+  expect_io_error([&] { parse(bools.b); }, "bool value 2");
+  Bytes strs = head(3, 0, 1);
+  strs.str("s").put<uint32_t>(9).put<uint32_t>(8).put<uint64_t>(2).str("ok").put<uint64_t>(1000).raw("x");
+  expect_io_error([&] { parse(strs.b); }, "'s'");
+  Bytes nested = head(3, 0, 1);
+  nested.str("n").put<uint32_t>(9).put<uint32_t>(9).put<uint64_t>(1).put<uint32_t>(13).put<uint64_t>(0);
+  expect_io_error([&] { parse(nested.b); }, "unknown metadata value type 13");
+  // A nested array read back through the writer keeps its exact bytes.
+  Bytes ok = head(3, 0, 1);
+  ok.str("n").put<uint32_t>(9).put<uint32_t>(9).put<uint64_t>(2);
+  ok.put<uint32_t>(8).put<uint64_t>(2).str("x").str("yz").put<uint32_t>(6).put<uint64_t>(1).put<float>(0.5f);
+  auto g = parse(ok.b);
+  const GgufArray& n = g.get("n").as_array();
+  ASSERT_EQ(n.size(), 2u);
+  EXPECT_EQ(n[0].as_array()[1].as_string(), "yz");
+  EXPECT_EQ(n[1].as_array()[0].as_float(), 0.5);
+  // Elements are decoded temporaries: what as_string() / as_array() return on them must outlive them.
+  const std::string& kept = n[0].as_array()[1].as_string();
+  EXPECT_EQ(kept, "yz");
+  std::vector<std::string> seen;
+  for (const GgufValue& e : n[0].as_array()) seen.push_back(e.as_string());
+  EXPECT_EQ(seen, (std::vector<std::string>{"x", "yz"}));
+  ScratchDir d;
+  GgufWriter w;
+  w.set_value("n", g.get("n"));
+  w.write(d.file("n.gguf"));
+  auto h = GgufFile::open(d.file("n.gguf"));
+  EXPECT_EQ(h.get("n").as_array()[0].as_array()[0].as_string(), "x");
 }
 
 TEST(Gguf, TruncationAtEveryCutPoint) {
