@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Rebuilds the checked-in seed corpus fuzz/corpus/<target>/ that CI's fuzz stage (scripts/ci_fuzz.sh) starts
+# from. Seeds: fuzz_make_seeds (the writers, plus cut-down files from ../shared) and the lowbit CLI (fixture
+# models, a quantized checkpoint, an evaluation baseline), each cut to a small size; then libFuzzer's
+# -merge=1 keeps only the inputs that add coverage, a short fuzz run grows that set, and a second merge
+# minimizes it again. Never copies a big shared file: every seed is a small derived input.
+#
+# Usage: fuzz/make_corpus.sh [GROW_SECONDS (default 60)] [TARGET...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GROW="${1:-60}"
+shift || true
+TARGETS=("$@")
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=($(scripts/ci_fuzz.sh --list))
+BUILD="${LOWBIT_SAN_BUILD:-build-san}"
+SHARED="${LOWBIT_SHARED_DIR:-../shared}"
+scripts/ci_san_build.sh lowbit fuzz_make_seeds $(printf 'fuzz_%s ' "${TARGETS[@]}")
+
+SEEDS="$(mktemp -d /tmp/lowbit_seeds.XXXXXX)"
+trap 'rm -rf "$SEEDS"' EXIT
+LB="$BUILD/apps/lowbit/lowbit"
+mkdir -p "$BUILD/fuzz-crashes"
+"$BUILD/fuzz/fuzz_make_seeds" "$SEEDS" "$SHARED"
+export ASAN_OPTIONS=detect_leaks=0  # the CLI here only makes seeds; ci_sanitize.sh checks it for leaks
+
+# Fixture GGUFs (real metadata key sets and tokenizers), cut to their metadata and tiny tensors.
+for spec in tiny-llama:q4_0 tiny-qwen3:q8_0 tiny-llama3:f16; do
+  shape="${spec%%:*}"
+  "$LB" fixture --shape "$shape" --format gguf --type "${spec##*:}" --out "$SEEDS/$shape.gguf" >/dev/null
+  "$BUILD/fuzz/fuzz_make_seeds" --cut-gguf "$SEEDS/$shape.gguf" "$SEEDS/gguf_model/$shape"
+  cp "$SEEDS/gguf_model/$shape" "$SEEDS/gguf/$shape"
+done
+
+# Quantized checkpoints of a tiny fixture, one per safetensors layout family, cut to one layer and a 64-token
+# vocabulary (config and tensors still agree) so each stays a few tens of KB.
+"$LB" fixture --shape tiny-lmhead-only --format hf --out "$SEEDS/hf" >/dev/null
+for recipe in W4A16,group=32 int3:g32:asym:f16 NVFP4 nf4:g64; do
+  name="$(echo "$recipe" | tr ':,=' '___')"
+  "$LB" quantize -m "$SEEDS/hf" --recipe "$recipe" -o "$SEEDS/q-$name" -q >/dev/null
+  python3 fuzz/cut_checkpoint.py "$SEEDS/q-$name" "$SEEDS/quantized_checkpoint/$name"
+done
+# Fixture config.json files (every architecture flag) as HF-directory seeds with the small synthetic shard.
+for shape in tiny-llama tiny-qwen2 tiny-qwen3 tiny-mistral tiny-llama3; do
+  "$LB" fixture --shape "$shape" --format hf --out "$SEEDS/hf-$shape" >/dev/null
+  { cat "$SEEDS/hf-$shape/config.json"; printf '\0\0'; cat "$SEEDS/safetensors/seed1"; } >"$SEEDS/hf_checkpoint/$shape"
+done
+
+# An evaluation baseline of the 260K-parameter model over a few short windows.
+"$LB" eval ppl -m "$SHARED/models/stories260K/stories260K.bin" --text "$SHARED/data/tinystories/tinystories_train_head.txt" \
+  --ctx 16 --chunks 2 --topk 4 --save-baseline "$SEEDS/baseline/stories260K.lbb" >/dev/null
+
+for t in "${TARGETS[@]}"; do
+  dst="fuzz/corpus/$t"
+  max_len="$(scripts/ci_fuzz.sh --max-len "$t")"
+  work="$SEEDS/work-$t"
+  mkdir -p "$work" "$SEEDS/$t" "$SEEDS/grown-$t"
+  # Seeds bigger than max_len would be truncated by libFuzzer: keep them out rather than check in torsos.
+  find "$SEEDS/$t" -type f -size +"$max_len"c -print -delete | sed 's/^/too big, skipped: /'
+  [ -d "$dst" ] && cp -r "$dst/." "$SEEDS/grown-$t/"
+  "$BUILD/fuzz/fuzz_$t" -merge=1 -max_len="$max_len" "$work" "$SEEDS/$t" "$SEEDS/grown-$t" 2>/dev/null
+  "$BUILD/fuzz/fuzz_$t" "$work" -max_total_time="$GROW" -max_len="$max_len" -rss_limit_mb=2048 -timeout=10 \
+    -artifact_prefix="$BUILD/fuzz-crashes/corpus-$t-" 2>/dev/null || echo "!! fuzz_$t failed while growing the corpus: $BUILD/fuzz-crashes/"
+  rm -rf "$dst"
+  mkdir -p "$dst"
+  "$BUILD/fuzz/fuzz_$t" -merge=1 -max_len="$max_len" "$dst" "$work" 2>/dev/null
+  echo "$t: $(ls "$dst" | wc -l) files, $(du -sk "$dst" | cut -f1) KiB"
+done
