@@ -9,7 +9,7 @@
 #include "apps/lowbit/command.h"
 #include "core/error.h"
 #include "core/json_text.h"
-#include "eval/plan.h"
+#include "plan/plan.h"
 #include "io/mapped_file.h"
 
 namespace {

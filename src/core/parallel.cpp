@@ -20,8 +20,6 @@
 // cleared pointer.
 #include "core/parallel.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -33,6 +31,15 @@
 #include <vector>
 
 namespace lowbit {
+
+namespace {
+// Spin-wait hint (x86 PAUSE: lets the sibling hyperthread run and saves power); nothing elsewhere.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
 namespace {
 
 int initial_threads() {
@@ -107,7 +114,8 @@ class Pool {
     job_.store(nullptr);
     // Wait for workers still inside the job (they hold chunks or are about to see that none is left).
     for (int spins = 0; inside_.load() != 0; ++spins)
-      if (spins < 4096) _mm_pause();
+      if (spins < 4096)
+        cpu_relax();
       else std::this_thread::yield();
     if (job.error) std::rethrow_exception(job.error);
   }
@@ -132,7 +140,7 @@ class Pool {
       // Spin for a while (~50 us) before sleeping: decode issues products back to back.
       uint64_t g = gen_.load();
       for (int spins = 0; g == seen && spins < 20000; ++spins) {
-        _mm_pause();
+        cpu_relax();
         g = gen_.load();
       }
       if (g == seen) {

@@ -9,7 +9,7 @@
 #include "core/half.h"
 #include "core/memory.h"
 #include "kernels/matmul.h"
-#include "model/attn_tiled.h"
+#include "kernels/attn_tiled.h"
 #include "model/kv_paged.h"
 #include "model/weights.h"
 

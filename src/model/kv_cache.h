@@ -70,7 +70,7 @@ class KvCache {
               float* scratch) const;
 
   // Prefill attention for m query tokens of `seq` at nondecreasing positions qpos[0..m), each seeing the
-  // stored positions <= its own (model/attn_tiled.h: K/V decoded once per tile for all m x n_group rows,
+  // stored positions <= its own (kernels/attn_tiled.h: K/V decoded once per tile for all m x n_group rows,
   // online softmax). Query i's heads at q + i * q_stride ([n_group, head_dim], pre-scaled and in the same
   // domain as attend()'s q), its output at out + i * out_stride. Equals m attend() calls up to float rounding
   // (tests/kv/test_kv_tiled.cpp).

@@ -1,4 +1,4 @@
-// Tiled prefill attention (model/attn_tiled.h) against the per-token attend() and the scalar
+// Tiled prefill attention (kernels/attn_tiled.h) against the per-token attend() and the scalar
 // attend_reference(): every cache kind (contiguous F32/F16/BF16, paged F32..INT2/FP8/FP4, rotation, pre-RoPE
 // keys, F16 staging windows), GQA group 1 and > 1, SIMD (head_dim % 16 == 0) and portable head sizes, prompts
 // that are not a multiple of the tile or query block, a prefill continuing an existing sequence, two
@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "kernels/dispatch.h"
-#include "model/attn_tiled.h"
+#include "kernels/attn_tiled.h"
 #include "model/kv_cache.h"
 #include "model/kv_formats.h"
 #include "model/kv_paged.h"

@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "eval/plan.h"
+#include "plan/plan.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "model/kv_cache.h"

@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "eval/plan.h"
+#include "plan/plan.h"
 #include "model/kv_cache.h"
 #include "tests/common/run_cli.h"
 

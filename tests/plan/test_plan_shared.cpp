@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "eval/plan.h"
+#include "plan/plan.h"
 #include "model/kv_cache.h"
 
 namespace lowbit::plan {

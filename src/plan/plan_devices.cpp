@@ -8,7 +8,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/parallel.h"
-#include "eval/plan.h"
+#include "plan/plan.h"
 
 namespace lowbit::plan {
 namespace {

@@ -6,7 +6,7 @@
 #include <cctype>
 
 #include "core/error.h"
-#include "eval/plan.h"
+#include "plan/plan.h"
 
 namespace lowbit::plan {
 namespace {

@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <set>
 
-#include "eval/plan.h"
+#include "plan/plan.h"
 
 namespace lowbit::plan {
 namespace {

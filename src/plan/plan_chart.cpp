@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "eval/plan.h"
+#include "plan/plan.h"
 
 namespace lowbit::plan {
 namespace {

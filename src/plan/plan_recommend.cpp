@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "eval/plan.h"
+#include "plan/plan.h"
 
 namespace lowbit::plan {
 namespace {

@@ -5,7 +5,7 @@
 //      mask of a query is a prefix count), P written back into S with zeros past the prefix,
 //   4. O_r = alpha_r O_r + P_r V.
 // The final division by the softmax sum happens once per row at the end.
-#include "model/attn_tiled.h"
+#include "kernels/attn_tiled.h"
 
 #include <immintrin.h>
 

@@ -5,9 +5,9 @@
 #include <limits>
 
 #include "core/error.h"
-#include "eval/plan.h"
 #include "formats/scheme.h"
 #include "model/quantized_checkpoint.h"
+#include "plan/plan.h"
 
 namespace lowbit::plan {
 namespace {

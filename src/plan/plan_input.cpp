@@ -6,10 +6,10 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "eval/plan.h"
 #include "io/gguf.h"
 #include "io/hf_checkpoint.h"
 #include "io/llama2c.h"
+#include "plan/plan.h"
 
 namespace lowbit::plan {
 namespace fs = std::filesystem;
