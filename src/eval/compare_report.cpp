@@ -1,4 +1,5 @@
 #include "eval/compare_report.h"
+#include "core/html.h"
 
 #include <algorithm>
 #include <cmath>
@@ -47,18 +48,6 @@ std::string mib(const json& v) {
   char b[64];
   std::snprintf(b, sizeof b, "%.2f", v.get<double>() / 1048576.0);
   return b;
-}
-
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else if (c == '"') o += "&quot;";
-    else o += c;
-  }
-  return o;
 }
 
 }  // namespace
@@ -281,18 +270,21 @@ std::string bar_chart(const std::string& title, const std::vector<std::string>& 
   }
   if (mx <= 0) mx = 1;
   std::ostringstream o;
-  o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' font-family='sans-serif' "
-    << "font-size='12'><text x='10' y='20' font-size='14' font-weight='bold'>" << esc(title) << "</text>";
+  o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
+    << "' font-family='sans-serif' "
+    << "font-size='12'><text x='10' y='20' font-size='14' font-weight='bold'>" << html_escape(title)
+    << "</text>";
   for (size_t i = 0; i < labels.size(); ++i) {
     int y = top + static_cast<int>(i) * row;
-    o << "<text x='" << left - 6 << "' y='" << y + 16 << "' text-anchor='end'>" << esc(labels[i]) << "</text>";
+    o << "<text x='" << left - 6 << "' y='" << y + 16 << "' text-anchor='end'>" << html_escape(labels[i])
+      << "</text>";
     double x = left, total = 0;
     for (size_t k = 0; k < stacks[i].size(); ++k) {
       double v = std::isfinite(stacks[i][k]) ? stacks[i][k] : 0;
       double w = v / mx * (W - left - 90);
       o << "<rect x='" << x << "' y='" << y + 4 << "' width='" << w << "' height='" << row - 8 << "' fill='"
-        << kColors[k % 6] << "'><title>" << esc(labels[i] + " " + parts[k]) << ": " << v << " " << unit
-        << "</title></rect>";
+        << kColors[k % 6] << "'><title>" << html_escape(labels[i] + " " + parts[k]) << ": " << v << " "
+        << unit << "</title></rect>";
       x += w;
       total += v;
     }
@@ -303,7 +295,8 @@ std::string bar_chart(const std::string& title, const std::vector<std::string>& 
   int ly = top + row * static_cast<int>(labels.size()) + 20;
   for (size_t k = 0; k < parts.size() && parts.size() > 1; ++k)
     o << "<rect x='" << left + 140 * k << "' y='" << ly << "' width='12' height='12' fill='" << kColors[k % 6]
-      << "'/><text x='" << left + 140 * k + 16 << "' y='" << ly + 11 << "'>" << esc(parts[k]) << "</text>";
+      << "'/><text x='" << left + 140 * k + 16 << "' y='" << ly + 11 << "'>" << html_escape(parts[k])
+      << "</text>";
   o << "</svg>";
   return o.str();
 }
@@ -354,8 +347,9 @@ std::string pareto_chart(const json& s) {
   for (auto& [x, y] : front) o << X(x) << "," << Y(y) << " ";
   o << "'/>";
   for (auto& [x, y, n] : pts)
-    o << "<circle cx='" << X(x) << "' cy='" << Y(y) << "' r='5' fill='#4e79a7'><title>" << esc(n) << "</title>"
-      << "</circle><text x='" << X(x) + 7 << "' y='" << Y(y) - 6 << "'>" << esc(n) << "</text>";
+    o << "<circle cx='" << X(x) << "' cy='" << Y(y) << "' r='5' fill='#4e79a7'><title>" << html_escape(n)
+      << "</title>"
+      << "</circle><text x='" << X(x) + 7 << "' y='" << Y(y) - 6 << "'>" << html_escape(n) << "</text>";
   o << "</svg>";
   return o.str();
 }
@@ -385,17 +379,19 @@ std::string html_report(const json& s, const json& results, const std::string& r
     << "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#f3f3f3}.pass{color:#1a7f37;"
     << "font-weight:bold}.fail{color:#cf222e;font-weight:bold}pre{background:#f6f8fa;padding:8px;overflow:auto;"
     << "font-size:12px}.charts svg{display:block;margin:12px 0;border:1px solid #eee}</style></head><body>";
-  o << "<h1>lowbit compare report</h1><p>Model <code>" << esc(results["manifest"].value("model", ""))
-    << "</code>, preset <code>" << esc(results["experiment"].value("preset", "")) << "</code>.</p>";
+  o << "<h1>lowbit compare report</h1><p>Model <code>" << html_escape(results["manifest"].value("model", ""))
+    << "</code>, preset <code>" << html_escape(results["experiment"].value("preset", "")) << "</code>.</p>";
   o << "<h2>Verdict</h2><table><tr><th>variant</th><th>changes</th><th>result</th><th>checks</th></tr>";
   for (const auto& r : s) {
     std::string changed;
     for (auto& c : r["changed"]) changed += (changed.empty() ? "" : ", ") + c.get<std::string>();
-    o << "<tr><td>" << esc(r["name"]) << "</td><td>" << (r["baseline"].get<bool>() ? "baseline" : esc(changed))
-      << "</td><td class='" << (r["pass"].get<bool>() ? "pass'>PASS" : "fail'>FAIL") << "</td><td>";
+    o << "<tr><td>" << html_escape(r["name"]) << "</td><td>"
+      << (r["baseline"].get<bool>() ? "baseline" : html_escape(changed)) << "</td><td class='"
+      << (r["pass"].get<bool>() ? "pass'>PASS" : "fail'>FAIL") << "</td><td>";
     for (auto& c : r["checks"])
-      o << "<span class='" << (c["pass"].get<bool>() ? "pass" : "fail") << "'>" << esc(c["name"]) << "</span> "
-        << esc(check_number(c["value"])) << " " << esc(c["rule"]) << " " << esc(check_number(c["limit"])) << "<br>";
+      o << "<span class='" << (c["pass"].get<bool>() ? "pass" : "fail") << "'>" << html_escape(c["name"])
+        << "</span> " << html_escape(check_number(c["value"])) << " " << html_escape(c["rule"]) << " "
+        << html_escape(check_number(c["limit"])) << "<br>";
     o << "</td></tr>";
   }
   o << "</table><div class='charts'>";
@@ -404,7 +400,7 @@ std::string html_report(const json& s, const json& results, const std::string& r
   o << pareto_chart(s);
   o << bar_chart("Decode speed (tokens/s, bench tg)", labels, speed, {"decode"}, "tok/s");
   o << bar_chart("Prefill speed (tokens/s, bench pp)", labels, prefill, {"prefill"}, "tok/s");
-  o << "</div><h2>All numbers</h2><pre>" << esc(md) << "</pre></body></html>";
+  o << "</div><h2>All numbers</h2><pre>" << html_escape(md) << "</pre></body></html>";
   return o.str();
 }
 

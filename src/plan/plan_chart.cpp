@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/html.h"
 #include "plan/plan.h"
 
 namespace lowbit::plan {
@@ -13,20 +14,6 @@ namespace {
 constexpr double kW = 1060, kH = 560;                          // canvas
 constexpr double kL = 80, kR = 640, kT = 60, kB = 490;         // plot area (legend to the right of kR)
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
 
 std::string num(double v) {
   char b[32];
@@ -130,7 +117,8 @@ std::string plan_chart_svg(const Plan& p) {
        "\" height=\"" + num(kB - kT) + "\"/></clipPath></defs>\n";
   std::string title = "lowbit plan: " + p.model.name + " on " + p.req.device.name + ", " +
                       std::to_string(p.req.concurrency) + " concurrent sequence" + (p.req.concurrency > 1 ? "s" : "");
-  s += "<text x=\"" + num(kL) + "\" y=\"28\" font-size=\"16\" font-weight=\"bold\">" + esc(title) + "</text>\n";
+  s += "<text x=\"" + num(kL) + "\" y=\"28\" font-size=\"16\" font-weight=\"bold\">" + html_escape(title) +
+       "</text>\n";
   s += "<text x=\"" + num(kL) + "\" y=\"46\" font-size=\"11\" fill=\"#555\">total = weights + KV cache + workspace" +
        std::string(p.req.device.reserve_bytes ? " + runtime reserve" : "") +
        "; line style = KV format (solid BF16, dashed FP8, dotted INT4)</text>\n";
@@ -214,7 +202,7 @@ std::string plan_chart_svg(const Plan& p) {
   s += "<text x=\"" + num(kL + 6) + "\" y=\"" + num(yb - 6) +
        "\" font-size=\"11\" fill=\"#d62728\" font-weight=\"bold\" stroke=\"white\" stroke-width=\"3\" "
        "paint-order=\"stroke\">budget " +
-       esc(fmt_bytes(static_cast<double>(budget))) + "</text>\n";
+       html_escape(fmt_bytes(static_cast<double>(budget))) + "</text>\n";
 
   // Legend.
   double ly = kT + 4;
@@ -236,20 +224,21 @@ std::string plan_chart_svg(const Plan& p) {
                                       p.req.concurrency, p.req) / kGiB;
     if (lowest > ymax) rec += (rec.empty() ? "" : "; ") + std::string("off scale, ") + num(lowest) + " GiB at " +
                               tok_label(static_cast<int64_t>(std::exp2(lx0)));
-    s += "<text x=\"" + num(kR + 54) + "\" y=\"" + num(ly) + "\" font-size=\"11\">" + esc(sr.label) +
+    s += "<text x=\"" + num(kR + 54) + "\" y=\"" + num(ly) + "\" font-size=\"11\">" + html_escape(sr.label) +
          (rec.empty() ? "" : " (" + rec + ")") + "</text>\n";
     ly += 18;
   }
   s += "<line x1=\"" + num(kR + 20) + "\" y1=\"" + num(ly - 4) + "\" x2=\"" + num(kR + 48) + "\" y2=\"" +
        num(ly - 4) + "\" stroke=\"#d62728\" stroke-width=\"2.5\"/>\n";
   s += "<text x=\"" + num(kR + 54) + "\" y=\"" + num(ly) + "\" font-size=\"11\">memory budget (" +
-       esc(fmt_bytes(static_cast<double>(budget))) + ")</text>\n";
+       html_escape(fmt_bytes(static_cast<double>(budget))) + ")</text>\n";
   s += "</svg>\n";
   return s;
 }
 
 std::string plan_chart_html(const Plan& p) {
-  std::string h = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>lowbit plan: " + esc(p.model.name) +
+  std::string h = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>lowbit plan: " +
+                  html_escape(p.model.name) +
                   "</title>\n<style>body{font-family:sans-serif;margin:2em;max-width:1000px}"
                   "td,th{padding:2px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
                   "code{background:#f4f4f4;padding:2px 4px}</style></head><body>\n";
@@ -257,12 +246,12 @@ std::string plan_chart_html(const Plan& p) {
   for (const auto& cp : p.per_ctx) {
     h += "<h3>ctx " + std::to_string(cp.ctx) + " (" + std::to_string(cp.tokens) + " tokens/sequence) x " +
          std::to_string(p.req.concurrency) + " sequences</h3>\n<ul>\n";
-    for (const auto& r : cp.rec.reasons) h += "<li>" + esc(r) + "</li>\n";
+    for (const auto& r : cp.rec.reasons) h += "<li>" + html_escape(r) + "</li>\n";
     h += "</ul>\n<p>next:</p>\n<ul>\n";
-    for (const auto& c : cp.rec.commands) h += "<li><code>" + esc(c) + "</code></li>\n";
+    for (const auto& c : cp.rec.commands) h += "<li><code>" + html_escape(c) + "</code></li>\n";
     h += "</ul>\n";
   }
-  h += "<pre>" + esc(plan_table(p)) + "</pre>\n</body></html>\n";
+  h += "<pre>" + html_escape(plan_table(p)) + "</pre>\n</body></html>\n";
   return h;
 }
 
