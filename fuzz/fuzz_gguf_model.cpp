@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "model/config.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 

@@ -19,7 +19,7 @@
 #include "eval/kld.h"
 #include "eval/perplexity.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 

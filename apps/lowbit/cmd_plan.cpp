@@ -9,8 +9,8 @@
 #include "apps/lowbit/command.h"
 #include "core/error.h"
 #include "core/json_text.h"
-#include "plan/plan.h"
 #include "io/mapped_file.h"
+#include "plan/plan.h"
 
 namespace {
 

@@ -12,9 +12,9 @@
 #include "core/parallel.h"
 #include "model/generate.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
 #include "quant/quantizer.h"
 #include "quant/recipe.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 

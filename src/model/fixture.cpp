@@ -17,7 +17,7 @@
 #include "io/durable.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -8,8 +8,8 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/memory.h"
-#include "kernels/matmul.h"
 #include "kernels/attn_tiled.h"
+#include "kernels/matmul.h"
 #include "model/kv_paged.h"
 #include "model/weights.h"
 

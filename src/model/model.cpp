@@ -6,14 +6,14 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/timer.h"
 #include "io/gguf.h"
 #include "io/hf_checkpoint.h"
 #include "io/llama2c.h"
-#include "model/quantized_checkpoint.h"
-#include "core/memory.h"
 #include "kernels/weight.h"
-#include "model/tokenizer.h"
+#include "model/quantized_checkpoint.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 

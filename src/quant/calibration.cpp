@@ -12,7 +12,7 @@
 #include "core/hash.h"
 #include "model/decoder.h"
 #include "model/kv_cache.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lowbit::quant {
 

@@ -17,9 +17,9 @@
 #include "core/timer.h"
 #include "kernels/matmul.h"
 #include "model/quantized_checkpoint.h"
-#include "model/tokenizer.h"
 #include "quant/awq.h"
 #include "quant/gptq.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lowbit::quant {
 namespace {

@@ -22,7 +22,7 @@
 #include "model/decoder.h"
 #include "model/kv_formats.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 using namespace lowbit;
 

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "core/error.h"
-#include "kernels/dispatch.h"
 #include "kernels/attn_tiled.h"
+#include "kernels/dispatch.h"
 #include "model/kv_cache.h"
 #include "model/kv_formats.h"
 #include "model/kv_paged.h"

@@ -14,15 +14,15 @@
 #include "core/hash.h"
 #include "formats/format.h"
 #include "io/gguf.h"
+#include "io/hf_checkpoint.h"
 #include "kernels/dispatch.h"
 #include "kernels/matmul.h"
 #include "kernels/weight.h"
-#include "io/hf_checkpoint.h"
 #include "model/decoder.h"
 #include "model/fixture.h"
 #include "model/gguf_export.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 using namespace lowbit;

@@ -11,10 +11,10 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "plan/plan.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "model/kv_cache.h"
+#include "plan/plan.h"
 
 namespace lowbit::plan {
 namespace {

@@ -12,8 +12,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "plan/plan.h"
 #include "model/kv_cache.h"
+#include "plan/plan.h"
 #include "tests/common/run_cli.h"
 
 namespace lowbit::plan {

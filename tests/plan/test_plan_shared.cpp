@@ -4,8 +4,8 @@
 
 #include <filesystem>
 
-#include "plan/plan.h"
 #include "model/kv_cache.h"
+#include "plan/plan.h"
 
 namespace lowbit::plan {
 namespace {

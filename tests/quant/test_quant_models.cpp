@@ -9,10 +9,10 @@
 
 #include "core/error.h"
 #include "kernels/matmul.h"
-#include "model/tokenizer.h"
 #include "quant/checkpoint_writer.h"
 #include "quant/quantizer.h"
 #include "tests/quant/quant_test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 

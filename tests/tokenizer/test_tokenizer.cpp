@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "model/tokenizer.h"
-#include "model/unicode.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace lowbit {
 namespace {

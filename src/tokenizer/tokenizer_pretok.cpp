@@ -13,8 +13,8 @@
 // reach the byte-level encoding unchanged.
 #include <vector>
 
-#include "model/tokenizer.h"
-#include "model/unicode.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace lowbit {
 

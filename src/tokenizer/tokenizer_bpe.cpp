@@ -12,8 +12,8 @@
 //    candidate when the merges list has it; the lowest rank merges first, leftmost on ties.
 #include <queue>
 
-#include "model/tokenizer.h"
-#include "model/unicode.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace lowbit {
 

@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/llama2c.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lowbit {
 

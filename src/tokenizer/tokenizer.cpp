@@ -1,13 +1,13 @@
 // Tokenizer core: vocabulary tables, special-token splitting, normalization, decoding and streaming decoding.
 // The merge loops live in tokenizer_bpe.cpp, the pre-tokenizers in tokenizer_pretok.cpp, the loaders in
 // tokenizer_load.cpp.
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <limits>
 
 #include "core/error.h"
-#include "model/unicode.h"
+#include "tokenizer/unicode.h"
 
 namespace lowbit {
 

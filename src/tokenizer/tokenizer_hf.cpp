@@ -11,7 +11,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lowbit {
 
