@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string>
 
+#include "arch/config.h"
 #include "core/error.h"
 #include "io/gguf.h"
-#include "model/config.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {

@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
+#include "arch/config.h"
 #include "core/error.h"
 #include "fuzz_util.h"
 #include "io/hf_checkpoint.h"
-#include "model/config.h"
 #include "model/quantized_checkpoint.h"
 
 namespace {

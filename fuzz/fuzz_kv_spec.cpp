@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "fuzz_util.h"
-#include "model/kv_formats.h"
+#include "kv/kv_formats.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace lowbit;

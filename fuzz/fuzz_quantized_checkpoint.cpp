@@ -7,11 +7,11 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
+#include "arch/config.h"
 #include "core/error.h"
 #include "fuzz_util.h"
 #include "io/hf_checkpoint.h"
 #include "io/safetensors.h"
-#include "model/config.h"
 #include "model/quantized_checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "arch/config.h"
 #include "core/error.h"
-#include "model/config.h"
 #include "quant/recipe.h"
 
 namespace {

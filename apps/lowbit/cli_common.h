@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "model/kv_cache.h"
-#include "model/kv_formats.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_formats.h"
 #include "model/model.h"
 
 namespace lowbit::app {

@@ -17,9 +17,9 @@
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "kernels/dispatch.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_paged.h"
 #include "model/decoder.h"
-#include "model/kv_cache.h"
-#include "model/kv_paged.h"
 #include "model/model.h"
 
 namespace {

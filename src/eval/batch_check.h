@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "model/model.h"
 
 namespace lowbit::eval {

@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "eval/eval_stats.h"
 #include "eval/eval_text.h"
-#include "model/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "model/model.h"
 
 namespace lowbit::eval {

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "model/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "model/model.h"
 
 namespace lowbit {

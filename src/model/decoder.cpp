@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "kernels/matmul.h"
+#include "ops/norm.h"
 
 namespace lowbit {
 
@@ -23,17 +24,6 @@ const char* act_site_name(ActSite s) {
     case ActSite::LayerOut: return "layer_out";
   }
   return "?";
-}
-
-void rms_norm(const float* x, const float* w, float* out, int64_t T, int64_t n, double eps) {
-  for (int64_t t = 0; t < T; ++t) {
-    const float* xt = x + t * n;
-    double ss = 0;
-    for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xt[i]) * xt[i];
-    float r = static_cast<float>(1.0 / std::sqrt(ss / n + eps));
-    float* o = out + t * n;
-    for (int64_t i = 0; i < n; ++i) o[i] = xt[i] * r * w[i];
-  }
 }
 
 Decoder::Decoder(const ModelConfig& c, const ModelWeights& w) : c_(c), w_(w), rope_(c, w.rope_freq_factors) {}
@@ -154,7 +144,7 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
   const int64_t T = static_cast<int64_t>(batch.size());
   if (T == 0) return;
   const int64_t D = c_.dim, Q = c_.q_dim(), KV = c_.kv_dim(), F = c_.ffn_dim, hd = c_.head_dim;
-  kv.use_checkpoint_scales(w_);  // calibrated FP8 KV scales of a quantized checkpoint (once per cache)
+  use_checkpoint_kv_scales(kv, w_);  // calibrated FP8 KV scales of a quantized checkpoint (once per cache)
   for (const auto& e : batch) {
     if (e.token < 0 || e.token >= c_.vocab_size)
       throw UsageError("model", "token id " + std::to_string(e.token) + " is outside the vocabulary (size " +

@@ -4,11 +4,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/config.h"
-#include "model/kv_cache.h"
+#include "arch/config.h"
+#include "kv/kv_cache.h"
 #include "model/observer.h"
-#include "model/rope.h"
 #include "model/weights.h"
+#include "ops/rope.h"
 
 namespace lowbit {
 
@@ -45,8 +45,5 @@ class Decoder {
   Rope rope_;
   ActivationObserver* observer_ = nullptr;
 };
-
-// RMSNorm of T rows of n: out = x / sqrt(mean(x^2) + eps) * w.
-void rms_norm(const float* x, const float* w, float* out, int64_t T, int64_t n, double eps);
 
 }  // namespace lowbit

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "arch/config.h"
 
 namespace lowbit {
 

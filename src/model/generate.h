@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "model/model.h"
 #include "model/sampler.h"
 

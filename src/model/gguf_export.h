@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "model/config.h"
+#include "arch/config.h"
 #include "tensor/tensor.h"
 
 namespace lowbit {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "arch/config.h"
 #include "model/weights.h"
 
 namespace lowbit {

@@ -30,8 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "arch/config.h"
 #include "io/hf_checkpoint.h"
-#include "model/config.h"
 #include "model/weights.h"
 #include "tensor/qtensor.h"
 

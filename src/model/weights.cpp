@@ -198,4 +198,12 @@ ModelWeights map_weights(const ModelConfig& c, const std::map<std::string, Tenso
   return w;
 }
 
+int use_checkpoint_kv_scales(KvCache& kv, const ModelWeights& w) {
+  static const std::vector<float> none;
+  return kv.use_checkpoint_scales([&](int64_t l, bool key) -> const std::vector<float>& {
+    if (l >= static_cast<int64_t>(w.layers.size())) return none;
+    return key ? w.layers[static_cast<size_t>(l)].k_scale : w.layers[static_cast<size_t>(l)].v_scale;
+  });
+}
+
 }  // namespace lowbit

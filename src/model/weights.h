@@ -7,8 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "arch/config.h"
 #include "kernels/weight.h"
-#include "model/config.h"
+#include "kv/kv_cache.h"
 #include "tensor/tensor.h"
 
 namespace lowbit {
@@ -63,5 +64,9 @@ using WeightHook = std::function<bool(const std::string& name, const TensorView&
 ModelWeights map_weights(const ModelConfig& c, const std::map<std::string, TensorView>& tensors, bool gguf_names,
                          std::shared_ptr<const void> owner, DenseMode mode, const std::string& source,
                          const WeightHook& hook = {});
+
+// The checkpoint's calibrated FP8 KV scales (layers' k_scale / v_scale) handed to the cache
+// (KvCache::use_checkpoint_scales); returns the number of layer sides that use them.
+int use_checkpoint_kv_scales(KvCache& kv, const ModelWeights& w);
 
 }  // namespace lowbit

@@ -20,8 +20,8 @@
 #include <string_view>
 #include <vector>
 
-#include "model/config.h"
-#include "model/kv_cache.h"
+#include "arch/config.h"
+#include "kv/kv_cache.h"
 
 namespace lowbit::plan {
 

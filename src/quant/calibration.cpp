@@ -10,8 +10,8 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "kv/kv_cache.h"
 #include "model/decoder.h"
-#include "model/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lowbit::quant {

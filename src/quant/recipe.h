@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "arch/config.h"
 #include "formats/scheme.h"
-#include "model/config.h"
 
 namespace lowbit::quant {
 

@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-#include "model/config.h"
+#include "arch/config.h"
 
 namespace lowbit::test {
 

@@ -19,8 +19,8 @@
 #include <random>
 #include <sstream>
 
+#include "kv/kv_formats.h"
 #include "model/decoder.h"
-#include "model/kv_formats.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 

@@ -7,14 +7,14 @@
 #include <random>
 
 #include "core/error.h"
-#include "model/kv_cache.h"
-#include "model/kv_evict.h"
-#include "model/kv_formats.h"
-#include "model/kv_paged.h"
-#include "model/kv_rotation.h"
-#include "model/rope.h"
-#include "tests/common/kv_test_config.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_evict.h"
+#include "kv/kv_formats.h"
+#include "kv/kv_paged.h"
+#include "kv/kv_rotation.h"
 #include "model/weights.h"
+#include "ops/rope.h"
+#include "tests/common/kv_test_config.h"
 
 using namespace lowbit;
 
@@ -341,12 +341,12 @@ TEST(KvCheckpointScales, AppliedToFp8TensorAndHeadLayersOnly) {
   for (const Case& k : {Case{"e4m3", 4}, Case{"e5m2:head", 4}, Case{"e4m3:token", 0}, Case{"e4m3:scale=0.1", 0},
                         Case{"e4m3+rot", 0}, Case{"int8", 0}, Case{"f16", 0}}) {
     KvCache kv(c, 1, 32, parse_kv_spec(k.spec));
-    EXPECT_EQ(kv.use_checkpoint_scales(w), k.sides) << k.spec;
-    EXPECT_EQ(kv.use_checkpoint_scales(w), k.sides) << k.spec << " (second call is a no-op)";
+    EXPECT_EQ(use_checkpoint_kv_scales(kv, w), k.sides) << k.spec;
+    EXPECT_EQ(use_checkpoint_kv_scales(kv, w), k.sides) << k.spec << " (second call is a no-op)";
   }
   // The calibrated scale is the one used: a value encoded with scale s decodes to a multiple of s's grid.
   KvCache kv(c, 1, 32, parse_kv_spec("e4m3"));
-  kv.use_checkpoint_scales(w);
+  use_checkpoint_kv_scales(kv, w);
   std::vector<float> x(static_cast<size_t>(c.kv_dim()), 0.0f);
   x[0] = 0.02f * 3.0f;  // exactly representable: 3 * scale
   kv.store(0, 0, 0, x.data(), x.data());

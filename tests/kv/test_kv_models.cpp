@@ -6,9 +6,9 @@
 
 #include <cmath>
 
+#include "kv/kv_formats.h"
 #include "model/decoder.h"
 #include "model/generate.h"
-#include "model/kv_formats.h"
 #include "model/model.h"
 
 using namespace lowbit;

@@ -12,11 +12,11 @@
 #include "core/error.h"
 #include "kernels/attn_tiled.h"
 #include "kernels/dispatch.h"
-#include "model/kv_cache.h"
-#include "model/kv_formats.h"
-#include "model/kv_paged.h"
-#include "model/kv_rotation.h"
-#include "model/rope.h"
+#include "kv/kv_cache.h"
+#include "kv/kv_formats.h"
+#include "kv/kv_paged.h"
+#include "kv/kv_rotation.h"
+#include "ops/rope.h"
 #include "tests/common/kv_test_config.h"
 
 using namespace lowbit;

@@ -4,10 +4,10 @@
 
 #include <filesystem>
 
+#include "arch/config.h"
 #include "core/error.h"
 #include "io/gguf.h"
-#include "model/config.h"
-#include "model/rope.h"
+#include "ops/rope.h"
 
 using namespace lowbit;
 using nlohmann::json;

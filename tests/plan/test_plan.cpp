@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
-#include "model/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "plan/plan.h"
 
 namespace lowbit::plan {

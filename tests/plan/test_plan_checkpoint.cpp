@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "model/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "plan/plan.h"
 #include "tests/common/run_cli.h"
 

@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "model/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "plan/plan.h"
 
 namespace lowbit::plan {

@@ -11,8 +11,8 @@
 
 #include <unistd.h>
 
+#include "kv/kv_cache.h"
 #include "model/decoder.h"
-#include "model/kv_cache.h"
 #include "model/model.h"
 #include "quant/calibration.h"
 

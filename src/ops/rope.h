@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/config.h"
+#include "arch/config.h"
 
 namespace lowbit {
 

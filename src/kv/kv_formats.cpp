@@ -1,4 +1,4 @@
-#include "model/kv_formats.h"
+#include "kv/kv_formats.h"
 
 #include <algorithm>
 #include <array>

@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
-#include "model/kv_evict.h"
+#include "arch/config.h"
+#include "kv/kv_evict.h"
 
 namespace lowbit {
 

@@ -1,4 +1,4 @@
-#include "model/kv_rotation.h"
+#include "kv/kv_rotation.h"
 
 #include <cmath>
 

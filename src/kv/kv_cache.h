@@ -5,17 +5,17 @@
 // for K and the same for V, allocated up front.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "model/config.h"
-#include "model/kv_formats.h"
+#include "arch/config.h"
+#include "kv/kv_formats.h"
 
 namespace lowbit {
 
 class PagedKvCache;
-struct ModelWeights;
 class Rope;
 
 enum class KvDtype { F32, F16, BF16 };
@@ -82,11 +82,13 @@ class KvCache {
   // Forget a sequence's tokens (its slots are reused from position 0).
   void clear(int seq);
 
-  // Calibrated FP8 scales from a quantized checkpoint (ModelWeights layers' k_scale / v_scale: 1 or n_kv_heads
-  // values, x_fp8 = x / scale, as compressed-tensors stores them). Applied once, to the FP8 tensor/head layers of a
-  // paged cache that have no explicit `scale=` and no rotation; other layers keep their scales. The decoder calls
-  // it on every forward (a no-op after the first). Returns the number of layer sides that took a calibrated scale.
-  int use_checkpoint_scales(const ModelWeights& w);
+  // Calibrated FP8 scales from a quantized checkpoint (scale(layer, key): that layer side's k_scale /
+  // v_scale, 1 or n_kv_heads values, x_fp8 = x / scale, as compressed-tensors stores them; empty: none).
+  // Applied once, to the FP8 tensor/head layers of a paged cache that have no explicit `scale=` and no
+  // rotation; other layers keep their scales. The decoder calls it on every forward through
+  // use_checkpoint_kv_scales (model/weights.h; a no-op after the first). Returns the number of layer sides
+  // that took a calibrated scale.
+  int use_checkpoint_scales(const std::function<const std::vector<float>&(int64_t layer, bool key)>& scale);
   int calibrated_sides() const { return calibrated_sides_; }
 
  private:

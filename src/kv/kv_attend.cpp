@@ -13,9 +13,9 @@
 #include "kernels/dispatch.h"
 #include "kernels/kv_rows.h"
 #include "kernels/matmul.h"
-#include "model/kv_paged.h"
-#include "model/kv_rotation.h"
-#include "model/rope.h"
+#include "kv/kv_paged.h"
+#include "kv/kv_rotation.h"
+#include "ops/rope.h"
 
 namespace lowbit {
 

@@ -1,4 +1,4 @@
-#include "model/kv_evict.h"
+#include "kv/kv_evict.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,4 +1,4 @@
-#include "model/rope.h"
+#include "ops/rope.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "model/kv_paged.h"
+#include "kv/kv_paged.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,8 +10,8 @@
 #include "core/half.h"
 #include "core/memory.h"
 #include "kernels/matmul.h"
-#include "model/kv_rotation.h"
-#include "model/rope.h"
+#include "kv/kv_rotation.h"
+#include "ops/rope.h"
 
 namespace lowbit {
 

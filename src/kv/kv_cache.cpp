@@ -1,4 +1,4 @@
-#include "model/kv_cache.h"
+#include "kv/kv_cache.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +10,7 @@
 #include "core/memory.h"
 #include "kernels/attn_tiled.h"
 #include "kernels/matmul.h"
-#include "model/kv_paged.h"
-#include "model/weights.h"
+#include "kv/kv_paged.h"
 
 namespace lowbit {
 
@@ -98,15 +97,15 @@ std::string KvCache::describe() const {
   if (calibrated_sides_ > 0) d += ", checkpoint k/v scales on " + std::to_string(calibrated_sides_) + " layer sides";
   return d;
 }
-int KvCache::use_checkpoint_scales(const ModelWeights& w) {
+int KvCache::use_checkpoint_scales(const std::function<const std::vector<float>&(int64_t, bool)>& scale) {
   if (scales_checked_) return calibrated_sides_;
   scales_checked_ = true;
   if (!paged_) return 0;
   const KvCacheSpec& spec = paged_->spec();
   if (spec.rotate) return 0;  // the scales were calibrated on unrotated keys/values
-  for (int64_t l = 0; l < n_layers_ && l < static_cast<int64_t>(w.layers.size()); ++l) {
+  for (int64_t l = 0; l < n_layers_; ++l) {
     for (bool key : {true, false}) {
-      const std::vector<float>& s = key ? w.layers[l].k_scale : w.layers[l].v_scale;
+      const std::vector<float>& s = scale(l, key);
       const KvSideLayout& L = paged_->layout(static_cast<int>(l), key);
       const KvSideSpec& side = key ? spec.k : spec.v;
       const bool fp8 = L.format == KvFormat::E4M3 || L.format == KvFormat::E5M2;

@@ -22,9 +22,9 @@
 #include <memory>
 #include <vector>
 
+#include "arch/config.h"
 #include "core/memory.h"
-#include "model/config.h"
-#include "model/kv_formats.h"
+#include "kv/kv_formats.h"
 
 namespace lowbit {
 
