@@ -161,6 +161,44 @@ std::string model_hash(const std::string& model) {
   return sha256_hex(acc);
 }
 
+// What the experiment ran on: every input's hash, the hardware, the tool and the OS.
+struct InputHashes {
+  std::string model, text, calib, binary;
+};
+json experiment_manifest(const Experiment& e, const InputHashes& h, const std::string& baseline_file,
+                         const std::string& cache_dir) {
+  const auto& cpu = cpu_features_hw();
+  json manifest = {{"model", e.model},
+                   {"model_sha256", h.model},
+                   {"eval_text", e.eval_text},
+                   {"eval_text_sha256", h.text},
+                   {"calib_text", e.calib_text},
+                   {"calib_text_sha256", h.calib},
+                   {"prompts", e.prompts},
+                   {"prompts_sha256", sha256_hex(json_text(json(e.prompts)))},
+                   {"sampling", {{"temperature", 0}, {"method", "greedy"}}},
+                   {"ctx", e.ctx},
+                   {"concurrency", e.concurrency},
+                   {"output_cap", e.gen_tokens},
+                   {"hardware",
+                    {{"cpu", cpu.model_name},
+                     {"features", cpu.summary()},
+                     {"cores", cpu.logical_cores},
+                     {"ram_bytes", total_ram_bytes()}}},
+                   {"tool",
+                    {{"version", version()},
+                     {"commit", git_commit()},
+                     {"compiler", compiler_id()},
+                     {"binary_sha256", h.binary}}},
+                   {"baseline_file", baseline_file},
+                   {"cache_dir", cache_dir}};
+  std::ifstream osr("/etc/os-release");
+  std::string line;
+  while (std::getline(osr, line))
+    if (line.rfind("PRETTY_NAME=", 0) == 0) manifest["os"] = line.substr(13, line.size() - 14);
+  return manifest;
+}
+
 }  // namespace
 
 json run_experiment(const Experiment& e, const RunnerOptions& o) {
@@ -298,35 +336,8 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
                         {"changed", is_base ? json::array() : json(changed_variables(e.baseline, v))},
                         {"steps", steps}});
   }
-  const auto& cpu = cpu_features_hw();
-  json manifest = {{"model", e.model},
-                   {"model_sha256", mhash},
-                   {"eval_text", e.eval_text},
-                   {"eval_text_sha256", text_hash},
-                   {"calib_text", e.calib_text},
-                   {"calib_text_sha256", calib_hash},
-                   {"prompts", e.prompts},
-                   {"prompts_sha256", sha256_hex(json_text(json(e.prompts)))},
-                   {"sampling", {{"temperature", 0}, {"method", "greedy"}}},
-                   {"ctx", e.ctx},
-                   {"concurrency", e.concurrency},
-                   {"output_cap", e.gen_tokens},
-                   {"hardware",
-                    {{"cpu", cpu.model_name},
-                     {"features", cpu.summary()},
-                     {"cores", cpu.logical_cores},
-                     {"ram_bytes", total_ram_bytes()}}},
-                   {"tool",
-                    {{"version", version()},
-                     {"commit", git_commit()},
-                     {"compiler", compiler_id()},
-                     {"binary_sha256", exe_hash}}},
-                   {"baseline_file", baseline_file},
-                   {"cache_dir", fs::absolute(o.cache_dir).string()}};
-  std::ifstream osr("/etc/os-release");
-  std::string line;
-  while (std::getline(osr, line))
-    if (line.rfind("PRETTY_NAME=", 0) == 0) manifest["os"] = line.substr(13, line.size() - 14);
+  const json manifest = experiment_manifest(e, {mhash, text_hash, calib_hash, exe_hash}, baseline_file,
+                                            fs::absolute(o.cache_dir).string());
   return {{"experiment", e.to_json()}, {"variants", variants}, {"manifest", manifest}};
 }
 
