@@ -62,8 +62,8 @@ std::string make_temp_dir_for(const std::string& target) {
   const fs::path t(target);
   const fs::path parent = t.parent_path().empty() ? fs::path(".") : t.parent_path();
   std::error_code ec;
-  if (!fs::is_directory(parent, ec))
-    fail("io", "the parent directory '" + parent.string() + "' of '" + target +
+  if (!fs::is_directory(parent, ec))  // the path the user named: a usage error (exit 2), not a failure
+    throw UsageError("io", "the parent directory '" + parent.string() + "' of '" + target +
                    "' does not exist; create it first (mkdir -p) or write elsewhere");
   remove_abandoned(t);
   std::string tmpl = target + ".tmp-XXXXXX";

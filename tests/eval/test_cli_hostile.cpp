@@ -118,7 +118,7 @@ TEST(HostileCli, DirectoryAsTextIsNamed) {
 TEST(HostileCli, FixtureNeverTouchesOtherPaths) {
   const fs::path d = scratch("fixture");
   const auto missing = run_cli("fixture --shape tiny-llama --out " + (d / "no/such/dir/m").string(), true);
-  EXPECT_NE(missing.rc, 0) << missing.out;
+  EXPECT_EQ(missing.rc, 2) << missing.out;
   EXPECT_TRUE(has(missing.out, "does not exist")) << missing.out;
   EXPECT_FALSE(fs::exists(d / "no"));
   fs::create_directories(d / "m.gguf.hf-tmp");
