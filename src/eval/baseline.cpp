@@ -10,9 +10,9 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/json_text.h"
 #include "core/version.h"
 #include "io/mapped_file.h"
-#include "core/json_text.h"
 
 namespace lowbit::eval {
 

@@ -143,11 +143,6 @@ void put(uint8_t* dst, const float* src, int64_t n, KvDtype d) {
   auto* h = reinterpret_cast<uint16_t*>(dst);
   for (int64_t i = 0; i < n; ++i) h[i] = d == KvDtype::F16 ? f32_to_f16(src[i]) : f32_to_bf16(src[i]);
 }
-inline float get(const uint8_t* p, int64_t i, KvDtype d) {
-  if (d == KvDtype::F32) return reinterpret_cast<const float*>(p)[i];
-  uint16_t h = reinterpret_cast<const uint16_t*>(p)[i];
-  return d == KvDtype::F16 ? f16_to_f32(h) : bf16_to_f32(h);
-}
 }  // namespace
 
 void KvCache::store(int layer, int seq, int64_t pos, const float* k, const float* v) {

@@ -128,8 +128,6 @@ void PagedKvCache::free_seq(int seq) {
 
 void PagedKvCache::alloc_page(int seq) {
   if (free_.empty()) {
-    int64_t used = 0;
-    for (const auto& s : seqs_) used += static_cast<int64_t>(s.pages.size());
     fail("model", "KV cache is full: all " + std::to_string(n_blocks_) + " pages of " + std::to_string(B_) +
                       " tokens (" + mib(pool_bytes()) + ", " + std::to_string(capacity_tokens()) +
                       " tokens) are in use by " + std::to_string(n_seqs_) + " sequence(s) (sequence " +
