@@ -8,6 +8,12 @@
 namespace lowbit {
 
 inline uint32_t f32_bits(float f) { return std::bit_cast<uint32_t>(f); }
+// A 16-bit cell (F16 / BF16 scale) read from unaligned bytes.
+inline uint16_t ld16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
 inline float f32_from_bits(uint32_t u) { return std::bit_cast<float>(u); }
 
 // binary16: S EEEEE MMMMMMMMMM, bias 15.

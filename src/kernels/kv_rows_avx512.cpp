@@ -9,14 +9,6 @@
 
 namespace lowbit::kern {
 
-namespace {
-inline uint16_t ld16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-}  // namespace
-
 void kv_int8_row_avx512(const int8_t* src, int64_t n, float s, float* out) {
   const __m512 vs = _mm512_set1_ps(s);
   for (int64_t i = 0; i < n; i += 16) {

@@ -19,16 +19,6 @@
 
 namespace lowbit {
 
-namespace {
-
-inline uint16_t ld16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
-}  // namespace
-
 // Fast head-row decode. Falls back to the reference codec for the less common layouts.
 void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_t off, float* out) const {
   const int64_t hd = head_dim_;

@@ -274,11 +274,6 @@ const Luts& luts() {
 }
 
 inline float f16r(float x) { return f16_to_f32(f32_to_f16(std::min(x, 65504.0f))); }
-inline uint16_t ld16(const uint8_t* p) {
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
 inline void st16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
 inline float amax_of(const float* x, int64_t n) {
   float m = 0;
