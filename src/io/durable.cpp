@@ -21,6 +21,10 @@ namespace {
 
 constexpr const char* kOwnerFile = ".lowbit-writer-pid";
 
+fs::path parent_dir(const fs::path& target) {
+  return target.parent_path().empty() ? fs::path(".") : target.parent_path();
+}
+
 // A temporary whose writer is gone: its pid file names a process that no longer exists (or was never written,
 // and the directory is older than a minute, i.e. not being set up right now).
 bool abandoned(const fs::path& tmp) {
@@ -34,7 +38,7 @@ bool abandoned(const fs::path& tmp) {
 
 void remove_abandoned(const fs::path& target) {
   std::error_code ec;
-  const fs::path dir = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const fs::path dir = parent_dir(target);
   const std::string prefix = target.filename().string() + ".tmp-";
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
@@ -60,7 +64,7 @@ void fsync_path(const std::string& path) {
 
 std::string make_temp_dir_for(const std::string& target) {
   const fs::path t(target);
-  const fs::path parent = t.parent_path().empty() ? fs::path(".") : t.parent_path();
+  const fs::path parent = parent_dir(t);
   std::error_code ec;
   if (!fs::is_directory(parent, ec))  // the path the user named: a usage error (exit 2), not a failure
     throw UsageError("io", "the parent directory '" + parent.string() + "' of '" + target +
@@ -74,14 +78,33 @@ std::string make_temp_dir_for(const std::string& target) {
   return tmpl;
 }
 
+void replace_dir_by_renames(const std::string& tmp, const std::string& target) {
+  std::error_code ec;
+  fs::remove(fs::path(tmp) / kOwnerFile, ec);  // as publish_dir does: the mark is never published
+  const fs::path parent = parent_dir(target);
+  // The old one moves aside first (to a fresh name next to it) so a failure never loses both; the name's
+  // placeholder directory (with its owner mark) must go first.
+  const std::string old = make_temp_dir_for(target);
+  fs::remove_all(old, ec);
+  fs::rename(target, old, ec);
+  if (ec) fail("io", "cannot move '" + target + "' aside to replace it: " + ec.message());
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    std::error_code back;
+    fs::rename(old, target, back);  // put the old one back
+    fail("io", "cannot replace '" + target + "': " + ec.message() + "; the old directory is unchanged");
+  }
+  fsync_path(parent.string());
+  fs::remove_all(old, ec);
+}
+
 void publish_dir(const std::string& tmp, const std::string& target, bool replace) {
   std::error_code ec;
   fs::remove(fs::path(tmp) / kOwnerFile, ec);
   for (const auto& e : fs::recursive_directory_iterator(tmp, ec))
     if (e.is_regular_file()) fsync_path(e.path().string());
   fsync_path(tmp);
-  const fs::path parent =
-      fs::path(target).parent_path().empty() ? fs::path(".") : fs::path(target).parent_path();
+  const fs::path parent = parent_dir(target);
   if (fs::exists(target, ec)) {
     if (!replace) fail("io", "'" + target + "' exists; choose another output or ask to replace it");
     // One atomic step: readers see the old directory or the new one, never neither.
@@ -92,13 +115,8 @@ void publish_dir(const std::string& tmp, const std::string& target, bool replace
     }
     if (errno != EINVAL && errno != ENOSYS)
       fail("io", "cannot replace '" + target + "': " + std::strerror(errno));
-    // File system without RENAME_EXCHANGE: move the old one aside first so a failure never loses both.
-    const std::string old = make_temp_dir_for(target);
-    fs::remove(old, ec);
-    fs::rename(target, old);
-    fs::rename(tmp, target);
-    fsync_path(parent.string());
-    fs::remove_all(old, ec);
+    // File system without RENAME_EXCHANGE.
+    replace_dir_by_renames(tmp, target);
     return;
   }
   if (::rename(tmp.c_str(), target.c_str()) != 0)

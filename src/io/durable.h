@@ -19,6 +19,11 @@ std::string make_temp_dir_for(const std::string& target);
 // one.
 void publish_dir(const std::string& tmp, const std::string& target, bool replace);
 
+// The fallback of publish_dir(replace = true) where RENAME_EXCHANGE is not supported: the old target is
+// renamed to a fresh name next to it, tmp onto target, then the old one removed; if the second rename fails
+// the old target is put back and Error("io") thrown. Exposed for its test.
+void replace_dir_by_renames(const std::string& tmp, const std::string& target);
+
 // fsync of one file or directory by path; Error("io") when a file cannot be synced (directories: best effort,
 // some file systems refuse it).
 void fsync_path(const std::string& path);
