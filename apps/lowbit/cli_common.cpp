@@ -175,12 +175,10 @@ void apply_rope_scaling(Model& m, const std::string& spec, bool quiet) {
                  (long long)c.max_seq_len);
 }
 
-void check_ctx(const ModelConfig& c, int64_t ctx, const std::string& module) {
-  if (ctx < 0)
-    throw UsageError(module, "--ctx " + std::to_string(ctx) + " is negative; omit it for the default");
-  if (ctx > c.max_seq_len)
-    throw UsageError(module, "--ctx " + std::to_string(ctx) + " exceeds the model's context of " +
-                                 std::to_string(c.max_seq_len) + " tokens; use --ctx " +
+void check_context(const ModelConfig& c, int64_t tokens, const std::string& flag, const std::string& module) {
+  if (tokens > c.max_seq_len)
+    throw UsageError(module, flag + " " + std::to_string(tokens) + " exceeds the model's context of " +
+                                 std::to_string(c.max_seq_len) + " tokens; use " + flag + " " +
                                  std::to_string(c.max_seq_len) +
                                  " or less, or extend the context with --rope-scaling linear:F");
 }
@@ -191,10 +189,7 @@ void add_threads_option(CLI::App* cmd, int& threads, const std::string& help) {
 }
 
 void apply_threads(int threads) {
-  if (threads < 0 || threads > kMaxThreads)
-    throw UsageError("cli", "--threads " + std::to_string(threads) + " is outside [1, " +
-                                std::to_string(kMaxThreads) + "]; omit it to use all cores");
-  if (threads == 0) return;
+  if (threads == 0) return;  // add_threads_option has refused anything outside [1, kMaxThreads]
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   if (cores > 0 && threads > cores)
     std::fprintf(

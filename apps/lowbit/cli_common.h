@@ -62,16 +62,17 @@ void add_rope_scaling_option(CLI::App* cmd, std::string& spec);
 // Applies a non-empty spec to m's config (and prints one line on stderr unless quiet); UsageError when the
 // spec is malformed or the model already scales RoPE.
 void apply_rope_scaling(Model& m, const std::string& spec, bool quiet);
-// --ctx of run: 0 (default) or in [1, the model's context]; UsageError naming the flag and the way out
-// otherwise.
-void check_ctx(const ModelConfig& c, int64_t ctx, const std::string& module);
+// A token count given by `flag` (run --ctx, bench -p) must fit the model's context (after --rope-scaling):
+// UsageError naming the flag, the limit and the way out otherwise.
+void check_context(const ModelConfig& c, int64_t tokens, const std::string& flag, const std::string& module);
 
 // -t,--threads: optional; when given it must be in [1, kMaxThreads] (CLI error otherwise). 0 (unset) = all
 // cores.
 constexpr int kMaxThreads = 1024;
 void add_threads_option(CLI::App* cmd, int& threads,
                         const std::string& help = "Threads (default: all cores)");
-// Applies --threads (0 = all cores); warns on stderr when it exceeds the hardware threads.
+// Applies --threads (0 = all cores; other values come checked from add_threads_option); warns on stderr when
+// it exceeds the hardware threads.
 void apply_threads(int threads);
 
 }  // namespace lowbit::app

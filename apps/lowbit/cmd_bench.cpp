@@ -128,11 +128,7 @@ void run_model(const BenchArgs& a) {
   if (a.depth + a.n > c.max_seq_len && kvs.evict.policy == KvEvictPolicy::None)
     throw UsageError("bench", "--depth " + std::to_string(a.depth) + " + -n " + std::to_string(a.n) +
                                   " exceeds the model's context of " + std::to_string(c.max_seq_len) + " tokens");
-  if (a.p > c.max_seq_len)
-    throw UsageError("bench", "-p " + std::to_string(a.p) + " exceeds the model's context of " +
-                                  std::to_string(c.max_seq_len) + " tokens; use -p " +
-                                  std::to_string(c.max_seq_len) +
-                                  " or less, or extend the context with --rope-scaling linear:F");
+  app::check_context(c, a.p, "-p", "bench");
   Decoder dec(c, m->weights);
   std::mt19937 rng(1);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));

@@ -70,7 +70,7 @@ void setup(CLI::App& cmd) {
     lo.tokenizer_path = a.tokenizer;
     auto m = load_model(a.model, lo);
     app::apply_rope_scaling(*m, a.rope_scaling, a.json);
-    app::check_ctx(m->config, a.ctx, "run");
+    app::check_context(m->config, a.ctx, "--ctx", "run");  // negative values: refused by the flag
     const nlohmann::json online = app::apply_online_quantization(*m, a.quant, a.json);
     if (!m->tokenizer)
       throw UsageError("run", "no tokenizer found for '" + a.model + "'; pass --tokenizer PATH (tokenizer.bin)");

@@ -39,8 +39,6 @@ inline void cpu_relax() {
   __builtin_ia32_pause();
 #endif
 }
-}  // namespace
-namespace {
 
 int initial_threads() {
   if (const char* s = std::getenv("LOWBIT_THREADS")) {
@@ -113,10 +111,13 @@ class Pool {
     t_in_parallel = false;
     job_.store(nullptr);
     // Wait for workers still inside the job (they hold chunks or are about to see that none is left).
-    for (int spins = 0; inside_.load() != 0; ++spins)
-      if (spins < 4096)
+    for (int spins = 0; inside_.load() != 0; ++spins) {
+      if (spins < 4096) {
         cpu_relax();
-      else std::this_thread::yield();
+      } else {
+        std::this_thread::yield();
+      }
+    }
     if (job.error) std::rethrow_exception(job.error);
   }
 

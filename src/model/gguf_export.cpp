@@ -87,10 +87,9 @@ void tokenizer_metadata(io::GgufWriter& w, const json& tj, const ModelConfig& c)
   std::vector<std::string> merges;
   for (const auto& mg : m.value("merges", json::array()))
     merges.push_back(mg.is_string() ? mg.get<std::string>() : mg[0].get<std::string>() + " " + mg[1].get<std::string>());
-  bool bytelevel = json_text(tj).find("\"ByteLevel\"") != std::string::npos;
-  if (bytelevel) {
+  const std::string d = json_text(tj);
+  if (d.find("\"ByteLevel\"") != std::string::npos) {
     w.set_string("tokenizer.ggml.model", "gpt2");
-    std::string d = json_text(tj);
     // llama.cpp's pre-tokenizer names: the Llama-3 regex, the Qwen2 regex, GPT-2's regex after individual
     // digits (SmolLM), or plain GPT-2.
     std::string pre = d.find("\\\\p{N}{1,3}") != std::string::npos ? "llama-bpe"
