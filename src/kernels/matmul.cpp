@@ -256,11 +256,12 @@ void run_lane_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, i
 }
 
 // Decode on the nib route: FP32 activations permuted into the nib lane layout (rows in tiles that share the
-// activation loads, and for T > 1 the code decode), or BF16 activations on the Avx512Bf16 tier.
-void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+// activation loads, and for T > 1 the code decode), or BF16 activations (bf16: select_kernel chose Nib16).
+void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y,
+                     bool bf16) {
   const int64_t pad = kern::nib_padded(w.cols);
   const int nt = static_cast<int>(T);
-  if (kernel_isa() >= Isa::Avx512Bf16) {
+  if (bf16) {
     kern::Nib16Lut lut;  // 32 entries: cheaper to build than to look up
     kern::nib16_make_lut(p.lut.data(), p.lut.size(), lut);
     // The stored binary16 / uint8 cells where they are exact (fewer bytes per token than the FP32 tables).
@@ -642,7 +643,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
       return run_bf16_tile(w, p, x, T, y);
     case Kernel::Nib16:
     case Kernel::NibLane:
-      return run_nib_gemv512(w, p, x, T, y);
+      return run_nib_gemv512(w, p, x, T, y, k == Kernel::Nib16);
     case Kernel::Byte16:
       return run_byte16_gemv(w, p, x, T, y);
     case Kernel::NibDot:
