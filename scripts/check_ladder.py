@@ -14,7 +14,7 @@ import sys
 
 # Rungs low to high; modules on one rung (kernels / io, eval / plan) may not use each other.
 RANK = {"core": 0, "formats": 1, "tensor": 2, "kernels": 3, "io": 3, "arch": 4, "tokenizer": 4, "ops": 5,
-        "kv": 6, "model": 7, "quant": 8, "eval": 9, "plan": 9, "server": 10}
+        "kv": 6, "model": 7, "quant": 8, "engine": 8, "eval": 9, "plan": 9, "serve": 10}
 INC = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
 LINK = re.compile(r'target_link_libraries\s*\(\s*lowbit_([a-z_]+)([^)]*)\)', re.S)
 SIMD = re.compile(r'#\s*include\s*<(?:imm|x86|[a-z]mm)intrin\.h>|__attribute__\s*\(\(\s*target|\b_mm\d*_[a-z]')

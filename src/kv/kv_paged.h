@@ -76,6 +76,7 @@ class PagedKvCache {
                         float* out) const;
 
   void free_seq(int seq);
+  int64_t seq_pages(int seq) const { return static_cast<int64_t>(seqs_[seq].pages.size()); }  // pages it owns
   std::vector<int64_t> positions(int layer, int seq) const;
   std::vector<float> scores(int layer, int seq) const;  // H2O accumulated attention per live token
   // Live rows dequantized back to the model's domain (rotation undone, RoPE applied to pre-RoPE keys): [n, kv_dim].

@@ -1,0 +1,318 @@
+// The serving engine on the real tiny models: a request's greedy output equals generate()'s (lowbit run), and
+// stays identical alone or among 15 others (mixed prompt lengths, arrivals mid-decode) for F16 and quantized
+// KV, under preemption (a KV budget too small for everyone) and with prefix reuse; cancellation frees pages;
+// the queue bound, prompt bounds, logprobs and the background thread's shutdown.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+#include "engine/engine.h"
+#include "kv/kv_formats.h"
+#include "kv/kv_paged.h"
+#include "model/generate.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace lowbit;
+
+namespace {
+const std::string kShared = LOWBIT_SHARED_DIR;
+const std::string kStories = kShared + "/models/stories260K/stories260K.bin";
+const std::string kKjv = kShared + "/models/kjv-brown-6M/model.bin";
+
+const Model& stories() {
+  static std::unique_ptr<Model> m = load_model(kStories);
+  return *m;
+}
+const Model& kjv() {
+  static std::unique_ptr<Model> m = load_model(kKjv);
+  return *m;
+}
+
+std::vector<int32_t> drain(Request& r, std::string* reason = nullptr) {
+  std::vector<int32_t> out;
+  TokenEvent e;
+  while (r.next(&e, 60)) {
+    if (e.token >= 0) out.push_back(e.token);
+    if (e.done) {
+      if (reason) *reason = e.finish_reason;
+      break;
+    }
+  }
+  return out;
+}
+
+std::vector<int32_t> prompt_of(const Model& m, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(3, static_cast<int32_t>(m.config.vocab_size - 1));
+  std::vector<int32_t> p{m.config.bos_id};
+  while (static_cast<int>(p.size()) < n) p.push_back(tok(rng));
+  return p;
+}
+
+RequestOptions greedy(std::vector<int32_t> prompt, int n) {
+  RequestOptions r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = n;
+  r.stop_at_eos = false;
+  return r;
+}
+
+// Output of one request running alone on a fresh engine.
+std::vector<int32_t> alone(const Model& m, const EngineOptions& eo, const RequestOptions& r) {
+  Engine e(m, eo);
+  auto req = e.submit(r);
+  while (e.step()) {
+  }
+  return drain(*req);
+}
+
+// 16 requests of mixed prompt lengths; half arrive while the first half decode. Every output must equal the
+// request's output alone.
+void expect_batch_invariant(const Model& m, EngineOptions eo, int gen) {
+  std::vector<RequestOptions> rs;
+  for (int i = 0; i < 16; ++i) rs.push_back(greedy(prompt_of(m, 3 + (i * 37) % 90, 100 + i), gen));
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& r : rs) want.push_back(alone(m, eo, r));
+  Engine e(m, eo);
+  std::vector<std::shared_ptr<Request>> reqs;
+  for (int i = 0; i < 8; ++i) reqs.push_back(e.submit(rs[i]));
+  for (int s = 0; s < 5; ++s) e.step();
+  for (int i = 8; i < 16; ++i) {
+    reqs.push_back(e.submit(rs[i]));
+    e.step();
+  }
+  while (e.step()) {
+  }
+  for (int i = 0; i < 16; ++i)
+    EXPECT_EQ(drain(*reqs[i]), want[i]) << "request " << i << " kv " << eo.kv.describe();
+  EXPECT_EQ(e.stats().requests_finished, 16);
+  EXPECT_EQ(e.stats().kv_pages_free + 0, e.stats().kv_pages_free);
+}
+}  // namespace
+
+TEST(Engine, GreedyEqualsGenerate) {
+  const Model& m = stories();
+  const auto prompt = m.tokenizer->encode("Once upon a time, there was a little girl", true);
+  GenerateOptions go;
+  go.max_new_tokens = 40;
+  go.stop_at_eos = false;
+  const auto want = generate(m, prompt, go, nullptr, nullptr);
+  EngineOptions eo;
+  eo.max_num_seqs = 4;
+  EXPECT_EQ(alone(m, eo, greedy(prompt, 40)), want);
+  eo.prefill_chunk = 4;  // a prompt fed in chunks gives the same tokens
+  EXPECT_EQ(alone(m, eo, greedy(prompt, 40)), want);
+}
+
+TEST(Engine, BatchInvariantF16) {
+  EngineOptions eo;
+  eo.kv = parse_kv_spec("f16");
+  eo.prefill_chunk = 32;
+  expect_batch_invariant(stories(), eo, 24);
+}
+
+TEST(Engine, BatchInvariantQuantizedKv) {
+  EngineOptions eo;
+  eo.kv = parse_kv_spec("e4m3");
+  eo.prefill_chunk = 32;
+  expect_batch_invariant(stories(), eo, 24);
+  eo.kv = parse_kv_spec("int4");
+  expect_batch_invariant(kjv(), eo, 16);
+}
+
+TEST(Engine, PreemptionUnderASmallBudgetKeepsOutputs) {
+  const Model& m = stories();
+  EngineOptions eo;
+  eo.max_num_seqs = 8;
+  eo.prefill_chunk = 16;
+  eo.kv = parse_kv_spec("f16");
+  std::vector<RequestOptions> rs;
+  for (int i = 0; i < 8; ++i) rs.push_back(greedy(prompt_of(m, 20 + 5 * i, 7 + i), 40));
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& r : rs) want.push_back(alone(m, eo, r));
+  // 8 sequences of up to 95 tokens need ~48 pages of 16; give 20.
+  eo.kv.budget_tokens = 20 * 16;
+  Engine e(m, eo);
+  std::vector<std::shared_ptr<Request>> reqs;
+  for (const auto& r : rs) reqs.push_back(e.submit(r));
+  while (e.step()) {
+  }
+  const EngineStats st = e.stats();
+  EXPECT_GT(st.preemptions_total, 0);
+  int preempted = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::string reason;
+    EXPECT_EQ(drain(*reqs[i], &reason), want[i]) << "request " << i;
+    EXPECT_EQ(reason, "length");
+    preempted += reqs[i]->times().preemptions > 0;
+  }
+  EXPECT_GT(preempted, 0);
+  EXPECT_EQ(st.requests_finished, 8);
+}
+
+TEST(Engine, BudgetTooSmallForOneSequenceFailsThatRequestOnly) {
+  const Model& m = stories();
+  EngineOptions eo;
+  eo.max_num_seqs = 2;
+  eo.kv = parse_kv_spec("f16");
+  eo.kv.budget_tokens = 32;  // 2 pages
+  Engine e(m, eo);
+  auto big = e.submit(greedy(prompt_of(m, 20, 1), 60));
+  auto small = e.submit(greedy(prompt_of(m, 4, 2), 8));
+  while (e.step()) {
+  }
+  std::string rb, rsm;
+  drain(*big, &rb);
+  EXPECT_EQ(drain(*small, &rsm).size(), 8u);
+  EXPECT_EQ(rb, "error");
+  EXPECT_EQ(rsm, "length");
+}
+
+TEST(Engine, PrefixReuseHitsAndKeepsOutputs) {
+  const Model& m = stories();
+  EngineOptions eo;
+  eo.max_num_seqs = 2;
+  eo.prefill_chunk = 16;
+  eo.kv = parse_kv_spec("f16");
+  const auto system = prompt_of(m, 50, 99);
+  auto with_tail = [&](int n, uint64_t seed) {
+    auto p = system;
+    auto t = prompt_of(m, n, seed);
+    p.insert(p.end(), t.begin() + 1, t.end());
+    return greedy(p, 12);
+  };
+  const auto a = with_tail(10, 1), b = with_tail(7, 2);
+  const auto want_b = alone(m, eo, b);
+  Engine e(m, eo);
+  auto ra = e.submit(a);
+  while (e.step()) {
+  }
+  drain(*ra);
+  auto rb = e.submit(b);
+  while (e.step()) {
+  }
+  EXPECT_EQ(drain(*rb), want_b);
+  EXPECT_EQ(rb->times().cached_tokens, 48);  // 3 whole chunks of the 50 shared tokens
+  EXPECT_EQ(e.stats().prefix_hits, 1);
+  EXPECT_EQ(e.stats().prefix_tokens_reused, 48);
+  // With eviction the cache is not a function of the prefix: no reuse.
+  eo.kv = parse_kv_spec("f16", "", "", "streaming:4+64");
+  Engine ev(m, eo);
+  auto r1 = ev.submit(a);
+  while (ev.step()) {
+  }
+  auto r2 = ev.submit(b);
+  while (ev.step()) {
+  }
+  EXPECT_EQ(ev.stats().prefix_hits, 0);
+  EXPECT_EQ(r2->times().cached_tokens, 0);
+}
+
+TEST(Engine, CancelFreesPagesAtTheNextStep) {
+  const Model& m = stories();
+  EngineOptions eo;
+  eo.max_num_seqs = 2;
+  eo.prefix_cache = false;
+  eo.kv = parse_kv_spec("int8");
+  Engine e(m, eo);
+  const int64_t total = e.stats().kv_pages_total;
+  auto r = e.submit(greedy(prompt_of(m, 40, 3), 200));
+  for (int i = 0; i < 5; ++i) e.step();
+  EXPECT_LT(e.stats().kv_pages_free, total);
+  r->cancel();
+  e.step();
+  EXPECT_EQ(e.stats().kv_pages_free, total);
+  std::string reason;
+  drain(*r, &reason);
+  EXPECT_EQ(reason, "abort");
+  EXPECT_EQ(e.stats().requests_aborted, 1);
+  EXPECT_FALSE(e.step());
+}
+
+TEST(Engine, RefusesBadRequestsAndBoundsTheQueue) {
+  const Model& m = stories();
+  EngineOptions eo;
+  eo.max_num_seqs = 1;
+  eo.max_queue = 2;
+  eo.max_model_len = 64;
+  Engine e(m, eo);
+  EXPECT_THROW(e.submit(greedy({}, 4)), UsageError);
+  EXPECT_THROW(e.submit(greedy(prompt_of(m, 64, 1), 4)), UsageError);
+  EXPECT_THROW(e.submit(greedy({1, static_cast<int32_t>(m.config.vocab_size)}, 4)), UsageError);
+  EXPECT_THROW(e.submit(greedy({1, 2}, 0)), UsageError);
+  auto bad_t = greedy({1, 2}, 4);
+  bad_t.sampler.temperature = -1;
+  EXPECT_THROW(e.submit(bad_t), UsageError);
+  e.submit(greedy({1, 2}, 4));
+  e.submit(greedy({1, 3}, 4));
+  EXPECT_THROW(e.submit(greedy({1, 4}, 4)), QueueFull);
+  // The length limit ends generation at max_model_len.
+  while (e.step()) {
+  }
+  auto r = e.submit(greedy(prompt_of(m, 60, 5), 100));
+  while (e.step()) {
+  }
+  std::string reason;
+  EXPECT_EQ(drain(*r, &reason).size(), 4u);
+  EXPECT_EQ(reason, "length");
+  EXPECT_THROW(Engine(m,
+                      [] {
+                        EngineOptions o;
+                        o.max_model_len = 100000;
+                        return o;
+                      }()),
+               UsageError);
+}
+
+TEST(Engine, LogprobsAreNormalisedAndSeededSamplingReproduces) {
+  const Model& m = stories();
+  EngineOptions eo;
+  Engine e(m, eo);
+  auto r = greedy(prompt_of(m, 10, 4), 6);
+  r.top_logprobs = 5;
+  auto req = e.submit(r);
+  while (e.step()) {
+  }
+  TokenEvent ev;
+  int n = 0;
+  while (req->next(&ev, 10)) {
+    ASSERT_EQ(ev.top.size(), 5u);
+    EXPECT_EQ(ev.top[0].token, ev.token);  // greedy picks the most likely token
+    EXPECT_FLOAT_EQ(ev.top[0].logprob, ev.logprob);
+    double p = 0;
+    for (const auto& t : ev.top) p += std::exp(t.logprob);
+    EXPECT_LE(p, 1.0 + 1e-5);
+    EXPECT_LE(ev.logprob, 0.0f);
+    ++n;
+    if (ev.done) break;
+  }
+  EXPECT_EQ(n, 6);
+  auto sampled = greedy(prompt_of(m, 10, 4), 30);
+  sampled.sampler.temperature = 1.0f;
+  sampled.sampler.seed = 1234;
+  sampled.presence_penalty = 0.5f;
+  const auto a = alone(m, eo, sampled), b = alone(m, eo, sampled);
+  EXPECT_EQ(a, b);
+  sampled.sampler.seed = 1235;
+  EXPECT_NE(alone(m, eo, sampled), a);
+}
+
+TEST(Engine, BackgroundThreadServesAndStopsWithinTheDeadline) {
+  const Model& m = stories();
+  EngineOptions eo;
+  eo.max_num_seqs = 4;
+  Engine e(m, eo);
+  e.start();
+  std::vector<std::shared_ptr<Request>> reqs;
+  for (int i = 0; i < 6; ++i) reqs.push_back(e.submit(greedy(prompt_of(m, 8 + i, i), 16)));
+  for (auto& r : reqs) EXPECT_EQ(drain(*r).size(), 16u);
+  auto endless = e.submit(greedy(prompt_of(m, 8, 9), 100000));
+  e.stop(0.05);
+  std::string reason;
+  drain(*endless, &reason);
+  EXPECT_TRUE(reason == "abort" || reason == "length") << reason;
+  EXPECT_THROW(e.submit(greedy({1, 2}, 2)), Error);
+}
