@@ -218,27 +218,36 @@ bool Engine::reclaim_cached_locked(int keep_slot) {
   return true;
 }
 
-int Engine::find_slot_locked(const std::vector<int32_t>& tokens, int64_t* reuse) const {
+int Engine::find_slot_locked(const std::vector<int32_t>& tokens, int64_t* reuse, int* copy_from) const {
   *reuse = 0;
-  int best = -1, empty = -1, lru = -1;
+  *copy_from = -1;
   const int64_t C = o_.prefill_chunk, N = static_cast<int64_t>(tokens.size());
-  for (int i = 0; i < o_.max_num_seqs; ++i) {
-    if (slots_[i]) continue;
-    const auto& ct = slot_cache_[i].tokens;
-    if (ct.empty()) {
-      if (empty < 0) empty = i;
-      continue;
-    }
-    if (lru < 0 || slot_cache_[i].last_used < slot_cache_[lru].last_used) lru = i;
-    if (!o_.prefix_cache) continue;
+  // Longest run of whole shared chunks, leaving at least one token to compute (its logits start generation).
+  auto shared = [&](const int32_t* t, int64_t n) {
     int64_t common = 0;
-    const int64_t lim =
-        std::min<int64_t>(static_cast<int64_t>(ct.size()), N - 1);  // keep >= 1 token to compute
-    while (common < lim && ct[common] == tokens[common]) ++common;
-    const int64_t r = common / C * C;
+    const int64_t lim = std::min(n, N - 1);
+    while (common < lim && t[common] == tokens[common]) ++common;
+    return common / C * C;
+  };
+  int best = -1, empty = -1, lru = -1;
+  for (int i = 0; i < o_.max_num_seqs; ++i) {
+    int64_t r = 0;
+    if (slots_[i]) {  // a running sequence: its computed whole prompt chunks can be copied
+      const Seq& s = *slots_[i];
+      if (o_.prefix_cache) r = shared(s.tokens.data(), std::min(s.computed, s.n_prompt) / C * C);
+    } else {
+      const auto& ct = slot_cache_[i].tokens;
+      if (ct.empty()) {
+        if (empty < 0) empty = i;
+        continue;
+      }
+      if (lru < 0 || slot_cache_[i].last_used < slot_cache_[lru].last_used) lru = i;
+      if (o_.prefix_cache) r = shared(ct.data(), static_cast<int64_t>(ct.size()));
+    }
     if (r > *reuse) *reuse = r, best = i;
   }
-  if (best >= 0) return best;
+  if (best >= 0 && !slots_[best]) return best;  // an idle slot that holds the prefix: reuse it in place
+  if (best >= 0) *copy_from = best;
   return empty >= 0 ? empty : lru;
 }
 
@@ -267,14 +276,15 @@ void Engine::admit_locked() {
     for (const auto& sp : slots_) running += sp != nullptr;
     if (running == o_.max_num_seqs) return;
     int64_t reuse = 0;
-    const int slot = find_slot_locked(s.tokens, &reuse);
+    int copy_from = -1;
+    const int slot = find_slot_locked(s.tokens, &reuse, &copy_from);
     s.slot = slot;
     s.computed = reuse;
-    const int64_t held = reuse > 0 ? pk.seq_pages(slot) : 0;
+    const int64_t held = reuse > 0 && copy_from < 0 ? pk.seq_pages(slot) : 0;
     // Its first chunk's pages, plus one page per running sequence so that admitting it does not force a
     // preemption at this very step.
     const int64_t need = std::max<int64_t>(0, pages_for(chunk_end(s)) - held) + running;
-    while (pk.free_blocks() < need && reclaim_cached_locked(reuse > 0 ? slot : -1)) {
+    while (pk.free_blocks() < need && reclaim_cached_locked(reuse > 0 && copy_from < 0 ? slot : -1)) {
     }
     if (pk.free_blocks() < need) {
       if (running == 0) {  // nothing will ever free pages: this request cannot run under the budget
@@ -289,11 +299,11 @@ void Engine::admit_locked() {
       s.computed = 0;
       return;
     }
+    slot_cache_[slot].tokens.clear();
     if (reuse == 0) {
-      slot_cache_[slot].tokens.clear();
       kv_->clear(slot);
     } else {
-      slot_cache_[slot].tokens.clear();
+      if (copy_from >= 0) pk.copy_prefix(copy_from, slot, reuse);  // a running sequence's prompt chunks
       st_.prefix_hits++;
       st_.prefix_tokens_reused += reuse;
     }

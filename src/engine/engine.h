@@ -160,7 +160,9 @@ class Engine {
   int64_t chunk_end(const Seq& s) const;
   int64_t pages_for(int64_t tokens) const;
   int64_t pages_needed(const Seq& s, int64_t end) const;
-  int find_slot_locked(const std::vector<int32_t>& tokens, int64_t* reuse) const;
+  // The slot for a request and how many of its tokens are already in some KV: in that slot itself (an idle
+  // slot that kept a prefix) or, when *copy_from >= 0, in a running sequence whose rows are copied over.
+  int find_slot_locked(const std::vector<int32_t>& tokens, int64_t* reuse, int* copy_from) const;
   bool reclaim_cached_locked(int keep_slot);
   void release_slot_locked(Seq& s, bool keep_prefix);
   void preempt_locked(Seq& s);

@@ -126,6 +126,36 @@ void PagedKvCache::free_seq(int seq) {
   reset_seq(seq);
 }
 
+void PagedKvCache::copy_prefix(int src, int dst, int64_t n) {
+  if (src < 0 || src >= n_seqs_ || dst < 0 || dst >= n_seqs_ || src == dst)
+    fail("model",
+         "copy_prefix: sequences " + std::to_string(src) + " -> " + std::to_string(dst) + " out of range");
+  if (spec_.window > 0 || evict_budget_ > 0)
+    fail("model", "copy_prefix: a cache with an F16 window or eviction cannot share prefixes");
+  for (const LayerInfo& L : layers_)
+    if (L.per_channel || L.staging > 0) fail("model", "copy_prefix: per-channel keys cannot share prefixes");
+  reset_seq(dst);
+  for (int l = 0; l < static_cast<int>(n_layers_); ++l) {
+    const LayerInfo& L = layers_[l];
+    const LayerState& a = seqs_[src].layers[l];
+    seqs_[dst].layers[l].kls = a.kls;
+    seqs_[dst].layers[l].vls = a.vls;
+    for (const Entry& e : a.entries) {
+      if (e.pos >= n) break;
+      const int32_t slot = take_slot(dst, l);  // may allocate a page for dst; `a` stays valid
+      const uint8_t* from = page_layer(e.slot / B_, l);
+      uint8_t* to = page_layer(slot / B_, l);
+      std::memcpy(to + (slot % B_) * L.k.row_bytes, from + (e.slot % B_) * L.k.row_bytes, L.k.row_bytes);
+      std::memcpy(to + L.v_off + (slot % B_) * L.v.row_bytes, from + L.v_off + (e.slot % B_) * L.v.row_bytes,
+                  L.v.row_bytes);
+      LayerState& b = seqs_[dst].layers[l];
+      b.entries.push_back({e.pos, slot});
+      b.score.push_back(0.0f);
+      ++b.n_sealed;
+    }
+  }
+}
+
 void PagedKvCache::alloc_page(int seq) {
   if (free_.empty()) {
     fail("model", "KV cache is full: all " + std::to_string(n_blocks_) + " pages of " + std::to_string(B_) +

@@ -76,6 +76,11 @@ class PagedKvCache {
                         float* out) const;
 
   void free_seq(int seq);
+  // Copies positions [0, n) of `src` into `dst` bit for bit, with src's per-sequence scales; dst is emptied
+  // first. Prefix sharing between sequences (engine/engine.h). Only for caches whose stored rows do not
+  // depend on later tokens: no F16 staging window, no per-channel keys, no eviction (Error("model")
+  // otherwise).
+  void copy_prefix(int src, int dst, int64_t n);
   int64_t seq_pages(int seq) const { return static_cast<int64_t>(seqs_[seq].pages.size()); }  // pages it owns
   std::vector<int64_t> positions(int layer, int seq) const;
   std::vector<float> scores(int layer, int seq) const;  // H2O accumulated attention per live token

@@ -198,6 +198,21 @@ TEST(Engine, PrefixReuseHitsAndKeepsOutputs) {
   EXPECT_EQ(rb->times().cached_tokens, 48);  // 3 whole chunks of the 50 shared tokens
   EXPECT_EQ(e.stats().prefix_hits, 1);
   EXPECT_EQ(e.stats().prefix_tokens_reused, 48);
+  // From a running sequence: its prompt chunks are copied (bytes and dynamic FP8 scales) into the new slot.
+  for (const char* kv : {"f16", "e4m3", "int8", "int4:pertoken"}) {
+    eo.kv = parse_kv_spec(kv);
+    const auto want = alone(m, eo, b);
+    Engine run(m, eo);
+    auto first = run.submit(with_tail(10, 1));
+    for (int i = 0; i < 6; ++i) run.step();  // a is decoding
+    auto second = run.submit(b);
+    while (run.step()) {
+    }
+    EXPECT_EQ(drain(*second), want) << kv;
+    EXPECT_EQ(second->times().cached_tokens, 48) << kv;
+    EXPECT_EQ(run.stats().prefix_hits, 1) << kv;
+    EXPECT_EQ(drain(*first).size(), 12u);
+  }
   // With eviction the cache is not a function of the prefix: no reuse.
   eo.kv = parse_kv_spec("f16", "", "", "streaming:4+64");
   Engine ev(m, eo);
