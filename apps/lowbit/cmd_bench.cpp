@@ -1,10 +1,14 @@
-// `lowbit bench`: llama-bench-style speed measurement (load, prefill ppN, decode tgN, peak RSS, fraction of the
-// memory-bandwidth bound) and `--bandwidth`: this machine's streaming read bandwidth.
+// `lowbit bench`: llama-bench-style speed measurement (load, prefill ppN, decode tgN, peak RSS, fraction of
+// the memory-bandwidth bound) and `--bandwidth`: this machine's streaming read bandwidth. `lowbit bench
+// serve`: a load generator for OpenAI-compatible servers (serve/bench_client.h).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -21,6 +25,7 @@
 #include "kv/kv_paged.h"
 #include "model/decoder.h"
 #include "model/model.h"
+#include "serve/bench_client.h"
 
 namespace {
 
@@ -254,6 +259,87 @@ void run_model(const BenchArgs& a) {
               bw / 1e9, kv1.describe().c_str());
 }
 
+// `lowbit bench serve`: its own options (none of bench's model flags apply to a remote server).
+struct ServeBenchFlags {
+  lowbit::serve::BenchServeOptions o;
+  std::string rate = "inf";
+  bool json = false;
+};
+
+double parse_rate(const std::string& s) {
+  if (s == "inf" || s == "infinity") return std::numeric_limits<double>::infinity();
+  size_t used = 0;
+  double r = 0;
+  try {
+    r = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || !(r > 0) || !std::isfinite(r))
+    throw lowbit::UsageError("bench", "--request-rate '" + s + "' must be a number > 0 (requests/s) or inf");
+  return r;
+}
+
+void run_serve_bench(ServeBenchFlags& f) {
+  using namespace lowbit;
+  f.o.request_rate = parse_rate(f.rate);
+  f.o.progress = !f.json || isatty(STDERR_FILENO);
+  const serve::BenchRun run = serve::run_bench_serve(f.o);
+  if (f.json)
+    std::cout << json_text(serve::summary_json(run.summary), 2) << "\n";
+  else
+    std::cout << serve::summary_text(run.summary);
+  if (run.summary.failed > 0) app::set_exit_code(3);
+}
+
+void setup_serve(CLI::App& bench) {
+  static ServeBenchFlags f;
+  lowbit::serve::BenchServeOptions& o = f.o;
+  CLI::App* s = bench.add_subcommand("serve",
+                                     "Load-test an OpenAI-compatible server (lowbit serve, llama-server, "
+                                     "vLLM): TTFT, TPOT, ITL, throughput");
+  s->add_option("--url", o.url, "Server base URL (default http://127.0.0.1:8080)");
+  s->add_option("--endpoint", o.endpoint, "/v1/completions (default) or /v1/chat/completions");
+  s->add_option("--model", o.model, "Model name to request (default: the first one GET /v1/models lists)");
+  s->add_option("-n,--num-requests", o.num_requests,
+                "Requests to send (default: one per line of --prompts, else 32)")
+      ->check(CLI::Range(1, 10000000));
+  s->add_option(
+       "-c,--concurrency", o.concurrency,
+       "Requests in flight at most; alone: a closed loop of this many clients (default: all at once)")
+      ->check(CLI::Range(1, lowbit::serve::kMaxInFlight));
+  s->add_option("--request-rate", f.rate,
+                "Poisson arrivals at this many requests/s (seeded), or inf: every request at once (default)");
+  s->add_option("--prompts", o.prompts_file,
+                "JSONL file of {\"prompt\": ..., \"max_tokens\": ...} or plain text lines (cycled if short)");
+  s->add_option("--input-len", o.input_len,
+                "Random prompts (no --prompts): about this many words (default 128)");
+  s->add_option("--output-len", o.output_len,
+                "max_tokens per request when the prompt gives none (default 64)");
+  s->add_option("--range-ratio", o.range_ratio,
+                "Random lengths uniform in [L*(1-r), L*(1+r)], r in [0, 1) (default 0: fixed)");
+  s->add_option("--seed", o.seed, "Seed of the random prompts and the Poisson arrivals (default 0)");
+  s->add_option("--api-key", o.api_key, "Sent as 'Authorization: Bearer KEY'")->envname("OPENAI_API_KEY");
+  s->add_option("--timeout", o.timeout_s, "Seconds one request may take, send to [DONE] (default 600)");
+  s->add_option(
+      "--max-duration", o.max_duration_s,
+      "Stop the run after this many seconds: unsent requests are skipped, in-flight ones cancelled (0: "
+      "no limit, the default)");
+  s->add_flag("--ignore-eos,!--no-ignore-eos", o.ignore_eos,
+              "Send \"ignore_eos\": true so every request generates exactly max_tokens (default on)");
+  s->add_flag("--json", f.json, "Print one JSON object (progress on stderr only when it is a terminal)");
+  s->footer(
+      "Example: lowbit serve -m ../shared/models/stories260K/stories260K.bin --port 8080 &\n"
+      "         lowbit bench serve --url http://127.0.0.1:8080 -n 64 -c 4 --input-len 32 --output-len 32\n"
+      "         lowbit bench serve --url http://127.0.0.1:8080 --request-rate 2 --prompts prompts.jsonl "
+      "--json\n"
+      "Percentiles interpolate linearly between closest ranks (numpy's default, as vLLM's benchmark). Exit "
+      "code 3\n"
+      "when any request failed (the report is still printed), 1 when the server cannot be reached to list "
+      "models.");
+  s->callback([] { run_serve_bench(f); });
+}
+
 void setup(CLI::App& cmd) {
   static BenchArgs a;
   cmd.add_option("-m,--model", a.model, "Model: a Hugging Face directory, a .gguf file or a llama2.c .bin");
@@ -277,10 +363,14 @@ void setup(CLI::App& cmd) {
              "         lowbit bench --bandwidth\n"
              "The ISA tier can be lowered with LOWBIT_ISA=generic|avx2|avx512|avx512bf16|amx (avx512: FP32 activations in every weight-only kernel).\n"
              "Weights (and the probe's buffer) sit in transparent huge pages unless LOWBIT_HUGEPAGES=0 (the summary line says how many bytes).");
-  cmd.callback([] {
+  setup_serve(cmd);
+  cmd.callback([&cmd] {
+    if (cmd.got_subcommand("serve")) return;  // CLI11 also runs the parent's callback after a subcommand's
     lowbit::app::apply_threads(a.threads);
-    if (a.bandwidth) run_bandwidth(a);
-    else run_model(a);
+    if (a.bandwidth)
+      run_bandwidth(a);
+    else
+      run_model(a);
   });
 }
 

@@ -86,8 +86,8 @@ std::string resolve_model(const std::string& base, const std::string& prefix, co
 }
 
 // /metrics as Prometheus text, or nothing (no such endpoint, not text, unreachable): it is optional.
-std::optional<std::map<std::string, double>> fetch_metrics(const std::string& base, const std::string& prefix,
-                                                           const BenchServeOptions& o) {
+std::optional<PrometheusText> fetch_metrics(const std::string& base, const std::string& prefix,
+                                            const BenchServeOptions& o) {
   try {
     httplib::Client cli = make_client(base, o, std::min(o.timeout_s, 5.0));
     auto res = cli.Get(prefix + "/metrics");
@@ -295,6 +295,9 @@ BenchRun run_bench_serve(BenchServeOptions o) {
   for (const BenchPrompt& p : prompts) bodies.push_back(json_text(request_body(o, p)));
   const std::vector<double> arrivals = arrival_times(n, o.request_rate, o.seed);
   const int workers = std::max(1, std::min(n, o.concurrency > 0 ? o.concurrency : kMaxInFlight));
+  if (o.progress)
+    std::fprintf(stderr, "[bench] %d requests to %s%s (model %s), %d at most in flight; progress every 5 s\n",
+                 n, o.url.c_str(), o.endpoint.c_str(), o.model.c_str(), workers);
   const auto before = fetch_metrics(base, prefix, o);
 
   std::vector<RequestRecord> records(static_cast<size_t>(n));
@@ -324,12 +327,11 @@ BenchRun run_bench_serve(BenchServeOptions o) {
   if (before) {
     if (const auto after = fetch_metrics(base, prefix, o)) {
       s.server_metrics = true;
-      // Counters only (Prometheus names them *_total): their increase is what this run made the server do.
-      for (const auto& [name, v] : *after) {
-        const bool counter = name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0;
-        const auto b = before->find(name);
-        const double d = v - (b == before->end() ? 0.0 : b->second);
-        if (counter && d != 0) s.server_counters[name] = d;
+      // Counters only: their increase is what this run made the server do (gauges would need sampling).
+      for (const auto& [name, v] : after->values) {
+        const auto b = before->values.find(name);
+        const double d = v - (b == before->values.end() ? 0.0 : b->second);
+        if (d != 0 && after->is_counter(name)) s.server_counters[name] = d;
       }
     }
   }

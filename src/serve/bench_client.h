@@ -122,8 +122,15 @@ std::vector<double> arrival_times(int n, double rate, uint64_t seed);
 // The request body for one prompt on `endpoint` (chat when it ends in "/chat/completions").
 nlohmann::json request_body(const BenchServeOptions& o, const BenchPrompt& p);
 
-// Prometheus text exposition summed per metric name (labels collapsed): {"lowbit_requests_total": 12, ...}.
-std::map<std::string, double> parse_prometheus(std::string_view text);
+// Prometheus text exposition: samples summed per metric name (labels collapsed), and the `# TYPE` of each
+// family that declares one.
+struct PrometheusText {
+  std::map<std::string, double> values;      // {"lowbit_requests_total": 12, ...}
+  std::map<std::string, std::string> types;  // {"lowbit_requests_total": "counter", ...}
+  // A counter: declared so (the family may be named without the _total suffix), else named *_total.
+  bool is_counter(const std::string& name) const;
+};
+PrometheusText parse_prometheus(std::string_view text);
 
 struct BenchSummary {
   std::string url, endpoint, model;

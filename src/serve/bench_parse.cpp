@@ -137,14 +137,28 @@ ChunkInfo parse_chunk(std::string_view data) {
   return c;
 }
 
-std::map<std::string, double> parse_prometheus(std::string_view text) {
-  std::map<std::string, double> m;
+bool PrometheusText::is_counter(const std::string& name) const {
+  const bool suffix = name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0;
+  auto t = types.find(name);
+  if (t == types.end() && suffix) t = types.find(name.substr(0, name.size() - 6));
+  return t == types.end() ? suffix : t->second == "counter";
+}
+
+PrometheusText parse_prometheus(std::string_view text) {
+  PrometheusText m;
   size_t pos = 0;
   while (pos < text.size()) {
     size_t e = text.find('\n', pos);
     if (e == std::string_view::npos) e = text.size();
     const std::string_view l = trim(text.substr(pos, e - pos));
     pos = e + 1;
+    if (l.rfind("# TYPE ", 0) == 0) {
+      const std::string_view rest = trim(l.substr(7));
+      const size_t sp = rest.find_first_of(" \t");
+      if (sp != std::string_view::npos)
+        m.types[std::string(rest.substr(0, sp))] = std::string(trim(rest.substr(sp)));
+      continue;
+    }
     if (l.empty() || l[0] == '#') continue;
     size_t name_end = 0;
     while (name_end < l.size() && l[name_end] != '{' &&
@@ -169,7 +183,7 @@ std::map<std::string, double> parse_prometheus(std::string_view text) {
     char* end = nullptr;
     const double value = std::strtod(rest.c_str(), &end);
     if (end == rest.c_str() || name_end == 0) continue;
-    m[std::string(l.substr(0, name_end))] += value;
+    m.values[std::string(l.substr(0, name_end))] += value;
   }
   return m;
 }

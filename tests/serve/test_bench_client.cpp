@@ -193,13 +193,20 @@ TEST(BenchPrompts, ArrivalsPoissonAndBodies) {
 }
 
 TEST(BenchParse, PrometheusAndUrls) {
-  const auto m = parse_prometheus(
+  const PrometheusText p = parse_prometheus(
       "# HELP x_total a counter\n# TYPE x_total counter\nx_total 3\nreq_total{code=\"200\"} 4\n"
-      "req_total{code=\"5}0\",a=\"b\"} 1.5e1\ngauge 0.25 1700000000\nbad line\n");
+      "req_total{code=\"5}0\",a=\"b\"} 1.5e1\ngauge 0.25 1700000000\nbad line\n"
+      "# TYPE pages_total gauge\npages_total 512\n# TYPE om counter\nom_total 1\n");
+  const auto& m = p.values;
   EXPECT_EQ(m.at("x_total"), 3);
   EXPECT_EQ(m.at("req_total"), 19);
   EXPECT_EQ(m.at("gauge"), 0.25);
   EXPECT_EQ(m.count("bad"), 0u);
+  EXPECT_TRUE(p.is_counter("x_total"));
+  EXPECT_TRUE(p.is_counter("req_total"));  // no TYPE: by its name
+  EXPECT_TRUE(p.is_counter("om_total"));   // OpenMetrics: the family is named without _total
+  EXPECT_FALSE(p.is_counter("pages_total"));
+  EXPECT_FALSE(p.is_counter("gauge"));
   EXPECT_EQ(split_url("http://127.0.0.1:8080"),
             (std::pair<std::string, std::string>{"http://127.0.0.1:8080", ""}));
   EXPECT_EQ(split_url("http://h:1/api/"), (std::pair<std::string, std::string>{"http://h:1", "/api"}));
