@@ -13,6 +13,8 @@
 #include "kv/kv_paged.h"
 #include "model/generate.h"
 #include "model/model.h"
+#include "quant/quantizer.h"
+#include "quant/recipe.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace lowbit;
@@ -330,4 +332,19 @@ TEST(Engine, BackgroundThreadServesAndStopsWithinTheDeadline) {
   drain(*endless, &reason);
   EXPECT_TRUE(reason == "abort" || reason == "length") << reason;
   EXPECT_THROW(e.submit(greedy({1, 2}, 2)), Error);
+}
+
+// Quantized weights switch kernels with the token count (row kernels below kPrefillTokens, tiles from there), so a
+// decode token batched with others runs another kernel than alone. The GGUF block types use the same Q8
+// activation blocks and block order in both, and their greedy tokens agree. (W4A16's nib16 / bf16tile and W8A8's
+// vnni / vnnitile round in another order; `lowbit eval batch` reports that difference, docs/serve.md.)
+TEST(Engine, BatchInvariantQuantizedWeights) {
+  for (const char* recipe : {"q4_0", "q8_0"}) {
+    auto m = load_model(kKjv);
+    quant::quantize_model(*m, quant::parse_recipe_arg(recipe));
+    EngineOptions eo;
+    eo.prefill_chunk = 32;
+    SCOPED_TRACE(recipe);
+    expect_batch_invariant(*m, eo, 16);
+  }
 }
