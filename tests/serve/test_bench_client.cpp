@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "serve/bench_client.h"
+#include "tests/common/run_cli.h"
 
 using namespace lowbit::serve;
 
@@ -473,4 +474,30 @@ TEST(BenchServe, PoissonRateAndMaxDuration) {
   EXPECT_EQ(run.summary.failed, 0);
   EXPECT_GE(run.summary.cancelled + run.summary.not_sent, 8);
   EXPECT_LT(run.summary.duration_s, 5.0);
+}
+
+TEST(BenchServeCli, JsonReportExitCodesAndUsageErrors) {
+  using lowbit::testing_cli::run_cli;
+  MockServer m;
+  auto r = run_cli("bench serve --url " + m.url() + " -n 3 -c 3 --input-len 4 --output-len 4 --json");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["model"], "mock-model");
+  EXPECT_EQ(j["requests"]["ok"], 3);
+  EXPECT_EQ(j["output_tokens"], 3 * kChunks * 2);
+  EXPECT_EQ(j["load"]["concurrency"], 3);
+  EXPECT_GE(j["latency_ms"]["ttft"]["p50"].get<double>(), kFirstMs * 0.9);
+  EXPECT_EQ(j["server_metrics"]["mock_requests_total"], 3);
+
+  r = run_cli("bench serve --url " + m.url("/err") + " --model m -n 2 -c 1");
+  EXPECT_EQ(r.rc, 3) << r.out;  // a failed request is a failed check; the report is still printed
+  EXPECT_NE(r.out.find("2 x http 500: mock overload"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| TTFT |"), std::string::npos) << r.out;
+
+  EXPECT_EQ(run_cli("bench serve --url " + m.url() + " --request-rate 0").rc, 2);
+  EXPECT_EQ(run_cli("bench serve --url localhost:8080").rc, 2);
+  EXPECT_EQ(run_cli("bench serve --url " + m.url() + " --prompts /nonexistent/p.jsonl").rc, 2);
+  r = run_cli("bench serve --help");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("Example: "), std::string::npos);
 }
