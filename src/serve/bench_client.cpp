@@ -36,6 +36,9 @@ httplib::Client make_client(const std::string& base, const BenchServeOptions& o,
         "bench", "--url " + base +
                      ": no HTTP client for it (https needs cpp-httplib with OpenSSL); use http://HOST:PORT");
   cli.set_keep_alive(true);
+  // Without it the request line and body go out as two segments and Nagle holds the second until the server
+  // acknowledges the first (a delayed ACK: ~40 ms added to every TTFT).
+  cli.set_tcp_nodelay(true);
   cli.set_connection_timeout(to_dur(std::min(timeout_s, 10.0)));
   cli.set_read_timeout(to_dur(timeout_s));
   cli.set_write_timeout(to_dur(timeout_s));
