@@ -3,6 +3,7 @@
 // then `listening on http://HOST:PORT` on stdout. SIGINT / SIGTERM drain the engine and exit 0. See
 // docs/serve.md.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <cstdio>
@@ -137,6 +138,13 @@ void setup(CLI::App& cmd) {
   cmd.callback([] {
     using namespace lowbit;
     const sigset_t sigs = block_signals();
+    // Every open connection is a descriptor: take the hard limit (often 1024 soft) for idle keep-alive
+    // clients.
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+      rl.rlim_cur = rl.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &rl);
+    }
     app::apply_threads(a.threads);
     EngineOptions eo;
     eo.max_num_seqs = a.max_num_seqs;
