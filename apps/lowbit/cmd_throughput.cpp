@@ -18,6 +18,7 @@ namespace {
 struct Args {
   std::string model, dtype = "native", levels = "1,4";
   lowbit::app::KvFlags kv;
+  lowbit::app::QuantizeFlags quant;
   int requests = 0, p = 64, n = 32, threads = 0;
   uint64_t seed = 0;
   bool json = false;
@@ -32,11 +33,15 @@ void setup(CLI::App& cmd) {
   cmd.add_option("-p,--n-prompt", a.p, "Prompt tokens per request (default 64)");
   cmd.add_option("-n,--n-gen", a.n, "Generated tokens per request (default 32)");
   lowbit::app::add_kv_options(&cmd, a.kv);
+  lowbit::app::add_quantize_options(&cmd, a.quant);
   cmd.add_option("--dtype", a.dtype, "Dense weights in memory: native (default), f32, f16, bf16");
   cmd.add_option("--seed", a.seed, "Seed for the random prompt token ids");
   lowbit::app::add_threads_option(&cmd, a.threads);
   cmd.add_flag("--json", a.json, "Print one JSON object");
-  cmd.footer("Example: lowbit throughput -m ../shared/models/kjv-brown-6M/model.bin -c 1,4,8 -p 64 -n 32");
+  cmd.footer(
+      "Example: lowbit throughput -m ../shared/models/kjv-brown-6M/model.bin -c 1,4,8 -p 64 -n 32\n"
+      "Example: lowbit throughput -m model-dir --quantize W4A16 --kv-cache int8 -c 1,4,8,16\n"
+      "The requests run through the serving engine (the scheduler of lowbit serve), in process.");
   cmd.callback([] {
     using namespace lowbit;
     app::apply_threads(a.threads);
@@ -44,8 +49,10 @@ void setup(CLI::App& cmd) {
     LoadOptions lo;
     lo.dense = dense_mode_from_string(a.dtype);
     auto m = load_model(a.model, lo);
+    const nlohmann::json online = app::apply_online_quantization(*m, a.quant, a.json);
     nlohmann::json out = {{"model", a.model}, {"threads", num_threads()}, {"prompt_tokens", a.p},
                           {"gen_tokens", a.n}, {"kv_cache", a.kv.text()}, {"levels", nlohmann::json::array()}};
+    if (!online.is_null()) out["online_quantization"] = online;
     if (!a.json)
       std::printf("%-11s %8s %12s %12s %10s %10s %10s %10s\n", "concurrency", "requests", "gen tok/s", "total tok/s",
                   "TTFT mean", "TTFT p90", "queue mean", "latency");
