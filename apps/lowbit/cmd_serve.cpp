@@ -98,7 +98,7 @@ void setup(CLI::App& cmd) {
                  "--max-model-len tokens)");
   cmd.add_option("--max-queue", a.max_queue,
                  "Requests waiting beyond the running ones; more get 429 (default 1024)")
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--step-tokens", a.step_tokens,
                  "Tokens per forward batch (decode + prefill chunks; default 512)")
       ->check(CLI::Range(1, 1 << 20));

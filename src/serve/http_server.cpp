@@ -1,6 +1,8 @@
 #include "serve/http_server.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -140,6 +142,8 @@ int HttpServer::bind() {
   svr_->set_socket_options([this](int sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    // Accepted sockets inherit it: stream chunks are small writes that Nagle would hold for the client's ACK.
+    setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
     listen_fd_ = sock;
   });
   int port = o_.port;

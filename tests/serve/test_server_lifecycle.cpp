@@ -74,6 +74,30 @@ TEST(ServerLoad, SixtyFourConcurrentStreams) {
   EXPECT_EQ(metric(m, "lowbit_generation_tokens_total"), 64 * 24);
 }
 
+TEST(ServerLoad, AFullQueueAnswers429) {
+  ServerProcess s({"-m", stories_model(), "--max-num-seqs", "1", "--max-queue", "1"});
+  std::atomic<int> ok{0}, full{0}, other{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 12; ++i)
+    clients.emplace_back([&] {
+      auto c = s.client();
+      auto r = c.Post("/v1/completions", completion("Once upon a time", 400).dump(), "application/json");
+      if (r && r->status == 200) {
+        ++ok;
+      } else if (r && r->status == 429 && r->get_header_value("Retry-After") == "1" &&
+                 json::parse(r->body)["error"]["code"] == "queue_full") {
+        ++full;
+      } else {
+        ++other;
+      }
+    });
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GE(ok.load(), 1);
+  EXPECT_GE(full.load(), 1) << "12 simultaneous requests never filled a queue of 1";
+  EXPECT_EQ(post(s, "/v1/completions", completion("Once", 4).dump()).status, 200);
+}
+
 TEST(ServerLoad, AThousandIdleConnectionsDoNotBlockOthers) {
   rlimit rl{};
   getrlimit(RLIMIT_NOFILE, &rl);
