@@ -1,6 +1,7 @@
 // The recommendation: the decision path of the seed article, applied to the measured shares of one context.
 //   baseline BF16 W / BF16 A / BF16 KV
-//   KV grows with long documents and concurrency -> change only the KV to FP8 (then INT4 with a residual window,
+//   KV grows with long documents and concurrency -> change only the KV to FP8 (then INT4 with a residual
+//   window,
 //                                                   then eviction)
 //   weights take most of the memory              -> FP8 weight-only or W4A16
 //   matmuls are the bottleneck (high concurrency) -> W8A8 INT8 / FP8 where the hardware has the units
@@ -19,10 +20,59 @@ std::string pct(int64_t part, int64_t whole) {
   std::snprintf(b, sizeof b, "%.0f%%", whole > 0 ? 100.0 * static_cast<double>(part) / whole : 0.0);
   return b;
 }
-std::string fb(int64_t b) { return fmt_bytes(static_cast<double>(b)); }
+std::string fb(int64_t b) {
+  return fmt_bytes(static_cast<double>(b));
+}
 
 std::string label(const Row& r) {
   return weight_config(r.weight_id).label + " + KV " + kv_config(r.kv_id).label;
+}
+
+// Nothing on the decision path fits: the smallest configuration, the smallest preset device where it would,
+// and what else lowers the memory (eviction, less load, more devices).
+void explain_nothing_fits(const Plan& p, const CtxPlan& cp, const Row& base, Recommendation& rec) {
+  const Device& dev = p.req.device;
+  const int64_t budget = dev.memory_bytes;
+  const Row* best = nullptr;
+  for (const auto& r : cp.rows)
+    if (r.weight_id != "stored" && (!best || r.total < best->total)) best = &r;
+  rec.reasons.push_back("nothing fits at " + std::to_string(cp.tokens) + " tokens x " +
+                        std::to_string(p.req.concurrency) + " sequences: the smallest configuration (" +
+                        label(*best) + ") needs " + fb(best->total) + " of " + fb(budget));
+  const int64_t fixed = best->weights.total() + best->workspace.total() + dev.reserve_bytes;
+  // The smallest preset device on which the closest configuration (and the baseline) would fit as asked.
+  auto smallest_device = [&](const Row& r) -> std::string {
+    PlanRequest other = p.req;
+    std::vector<Device> by_size = device_presets();
+    std::stable_sort(by_size.begin(), by_size.end(),
+                     [](const Device& a, const Device& b) { return a.memory_bytes < b.memory_bytes; });
+    for (const auto& d : by_size) {
+      if (d.memory_bytes <= budget) continue;
+      other.device = d;
+      const int64_t t =
+          total_bytes(p.model.config, r.weights, kv_config(r.kv_id), cp.tokens, p.req.concurrency, other);
+      if (t <= d.memory_bytes) return d.id + " (" + fb(t) + " of " + fb(d.memory_bytes) + ")";
+    }
+    return "";
+  };
+  const std::string dev_best = smallest_device(*best), dev_base = smallest_device(base);
+  if (!dev_best.empty())
+    rec.reasons.push_back("smallest preset device where it fits: " + dev_best +
+                          (dev_base.empty() ? "" : "; the BF16 baseline fits on " + dev_base));
+  if (fixed > budget) {
+    rec.reasons.push_back("even its weights + workspace (" + fb(fixed) +
+                          ") exceed the budget: use a larger device or split the model across devices "
+                          "(tensor/pipeline parallelism)");
+  } else {
+    rec.reasons.push_back(
+        "KV eviction caps the cache at a window: StreamingLLM (4 sink + recent tokens) or H2O "
+        "(heavy hitters + recent, ~20% budget); or lower the load: with " +
+        label(*best) + " the largest concurrency at this context is " +
+        std::to_string(best->max_concurrency) + " and the largest context at this concurrency is " +
+        std::to_string(best->max_tokens) + " tokens");
+  }
+  rec.weight_id = best->weight_id;
+  rec.kv_id = best->kv_id;
 }
 
 }  // namespace
@@ -40,9 +90,10 @@ Recommendation recommend(const Plan& p, const CtxPlan& cp) {
   rec.bottleneck = K > W ? "kv" : "weights";
   rec.reasons.push_back("BF16 baseline at " + std::to_string(cp.tokens) + " tokens x " +
                         std::to_string(p.req.concurrency) + " sequences: weights " + fb(W) + " (" +
-                        pct(W, base->total) + "), KV " + fb(K) + " (" + pct(K, base->total) + "), workspace " +
-                        fb(A) + (dev.reserve_bytes ? ", runtime reserve " + fb(dev.reserve_bytes) : "") +
-                        "; total " + fb(base->total) + " of " + fb(budget));
+                        pct(W, base->total) + "), KV " + fb(K) + " (" + pct(K, base->total) +
+                        "), workspace " + fb(A) +
+                        (dev.reserve_bytes ? ", runtime reserve " + fb(dev.reserve_bytes) : "") + "; total " +
+                        fb(base->total) + " of " + fb(budget));
 
   auto pick = [&](std::initializer_list<std::pair<const char*, const char*>> order) -> const Row* {
     for (auto& [w, k] : order) {
@@ -61,8 +112,9 @@ Recommendation recommend(const Plan& p, const CtxPlan& cp) {
                           "sequences or to speed up decode, and measure quality against this baseline");
     const Row* kv8 = cp.find("bf16", "fp8");
     if (K > W && kv8)
-      rec.reasons.push_back("KV is the larger share: FP8 KV raises the largest concurrency at this context from " +
-                            std::to_string(base->max_concurrency) + " to " + std::to_string(kv8->max_concurrency));
+      rec.reasons.push_back(
+          "KV is the larger share: FP8 KV raises the largest concurrency at this context from " +
+          std::to_string(base->max_concurrency) + " to " + std::to_string(kv8->max_concurrency));
   } else if (K > W) {
     rec.reasons.push_back("KV dominates (" + fb(K) + " vs " + fb(W) +
                           " of weights; it grows with context and concurrency): quantize the KV cache first");
@@ -100,55 +152,17 @@ Recommendation recommend(const Plan& p, const CtxPlan& cp) {
     rec.kv_id = chosen->kv_id;
     rec.fits = true;
     if (chosen->kv_id == "int4") {
-      rec.reasons.push_back("check long-context quality: 4-bit KV without a residual window or calibration can "
-                            "collapse (KIVI 2-bit without the window; SGLang FP4 KV on AIME25 0.75 -> 0.35)");
+      rec.reasons.push_back(
+          "check long-context quality: 4-bit KV without a residual window or calibration can "
+          "collapse (KIVI 2-bit without the window; SGLang FP4 KV on AIME25 0.75 -> 0.35)");
       // Two 8-bit changes can be safer than one 4-bit change: name the alternative.
       const Row* alt = cp.find("fp8-w", "fp8");
       if (chosen->weight_id == "bf16" && alt && alt->fits)
-        rec.reasons.push_back("alternative without 4-bit KV: " + label(*alt) + " also fits (" + fb(alt->total) +
-                              "); compare both against the baseline");
+        rec.reasons.push_back("alternative without 4-bit KV: " + label(*alt) + " also fits (" +
+                              fb(alt->total) + "); compare both against the baseline");
     }
   } else {
-    // Nothing on the path fits: say what would, in order of how little it changes.
-    const Row* best = nullptr;
-    for (const auto& r : cp.rows)
-      if (r.weight_id != "stored" && (!best || r.total < best->total)) best = &r;
-    rec.reasons.push_back("nothing fits at " + std::to_string(cp.tokens) + " tokens x " +
-                          std::to_string(p.req.concurrency) + " sequences: the smallest configuration (" +
-                          label(*best) + ") needs " + fb(best->total) + " of " + fb(budget));
-    const int64_t fixed = best->weights.total() + best->workspace.total() + dev.reserve_bytes;
-    // The smallest preset device on which the closest configuration (and the baseline) would fit as asked.
-    auto smallest_device = [&](const Row& r) -> std::string {
-      PlanRequest other = p.req;
-      std::vector<Device> by_size = device_presets();
-      std::stable_sort(by_size.begin(), by_size.end(),
-                       [](const Device& a, const Device& b) { return a.memory_bytes < b.memory_bytes; });
-      for (const auto& d : by_size) {
-        if (d.memory_bytes <= budget) continue;
-        other.device = d;
-        const int64_t t = total_bytes(p.model.config, r.weights, kv_config(r.kv_id), cp.tokens, p.req.concurrency,
-                                      other);
-        if (t <= d.memory_bytes) return d.id + " (" + fb(t) + " of " + fb(d.memory_bytes) + ")";
-      }
-      return "";
-    };
-    const std::string dev_best = smallest_device(*best), dev_base = smallest_device(*base);
-    if (!dev_best.empty())
-      rec.reasons.push_back("smallest preset device where it fits: " + dev_best +
-                            (dev_base.empty() ? "" : "; the BF16 baseline fits on " + dev_base));
-    if (fixed > budget) {
-      rec.reasons.push_back("even its weights + workspace (" + fb(fixed) +
-                            ") exceed the budget: use a larger device or split the model across devices "
-                            "(tensor/pipeline parallelism)");
-    } else {
-      rec.reasons.push_back("KV eviction caps the cache at a window: StreamingLLM (4 sink + recent tokens) or H2O "
-                            "(heavy hitters + recent, ~20% budget); or lower the load: with " + label(*best) +
-                            " the largest concurrency at this context is " + std::to_string(best->max_concurrency) +
-                            " and the largest context at this concurrency is " + std::to_string(best->max_tokens) +
-                            " tokens");
-    }
-    rec.weight_id = best->weight_id;
-    rec.kv_id = best->kv_id;
+    explain_nothing_fits(p, cp, *base, rec);
   }
 
   // Compute-bound: many sequences make prefill and batched decode matmul-bound, where 8-bit units pay off.
@@ -165,15 +179,17 @@ Recommendation recommend(const Plan& p, const CtxPlan& cp) {
       if (r) msg += "; " + label(*r) + (r->fits ? " fits (" : " does not fit (") + fb(r->total) + ")";
       rec.reasons.push_back(msg);
     } else {
-      rec.reasons.push_back("high concurrency is compute-bound, but this device has no fast 8-bit units: keep "
-                            "16-bit activations");
+      rec.reasons.push_back(
+          "high concurrency is compute-bound, but this device has no fast 8-bit units: keep "
+          "16-bit activations");
     }
   }
   if (dev.fp4) {
     const Row* nv = cp.find("nvfp4", rec.kv_id.empty() ? "bf16" : rec.kv_id);
     const Row* mx = cp.find("mxfp4", rec.kv_id.empty() ? "bf16" : rec.kv_id);
-    rec.reasons.push_back("this device has FP4 tensor cores: evaluate NVFP4 and MXFP4 separately" +
-                          (nv && mx ? " (totals " + fb(nv->total) + " / " + fb(mx->total) + ")" : std::string()));
+    rec.reasons.push_back(
+        "this device has FP4 tensor cores: evaluate NVFP4 and MXFP4 separately" +
+        (nv && mx ? " (totals " + fb(nv->total) + " / " + fb(mx->total) + ")" : std::string()));
   }
 
   // The experiments to run next, one variable at a time against the baseline.
