@@ -298,12 +298,12 @@ void setup_serve(CLI::App& bench) {
   CLI::App* s = bench.add_subcommand("serve",
                                      "Load-test an OpenAI-compatible server (lowbit serve, llama-server, "
                                      "vLLM): TTFT, TPOT, ITL, throughput");
-  s->add_option("--url", o.url, "Server base URL (default http://127.0.0.1:8080)");
+  s->add_option("--url", o.url, "Server base URL (default http://127.0.0.1:8080; a trailing /v1 is fine)");
   s->add_option("--endpoint", o.endpoint, "/v1/completions (default) or /v1/chat/completions");
   s->add_option("--model", o.model, "Model name to request (default: the first one GET /v1/models lists)");
   s->add_option("-n,--num-requests", o.num_requests,
                 "Requests to send (default: one per line of --prompts, else 32)")
-      ->check(CLI::Range(1, 10000000));
+      ->check(CLI::Range(1, 1000000));
   s->add_option(
        "-c,--concurrency", o.concurrency,
        "Requests in flight at most; alone: a closed loop of this many clients (default: all at once)")

@@ -290,7 +290,11 @@ void validate(const BenchServeOptions& o) {
 
 BenchRun run_bench_serve(BenchServeOptions o) {
   validate(o);
-  const auto [base, prefix] = split_url(o.url);
+  auto [base, prefix] = split_url(o.url);
+  // OpenAI clients take base URLs that end in /v1; the endpoints here carry it already.
+  if (prefix.size() >= 3 && prefix.compare(prefix.size() - 3, 3, "/v1") == 0 &&
+      o.endpoint.rfind("/v1/", 0) == 0)
+    prefix.resize(prefix.size() - 3);
   const std::vector<BenchPrompt> prompts = make_prompts(o);
   if (o.model.empty()) o.model = resolve_model(base, prefix, o);
   const int n = o.num_requests;

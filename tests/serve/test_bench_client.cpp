@@ -428,7 +428,7 @@ TEST(BenchServe, NoUsageCountsChunksAndChatWorks) {
   EXPECT_FALSE(summary_json(run.summary)["total_throughput"].is_number());
   EXPECT_EQ(m.bodies()[0]["model"], "given");
 
-  o = options(m.url(), 3, 1);
+  o = options(m.url("/v1/"), 3, 1);  // an OpenAI-style base URL: /v1 is not doubled
   o.endpoint = "/v1/chat/completions";
   run = run_bench_serve(o);
   EXPECT_EQ(run.summary.ok, 3);
