@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "serve/bench_client.h"
 #include "tests/common/run_cli.h"
+#include "tests/serve/test_server_process.h"
 
 using namespace lowbit::serve;
 
@@ -524,4 +525,36 @@ TEST(BenchServeCli, JsonReportExitCodesAndUsageErrors) {
   r = run_cli("bench serve --help");
   EXPECT_EQ(r.rc, 0);
   EXPECT_NE(r.out.find("Example: "), std::string::npos);
+}
+
+TEST(BenchServeReal, LowbitServeStreamsExactTokenCounts) {
+  // The real server (stories260K): with ignore_eos every request yields exactly max_tokens, usage reports
+  // them, and the server's own counters agree with the client's.
+  if (!std::ifstream(lowbit::testing_serve::stories_model())) GTEST_SKIP() << "no ../shared models";
+  lowbit::testing_serve::ServerProcess srv({"-m", lowbit::testing_serve::stories_model()});
+  BenchServeOptions o = options(srv.url(), 8, 4);
+  o.model.clear();
+  o.input_len = 12;
+  o.output_len = 16;
+  BenchRun run = run_bench_serve(o);
+  const BenchSummary& s = run.summary;
+  ASSERT_EQ(s.ok, 8) << summary_text(s) << srv.log();
+  EXPECT_EQ(s.output_tokens, 8 * 16);
+  EXPECT_TRUE(s.prompt_tokens_known);
+  EXPECT_GT(s.prompt_tokens, 8 * 12);
+  for (const auto& r : run.records) {
+    EXPECT_TRUE(r.usage_reported);
+    EXPECT_GE(r.content_chunks, 1);
+    EXPECT_LE(r.ttft_s, r.e2e_s);
+  }
+  ASSERT_TRUE(s.server_metrics);
+  EXPECT_EQ(s.server_counters.at("lowbit_generation_tokens_total"), 8 * 16);
+  EXPECT_EQ(s.server_counters.at("lowbit_request_generation_tokens_total"), s.output_tokens);
+  EXPECT_EQ(s.server_counters.at("lowbit_request_prompt_tokens_total"), s.prompt_tokens);
+
+  o.endpoint = "/v1/chat/completions";
+  o.num_requests = 3;
+  run = run_bench_serve(o);
+  EXPECT_EQ(run.summary.ok, 3) << summary_text(run.summary);
+  EXPECT_EQ(run.summary.output_tokens, 3 * 16);
 }
