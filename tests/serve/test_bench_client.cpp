@@ -209,6 +209,13 @@ TEST(BenchParse, PrometheusAndUrls) {
   EXPECT_TRUE(p.is_counter("om_total"));   // OpenMetrics: the family is named without _total
   EXPECT_FALSE(p.is_counter("pages_total"));
   EXPECT_FALSE(p.is_counter("gauge"));
+  // llama-server's names (with --metrics) hold colons.
+  const PrometheusText l = parse_prometheus(
+      "# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total 3469\n"
+      "# TYPE llamacpp:prompt_tokens_seconds gauge\nllamacpp:prompt_tokens_seconds 2.37\n");
+  EXPECT_EQ(l.values.at("llamacpp:tokens_predicted_total"), 3469);
+  EXPECT_TRUE(l.is_counter("llamacpp:tokens_predicted_total"));
+  EXPECT_FALSE(l.is_counter("llamacpp:prompt_tokens_seconds"));
   EXPECT_EQ(split_url("http://127.0.0.1:8080"),
             (std::pair<std::string, std::string>{"http://127.0.0.1:8080", ""}));
   EXPECT_EQ(split_url("http://h:1/api/"), (std::pair<std::string, std::string>{"http://h:1", "/api"}));
