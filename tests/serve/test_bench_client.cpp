@@ -404,6 +404,10 @@ TEST(BenchServe, StreamsMeasureTtftItlAndUsage) {
     auto it = h.find("Authorization");
     ASSERT_NE(it, h.end());
     EXPECT_EQ(it->second, "Bearer sekret");
+    it = h.find("Accept-Encoding");
+    ASSERT_NE(it, h.end());
+    EXPECT_EQ(it->second, "identity");  // a compressed stream would arrive in bursts
+    EXPECT_EQ(h.count("Accept-Encoding"), 1u);
   }
   for (const auto& b : m.bodies()) {
     EXPECT_EQ(b["model"], "mock-model");
