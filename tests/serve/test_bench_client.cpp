@@ -504,11 +504,11 @@ TEST(BenchServe, PoissonRateAndMaxDuration) {
   EXPECT_EQ(run.summary.concurrency, 4);
 
   o = options(m.url(), 10, 1);
-  o.max_duration_s = 0.9;  // room for one request (0.6 s) and part of a second
+  o.max_duration_s = 1.5;  // room for two requests (0.6 s each) and part of a third
   run = run_bench_serve(o);
   EXPECT_GE(run.summary.ok, 1);
   EXPECT_EQ(run.summary.failed, 0);
-  EXPECT_GE(run.summary.cancelled + run.summary.not_sent, 8);
+  EXPECT_GE(run.summary.cancelled + run.summary.not_sent, 6);
   EXPECT_LT(run.summary.duration_s, 5.0);
 }
 
