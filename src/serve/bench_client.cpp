@@ -221,7 +221,11 @@ RequestRecord send_one(httplib::Client& cli, const std::string& path, const std:
   const bool sent = cli.send(req, res, err);
   const Clock::time_point t1 = Clock::now();
   r.e2e_s = secs(t1 - t0);
-  if (!sent && cancel == Cancel::None && t1 >= lim.run_deadline) cancel = Cancel::MaxDuration;
+  // A socket timeout cut short to end at --max-duration (the 10 ms: timer slack) is the run ending, not a
+  // slow server.
+  if (!sent && cancel == Cancel::None && deadline == lim.run_deadline &&
+      t1 + std::chrono::milliseconds(10) >= lim.run_deadline)
+    cancel = Cancel::MaxDuration;
   if (sent && status == 200) sse.finish([&](std::string_view ev) { st.on_event(ev, t1); });
   r.output_tokens = st.completion_tokens >= 0 ? st.completion_tokens : r.content_chunks;
   classify_result(r, st, sent, err, status, cancel, err_body, lim.timeout_s);
@@ -282,8 +286,10 @@ void validate(const BenchServeOptions& o) {
     throw UsageError("bench", "--concurrency must be in [1, " + std::to_string(kMaxInFlight) + "]");
   if (!(o.request_rate > 0))
     throw UsageError("bench", "--request-rate must be > 0 requests/s (or inf: every request at once)");
-  if (!(o.timeout_s > 0) || !(o.max_duration_s >= 0))
-    throw UsageError("bench", "--timeout must be > 0 s and --max-duration >= 0 s (0: no limit)");
+  // Bounded so that deadlines (steady_clock time points) cannot overflow.
+  if (!(o.timeout_s > 0 && o.timeout_s <= 1e6) || !(o.max_duration_s >= 0 && o.max_duration_s <= 1e7))
+    throw UsageError("bench",
+                     "--timeout must be in (0, 1e6] s and --max-duration in [0, 1e7] s (0: no limit)");
   if (o.endpoint.empty() || o.endpoint[0] != '/')
     throw UsageError("bench", "--endpoint '" + o.endpoint + "' must be a path such as /v1/completions");
 }

@@ -92,9 +92,9 @@ std::vector<BenchPrompt> random_prompts(int n, int input_len, int output_len, do
 
 std::vector<BenchPrompt> make_prompts(BenchServeOptions& o) {
   if (o.num_requests < 0) throw UsageError("bench", "--num-requests must be >= 1");
-  if (o.input_len < 1 || o.output_len < 1 || o.output_len > kMaxTokensLimit)
-    throw UsageError("bench", "--input-len and --output-len must be >= 1 (and --output-len <= " +
-                                  std::to_string(kMaxTokensLimit) + ")");
+  if (o.input_len < 1 || o.output_len < 1 || o.input_len > kMaxTokensLimit || o.output_len > kMaxTokensLimit)
+    throw UsageError("bench",
+                     "--input-len and --output-len must be in [1, " + std::to_string(kMaxTokensLimit) + "]");
   if (!(o.range_ratio >= 0 && o.range_ratio < 1))
     throw UsageError("bench", "--range-ratio must be in [0, 1): lengths are drawn from [L*(1-r), L*(1+r)]");
   if (o.prompts_file.empty()) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -568,4 +569,20 @@ TEST(BenchServeReal, LowbitServeStreamsExactTokenCounts) {
   run = run_bench_serve(o);
   EXPECT_EQ(run.summary.ok, 3) << summary_text(run.summary);
   EXPECT_EQ(run.summary.output_tokens, 3 * 16);
+}
+
+TEST(BenchServe, BadOptionsAreUsageErrors) {
+  // All refused before any connection (nothing listens on the URL).
+  const std::vector<std::function<void(BenchServeOptions&)>> bad = {
+      [](BenchServeOptions& o) { o.request_rate = 0; },  [](BenchServeOptions& o) { o.timeout_s = 0; },
+      [](BenchServeOptions& o) { o.timeout_s = 1e300; }, [](BenchServeOptions& o) { o.max_duration_s = -1; },
+      [](BenchServeOptions& o) { o.concurrency = -1; },  [](BenchServeOptions& o) { o.endpoint = "v1/x"; },
+      [](BenchServeOptions& o) { o.range_ratio = 1.0; }, [](BenchServeOptions& o) { o.input_len = 0; },
+      [](BenchServeOptions& o) { o.url = "ftp://h:1"; }, [](BenchServeOptions& o) { o.num_requests = -2; },
+  };
+  for (size_t i = 0; i < bad.size(); ++i) {
+    BenchServeOptions o = options("http://127.0.0.1:9", 1, 1);
+    bad[i](o);
+    EXPECT_THROW(run_bench_serve(o), lowbit::UsageError) << "case " << i;
+  }
 }
