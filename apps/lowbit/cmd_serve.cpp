@@ -4,6 +4,7 @@
 // docs/serve.md.
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -68,6 +69,24 @@ void print_memory_plan(const lowbit::Model& m, const lowbit::Engine& e) {
                human_bytes(static_cast<double>(ws.hidden)).c_str(),
                human_bytes(static_cast<double>(ws.attention)).c_str(),
                human_bytes(static_cast<double>(ws.logits)).c_str(), (long long)ws.batch_tokens);
+}
+
+// Without --kv-budget every slot gets pages for --max-model-len tokens: for a long-context model that is more
+// memory than the machine has, and allocating it takes minutes before failing. Refuse it up front.
+void refuse_oversized_kv(const lowbit::Model& m, const lowbit::EngineOptions& eo) {
+  if (eo.kv.budget_bytes > 0 || eo.kv.budget_tokens > 0) return;
+  const int64_t len = eo.max_model_len > 0 ? eo.max_model_len : m.config.max_seq_len;
+  const int64_t need = lowbit::kv_footprint(m.config, eo.kv).bytes(eo.max_num_seqs, len);
+  const int64_t ram = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  if (ram > 0 && need > ram / 2)
+    throw lowbit::UsageError(
+        "serve",
+        "the KV cache for " + std::to_string(eo.max_num_seqs) + " sequences of " + std::to_string(len) +
+            " tokens needs " + lowbit::app::human_bytes(static_cast<double>(need)) +
+            ", more than half of this machine's memory (" +
+            lowbit::app::human_bytes(static_cast<double>(ram)) +
+            "); give the pages a budget shared by all sequences with --kv-budget (e.g. --kv-budget 1GiB), "
+            "or lower --max-num-seqs / --max-model-len");
 }
 
 // Signals are taken by one thread with sigwait: the handler-free way to run the drain (which locks and joins)
@@ -184,6 +203,7 @@ void setup(CLI::App& cmd) {
                  app::human_bytes(static_cast<double>(m->weights.weight_bytes())).c_str(), m->load_seconds,
                  so.served_name.c_str());
     app::kernel_report(*m).print(false);
+    refuse_oversized_kv(*m, eo);
     Engine engine(*m, eo);
     app::print_kv_cache(engine.kv());
     print_memory_plan(*m, engine);

@@ -295,6 +295,24 @@ TEST_F(Server, MetricsCountTheRequestsMade) {
   EXPECT_NE(after.find("lowbit_time_to_first_token_seconds_bucket{le=\"+Inf\"}"), std::string::npos);
 }
 
+TEST_F(Server, PrefixCacheHitsAreCounted) {
+  // The engine reuses whole prefill chunks (256 tokens by default): a prompt of ~330 tokens, sent twice.
+  std::string p;
+  for (int i = 0; i < 22; ++i) p += "Lily had a big red ball and she liked to play with it in the park. ";
+  const std::string before = get(s(), "/metrics").body;
+  const json a = complete({{"prompt", p}, {"max_tokens", 4}, {"temperature", 0}});
+  const json b = complete({{"prompt", p}, {"max_tokens", 4}, {"temperature", 0}});
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+  ASSERT_GT(a["usage"]["prompt_tokens"].get<int>(), 256);
+  ASSERT_LT(a["usage"]["prompt_tokens"].get<int>(), 500);
+  const std::string after = get(s(), "/metrics").body;
+  EXPECT_GE(
+      metric(after, "lowbit_prefix_cache_hits_total") - metric(before, "lowbit_prefix_cache_hits_total"), 1);
+  EXPECT_GE(metric(after, "lowbit_prefix_cache_tokens_reused_total") -
+                metric(before, "lowbit_prefix_cache_tokens_reused_total"),
+            256);
+}
+
 TEST_F(Server, AbuseIsAnsweredWithStatusCodesAndTheServerKeepsServing) {
   const std::string c = "/v1/completions";
   struct Case {
