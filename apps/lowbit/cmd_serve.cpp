@@ -100,6 +100,93 @@ sigset_t block_signals() {
   return set;
 }
 
+// Loads the model, builds the engine and the server, serves until SIGINT / SIGTERM.
+void run_serve(const ServeArgs& a) {
+  using namespace lowbit;
+  const sigset_t sigs = block_signals();
+  // Every open connection is a descriptor: take the hard limit (often 1024 soft) for idle keep-alive
+  // clients.
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  app::apply_threads(a.threads);
+  EngineOptions eo;
+  eo.max_num_seqs = a.max_num_seqs;
+  eo.max_model_len = a.max_model_len;
+  eo.max_queue = a.max_queue;
+  eo.step_tokens = a.step_tokens;
+  eo.prefill_chunk = a.prefill_chunk;
+  eo.prefix_cache = !a.no_prefix_cache;
+  eo.kv = a.kv.spec();
+  eo.kv.force_paged = true;  // the engine's scheduler hands out pages
+  if (!a.kv_budget.empty()) eo.kv.budget_bytes = plan::parse_bytes(a.kv_budget);
+  serve::ServerOptions so;
+  so.max_body = plan::parse_bytes(a.max_body);
+  so.host = a.host;
+  so.port = a.port;
+  so.api_key = a.api_key;
+  if (so.api_key.empty())
+    if (const char* k = std::getenv("LOWBIT_API_KEY")) so.api_key = k;
+  so.served_name = a.served_name.empty() ? default_served_name(a.model) : a.served_name;
+  so.min_threads = std::min(2 * a.max_num_seqs + 8, a.max_http_threads);
+  so.max_threads = a.max_http_threads;
+  const auto chat = serve::choose_chat_template(serve::read_model_chat_template(a.model), a.chat_template);
+  so.chat = chat.format;
+
+  LoadOptions lo;
+  lo.dense = dense_mode_from_string(a.dtype);
+  lo.tokenizer_path = a.tokenizer;
+  auto m = load_model(a.model, lo);
+  app::apply_rope_scaling(*m, a.rope_scaling, false);
+  app::check_context(m->config, a.max_model_len, "--max-model-len", "serve");
+  app::apply_online_quantization(*m, a.quant, false);
+  if (!m->tokenizer)
+    throw UsageError("serve",
+                     "no tokenizer found for '" + a.model + "'; pass --tokenizer PATH (tokenizer.bin)");
+  std::fprintf(stderr, "model: %s (%s, %s, %lld params, weights %s), loaded in %.3f s, served as '%s'\n",
+               a.model.c_str(), m->format.c_str(), m->config.arch.c_str(), (long long)m->config.n_params(),
+               app::human_bytes(static_cast<double>(m->weights.weight_bytes())).c_str(), m->load_seconds,
+               so.served_name.c_str());
+  app::kernel_report(*m).print(false);
+  refuse_oversized_kv(*m, eo);
+  Engine engine(*m, eo);
+  app::print_kv_cache(engine.kv());
+  print_memory_plan(*m, engine);
+  std::fprintf(stderr, "%schat template: %s (%s)\n", chat.warn ? "WARNING: " : "",
+               serve::chat_format_name(chat.format), chat.reason.c_str());
+  std::fprintf(stderr,
+               "engine: %d sequence slots, max model length %lld, %d tokens per step, prefill chunks of %d, "
+               "queue %d, prefix cache %s, %d threads%s\n",
+               eo.max_num_seqs, (long long)engine.max_model_len(), eo.step_tokens, eo.prefill_chunk,
+               eo.max_queue, eo.prefix_cache ? "on" : "off", num_threads(),
+               so.api_key.empty() ? "" : ", API key required");
+
+  serve::HttpServer server(engine, *m, so);
+  const int port = server.bind();
+  engine.start();
+  std::atomic<bool> done{false};
+  std::thread sig_thread([&] {
+    const timespec poll{0, 200 * 1000 * 1000};
+    while (!done) {
+      const int s = sigtimedwait(&sigs, nullptr, &poll);
+      if (s == SIGINT || s == SIGTERM) {
+        std::fprintf(stderr, "[serve] %s: refusing new requests, draining for up to %g s\n",
+                     s == SIGINT ? "SIGINT" : "SIGTERM", a.shutdown_deadline);
+        server.shutdown(a.shutdown_deadline);
+        return;
+      }
+    }
+  });
+  std::cout << "listening on http://" << a.host << ":" << port << std::endl;
+  server.serve();
+  done = true;
+  sig_thread.join();
+  engine.stop(0);
+  std::fprintf(stderr, "[serve] stopped\n");
+}
+
 void setup(CLI::App& cmd) {
   static ServeArgs a;
   cmd.add_option("-m,--model", a.model, "Model: a Hugging Face directory, a .gguf file or a llama2.c .bin")
@@ -154,91 +241,7 @@ void setup(CLI::App& cmd) {
       "    -d '{\"model\": \"stories260K.bin\", \"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n"
       "Example: lowbit serve -m ../shared/models/tinystories-656K --quantize W4A16,group=32 --kv-cache int8 "
       "--kv-budget 64M --max-num-seqs 32 --api-key secret");
-  cmd.callback([] {
-    using namespace lowbit;
-    const sigset_t sigs = block_signals();
-    // Every open connection is a descriptor: take the hard limit (often 1024 soft) for idle keep-alive
-    // clients.
-    rlimit rl{};
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-      rl.rlim_cur = rl.rlim_max;
-      setrlimit(RLIMIT_NOFILE, &rl);
-    }
-    app::apply_threads(a.threads);
-    EngineOptions eo;
-    eo.max_num_seqs = a.max_num_seqs;
-    eo.max_model_len = a.max_model_len;
-    eo.max_queue = a.max_queue;
-    eo.step_tokens = a.step_tokens;
-    eo.prefill_chunk = a.prefill_chunk;
-    eo.prefix_cache = !a.no_prefix_cache;
-    eo.kv = a.kv.spec();
-    eo.kv.force_paged = true;  // the engine's scheduler hands out pages
-    if (!a.kv_budget.empty()) eo.kv.budget_bytes = plan::parse_bytes(a.kv_budget);
-    serve::ServerOptions so;
-    so.max_body = plan::parse_bytes(a.max_body);
-    so.host = a.host;
-    so.port = a.port;
-    so.api_key = a.api_key;
-    if (so.api_key.empty())
-      if (const char* k = std::getenv("LOWBIT_API_KEY")) so.api_key = k;
-    so.served_name = a.served_name.empty() ? default_served_name(a.model) : a.served_name;
-    so.min_threads = std::min(2 * a.max_num_seqs + 8, a.max_http_threads);
-    so.max_threads = a.max_http_threads;
-    const auto chat = serve::choose_chat_template(serve::read_model_chat_template(a.model), a.chat_template);
-    so.chat = chat.format;
-
-    LoadOptions lo;
-    lo.dense = dense_mode_from_string(a.dtype);
-    lo.tokenizer_path = a.tokenizer;
-    auto m = load_model(a.model, lo);
-    app::apply_rope_scaling(*m, a.rope_scaling, false);
-    app::check_context(m->config, a.max_model_len, "--max-model-len", "serve");
-    app::apply_online_quantization(*m, a.quant, false);
-    if (!m->tokenizer)
-      throw UsageError("serve",
-                       "no tokenizer found for '" + a.model + "'; pass --tokenizer PATH (tokenizer.bin)");
-    std::fprintf(stderr, "model: %s (%s, %s, %lld params, weights %s), loaded in %.3f s, served as '%s'\n",
-                 a.model.c_str(), m->format.c_str(), m->config.arch.c_str(), (long long)m->config.n_params(),
-                 app::human_bytes(static_cast<double>(m->weights.weight_bytes())).c_str(), m->load_seconds,
-                 so.served_name.c_str());
-    app::kernel_report(*m).print(false);
-    refuse_oversized_kv(*m, eo);
-    Engine engine(*m, eo);
-    app::print_kv_cache(engine.kv());
-    print_memory_plan(*m, engine);
-    std::fprintf(stderr, "%schat template: %s (%s)\n", chat.warn ? "WARNING: " : "",
-                 serve::chat_format_name(chat.format), chat.reason.c_str());
-    std::fprintf(
-        stderr,
-        "engine: %d sequence slots, max model length %lld, %d tokens per step, prefill chunks of %d, "
-        "queue %d, prefix cache %s, %d threads%s\n",
-        eo.max_num_seqs, (long long)engine.max_model_len(), eo.step_tokens, eo.prefill_chunk, eo.max_queue,
-        eo.prefix_cache ? "on" : "off", num_threads(), so.api_key.empty() ? "" : ", API key required");
-
-    serve::HttpServer server(engine, *m, so);
-    const int port = server.bind();
-    engine.start();
-    std::atomic<bool> done{false};
-    std::thread sig_thread([&] {
-      const timespec poll{0, 200 * 1000 * 1000};
-      while (!done) {
-        const int s = sigtimedwait(&sigs, nullptr, &poll);
-        if (s == SIGINT || s == SIGTERM) {
-          std::fprintf(stderr, "[serve] %s: refusing new requests, draining for up to %g s\n",
-                       s == SIGINT ? "SIGINT" : "SIGTERM", a.shutdown_deadline);
-          server.shutdown(a.shutdown_deadline);
-          return;
-        }
-      }
-    });
-    std::cout << "listening on http://" << a.host << ":" << port << std::endl;
-    server.serve();
-    done = true;
-    sig_thread.join();
-    engine.stop(0);
-    std::fprintf(stderr, "[serve] stopped\n");
-  });
+  cmd.callback([] { run_serve(a); });
 }
 
 }  // namespace
