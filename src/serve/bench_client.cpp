@@ -216,9 +216,21 @@ RequestRecord send_one(httplib::Client& cli, const std::string& path, const std:
     }
     return true;
   };
-  httplib::Response res;
   httplib::Error err = httplib::Error::Success;
-  const bool sent = cli.send(req, res, err);
+  bool sent = false;
+  // A keep-alive connection the server closed between requests (llama-server closes one after a few requests)
+  // fails at once with nothing received: retry once on a fresh connection, as curl and browsers do. A request
+  // that received anything, or ran for long, is never retried.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    httplib::Response res;
+    err = httplib::Error::Success;
+    sent = cli.send(req, res, err);
+    const bool stale = !sent && status == 0 && cancel == Cancel::None &&
+                       (err == httplib::Error::Read || err == httplib::Error::Write) &&
+                       Clock::now() - t0 < std::chrono::seconds(1);
+    if (!stale) break;
+    r.retried = true;
+  }
   const Clock::time_point t1 = Clock::now();
   r.e2e_s = secs(t1 - t0);
   // A socket timeout cut short to end at --max-duration (the 10 ms: timer slack) is the run ending, not a

@@ -64,6 +64,7 @@ struct RequestRecord {
   int64_t prompt_tokens = -1;  // usage.prompt_tokens, -1 when the server sent no usage
   bool usage_reported = false;
   size_t output_chars = 0;
+  bool retried = false;  // resent once after a keep-alive connection the server had closed
 };
 
 // Server-sent events (the `text/event-stream` body of a streamed completion), fed in pieces cut anywhere:
@@ -137,7 +138,7 @@ struct BenchSummary {
   int concurrency = 0;  // requests in flight at most (closed loop when request_rate is infinite)
   double request_rate = std::numeric_limits<double>::infinity();
   uint64_t seed = 0;
-  int64_t requests = 0, ok = 0, failed = 0, not_sent = 0, cancelled = 0;
+  int64_t requests = 0, ok = 0, failed = 0, not_sent = 0, cancelled = 0, retried = 0;
   std::map<std::string, int64_t> failures;              // kind -> count
   std::map<std::string, std::string> failure_examples;  // kind -> first message
   double duration_s = 0, request_throughput = 0, output_throughput = 0, total_throughput = 0;

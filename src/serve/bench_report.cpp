@@ -39,6 +39,7 @@ BenchSummary summarize(const std::vector<RequestRecord>& records, double duratio
       ++s.not_sent;
       continue;
     }
+    s.retried += r.retried;
     if (r.cancelled) {
       ++s.cancelled;
       continue;
@@ -124,6 +125,7 @@ nlohmann::json summary_json(const BenchSummary& s) {
         {"failed", s.failed},
         {"not_sent", s.not_sent},
         {"cancelled", s.cancelled},
+        {"retried_stale_connection", s.retried},
         {"failures", failures}}},
       {"duration_seconds", s.duration_s},
       {"request_throughput", s.request_throughput},
@@ -149,7 +151,10 @@ std::string summary_text(const BenchSummary& s) {
   if (s.not_sent + s.cancelled > 0)
     t += ", " + std::to_string(s.not_sent) + " not sent and " + std::to_string(s.cancelled) +
          " cancelled at --max-duration";
-  t += " (of " + std::to_string(s.requests) + ")\n";
+  t += " (of " + std::to_string(s.requests) + ")";
+  if (s.retried > 0)
+    t += "; " + std::to_string(s.retried) + " resent once after the server closed a keep-alive connection";
+  t += "\n";
   for (const auto& [kind, n] : s.failures)
     t += "  failed    " + std::to_string(n) + " x " + kind + ": " + s.failure_examples.at(kind) + "\n";
   t += "duration    " + fmt("%.2f s", s.duration_s) + "\n";
