@@ -334,10 +334,10 @@ TEST(Engine, BackgroundThreadServesAndStopsWithinTheDeadline) {
   EXPECT_THROW(e.submit(greedy({1, 2}, 2)), Error);
 }
 
-// Quantized weights switch kernels with the token count (row kernels below kPrefillTokens, tiles from there), so a
-// decode token batched with others runs another kernel than alone. The GGUF block types use the same Q8
-// activation blocks and block order in both, and their greedy tokens agree. (W4A16's nib16 / bf16tile and W8A8's
-// vnni / vnnitile round in another order; `lowbit eval batch` reports that difference, docs/serve.md.)
+// Quantized weights switch kernels with the token count (row kernels below kPrefillTokens, tiles from there),
+// so a decode token batched with others runs another kernel than alone. The GGUF block types use the same Q8
+// activation blocks and block order in both, and their greedy tokens agree. (W4A16's nib16 / bf16tile and
+// W8A8's vnni / vnnitile round in another order; `lowbit eval batch` reports that difference, docs/serve.md.)
 TEST(Engine, BatchInvariantQuantizedWeights) {
   for (const char* recipe : {"q4_0", "q8_0"}) {
     auto m = load_model(kKjv);
@@ -347,4 +347,50 @@ TEST(Engine, BatchInvariantQuantizedWeights) {
     SCOPED_TRACE(recipe);
     expect_batch_invariant(*m, eo, 16);
   }
+}
+
+// NaN logits in one sequence (an embedding row poisoned with NaN) end that request with an error; the others
+// in the same batches keep their exact outputs and the engine keeps serving.
+TEST(Engine, ANanSequenceFailsAloneAndTheOthersContinue) {
+  LoadOptions lo;
+  lo.dense = DenseMode::F16;  // an owned, writable copy of the weights
+  auto m = load_model(kStories, lo);
+  // The embedding table doubles as the output head here (tied): give the head its own intact copy first.
+  std::vector<uint8_t> head(
+      m->weights.tok_embed.data,
+      m->weights.tok_embed.data + m->weights.tok_embed.rows * m->weights.tok_embed.row_bytes());
+  auto head_owner = std::make_shared<std::vector<uint8_t>>(std::move(head));
+  if (m->weights.tied()) {
+    m->weights.lm_head = m->weights.tok_embed;
+    m->weights.lm_head.data = head_owner->data();
+    m->weights.lm_head.owner = head_owner;
+  }
+  const int32_t poison = 300;
+  auto* row = const_cast<uint8_t*>(m->weights.tok_embed.data) + poison * m->weights.tok_embed.row_bytes();
+  for (size_t i = 0; i < m->weights.tok_embed.row_bytes(); i += 2)
+    row[i] = 0x00, row[i + 1] = 0x7E;  // f16 NaN
+  EngineOptions eo;
+  eo.max_num_seqs = 4;
+  const auto a = greedy(prompt_of(*m, 12, 1), 10), c = greedy(prompt_of(*m, 9, 3), 10);
+  auto b = greedy(prompt_of(*m, 10, 2), 10);
+  b.prompt[5] = poison;
+  const auto want_a = alone(*m, eo, a), want_c = alone(*m, eo, c);
+  Engine e(*m, eo);
+  auto ra = e.submit(a), rb = e.submit(b), rc = e.submit(c);
+  while (e.step()) {
+  }
+  std::string reason;
+  TokenEvent ev;
+  ASSERT_TRUE(rb->next(&ev, 10));
+  EXPECT_TRUE(ev.done);
+  EXPECT_EQ(ev.finish_reason, "error");
+  EXPECT_NE(ev.error.find("NaN"), std::string::npos) << ev.error;
+  EXPECT_EQ(drain(*ra), want_a);
+  EXPECT_EQ(drain(*rc), want_c);
+  EXPECT_EQ(want_a.size(), 10u);
+  EXPECT_EQ(e.stats().requests_failed, 1);
+  auto again = e.submit(a);
+  while (e.step()) {
+  }
+  EXPECT_EQ(drain(*again), want_a);
 }
