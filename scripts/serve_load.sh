@@ -34,7 +34,13 @@ echo "serve_load: $URL, $C clients for $DUR s" >&2
 # Enough requests that the closed loop is still busy at the deadline; --max-duration ends the run.
 timeout -k 10 $((DUR + 120)) "$LOWBIT" bench serve --url "$URL" -c "$C" -n 1000000 --max-duration "$DUR" \
   --input-len 64 --range-ratio 0.5 --output-len 64 --seed 1 --timeout 120 --json >"$OUT/client.json" || true
-curl -s --max-time 10 "$URL/metrics" >"$OUT/metrics.txt"
+# Queued requests of clients that left are aborted when the server next writes to them (a keep-alive comment
+# every 2 s): wait for the engine to drain before reading the counters.
+for _ in $(seq 100); do
+  curl -s --max-time 10 "$URL/metrics" >"$OUT/metrics.txt"
+  awk '/^lowbit_requests_(running|waiting) / {n += $2} END {exit n > 0}' "$OUT/metrics.txt" && break
+  sleep 0.1
+done
 RSS_KB=$(awk '/VmHWM/ {print $2}' /proc/$PID/status)
 kill -TERM $PID
 RC=0
