@@ -136,6 +136,42 @@ TEST(ServerLoad, AThousandIdleConnectionsDoNotBlockOthers) {
   for (int fd : idle) close(fd);
 }
 
+// Clients that send streaming requests and then never read a byte: their responses back up in the socket
+// buffers (a tiny receive buffer makes that happen within a few tokens), their handler threads block in
+// write, and everyone else is still served promptly.
+TEST(ServerLoad, ClientsThatReadNothingDoNotBlockOthers) {
+  ServerProcess s({"-m", stories_model()});
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(s.port()));
+  inet_pton(AF_INET, s.host().c_str(), &a.sin_addr);
+  std::vector<int> mute;
+  const std::string body = completion("Once upon a time", 400, true).dump();
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  for (int i = 0; i < 8; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    const int small = 1024;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+    mute.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // their streams fill the buffers
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Reply r = post(s, "/v1/completions", completion("Once", 8).dump());
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_LT(secs, 5.0);
+  }
+  for (int fd : mute) close(fd);
+  EXPECT_EQ(get(s, "/health").status, 200);
+}
+
 // A client that leaves mid-stream cancels its engine request. stories260K generates its whole context in a
 // fraction of a second, so this uses a 135M-parameter fixture (tens of tokens per second on 2 cores).
 TEST(ServerLifecycle, ClientThatLeavesMidStreamCancelsItsRequest) {
