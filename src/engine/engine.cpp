@@ -381,14 +381,21 @@ void Engine::emit_locked(Seq& s, const float* logits, double t) {
   const ModelConfig& c = m_.config;
   const RequestOptions& o = s.req->opt_;
   const int64_t V = c.vocab_size;
-  std::vector<float> row(logits, logits + V);
+  const float* row = logits;
   if (o.presence_penalty != 0 || o.frequency_penalty != 0) {
-    std::vector<int32_t> count(V, 0);
-    for (size_t i = s.n_prompt; i < s.tokens.size(); ++i) count[s.tokens[i]]++;
-    for (int64_t i = 0; i < V; ++i)
-      if (count[i] > 0) row[i] -= o.frequency_penalty * count[i] + o.presence_penalty;
+    // Only the generated tokens' logits change: a copy with those entries adjusted.
+    penalized_.assign(logits, logits + V);
+    std::vector<int32_t> gen(s.tokens.begin() + s.n_prompt, s.tokens.end());
+    std::sort(gen.begin(), gen.end());
+    for (size_t i = 0; i < gen.size();) {
+      size_t j = i;
+      while (j < gen.size() && gen[j] == gen[i]) ++j;
+      penalized_[gen[i]] -= o.frequency_penalty * static_cast<float>(j - i) + o.presence_penalty;
+      i = j;
+    }
+    row = penalized_.data();
   }
-  const int32_t tok = s.sampler->sample(row.data(), V, s.tokens);
+  const int32_t tok = s.sampler->sample(row, V, s.tokens);
   TokenEvent e;
   e.token = tok;
   e.time = t;
@@ -398,7 +405,8 @@ void Engine::emit_locked(Seq& s, const float* logits, double t) {
     for (int64_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
     const double lse = mx + std::log(sum);
     e.logprob = static_cast<float>(logits[tok] - lse);
-    std::vector<int32_t> idx(V);
+    std::vector<int32_t>& idx = top_idx_;
+    idx.resize(static_cast<size_t>(V));
     std::iota(idx.begin(), idx.end(), 0);
     const int64_t k = std::min<int64_t>(o.top_logprobs, V);
     std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {

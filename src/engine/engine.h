@@ -193,7 +193,9 @@ class Engine {
   bool stopping_ = false, quit_ = false;
   uint64_t next_id_ = 1, tick_ = 0;
   EngineStats st_;
-  std::vector<float> logits_;
+  std::vector<float> logits_;     // [rows with logits, vocab] of the current step
+  std::vector<float> penalized_;  // [vocab] logits with presence / frequency penalties (stepping thread only)
+  std::vector<int32_t> top_idx_;  // [vocab] candidate order for top_logprobs (stepping thread only)
   const double t0_;
 };
 

@@ -28,8 +28,13 @@ int32_t argmax(const float* logits, int64_t n) {
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history) {
-  std::vector<float> l(logits, logits + vocab);
-  if (p_.repeat_penalty != 1.0f && p_.repeat_last_n > 0) {
+  const bool penalty = p_.repeat_penalty != 1.0f && p_.repeat_last_n > 0;
+  // Greedy without a penalty reads the logits in place: a copy of a 150k-entry vocabulary per token is a
+  // fresh 600 KB allocation, which costs more than the argmax when a server samples many sequences per step.
+  if (p_.temperature == 0.0f && !penalty) return argmax(logits, vocab);
+  thread_local std::vector<float> l;
+  l.assign(logits, logits + vocab);
+  if (penalty) {
     std::unordered_set<int32_t> seen;
     for (size_t i = history.size() > static_cast<size_t>(p_.repeat_last_n) ? history.size() - p_.repeat_last_n : 0;
          i < history.size(); ++i)
@@ -38,7 +43,8 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
       if (id >= 0 && id < vocab) l[id] = l[id] > 0 ? l[id] / p_.repeat_penalty : l[id] * p_.repeat_penalty;
   }
   if (p_.temperature == 0.0f) return argmax(l.data(), vocab);
-  std::vector<int32_t> idx(vocab);
+  thread_local std::vector<int32_t> idx;
+  idx.resize(static_cast<size_t>(vocab));
   std::iota(idx.begin(), idx.end(), 0);
   size_t n = idx.size();
   if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
