@@ -128,7 +128,7 @@ int register_all() {
         "gguf:q4_k",       "rows:q4_k",       "gguf:q5_k", "rows:q5_k", "gguf:q6_k",   "rows:q6_k"}) {
     const bool kq = std::string(f).back() == 'k';
     for (const auto& [r, c] : kq ? std::vector<std::pair<int64_t, int64_t>>{{896, 4864}, {4864, 2048}, {131072, 2048}} : all_shapes)
-      for (int64_t T : {int64_t{1}, int64_t{64}}) {
+      for (int64_t T : {int64_t{1}, int64_t{16}, int64_t{64}}) {  // 16: a serving step's decode batch
         if (r >= 131072 && T != 1) continue;
         const std::string name = "matmul/" + std::string(f) + "/" + std::to_string(r) + "x" + std::to_string(c) +
                                  "/T" + std::to_string(T);
