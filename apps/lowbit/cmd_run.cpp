@@ -97,6 +97,7 @@ void setup(CLI::App& cmd) {
       kr.print(a.kernels);
     }
     TokenStreamDecoder sd(tok);
+    sd.continue_from(prompt);  // "Once" + " upon", not "Onceupon"
     std::string text;
     GenerateStats st;
     if (!a.json) std::cout << a.prompt << std::flush;

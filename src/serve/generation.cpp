@@ -7,16 +7,11 @@ namespace lowbit::serve {
 TextAssembler::TextAssembler(const Tokenizer& tok, std::vector<std::string> stop,
                              const std::vector<int32_t>& prompt)
     : tok_(tok), dec_(tok), stop_(std::move(stop)) {
-  keep_space_ = tok.options().strip_decoded_prefix && !prompt.empty() && !tok.is_control(prompt.back());
+  dec_.continue_from(prompt);
 }
 
 std::string TextAssembler::push(int32_t token) {
   if (stopped_) return "";
-  if (keep_space_ && !tok_.is_control(token)) {
-    keep_space_ = false;
-    const std::string raw = tok_.decode_token(token);
-    if (!raw.empty() && raw[0] == ' ') held_ += ' ';  // the decoder drops it as if the text started here
-  }
   held_ += dec_.push(token);
   return release(false);
 }

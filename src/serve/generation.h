@@ -29,7 +29,6 @@ class TextAssembler {
   std::string release(bool final);
   const Tokenizer& tok_;
   TokenStreamDecoder dec_;
-  bool keep_space_ = false;  // the next text token's leading space is part of the continuation
   std::vector<std::string> stop_;
   std::string held_;  // decoded text not yet returned: it may be the start of a stop string
   bool stopped_ = false;

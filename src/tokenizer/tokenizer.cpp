@@ -371,6 +371,10 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special)
 TokenStreamDecoder::TokenStreamDecoder(const Tokenizer& tok, bool render_special)
     : tok_(tok), render_special_(render_special) {}
 
+void TokenStreamDecoder::continue_from(std::span<const int32_t> prefix) {
+  at_start_ = prefix.empty() || tok_.is_control(prefix.back());
+}
+
 std::string TokenStreamDecoder::push(int32_t id) {
   tok_.piece(id);
   if (tok_.attrs_[id] == TokenAttr::Control) {

@@ -186,6 +186,10 @@ class TokenStreamDecoder {
  public:
   explicit TokenStreamDecoder(const Tokenizer& tok, bool render_special = false);
   std::string push(int32_t id);
+  // The ids to come continue `prefix` (a prompt): when it ends in text, the first text token's leading space
+  // is part of the continuation and is kept ("Once" + " upon"), instead of being dropped as the dummy prefix
+  // of a text that starts there.
+  void continue_from(std::span<const int32_t> prefix);
   // Emits what is still held (an incomplete character becomes U+FFFD) and resets the prefix state.
   std::string flush();
 

@@ -93,9 +93,11 @@ TEST_F(Server, GreedyCompletionEqualsLowbitRun) {
   EXPECT_EQ(c["choices"][0]["finish_reason"], run["stop_reason"] == "length" ? "length" : "stop");
 
   // A prompt whose continuation starts with a space: the completion continues the prompt's text, i.e. prompt
-  // + text == the detokenized prompt + output ids (`lowbit run` drops that space: its decoder starts afresh).
+  // + text == the detokenized prompt + output ids, and `lowbit run` prints the same continuation.
   const json run2 = run_json("Once", 16);
   const json c2 = complete({{"prompt", "Once"}, {"max_tokens", 16}, {"temperature", 0}});
+  EXPECT_EQ(c2["choices"][0]["text"], run2["text"]);
+  EXPECT_EQ(run2["text"].get<std::string>().rfind(' ', 0), 0u) << run2["text"];
   json ids = run2["prompt_ids"];
   for (const auto& t : run2["output_ids"]) ids.push_back(t);
   const Reply d = post(s(), "/detokenize", json{{"tokens", ids}});
