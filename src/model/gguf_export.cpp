@@ -65,8 +65,22 @@ int type_id(const std::string& t) {
   return it->second;
 }
 
-void tokenizer_metadata(io::GgufWriter& w, const json& tj, const ModelConfig& c) {
-  if (tj.is_null()) return;
+// Rows the export appends to the embedding (and output) matrices for tokens the source vocabulary lacks.
+struct VocabExtension {
+  int64_t n_tokens = 0;  // tokens written (source vocabulary + appended)
+  int64_t appended = 0;
+  int64_t row_source = -1;  // the source row each appended row copies (<unk>), or -1 for zero rows
+};
+
+bool is_byte_piece(const std::string& p) {
+  return p.size() == 6 && p.rfind("<0x", 0) == 0 && p[5] == '>' &&
+         std::isxdigit(static_cast<unsigned char>(p[3])) && std::isxdigit(static_cast<unsigned char>(p[4]));
+}
+
+VocabExtension tokenizer_metadata(io::GgufWriter& w, const json& tj, const ModelConfig& c) {
+  VocabExtension ext;
+  ext.n_tokens = c.vocab_size;
+  if (tj.is_null()) return ext;
   const json& m = tj.at("model");
   if (m.value("type", "") != "BPE") fail("model", "GGUF export supports BPE tokenizer.json only");
   std::vector<std::string> tokens(static_cast<size_t>(c.vocab_size));
@@ -88,6 +102,11 @@ void tokenizer_metadata(io::GgufWriter& w, const json& tj, const ModelConfig& c)
   for (const auto& mg : m.value("merges", json::array()))
     merges.push_back(mg.is_string() ? mg.get<std::string>() : mg[0].get<std::string>() + " " + mg[1].get<std::string>());
   const std::string d = json_text(tj);
+  int64_t unk = -1;
+  if (m.contains("unk_token") && m["unk_token"].is_string()) {
+    auto it = std::find(tokens.begin(), tokens.end(), m["unk_token"].get<std::string>());
+    if (it != tokens.end()) unk = it - tokens.begin();
+  }
   if (d.find("\"ByteLevel\"") != std::string::npos) {
     w.set_string("tokenizer.ggml.model", "gpt2");
     // llama.cpp's pre-tokenizer names: the Llama-3 regex, the Qwen2 regex, GPT-2's regex after individual
@@ -99,8 +118,10 @@ void tokenizer_metadata(io::GgufWriter& w, const json& tj, const ModelConfig& c)
     w.set_string("tokenizer.ggml.pre", pre);
     w.set_array_string("tokenizer.ggml.merges", merges);
   } else {
-    // SentencePiece-style BPE: llama.cpp's SPM merges by score, so score = -(rank of the merge creating it).
+    // SentencePiece-style BPE (a "▁" vocabulary, no byte-level alphabet): llama.cpp's "llama" (SPM)
+    // tokenizer. It merges by score, so score = -(rank of the merge creating the piece).
     w.set_string("tokenizer.ggml.model", "llama");
+    w.set_string("tokenizer.ggml.pre", "default");
     std::vector<float> scores(tokens.size(), 0.0f);
     for (size_t r = 0; r < merges.size(); ++r) {
       auto sp = merges[r].find(' ');
@@ -108,14 +129,41 @@ void tokenizer_metadata(io::GgufWriter& w, const json& tj, const ModelConfig& c)
       auto it = m.at("vocab").find(merged);
       if (it != m.at("vocab").end()) scores[it->get<int64_t>()] = -static_cast<float>(r + 1);
     }
+    // llama.cpp's SPM spells a character missing from the vocabulary as its UTF-8 bytes, the tokens "<0xXX>",
+    // and throws (std::out_of_range: the server answers 500, llama-perplexity aborts) when one is missing. A
+    // Hugging Face vocabulary may lack them (byte_fallback then gives <unk>): append the missing ones as BYTE
+    // tokens, whose embedding (and output) rows copy <unk>'s, so that llama.cpp tokenizes every text.
+    static const char* kHex = "0123456789ABCDEF";
+    auto byte_piece = [](int b) { return std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">"; };
+    std::vector<bool> have(256, false);  // llama.cpp looks up the upper-case spelling only
     for (size_t i = 0; i < tokens.size(); ++i)
-      if (tokens[i].size() == 6 && tokens[i].rfind("<0x", 0) == 0) types[i] = 6;
+      if (is_byte_piece(tokens[i])) {
+        types[i] = 6;
+        const int b = std::stoi(tokens[i].substr(3, 2), nullptr, 16);
+        if (tokens[i] == byte_piece(b)) have[b] = true;
+      }
+    for (int b = 0; b < 256; ++b)
+      if (!have[b]) {
+        tokens.push_back(byte_piece(b));
+        types.push_back(6);
+        scores.push_back(0.0f);
+        ++ext.appended;
+      }
+    ext.row_source = unk;
+    // The dummy prefix: Hugging Face's Prepend("▁") normalizer or a Metaspace pre-tokenizer that prepends.
+    const bool prefix =
+        d.find("\"Prepend\"") != std::string::npos ||
+        (d.find("\"Metaspace\"") != std::string::npos && d.find("\"never\"") == std::string::npos);
+    w.set_bool("tokenizer.ggml.add_space_prefix", prefix);
     w.set_array_f32("tokenizer.ggml.scores", scores);
   }
+  ext.n_tokens = static_cast<int64_t>(tokens.size());
   w.set_array_string("tokenizer.ggml.tokens", tokens);
   w.set_array_i32("tokenizer.ggml.token_type", types);
   w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(c.bos_id));
   w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_id));
+  if (unk >= 0) w.set_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(unk));
+  return ext;
 }
 
 // general.file_type uses llama.cpp's llama_ftype numbering, not ggml tensor type ids (they agree only for F32, F16,
@@ -167,7 +215,8 @@ void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& 
     w.set_string(k("rope.scaling.type"), "linear");
     w.set_f32(k("rope.scaling.factor"), static_cast<float>(c.rope_scaling.factor));
   }
-  tokenizer_metadata(w, tokenizer_json, c);
+  const VocabExtension ext = tokenizer_metadata(w, tokenizer_json, c);
+  w.set_u32(k("vocab_size"), static_cast<uint32_t>(ext.n_tokens));
 
   // Tensor payloads must outlive write(): keep them here.
   std::vector<std::vector<uint8_t>> store;
@@ -216,7 +265,18 @@ void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& 
       if (has_embed) continue;
       g = "token_embd.weight";
     }
-    add(g, v.shape, std::move(f), matrix);
+    std::vector<int64_t> shape = v.shape;
+    if (ext.appended > 0 && (g == "token_embd.weight" || g == "output.weight")) {
+      // Rows of the appended byte tokens: copies of <unk>'s (the source model reads an unknown character as
+      // <unk>), zeros without one.
+      const int64_t cols = shape.back(), rows = shape[0];
+      f.resize(static_cast<size_t>((rows + ext.appended) * cols), 0.0f);
+      if (ext.row_source >= 0 && ext.row_source < rows)
+        for (int64_t r = rows; r < rows + ext.appended; ++r)
+          std::copy_n(f.begin() + ext.row_source * cols, cols, f.begin() + r * cols);
+      shape[0] = rows + ext.appended;
+    }
+    add(g, shape, std::move(f), matrix);
   }
   w.write(path);
 }

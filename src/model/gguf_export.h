@@ -19,6 +19,9 @@ struct GgufExportOptions {
 
 // hf_tensors: Hugging Face names -> views (any element dtype). tokenizer_json: a Hugging Face tokenizer.json
 // (byte-level BPE -> "gpt2" vocab; SentencePiece-style BPE -> "llama" vocab with merge-rank scores), or null.
+// llama.cpp's "llama" tokenizer needs the byte tokens <0x00>..<0xFF> for characters outside the vocabulary:
+// those the source lacks are appended as BYTE tokens after its vocabulary, with token_embd / output rows
+// copied from <unk> (tinystories-656K: 2048 -> 2304 tokens); docs/tokenizers.md, "Export to GGUF".
 void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& hf_tensors,
                  const nlohmann::json& tokenizer_json, const GgufExportOptions& o, const std::string& path);
 

@@ -204,6 +204,72 @@ TEST(GgufExport, FileTypeUsesLlamaNumbering) {
   fs::remove_all(dir);
 }
 
+// A SentencePiece-style tokenizer.json (Prepend/Replace "▁" normalizer, byte_fallback) whose vocabulary has
+// only <0x0A> of the 256 byte tokens: the export appends the other 255 as BYTE tokens (llama.cpp's SPM
+// tokenizer throws on a character it cannot spell as <0xXX>), with rows copied from <unk> in token_embd and
+// output (untied), and nothing else changes: the source's logits for its tokens, <unk>'s for each appended
+// one.
+TEST(GgufExport, SpmVocabularyGetsEveryByteToken) {
+  const std::string dir = tmpdir("spm_bytes");
+  FixtureOptions o;
+  o.seed = 4;
+  o.dtype = "f32";
+  write_fixture_hf(fixture_shape("tiny-llama"), o, dir);  // untied, vocabulary 512
+  auto ck = io::HfCheckpoint::open(dir);
+  const ModelConfig c = config_from_hf(ck.config);
+  const int64_t V = c.vocab_size;
+  nlohmann::json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}, {"<0x0A>", 3}, {"▁", 4},
+                          {"a", 5},     {"b", 6},   {"▁a", 7},   {"ab", 8}};
+  for (int64_t i = 9; i < V; ++i) vocab["p" + std::to_string(i)] = i;
+  nlohmann::json added = nlohmann::json::array();
+  for (int i = 0; i < 3; ++i)
+    added.push_back({{"id", i}, {"content", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>"}, {"special", true}});
+  const nlohmann::json tj = {{"added_tokens", added},
+                             {"normalizer",
+                              {{"type", "Sequence"},
+                               {"normalizers",
+                                {{{"type", "Prepend"}, {"prepend", "▁"}},
+                                 {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "▁"}}}}}},
+                             {"pre_tokenizer", nullptr},
+                             {"model",
+                              {{"type", "BPE"},
+                               {"unk_token", "<unk>"},
+                               {"byte_fallback", true},
+                               {"fuse_unk", true},
+                               {"vocab", vocab},
+                               {"merges", {"▁ a", "a b"}}}}};
+  const std::string gguf = dir + ".spm.gguf";
+  export_gguf(c, ck.tensors, tj, {}, gguf);
+  {
+    auto g = io::GgufFile::open(gguf);
+    EXPECT_EQ(g.get("tokenizer.ggml.model").as_string(), "llama");
+    const auto& tokens = g.get("tokenizer.ggml.tokens").as_array();
+    const auto& types = g.get("tokenizer.ggml.token_type").as_array();
+    ASSERT_EQ(tokens.size(), static_cast<size_t>(V + 255));
+    EXPECT_EQ(g.get("llama.vocab_size").as_int(), V + 255);
+    EXPECT_EQ(types[3].as_int(), 6);
+    EXPECT_EQ(tokens[static_cast<size_t>(V)].as_string(), "<0x00>");
+    EXPECT_EQ(tokens[static_cast<size_t>(V + 0x0A)].as_string(), "<0x0B>");  // <0x0A> is not written twice
+    for (size_t i = static_cast<size_t>(V); i < tokens.size(); ++i) EXPECT_EQ(types[i].as_int(), 6) << i;
+    EXPECT_EQ(g.tensors.at("token_embd.weight").shape[0], V + 255);
+    EXPECT_EQ(g.tensors.at("output.weight").shape[0], V + 255);
+  }
+  auto a = load_model(dir, {DenseMode::F32, {}});
+  auto b = load_model(gguf, {DenseMode::F32, {}});
+  ASSERT_EQ(b->config.vocab_size, V + 255);
+  const std::vector<int32_t> ids = {1, 5, 6, 7, 8, 3, 0};
+  auto la = engine_logits(*a, ids), lb = engine_logits(*b, ids);
+  for (int64_t i = 0; i < V; ++i) ASSERT_NEAR(la[i], lb[i], 1e-5f * (1 + std::abs(la[i]))) << i;
+  for (int64_t i = V; i < V + 255; ++i) ASSERT_EQ(lb[i], lb[0]) << i;
+  // "▁ab\n#": "▁ a" merges first (rank 1), then "▁a" + "b" is no token; "\n" is the existing <0x0A>, "#"
+  // (0x23, not in the vocabulary) the appended <0x23> at V + 0x22.
+  ASSERT_TRUE(b->tokenizer);
+  EXPECT_EQ(b->tokenizer->encode("ab\n#", false),
+            (std::vector<int32_t>{7, 6, 3, static_cast<int32_t>(V + 0x22)}));
+  fs::remove(gguf);
+  fs::remove_all(dir);
+}
+
 TEST(Fixture, ReproducibleAndRealLayout) {
   const std::string a = tmpdir("repro_a"), b = tmpdir("repro_b");
   FixtureOptions o;
