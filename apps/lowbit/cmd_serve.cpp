@@ -33,7 +33,7 @@ struct ServeArgs {
   int threads = 0;
   std::string host = "127.0.0.1";
   int port = 8080;
-  int max_num_seqs = 16, max_queue = 1024, step_tokens = 512, prefill_chunk = 256, max_http_threads = 2048;
+  int max_num_seqs = 16, max_queue = 1024, step_tokens = 512, prefill_chunk = 64, max_http_threads = 2048;
   int64_t max_model_len = 0;
   std::string kv_budget, max_body = "8MiB", api_key, chat_template, served_name;
   double shutdown_deadline = 10;
@@ -51,7 +51,7 @@ void print_memory_plan(const lowbit::Model& m, const lowbit::Engine& e) {
   const lowbit::EngineStats st = e.stats();
   const auto& o = e.options();
   // Weights and KV are what was allocated; the workspace is the planner's arithmetic for this engine shape.
-  const auto ws = lowbit::plan::workspace_bytes(m.config, e.max_model_len(), o.max_num_seqs, o.prefill_chunk,
+  const auto ws = lowbit::plan::workspace_bytes(m.config, e.max_model_len(), o.max_num_seqs, o.step_tokens,
                                                 lowbit::num_threads());
   const int64_t w = m.weights.weight_bytes(), kv = e.kv().total_bytes();
   std::fprintf(stderr, "memory plan: weights %s + KV cache %s + workspace %s = %s\n",
@@ -208,7 +208,10 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--step-tokens", a.step_tokens,
                  "Tokens per forward batch (decode + prefill chunks; default 512)")
       ->check(CLI::Range(1, 1 << 20));
-  cmd.add_option("--prefill-chunk", a.prefill_chunk, "Prompts are prefilled in chunks of this many tokens")
+  cmd.add_option("--prefill-chunk", a.prefill_chunk,
+                 "Prompts are cut into chunks of this many tokens at fixed offsets; shared prompt prefixes "
+                 "are reused in "
+                 "whole chunks (default 64)")
       ->check(CLI::Range(1, 1 << 20));
   cmd.add_flag("--no-prefix-cache", a.no_prefix_cache, "Do not reuse the KV of shared prompt prefixes");
   cmd.add_option(

@@ -151,12 +151,16 @@ std::shared_ptr<Request> Engine::submit(RequestOptions r) {
   return req;
 }
 
-int64_t Engine::chunk_end(const Seq& s) const {
+int64_t Engine::chunk_end(const Seq& s, int64_t from) const {
   const int64_t C = o_.prefill_chunk, N = static_cast<int64_t>(s.tokens.size());
   // Fixed offsets (multiples of C, and the prompt's end) whatever else runs: see the header.
-  int64_t end = (s.computed / C + 1) * C;
-  if (s.computed < s.n_prompt) end = std::min(end, s.n_prompt);
+  int64_t end = (from / C + 1) * C;
+  if (from < s.n_prompt) end = std::min(end, s.n_prompt);
   return std::min(end, N);
+}
+
+int64_t Engine::chunk_end(const Seq& s) const {
+  return chunk_end(s, s.computed);
 }
 
 int64_t Engine::pages_needed(const Seq& s, int64_t end) const {
@@ -354,8 +358,13 @@ void Engine::plan_batch_locked(std::vector<Seq*>* seqs, std::vector<int64_t>* en
       }
     for (Seq* s : running) {
       if (s->computed >= s->n_prompt) continue;
-      const int64_t e = chunk_end(*s);
+      int64_t e = chunk_end(*s);
       if (e - s->computed > budget) break;
+      // Once its first chunk is stored (its dynamic KV scales come from that chunk alone), a sequence takes
+      // as many whole chunks as the budget allows: the cut points stay the same, only more of them run in one
+      // step.
+      const int64_t N = static_cast<int64_t>(s->tokens.size());
+      while (s->computed > 0 && e < N && chunk_end(*s, e) - s->computed <= budget) e = chunk_end(*s, e);
       seqs->push_back(s);
       ends->push_back(e);
       budget -= e - s->computed;

@@ -2,9 +2,11 @@
 //
 // Every step() forms ONE forward batch: one decode token of every running sequence, then prefill chunks of
 // admitted sequences, up to `step_tokens` tokens in all (chunked prefill: a long prompt never stalls the
-// running sequences' decode for more than one chunk). A prompt is always cut at the same offsets (multiples
-// of `prefill_chunk`), whatever else runs, so a sequence's numbers (dynamic KV scales come from its first
-// stored chunk) do not depend on its neighbours: greedy output alone == greedy output among others (tested).
+// running sequences' decode for more than one step's budget). A prompt is always cut at the same offsets
+// (multiples of `prefill_chunk`, and its end), whatever else runs; its first chunk runs in a step of its own
+// (dynamic KV scales come from the first stored chunk), later ones as many per step as the budget allows. So
+// a sequence's numbers do not depend on its neighbours: greedy output alone == greedy output among others
+// (tested).
 //
 // Admission: a waiting request takes a free sequence slot when the pool has the pages its next chunk needs.
 // Preemption (recompute): when a step's decode tokens need more pages than are free, the most recently
@@ -45,7 +47,7 @@ struct EngineOptions {
   int max_num_seqs = 16;      // sequences decoded together (KV sequence slots)
   int64_t max_model_len = 0;  // tokens per sequence (prompt + output); 0 = the model's context
   int step_tokens = 512;      // tokens per forward batch (decode tokens + prefill chunks)
-  int prefill_chunk = 256;    // prompts are fed in chunks of this many tokens at fixed offsets
+  int prefill_chunk = 64;     // prompts are cut into chunks of this many tokens at fixed offsets
   int max_queue = 1024;       // waiting requests; submit() beyond that throws QueueFull
   bool prefix_cache = true;   // reuse the KV of shared prompt prefixes
   KvCacheSpec kv;             // any --kv-cache/--kv-evict spec; always served by the paged cache
@@ -157,7 +159,8 @@ class Engine {
   // makes sure the pool has their pages, reclaiming cached prefixes and preempting the newest sequences if
   // not.
   void plan_batch_locked(std::vector<Seq*>* seqs, std::vector<int64_t>* ends);
-  int64_t chunk_end(const Seq& s) const;
+  int64_t chunk_end(const Seq& s) const;                // end of the next chunk from s.computed
+  int64_t chunk_end(const Seq& s, int64_t from) const;  // end of the chunk that starts at `from`
   int64_t pages_for(int64_t tokens) const;
   int64_t pages_needed(const Seq& s, int64_t end) const;
   // The slot for a request and how many of its tokens are already in some KV: in that slot itself (an idle
