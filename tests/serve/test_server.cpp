@@ -172,8 +172,9 @@ TEST_F(Server, StreamedTextEqualsNonStreamedText) {
     const json& last = chunks.back();  // the usage chunk: no choices
     EXPECT_TRUE(last["choices"].empty());
     EXPECT_EQ(last["usage"], w["usage"]) << path;
-    EXPECT_EQ(text, chat ? w["choices"][0]["message"]["content"] : w["choices"][0]["text"]) << path;
-    EXPECT_EQ(finish, w["choices"][0]["finish_reason"]) << path;
+    const json& want_text = chat ? w["choices"][0]["message"]["content"] : w["choices"][0]["text"];
+    EXPECT_EQ(text, want_text.get<std::string>()) << path;
+    EXPECT_EQ(finish, w["choices"][0]["finish_reason"].get<std::string>()) << path;
   }
 }
 
