@@ -51,6 +51,20 @@ done
 "$LB" eval ppl -m "$SHARED/models/stories260K/stories260K.bin" --text "$SHARED/data/tinystories/tinystories_train_head.txt" \
   --ctx 16 --chunks 2 --topk 4 --save-baseline "$SEEDS/baseline/stories260K.lbb" >/dev/null
 
+# lowbit serve request bodies (selector byte: bit 0 chat, bits 1-2 the chat template) and server streams as
+# lowbit serve and llama-server send them (stream NUL /metrics text).
+mkdir -p "$SEEDS/openai_request" "$SEEDS/sse"
+printf '\0{"model":"m","prompt":"a b","max_tokens":4,"temperature":0.5,"top_p":0.9,"seed":1,"stop":["b"],"logprobs":2,"stream":true,"stream_options":{"include_usage":true}}' \
+  >"$SEEDS/openai_request/completion"
+printf '\0{"prompt":[1,300,301],"max_tokens":2,"n":1,"ignore_eos":true,"presence_penalty":0.5}' >"$SEEDS/openai_request/ids"
+printf '\3{"messages":[{"role":"system","content":"a"},{"role":"user","content":[{"type":"text","text":"b"}]}],"max_completion_tokens":3,"logprobs":true,"top_logprobs":1}' \
+  >"$SEEDS/openai_request/chat"
+printf '\7{"messages":[{"role":"user","content":"the"}],"max_tokens":-1,"stop":"x","frequency_penalty":3}' >"$SEEDS/openai_request/bad"
+printf '\5data: {"choices":[{"text":" a","index":0,"finish_reason":null}]}\r\n\r\n: keep-alive\n\ndata: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\ndata: [DONE]\n\n\0# TYPE lowbit_requests_total counter\nlowbit_requests_total{outcome="finished"} 3\nlowbit_kv_pages_free 12\n' \
+  >"$SEEDS/sse/lowbit"
+printf '\1data: {"choices":[{"delta":{"role":"assistant"}}]}\n\ndata: {"choices":[{"delta":{"content":"hi"},"finish_reason":"stop"}],"usage":{"completion_tokens":1}}\n\ndata: {"error":{"message":"x"}}\n\ndata: [DONE]\n\n\0llamacpp:prompt_tokens_total 10\nllamacpp:tokens_predicted_total 5\n' \
+  >"$SEEDS/sse/llama"
+
 for t in "${TARGETS[@]}"; do
   dst="fuzz/corpus/$t"
   max_len="$(scripts/ci_fuzz.sh --max-len "$t")"
