@@ -163,6 +163,11 @@ int64_t Engine::chunk_end(const Seq& s) const {
   return chunk_end(s, s.computed);
 }
 
+int64_t Engine::shareable_prefix(const Seq& s) const {
+  // Only whole prompt chunks: their KV is exactly what a new request's own prefill would store.
+  return std::min(s.computed, s.n_prompt) / o_.prefill_chunk * o_.prefill_chunk;
+}
+
 int64_t Engine::pages_needed(const Seq& s, int64_t end) const {
   return std::max<int64_t>(0, pages_for(end) - kv_->paged_cache()->seq_pages(s.slot));
 }
@@ -176,10 +181,14 @@ bool Engine::has_work_locked() const {
 
 void Engine::finish_locked(Seq& s, const std::string& reason, const std::string& error) {
   TokenEvent e;
-  e.done = true;
-  e.finish_reason = reason;
   e.error = error;
   e.time = now();
+  end_locked(s, std::move(e), reason);
+}
+
+void Engine::end_locked(Seq& s, TokenEvent e, const std::string& reason) {
+  e.done = true;
+  e.finish_reason = reason;
   {
     std::lock_guard lk(s.req->mu_);
     s.req->times_.finished = e.time;
@@ -197,10 +206,7 @@ void Engine::release_slot_locked(Seq& s, bool keep_prefix) {
   const int slot = s.slot;
   SlotCache& sc = slot_cache_[slot];
   sc.tokens.clear();
-  // Only whole prompt chunks are kept: their KV was computed exactly as a new request's prefill would compute
-  // it.
-  const int64_t C = o_.prefill_chunk;
-  const int64_t keep = std::min(s.computed, s.n_prompt) / C * C;
+  const int64_t keep = shareable_prefix(s);
   if (keep_prefix && o_.prefix_cache && keep > 0) {
     sc.tokens.assign(s.tokens.begin(), s.tokens.begin() + keep);
     sc.last_used = ++tick_;
@@ -210,12 +216,17 @@ void Engine::release_slot_locked(Seq& s, bool keep_prefix) {
   slots_[slot].reset();
 }
 
-bool Engine::reclaim_cached_locked(int keep_slot) {
+int Engine::lru_cached_slot_locked(int except) const {
   int best = -1;
   for (int i = 0; i < o_.max_num_seqs; ++i)
-    if (!slots_[i] && i != keep_slot && !slot_cache_[i].tokens.empty() &&
+    if (!slots_[i] && i != except && !slot_cache_[i].tokens.empty() &&
         (best < 0 || slot_cache_[i].last_used < slot_cache_[best].last_used))
       best = i;
+  return best;
+}
+
+bool Engine::reclaim_cached_locked(int keep_slot) {
+  const int best = lru_cached_slot_locked(keep_slot);
   if (best < 0) return false;
   slot_cache_[best].tokens.clear();
   kv_->clear(best);
@@ -233,26 +244,25 @@ int Engine::find_slot_locked(const std::vector<int32_t>& tokens, int64_t* reuse,
     while (common < lim && t[common] == tokens[common]) ++common;
     return common / C * C;
   };
-  int best = -1, empty = -1, lru = -1;
+  int best = -1, empty = -1;
   for (int i = 0; i < o_.max_num_seqs; ++i) {
     int64_t r = 0;
     if (slots_[i]) {  // a running sequence: its computed whole prompt chunks can be copied
       const Seq& s = *slots_[i];
-      if (o_.prefix_cache) r = shared(s.tokens.data(), std::min(s.computed, s.n_prompt) / C * C);
+      if (o_.prefix_cache) r = shared(s.tokens.data(), shareable_prefix(s));
     } else {
       const auto& ct = slot_cache_[i].tokens;
       if (ct.empty()) {
         if (empty < 0) empty = i;
         continue;
       }
-      if (lru < 0 || slot_cache_[i].last_used < slot_cache_[lru].last_used) lru = i;
       if (o_.prefix_cache) r = shared(ct.data(), static_cast<int64_t>(ct.size()));
     }
     if (r > *reuse) *reuse = r, best = i;
   }
   if (best >= 0 && !slots_[best]) return best;  // an idle slot that holds the prefix: reuse it in place
   if (best >= 0) *copy_from = best;
-  return empty >= 0 ? empty : lru;
+  return empty >= 0 ? empty : lru_cached_slot_locked(-1);
 }
 
 void Engine::drop_cancelled_locked() {
@@ -441,14 +451,7 @@ void Engine::emit_locked(Seq& s, const float* logits, double t) {
     s.req->push(std::move(e));
     return;
   }
-  e.done = true;
-  e.finish_reason = reason;
-  {
-    std::lock_guard lk(s.req->mu_);
-    s.req->times_.finished = t;
-  }
-  st_.requests_finished++;
-  s.req->push(std::move(e));
+  end_locked(s, std::move(e), reason);
   release_slot_locked(s, true);
 }
 

@@ -166,10 +166,14 @@ class Engine {
   // The slot for a request and how many of its tokens are already in some KV: in that slot itself (an idle
   // slot that kept a prefix) or, when *copy_from >= 0, in a running sequence whose rows are copied over.
   int find_slot_locked(const std::vector<int32_t>& tokens, int64_t* reuse, int* copy_from) const;
+  int64_t shareable_prefix(const Seq& s) const;  // tokens of s in whole, computed prompt chunks
+  int lru_cached_slot_locked(
+      int except) const;  // least recently used idle slot that keeps a prefix; -1: none
   bool reclaim_cached_locked(int keep_slot);
   void release_slot_locked(Seq& s, bool keep_prefix);
   void preempt_locked(Seq& s);
-  void finish_locked(Seq& s, const std::string& reason, const std::string& error = "");
+  void finish_locked(Seq& s, const std::string& reason, const std::string& error = "");  // a tokenless end
+  void end_locked(Seq& s, TokenEvent e, const std::string& reason);  // e becomes the request's last event
   // Samples the next token of `s` from its logits row, delivers it and ends the request when it should.
   void emit_locked(Seq& s, const float* logits, double t);
   // Runs the batch; when the model fails (NaN / Inf logits), reruns each sequence alone so that only the
