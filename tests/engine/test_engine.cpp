@@ -62,12 +62,17 @@ RequestOptions greedy(std::vector<int32_t> prompt, int n) {
   return r;
 }
 
+// Steps until the engine has nothing left to do.
+void run_to_idle(Engine& e) {
+  while (e.step()) {
+  }
+}
+
 // Output of one request running alone on a fresh engine.
 std::vector<int32_t> alone(const Model& m, const EngineOptions& eo, const RequestOptions& r) {
   Engine e(m, eo);
   auto req = e.submit(r);
-  while (e.step()) {
-  }
+  run_to_idle(e);
   return drain(*req);
 }
 
@@ -86,12 +91,13 @@ void expect_batch_invariant(const Model& m, EngineOptions eo, int gen) {
     reqs.push_back(e.submit(rs[i]));
     e.step();
   }
-  while (e.step()) {
-  }
+  run_to_idle(e);
   for (int i = 0; i < 16; ++i)
     EXPECT_EQ(drain(*reqs[i]), want[i]) << "request " << i << " kv " << eo.kv.describe();
-  EXPECT_EQ(e.stats().requests_finished, 16);
-  EXPECT_EQ(e.stats().kv_pages_free + 0, e.stats().kv_pages_free);
+  const EngineStats st = e.stats();
+  EXPECT_EQ(st.requests_finished, 16);
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.waiting, 0);
 }
 }  // namespace
 
@@ -140,8 +146,7 @@ TEST(Engine, PreemptionUnderASmallBudgetKeepsOutputs) {
   Engine e(m, eo);
   std::vector<std::shared_ptr<Request>> reqs;
   for (const auto& r : rs) reqs.push_back(e.submit(r));
-  while (e.step()) {
-  }
+  run_to_idle(e);
   const EngineStats st = e.stats();
   EXPECT_GT(st.preemptions_total, 0);
   int preempted = 0;
@@ -164,8 +169,7 @@ TEST(Engine, BudgetTooSmallForOneSequenceFailsThatRequestOnly) {
   Engine e(m, eo);
   auto big = e.submit(greedy(prompt_of(m, 20, 1), 60));
   auto small = e.submit(greedy(prompt_of(m, 4, 2), 8));
-  while (e.step()) {
-  }
+  run_to_idle(e);
   std::string rb, rsm;
   drain(*big, &rb);
   EXPECT_EQ(drain(*small, &rsm).size(), 8u);
@@ -190,12 +194,10 @@ TEST(Engine, PrefixReuseHitsAndKeepsOutputs) {
   const auto want_b = alone(m, eo, b);
   Engine e(m, eo);
   auto ra = e.submit(a);
-  while (e.step()) {
-  }
+  run_to_idle(e);
   drain(*ra);
   auto rb = e.submit(b);
-  while (e.step()) {
-  }
+  run_to_idle(e);
   EXPECT_EQ(drain(*rb), want_b);
   EXPECT_EQ(rb->times().cached_tokens, 48);  // 3 whole chunks of the 50 shared tokens
   EXPECT_EQ(e.stats().prefix_hits, 1);
@@ -208,8 +210,7 @@ TEST(Engine, PrefixReuseHitsAndKeepsOutputs) {
     auto first = run.submit(with_tail(10, 1));
     for (int i = 0; i < 6; ++i) run.step();  // a is decoding
     auto second = run.submit(b);
-    while (run.step()) {
-    }
+    run_to_idle(run);
     EXPECT_EQ(drain(*second), want) << kv;
     EXPECT_EQ(second->times().cached_tokens, 48) << kv;
     EXPECT_EQ(run.stats().prefix_hits, 1) << kv;
@@ -219,11 +220,9 @@ TEST(Engine, PrefixReuseHitsAndKeepsOutputs) {
   eo.kv = parse_kv_spec("f16", "", "", "streaming:4+64");
   Engine ev(m, eo);
   auto r1 = ev.submit(a);
-  while (ev.step()) {
-  }
+  run_to_idle(ev);
   auto r2 = ev.submit(b);
-  while (ev.step()) {
-  }
+  run_to_idle(ev);
   EXPECT_EQ(ev.stats().prefix_hits, 0);
   EXPECT_EQ(r2->times().cached_tokens, 0);
 }
@@ -267,11 +266,9 @@ TEST(Engine, RefusesBadRequestsAndBoundsTheQueue) {
   e.submit(greedy({1, 3}, 4));
   EXPECT_THROW(e.submit(greedy({1, 4}, 4)), QueueFull);
   // The length limit ends generation at max_model_len.
-  while (e.step()) {
-  }
+  run_to_idle(e);
   auto r = e.submit(greedy(prompt_of(m, 60, 5), 100));
-  while (e.step()) {
-  }
+  run_to_idle(e);
   std::string reason;
   EXPECT_EQ(drain(*r, &reason).size(), 4u);
   EXPECT_EQ(reason, "length");
@@ -291,8 +288,7 @@ TEST(Engine, LogprobsAreNormalisedAndSeededSamplingReproduces) {
   auto r = greedy(prompt_of(m, 10, 4), 6);
   r.top_logprobs = 5;
   auto req = e.submit(r);
-  while (e.step()) {
-  }
+  run_to_idle(e);
   TokenEvent ev;
   int n = 0;
   while (req->next(&ev, 10)) {
@@ -377,8 +373,7 @@ TEST(Engine, ANanSequenceFailsAloneAndTheOthersContinue) {
   const auto want_a = alone(*m, eo, a), want_c = alone(*m, eo, c);
   Engine e(*m, eo);
   auto ra = e.submit(a), rb = e.submit(b), rc = e.submit(c);
-  while (e.step()) {
-  }
+  run_to_idle(e);
   std::string reason;
   TokenEvent ev;
   ASSERT_TRUE(rb->next(&ev, 10));
@@ -390,7 +385,6 @@ TEST(Engine, ANanSequenceFailsAloneAndTheOthersContinue) {
   EXPECT_EQ(want_a.size(), 10u);
   EXPECT_EQ(e.stats().requests_failed, 1);
   auto again = e.submit(a);
-  while (e.step()) {
-  }
+  run_to_idle(e);
   EXPECT_EQ(drain(*again), want_a);
 }
