@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <list>
+#include <optional>
 #include <thread>
 #include <unordered_set>
 
@@ -21,6 +22,16 @@ namespace lowbit::serve {
 using nlohmann::json;
 
 namespace {
+
+// The error of a request that ended without an answer: the engine failed on it, or the shutdown deadline
+// aborted it. A non-streamed response is this error; a stream ends with it as an error event.
+std::optional<ApiError> ended_without_answer(const DriveResult& d) {
+  if (d.finish_reason == "error")
+    return ApiError(500, "[serve] the engine failed while generating: " + d.error, "", "engine_error");
+  if (d.finish_reason == "abort")
+    return ApiError(503, "The server is shutting down; the request was aborted", "", "shutting_down");
+  return std::nullopt;
+}
 
 // httplib serves each connection on one pool thread for the connection's whole life (keep-alive included),
 // and its compiled-in pool is fixed. A fixed pool lets a thousand idle connections, or clients that stop
@@ -174,7 +185,6 @@ void HttpServer::shutdown(double deadline_s) {
 }
 
 std::shared_ptr<Request> HttpServer::submit(GenRequest& g) {
-  if (stopping_) throw ApiError(503, "The server is shutting down", "", "shutting_down");
   try {
     return engine_.submit(g.engine);
   } catch (const QueueFull&) {
@@ -287,12 +297,8 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
         return true;
       },
       [] { return true; }, 3600, &rec);
-  rec.prompt_tokens = static_cast<int64_t>(g.engine.prompt.size());
   metrics_.record(rec);
-  if (d.finish_reason == "error")
-    throw ApiError(500, "[serve] the engine failed while generating: " + d.error, "", "engine_error");
-  if (d.finish_reason == "abort")
-    throw ApiError(503, "The server is shutting down; the request was aborted", "", "shutting_down");
+  if (auto e = ended_without_answer(d)) throw *e;
   int64_t offset = 0;
   const json lp = g.logprobs >= 0 ? logprobs_json(chat, *model_.tokenizer, events, &offset) : json(nullptr);
   res.set_content(json_text(response_json(meta, text, d.finish_reason,
@@ -306,9 +312,8 @@ void HttpServer::respond_stream(httplib::Response& res, std::shared_ptr<Request>
     GenRequest g;
     ResponseMeta meta;
   };
-  auto st =
-      std::make_shared<State>(State{std::move(r), std::move(g), new_response_meta(false, o_.served_name)});
-  st->meta = new_response_meta(st->g.chat, o_.served_name);
+  ResponseMeta meta = new_response_meta(g.chat, o_.served_name);
+  auto st = std::make_shared<State>(State{std::move(r), std::move(g), std::move(meta)});
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
@@ -342,13 +347,10 @@ void HttpServer::respond_stream(httplib::Response& res, std::shared_ptr<Request>
               return sink.write(kPing, sizeof kPing - 1);
             },
             2.0, &rec);
-        rec.prompt_tokens = static_cast<int64_t>(g.engine.prompt.size());
         metrics_.record(rec);
         if (d.client_gone) return false;
-        if (d.finish_reason == "error")
-          send(error_json(500, "[serve] the engine failed while generating: " + d.error, "", "engine_error"));
-        else if (d.finish_reason == "abort")
-          send(error_json(503, "The server is shutting down; the request was aborted", "", "shutting_down"));
+        if (auto e = ended_without_answer(d))
+          send(error_json(e->status, e->what(), e->param, e->code));
         else
           send(chunk_json(st->meta, "", d.finish_reason, nullptr));
         if (g.include_usage)
@@ -377,8 +379,7 @@ void HttpServer::handle_tokenize(const httplib::Request& req, httplib::Response&
       add_special = body[k].get<bool>();
     }
   const Tokenizer& tok = *model_.tokenizer;
-  const auto ids =
-      tok.encode(text->get<std::string>(), add_special && tok.bos_id() >= 0 && tok.add_bos_default());
+  const auto ids = tok.encode(text->get<std::string>(), add_special && prompt_adds_bos(tok));
   res.set_content(
       json_text({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine_.max_model_len()}}),
       "application/json");

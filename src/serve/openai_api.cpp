@@ -32,6 +32,10 @@ const char* error_type(int status) {
   }
 }
 
+bool prompt_adds_bos(const Tokenizer& tok) {
+  return tok.bos_id() >= 0 && tok.add_bos_default();
+}
+
 json error_json(int status, const std::string& message, const std::string& param, const std::string& code) {
   return {{"error",
            {{"message", message},
@@ -127,14 +131,10 @@ std::vector<int32_t> token_list(const json& a, const ApiContext& ctx, const char
   return ids;
 }
 
-bool add_bos(const Tokenizer& tok) {
-  return tok.bos_id() >= 0 && tok.add_bos_default();
-}
-
 std::vector<int32_t> completion_prompt(const json& body, const ApiContext& ctx) {
   const json* p = field(body, "prompt");
   if (!p) bad("prompt", "is required");
-  if (p->is_string()) return ctx.tok->encode(p->get<std::string>(), add_bos(*ctx.tok));
+  if (p->is_string()) return ctx.tok->encode(p->get<std::string>(), prompt_adds_bos(*ctx.tok));
   if (!p->is_array()) bad("prompt", "must be a string, a list of token ids or a list with one string");
   if (p->empty()) bad("prompt", "is empty");
   if ((*p)[0].is_number()) return token_list(*p, ctx, "prompt");
@@ -143,7 +143,7 @@ std::vector<int32_t> completion_prompt(const json& body, const ApiContext& ctx) 
     bad("prompt", "holds " + std::to_string(p->size()) +
                       " prompts; lowbit serve answers one prompt per request (send one request each)");
   const json& one = (*p)[0];
-  if (one.is_string()) return ctx.tok->encode(one.get<std::string>(), add_bos(*ctx.tok));
+  if (one.is_string()) return ctx.tok->encode(one.get<std::string>(), prompt_adds_bos(*ctx.tok));
   if (one.is_array()) return token_list(one, ctx, "prompt");
   bad("prompt", "must be a string, a list of token ids or a list with one string");
 }
@@ -180,7 +180,7 @@ std::vector<int32_t> chat_prompt(const json& body, const ApiContext& ctx) {
       bad(param + ".role", "must be system, developer, user, assistant or tool (got '" + role + "')");
     msgs.push_back({role, message_content(m, i)});
   }
-  return ctx.tok->encode(render_chat(ctx.chat, msgs), add_bos(*ctx.tok), /*parse_special=*/true);
+  return ctx.tok->encode(render_chat(ctx.chat, msgs), prompt_adds_bos(*ctx.tok), /*parse_special=*/true);
 }
 
 void check_model(const json& body, const ApiContext& ctx) {

@@ -54,6 +54,10 @@ struct GenRequest {
 GenRequest parse_completion_request(const nlohmann::json& body, const ApiContext& ctx);
 GenRequest parse_chat_request(const nlohmann::json& body, const ApiContext& ctx);
 
+// Whether a text prompt (a completion, a chat, /tokenize with add_special) starts with BOS: when the
+// tokenizer has one and asks for it.
+bool prompt_adds_bos(const Tokenizer& tok);
+
 // Parses a request body: an object, at most 64 levels deep. ApiError 400 otherwise (including invalid UTF-8,
 // which nlohmann's parser rejects).
 nlohmann::json parse_body(const std::string& body);
