@@ -6,7 +6,7 @@ namespace lowbit::serve {
 
 TextAssembler::TextAssembler(const Tokenizer& tok, std::vector<std::string> stop,
                              const std::vector<int32_t>& prompt)
-    : tok_(tok), dec_(tok), stop_(std::move(stop)) {
+    : dec_(tok), stop_(std::move(stop)) {
   dec_.continue_from(prompt);
 }
 

@@ -27,7 +27,6 @@ class TextAssembler {
 
  private:
   std::string release(bool final);
-  const Tokenizer& tok_;
   TokenStreamDecoder dec_;
   std::vector<std::string> stop_;
   std::string held_;  // decoded text not yet returned: it may be the start of a stop string
