@@ -105,6 +105,32 @@ void PagedKvCache::set_calibrated_scales(int layer, bool key, const std::vector<
     if (!S.layers.empty()) (key ? S.layers[layer].kls : S.layers[layer].vls) = ls;
 }
 
+int PagedKvCache::use_checkpoint_scales(
+    const std::function<const std::vector<float>&(int64_t, bool)>& scale) {
+  if (scales_checked_) return calibrated_sides_;
+  scales_checked_ = true;
+  if (spec_.rotate) return 0;  // the scales were calibrated on unrotated keys/values
+  for (int64_t l = 0; l < n_layers_; ++l) {
+    for (bool key : {true, false}) {
+      const std::vector<float>& s = scale(l, key);
+      const KvSideLayout& L = layout(static_cast<int>(l), key);
+      const KvSideSpec& side = key ? spec_.k : spec_.v;
+      const bool fp8 = L.format == KvFormat::E4M3 || L.format == KvFormat::E5M2;
+      if (s.empty() || !fp8 || L.fp8_scale == KvScaleMode::Token || side.fixed_scale > 0) continue;
+      set_calibrated_scales(static_cast<int>(l), key, s);
+      ++calibrated_sides_;
+    }
+  }
+  return calibrated_sides_;
+}
+
+std::string PagedKvCache::describe() const {
+  std::string d = spec_.describe() + " (paged)";
+  if (calibrated_sides_ > 0)
+    d += ", checkpoint k/v scales on " + std::to_string(calibrated_sides_) + " layer sides";
+  return d;
+}
+
 void PagedKvCache::reset_seq(int seq) {
   SeqState& S = seqs_[seq];
   for (int32_t p : S.pages) {
@@ -121,8 +147,8 @@ void PagedKvCache::reset_seq(int seq) {
   }
 }
 
-void PagedKvCache::free_seq(int seq) {
-  if (seq < 0 || seq >= n_seqs_) fail("model", "free_seq: sequence " + std::to_string(seq) + " out of range");
+void PagedKvCache::clear(int seq) {
+  if (seq < 0 || seq >= n_seqs_) fail("model", "KV clear: sequence " + std::to_string(seq) + " out of range");
   reset_seq(seq);
 }
 

@@ -1,6 +1,6 @@
 // Paged, quantized KV cache: spec parsing, per-format round-trip bounds, attention from quantized pages against
-// the scalar reference and against F32 attention, rotation invariance, paging/budget errors, eviction, and the
-// bytes-per-token formula.
+// the scalar reference and against F32 attention, rotation invariance, paging/budget errors, eviction, the
+// bytes-per-token formula, and which store (kv/kv_store.h) KvCache picks for a spec.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -177,6 +177,37 @@ TEST(KvRotation, LeavesF32AttentionUnchanged) {
   for (int i = 0; i < 64; ++i) EXPECT_NEAR(x[i], y[i], 1e-5);  // its own inverse
 }
 
+// KvCache's store: plain specs get the contiguous one, anything else the paged cache, which is also what
+// paged_cache() returns (the engine's page accounting). Unquantized F16 rows attend alike in both.
+TEST(KvStore, PlainSpecsContiguousOthersPaged) {
+  const ModelConfig c = make_config(2, 4, 2, 32);
+  const int64_t n = 40, D = c.kv_dim();
+  Data d = make_data(c, n, 9);
+  KvCache a(c, 2, 64, parse_kv_spec("f16")), b(c, 2, 64, parse_kv_spec("f16:paged"));
+  EXPECT_FALSE(a.paged());
+  EXPECT_EQ(a.paged_cache(), nullptr);
+  EXPECT_NE(dynamic_cast<const ContiguousKvStore*>(&a.store()), nullptr);
+  EXPECT_EQ(a.describe(), "f16");
+  EXPECT_EQ(a.bytes_per_token(), 2 * c.n_layers * D * 2);
+  EXPECT_EQ(a.total_bytes(), a.bytes_per_token() * 64 * 2);
+  EXPECT_EQ(a.capacity_tokens(), 128);
+  EXPECT_TRUE(a.tiled_ok());
+  EXPECT_FALSE(a.keys_pre_rope());
+  ASSERT_TRUE(b.paged());
+  EXPECT_EQ(&b.store(), static_cast<const KvStore*>(b.paged_cache()));
+  EXPECT_EQ(b.bytes_per_token(), a.bytes_per_token());
+  EXPECT_NE(b.describe().find("(paged)"), std::string::npos);
+  store_all(a, c, d, n, 1);
+  store_all(b, c, d, n, 1);
+  auto q = make_q(c, 5);
+  std::vector<float> oa(2 * 32), ob(2 * 32), s(2 * n);
+  for (int64_t h = 0; h < 2; ++h) {
+    a.store().attend(1, 1, n, h, q.data(), 2, oa.data(), s.data());
+    b.store().attend(1, 1, n, h, q.data(), 2, ob.data(), s.data());
+    for (int i = 0; i < 64; ++i) EXPECT_NEAR(oa[i], ob[i], 1e-6);
+  }
+}
+
 TEST(KvSpec, ParsesFlags) {
   auto s = parse_kv_spec("int4:window128+rot:keep:0,-1", "", "int2", "h2o:25%");
   EXPECT_EQ(s.k.format, KvFormat::INT4);
@@ -227,7 +258,7 @@ TEST(KvBytes, FormulaMatchesAllocation) {
   for (const auto& w : wants) {
     KvCache kv(c, 1, 1024, parse_kv_spec(w.spec));
     const PagedKvCache& p = *kv.paged_cache();
-    EXPECT_DOUBLE_EQ(p.bytes_per_token(), w.per_token) << w.spec;
+    EXPECT_DOUBLE_EQ(p.bytes_per_token_exact(), w.per_token) << w.spec;
     EXPECT_EQ(p.pool_bytes(), p.n_blocks() * p.block_bytes()) << w.spec;
     EXPECT_EQ(kv.total_bytes(), p.pool_bytes() + p.staging_bytes()) << w.spec;
     EXPECT_DOUBLE_EQ(p.block_bytes(), w.per_token * B) << w.spec;
