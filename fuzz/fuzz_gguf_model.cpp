@@ -3,6 +3,7 @@
 // text; every metadata array is decoded element by element (lazy decoding). Only lowbit::Error may escape.
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "arch/config.h"

@@ -6,6 +6,7 @@
 // nlohmann type or range error escaping here would be a 500 for a malformed request.
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

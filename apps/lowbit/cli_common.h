@@ -2,7 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <map>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 

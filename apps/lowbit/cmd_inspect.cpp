@@ -1,6 +1,7 @@
 // `lowbit inspect`: what a checkpoint holds (formats, bits per weight, scales, unquantized layers,
 // provenance).
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "apps/lowbit/command.h"
 #include "core/json_text.h"

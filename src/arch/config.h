@@ -2,7 +2,7 @@
 // One struct for the whole LLaMA family; architectures differ only in flags (add data, not branches).
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 namespace lowbit {

@@ -3,7 +3,7 @@
 // the work is done. Every serialisation goes through json_text, which writes U+FFFD for each invalid byte
 // instead.
 #pragma once
-#include <nlohmann/json.hpp>
+#include <nlohmann/json.hpp>  // complete type: json_text is inline and calls dump()
 #include <string>
 
 namespace lowbit {

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "eval/eval_text.h"
 #include "eval/perplexity.h"

@@ -1,5 +1,6 @@
 #include "eval/compare_experiment.h"
 
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"

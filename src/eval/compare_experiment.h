@@ -18,7 +18,7 @@
 //                  "min_decode_speedup": 0, "no_nan": true}
 // }
 #pragma once
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 

@@ -2,7 +2,7 @@
 // thresholds (with the deciding number), and three files: report.md, report.json, report.html (self-contained,
 // inline SVG charts: memory breakdown, quality vs bits per weight with the Pareto front, speed).
 #pragma once
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "eval/compare_experiment.h"

@@ -7,7 +7,7 @@
 // OUT/../.lowbit-cache or --cache DIR. Commands run with posix_spawn from an argv (no shell, so no quoting).
 #pragma once
 #include <functional>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json.hpp>  // complete type: StepRecord holds a json by value
 #include <string>
 #include <vector>
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "eval/baseline.h"
 #include "eval/perplexity.h"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "core/error.h"

@@ -3,7 +3,7 @@
 // throughput, time to first token and queueing delay per concurrency level.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <vector>
 
 #include "kv/kv_cache.h"

@@ -1,6 +1,7 @@
 #include "io/hf_checkpoint.h"
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"

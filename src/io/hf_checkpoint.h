@@ -2,7 +2,7 @@
 // with model.safetensors.index.json, tokenizer.json / tokenizer_config.json / generation_config.json.
 #pragma once
 #include <map>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json.hpp>  // complete type: HfCheckpoint holds json members by value
 #include <string>
 #include <vector>
 

@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json.hpp>  // complete type: FixtureShape holds a json by value
 #include <string>
 #include <vector>
 

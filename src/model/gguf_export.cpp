@@ -4,6 +4,7 @@
 #include <cstring>
 #include <cctype>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "core/error.h"

@@ -4,7 +4,7 @@
 // interleaved RoPE gives the same result as Hugging Face's rotate_half.
 #pragma once
 #include <map>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "arch/config.h"

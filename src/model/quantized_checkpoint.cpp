@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "core/error.h"

@@ -26,7 +26,7 @@
 // v_scale F32 [1] (per tensor) or [n_kv_heads] (per head).
 #pragma once
 #include <map>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 

@@ -14,7 +14,7 @@
 //   total      = weights + KV + workspace + device reserve
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>

@@ -4,6 +4,7 @@
 // tests check n_params() against the published parameter counts.
 #include <algorithm>
 #include <cctype>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "plan/plan.h"

@@ -1,5 +1,6 @@
 // Plan reports: JSON for machines, a table for people.
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "plan/plan.h"

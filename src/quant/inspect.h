@@ -3,7 +3,7 @@
 // lowbit_manifest.json). Works on any model lowbit loads (quantized HF directory, plain HF directory,
 // .safetensors, GGUF, llama2.c).
 #pragma once
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 namespace lowbit::quant {

@@ -8,6 +8,7 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"

@@ -15,7 +15,7 @@
 // them.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json.hpp>  // complete type: QuantReport holds json members (one = json::array())
 #include <optional>
 #include <string>
 #include <vector>

@@ -24,7 +24,7 @@
 // otherwise a glob (* and ?). Later overrides win over earlier ones; ignore wins over overrides.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>

@@ -8,7 +8,7 @@
 #include <functional>
 #include <limits>
 #include <map>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>

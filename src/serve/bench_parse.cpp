@@ -2,6 +2,7 @@
 // text, and the --url it was given.
 #include <cctype>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "serve/bench_client.h"

@@ -2,6 +2,7 @@
 // request bodies.
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "core/error.h"

@@ -1,6 +1,7 @@
 #include "serve/generation.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 namespace lowbit::serve {
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <list>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 #include <unordered_set>

@@ -3,7 +3,7 @@
 // (http_server.cpp), no engine calls (generation.cpp). Fields supported and refused: docs/serve.md.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>

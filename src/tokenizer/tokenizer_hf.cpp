@@ -9,6 +9,7 @@
 // Anything else (Unigram, WordPiece, unknown normalizers or regexes) is rejected with Error("model") rather
 // than silently producing different ids.
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"

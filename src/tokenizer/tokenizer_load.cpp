@@ -2,6 +2,7 @@
 // Every loader validates what it reads and throws Error("model") naming the file kind, the field and what to
 // do.
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"

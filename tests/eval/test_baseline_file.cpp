@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <nlohmann/json.hpp>
 
 #include "core/hash.h"
 #include "eval/baseline.h"

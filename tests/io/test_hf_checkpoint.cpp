@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "io/hf_checkpoint.h"
 #include "io_test_util.h"
 

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 

@@ -1,6 +1,8 @@
 // Recipes: presets, the W/A/KV notation, JSON and shorthand parsing, validation against a model.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "quant/recipe.h"
 
