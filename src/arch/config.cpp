@@ -13,9 +13,6 @@
 namespace lowbit {
 namespace {
 
-const char* kSupported = "llama, mistral, qwen2, qwen3 (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                         "Qwen3ForCausalLM; SmolLM uses llama)";
-
 // v.get<T>() with the type checked. nlohmann converts any number to an integer type with a plain cast: a
 // float out of range is undefined behaviour and a big integer wraps, so integers are range-checked here.
 template <typename T>
@@ -49,6 +46,23 @@ template <typename T>
 T opt(const nlohmann::json& j, const char* key, T def) {
   if (!j.contains(key) || j[key].is_null()) return def;
   return checked<T>(j[key], key);
+}
+
+// The flags an architecture always has (config.json or GGUF metadata may add to them).
+void apply_arch_row(ModelConfig& c, const ArchRow& row) {
+  c.arch = row.name;
+  c.qkv_bias = row.qkv_bias;
+  c.qk_norm = row.qk_norm;
+  c.act = row.act;
+  c.embed_scale = row.embed_scale;
+}
+
+Activation activation_from_hf(const std::string& name, const ArchRow& row) {
+  if (name.empty()) return row.act;
+  if (name == "silu" || name == "swish") return Activation::Silu;
+  if (name == "gelu_pytorch_tanh" || name == "gelu_tanh") return Activation::GeluTanh;
+  fail("model", std::string("config.json field '") + row.act_key + "' = '" + name +
+                    "' is not supported for " + row.name + "; supported: silu, gelu_pytorch_tanh");
 }
 
 }  // namespace
@@ -90,24 +104,29 @@ void ModelConfig::validate() const {
 }
 
 nlohmann::json ModelConfig::to_json() const {
-  return {{"arch", arch},
-          {"source_format", source_format},
-          {"hidden_size", dim},
-          {"num_hidden_layers", n_layers},
-          {"num_attention_heads", n_heads},
-          {"num_key_value_heads", n_kv_heads},
-          {"head_dim", head_dim},
-          {"intermediate_size", ffn_dim},
-          {"vocab_size", vocab_size},
-          {"max_position_embeddings", max_seq_len},
-          {"rms_norm_eps", norm_eps},
-          {"rope_theta", rope_theta},
-          {"rope_scaling", rope_scaling.type},
-          {"rope_style", rope_style == RopeStyle::Half ? "half" : "interleaved"},
-          {"qkv_bias", qkv_bias},
-          {"qk_norm", qk_norm},
-          {"tie_word_embeddings", tie_embeddings},
-          {"n_params", n_params()}};
+  nlohmann::json j = {{"arch", arch},
+                      {"source_format", source_format},
+                      {"hidden_size", dim},
+                      {"num_hidden_layers", n_layers},
+                      {"num_attention_heads", n_heads},
+                      {"num_key_value_heads", n_kv_heads},
+                      {"head_dim", head_dim},
+                      {"intermediate_size", ffn_dim},
+                      {"vocab_size", vocab_size},
+                      {"max_position_embeddings", max_seq_len},
+                      {"rms_norm_eps", norm_eps},
+                      {"rope_theta", rope_theta},
+                      {"rope_scaling", rope_scaling.type},
+                      {"rope_style", rope_style == RopeStyle::Half ? "half" : "interleaved"},
+                      {"qkv_bias", qkv_bias},
+                      {"qk_norm", qk_norm},
+                      {"tie_word_embeddings", tie_embeddings},
+                      {"n_params", n_params()}};
+  // Gemma-style flags only where they differ from the Llama family's (reports stay as they were for it).
+  if (act != Activation::Silu) j["hidden_act"] = activation_name(act);
+  if (embed_scale) j["embed_scale"] = "sqrt(hidden_size)";
+  if (norm_weight_offset != 0.0f) j["hf_norm_weight_offset"] = norm_weight_offset;
+  return j;
 }
 
 ModelConfig config_from_hf(const nlohmann::json& j) {
@@ -117,15 +136,10 @@ ModelConfig config_from_hf(const nlohmann::json& j) {
   std::string mt = opt<std::string>(j, "model_type", "");
   if (mt.empty() && j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
       j["architectures"][0].is_string()) {
-    std::string a = j["architectures"][0];
-    if (a == "LlamaForCausalLM") mt = "llama";
-    else if (a == "MistralForCausalLM") mt = "mistral";
-    else if (a == "Qwen2ForCausalLM") mt = "qwen2";
-    else if (a == "Qwen3ForCausalLM") mt = "qwen3";
+    if (const ArchRow* r = arch_by_hf_class(j["architectures"][0].get<std::string>())) mt = r->name;
   }
-  if (mt != "llama" && mt != "mistral" && mt != "qwen2" && mt != "qwen3")
-    fail("model", "unsupported architecture '" + mt + "' in config.json; supported: " + kSupported);
-  c.arch = mt;
+  const ArchRow& row = arch_row(mt);  // names the supported architectures when mt is not one of them
+  apply_arch_row(c, row);
   c.dim = req<int64_t>(j, "hidden_size");
   c.n_layers = req<int64_t>(j, "num_hidden_layers");
   c.n_heads = req<int64_t>(j, "num_attention_heads");
@@ -136,10 +150,11 @@ ModelConfig config_from_hf(const nlohmann::json& j) {
   c.max_seq_len = opt<int64_t>(j, "max_position_embeddings", 2048);
   c.norm_eps = opt<double>(j, "rms_norm_eps", 1e-6);
   c.rope_theta = opt<double>(j, "rope_theta", 10000.0);
-  c.tie_embeddings = opt<bool>(j, "tie_word_embeddings", mt == "qwen2" ? false : false);
-  c.qkv_bias = mt == "qwen2" ? true : opt<bool>(j, "attention_bias", false);
-  c.qk_norm = mt == "qwen3";
-  c.rope_style = RopeStyle::Half;
+  c.tie_embeddings = opt<bool>(j, "tie_word_embeddings", row.tie_default);
+  c.qkv_bias = row.qkv_bias || opt<bool>(j, "attention_bias", false);
+  c.act = activation_from_hf(opt<std::string>(j, row.act_key, ""), row);
+  c.norm_weight_offset = row.hf_norm_offset;
+  c.rope_style = RopeStyle::Half;  // Hugging Face's rotate_half, whatever the architecture
   c.bos_id = opt<int32_t>(j, "bos_token_id", 1);
   if (j.contains("eos_token_id") && j["eos_token_id"].is_array() && !j["eos_token_id"].empty())
     c.eos_id = checked<int32_t>(j["eos_token_id"][0], "eos_token_id");
@@ -188,10 +203,11 @@ ModelConfig config_from_gguf(const io::GgufFile& g) {
   ModelConfig c;
   c.source_format = "gguf";
   std::string arch = g.get("general.architecture").as_string();
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "mistral")
-    fail("model", "unsupported GGUF architecture '" + arch + "' in " + g.path + "; supported: llama, mistral, "
-                  "qwen2, qwen3");
-  c.arch = arch;
+  const ArchRow* row = arch_by_gguf(arch);
+  if (!row)
+    fail("model",
+         "unsupported GGUF architecture '" + arch + "' in " + g.path + "; supported: " + supported_archs());
+  apply_arch_row(c, *row);
   auto geti = [&](const std::string& k) { return g.get(arch + "." + k).as_int(); };
   auto has = [&](const std::string& k) { return g.has(arch + "." + k); };
   c.dim = geti("embedding_length");
@@ -213,13 +229,14 @@ ModelConfig config_from_gguf(const io::GgufFile& g) {
       c.rope_scaling.factor = g.get(arch + ".rope.scaling.factor").as_float();
     }
   }
-  // llama.cpp permutes HF q/k rows for llama so the interleaved (NORM) rope applies; qwen uses NEOX (half).
-  c.rope_style = (arch == "qwen2" || arch == "qwen3") ? RopeStyle::Half : RopeStyle::Interleaved;
-  c.qkv_bias = arch == "qwen2";
-  c.qk_norm = arch == "qwen3";
-  if (has("vocab_size")) c.vocab_size = geti("vocab_size");
-  else if (g.has("tokenizer.ggml.tokens")) c.vocab_size = static_cast<int64_t>(g.get("tokenizer.ggml.tokens").as_array().size());
+  // llama.cpp permutes HF q/k rows for llama so the interleaved (NORM) rope applies; qwen/gemma use NEOX
+  // (half).
+  c.rope_style = row->gguf_rope;
   c.tie_embeddings = g.tensors.count("output.weight") == 0;
+  if (has("vocab_size"))
+    c.vocab_size = geti("vocab_size");
+  else if (g.has("tokenizer.ggml.tokens"))
+    c.vocab_size = static_cast<int64_t>(g.get("tokenizer.ggml.tokens").as_array().size());
   if (g.has("tokenizer.ggml.bos_token_id")) c.bos_id = static_cast<int32_t>(g.get("tokenizer.ggml.bos_token_id").as_int());
   if (g.has("tokenizer.ggml.eos_token_id")) c.eos_id = static_cast<int32_t>(g.get("tokenizer.ggml.eos_token_id").as_int());
   c.validate();

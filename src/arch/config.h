@@ -1,9 +1,12 @@
 // Model configuration: the architecture facts every rung above reads (decoder, planner, quantizer).
-// One struct for the whole LLaMA family; architectures differ only in flags (add data, not branches).
+// One struct for the whole LLaMA family; architectures differ only in flags, taken from their row of the
+// architecture table (arch/arch_table.h).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+
+#include "arch/arch_table.h"
 
 namespace lowbit {
 
@@ -11,11 +14,6 @@ namespace io {
 struct GgufFile;
 struct Llama2cHeader;
 }  // namespace io
-
-// How RoPE pairs dimensions inside a head.
-//  Interleaved: pairs (0,1), (2,3), ... (llama2.c, GGUF "llama" after llama.cpp's q/k permutation).
-//  Half:        pairs (i, i + head_dim/2) (Hugging Face rotate_half, GGUF qwen2/qwen3 "neox").
-enum class RopeStyle { Interleaved, Half };
 
 struct RopeScaling {
   std::string type = "none";  // none | linear | llama3
@@ -25,7 +23,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string arch = "llama";       // llama | mistral | qwen2 | qwen3 | smollm (= llama)
+  std::string arch = "llama";       // a row of arch_rows(): llama | mistral | qwen2 | qwen3 | gemma
   std::string source_format;        // hf | gguf | llama2c
   int64_t dim = 0;                  // hidden_size
   int64_t n_layers = 0;
@@ -42,6 +40,9 @@ struct ModelConfig {
   bool qkv_bias = false;            // Qwen2/2.5
   bool qk_norm = false;             // Qwen3: RMSNorm on q and k per head
   bool tie_embeddings = false;
+  Activation act = Activation::Silu;  // MLP: act(gate) * up
+  bool embed_scale = false;           // Gemma: embeddings times sqrt(dim)
+  float norm_weight_offset = 0.0f;    // added to RMSNorm weights at load (Gemma's HF checkpoints store w - 1)
   int32_t bos_id = 1, eos_id = 2;
   std::string torch_dtype = "float32";  // dtype the source checkpoint stores (informational)
 

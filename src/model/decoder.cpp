@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "kernels/matmul.h"
+#include "ops/activation.h"
 #include "ops/norm.h"
 
 namespace lowbit {
@@ -167,6 +168,10 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
   grow(sc.att, T * Q), grow(sc.tmp, T * D), grow(sc.g, T * F), grow(sc.u, T * F);
   auto &x = sc.x, &xn = sc.xn, &q = sc.q, &k = sc.k, &v = sc.v, &att = sc.att, &tmp = sc.tmp, &g = sc.g, &u = sc.u;
   for (int64_t t = 0; t < T; ++t) weight_row_f32(w_.tok_embed, batch[t].token, x.data() + t * D);
+  if (c_.embed_scale) {  // Gemma: the embedding times sqrt(dim), rounded to float as Hugging Face does
+    const float s = static_cast<float>(std::sqrt(static_cast<double>(D)));
+    for (int64_t i = 0; i < T * D; ++i) x[i] *= s;
+  }
 
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   // KV cache inputs: per-row sequence/position, and (for caches that keep keys before RoPE) un-rotated keys.
@@ -217,7 +222,7 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
     if (observer_) observer_->observe(static_cast<int>(l), ActSite::MlpIn, xn.data(), T, D);
     matmul(L.w_gate, xn.data(), T, g.data());
     matmul(L.w_up, xn.data(), T, u.data());
-    silu_mul_f32(g.data(), u.data(), T * F);
+    glu_f32(c_.act, g.data(), u.data(), T * F);
     if (observer_) observer_->observe(static_cast<int>(l), ActSite::DownIn, g.data(), T, F);
     matmul(L.w_down, g.data(), T, tmp.data());
     for (int64_t i = 0; i < T * D; ++i) x[i] += tmp[i];

@@ -105,6 +105,17 @@ std::vector<FixtureShape> make_shapes() {
   mis["model_type"] = "mistral";
   mis["sliding_window"] = nullptr;
   v.push_back({"tiny-mistral", "tiny mistral, untied", mis, "gpt2"});
+  auto gem = llama_cfg(64, 192, 2, 4, 1, 512, 10000, 512, 1e-6, true);
+  gem["architectures"] = {"GemmaForCausalLM"};
+  gem["model_type"] = "gemma";
+  gem["head_dim"] = 32;
+  gem["hidden_act"] = "gelu";
+  gem["hidden_activation"] = "gelu_pytorch_tanh";
+  gem.erase("attention_bias");
+  v.push_back({"tiny-gemma",
+               "tiny gemma: GeLU-tanh MLP, embeddings x sqrt(hidden), norms stored as w - 1, head_dim 32 "
+               "!= hidden/heads, MQA, tied",
+               gem, "gpt2"});
   v.push_back({"tiny-lmhead-only", "tiny llama, tied, storing only lm_head.weight (like TinyStories-656K)",
                llama_cfg(64, 160, 2, 4, 4, 512, 10000, 256, 1e-6, true), "gpt2", true});
   return v;
@@ -174,44 +185,31 @@ const FixtureShape& fixture_shape(const std::string& name) {
 
 std::map<std::string, FixtureTensor> fixture_tensors(const ModelConfig& c, bool lm_head_only, uint64_t seed) {
   std::map<std::string, FixtureTensor> t;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool ones) {
+  // Norm weights: around 1 with a little spread so that a wrong norm shows up in reference tests, stored in
+  // the architecture's HF convention (Gemma's HF norms hold w - 1). Values depend only on the seed and the
+  // name.
+  const float norm_offset = c.norm_weight_offset;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool norm) {
     FixtureTensor ft;
     ft.shape = shape;
     ft.data.resize(static_cast<size_t>(shape_numel(shape)));
-    if (ones) {
-      // Norm weights: around 1 with a little spread so that a wrong norm shows up in reference tests.
+    if (norm) {
       fill_normal(ft.data, seed ^ name_hash(name), 0.1f);
-      for (auto& v : ft.data) v += 1.0f;
+      for (auto& v : ft.data) v += 1.0f - norm_offset;
     } else {
       fill_normal(ft.data, seed ^ name_hash(name), 0.02f);
     }
     t.emplace(name, std::move(ft));
   };
-  const int64_t D = c.dim, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_dim, V = c.vocab_size;
-  if (c.tie_embeddings && lm_head_only) add("lm_head.weight", {V, D}, false);
-  else add("model.embed_tokens.weight", {V, D}, false);
-  if (!c.tie_embeddings) add("lm_head.weight", {V, D}, false);
-  add("model.norm.weight", {D}, true);
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    std::string p = "model.layers." + std::to_string(l) + ".";
-    add(p + "input_layernorm.weight", {D}, true);
-    add(p + "post_attention_layernorm.weight", {D}, true);
-    add(p + "self_attn.q_proj.weight", {Q, D}, false);
-    add(p + "self_attn.k_proj.weight", {KV, D}, false);
-    add(p + "self_attn.v_proj.weight", {KV, D}, false);
-    add(p + "self_attn.o_proj.weight", {D, Q}, false);
-    add(p + "mlp.gate_proj.weight", {F, D}, false);
-    add(p + "mlp.up_proj.weight", {F, D}, false);
-    add(p + "mlp.down_proj.weight", {D, F}, false);
-    if (c.qkv_bias) {
-      add(p + "self_attn.q_proj.bias", {Q}, false);
-      add(p + "self_attn.k_proj.bias", {KV}, false);
-      add(p + "self_attn.v_proj.bias", {KV}, false);
-    }
-    if (c.qk_norm) {
-      add(p + "self_attn.q_norm.weight", {c.head_dim}, true);
-      add(p + "self_attn.k_norm.weight", {c.head_dim}, true);
-    }
+  using enum TensorRole;
+  for (const TensorRoleRow& row : tensor_roles()) {
+    if (!role_present(row.role, c)) continue;
+    // Tied: one of embed_tokens / lm_head is stored (lm_head only like TinyStories-656K); untied: both.
+    if (row.role == TokEmbed && c.tie_embeddings && lm_head_only) continue;
+    if (row.role == LmHead && c.tie_embeddings && !lm_head_only) continue;
+    for (int64_t l = 0; l < (row.per_layer ? c.n_layers : 1); ++l)
+      add(hf_tensor_name(row.role, row.per_layer ? l : -1), role_shape(row.role, c),
+          row.kind == RoleKind::Norm);
   }
   return t;
 }

@@ -1,8 +1,8 @@
 #include "model/gguf_export.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cctype>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -33,27 +33,9 @@ std::vector<float> permute_qk(const std::vector<float>& w, int64_t n_heads, int6
   return out;
 }
 
-std::string gguf_name(const std::string& hf) {
-  static const std::vector<std::pair<std::string, std::string>> kMap = {
-      {"self_attn.q_proj.weight", "attn_q.weight"},   {"self_attn.k_proj.weight", "attn_k.weight"},
-      {"self_attn.v_proj.weight", "attn_v.weight"},   {"self_attn.o_proj.weight", "attn_output.weight"},
-      {"self_attn.q_proj.bias", "attn_q.bias"},       {"self_attn.k_proj.bias", "attn_k.bias"},
-      {"self_attn.v_proj.bias", "attn_v.bias"},       {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-      {"self_attn.k_norm.weight", "attn_k_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},        {"mlp.down_proj.weight", "ffn_down.weight"},
-      {"input_layernorm.weight", "attn_norm.weight"}, {"post_attention_layernorm.weight", "ffn_norm.weight"}};
-  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
-  if (hf == "model.norm.weight") return "output_norm.weight";
-  if (hf == "lm_head.weight") return "output.weight";
-  const std::string p = "model.layers.";
-  if (hf.rfind(p, 0) == 0) {
-    size_t dot = hf.find('.', p.size());
-    std::string layer = hf.substr(p.size(), dot - p.size());
-    std::string rest = hf.substr(dot + 1);
-    for (auto& [a, b] : kMap)
-      if (rest == a) return "blk." + layer + "." + b;
-  }
-  return "";
+// The llama.cpp name of a Hugging Face tensor (the tensor-role table), "" when it names no role.
+std::string gguf_name(const std::string& hf, RoleRef* ref) {
+  return parse_hf_tensor_name(hf, ref) ? gguf_tensor_name(ref->role, ref->layer) : std::string();
 }
 
 int type_id(const std::string& t) {
@@ -194,7 +176,8 @@ uint32_t llama_file_type(int ggml_type) {
 void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& hf, const json& tokenizer_json,
                  const GgufExportOptions& o, const std::string& path) {
   const int mat_type = type_id(o.type);
-  const std::string arch = c.arch == "mistral" ? "llama" : c.arch;
+  const ArchRow& row = arch_row(c.arch);
+  const std::string arch = row.gguf_arch;
   io::GgufWriter w;
   w.set_string("general.architecture", arch);
   w.set_string("general.name", o.name);
@@ -222,7 +205,9 @@ void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& 
   // Tensor payloads must outlive write(): keep them here.
   std::vector<std::vector<uint8_t>> store;
   store.reserve(hf.size() + 2);
-  const bool interleave = arch == "llama";  // qwen2/qwen3 keep HF order and use NEOX rope in llama.cpp
+  // llama.cpp's llama rows are permuted for its interleaved RoPE; qwen2/qwen3/gemma keep HF order (NEOX
+  // rope).
+  const bool interleave = row.gguf_rope == RopeStyle::Interleaved;
   auto add = [&](const std::string& name, const std::vector<int64_t>& shape, std::vector<float> f, bool matrix) {
     int t = matrix ? mat_type : 0;
     std::vector<uint8_t> bytes;
@@ -247,27 +232,30 @@ void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& 
     store.push_back(std::move(bytes));
     w.add_tensor(name, t, shape, store.back().data(), store.back().size());
   };
-  bool has_embed = hf.count("model.embed_tokens.weight") != 0;
+  using enum TensorRole;
+  const bool has_embed = hf.count(hf_tensor_name(TokEmbed, -1)) != 0;
   for (const auto& [name, v] : hf) {
-    std::string g = gguf_name(name);
+    RoleRef ref{};
+    std::string g = gguf_name(name, &ref);
     if (g.empty()) fail("model", "GGUF export: no llama.cpp name for tensor '" + name + "'");
     if (v.dtype == DType::GGML_BLOCK) fail("model", "GGUF export wants dense source tensors");
     std::vector<float> f(static_cast<size_t>(v.numel()));
     to_f32(v, f.data());
     bool matrix = v.shape.size() == 2;
-    if (interleave && name.find("q_proj.weight") != std::string::npos)
-      f = permute_qk(f, c.n_heads, c.head_dim, v.shape[1]);
-    if (interleave && name.find("k_proj.weight") != std::string::npos)
-      f = permute_qk(f, c.n_kv_heads, c.head_dim, v.shape[1]);
-    if (interleave && name.find("q_proj.bias") != std::string::npos) f = permute_qk(f, c.n_heads, c.head_dim, 1);
-    if (interleave && name.find("k_proj.bias") != std::string::npos) f = permute_qk(f, c.n_kv_heads, c.head_dim, 1);
+    if (interleave && (ref.role == Q || ref.role == BiasQ))
+      f = permute_qk(f, c.n_heads, c.head_dim, matrix ? v.shape[1] : 1);
+    if (interleave && (ref.role == K || ref.role == BiasK))
+      f = permute_qk(f, c.n_kv_heads, c.head_dim, matrix ? v.shape[1] : 1);
+    // llama.cpp's GGUF stores RMSNorm weights as the layer multiplies by them (Gemma's HF files hold w - 1).
+    if (role_row(ref.role).kind == RoleKind::Norm && c.norm_weight_offset != 0.0f)
+      for (float& x : f) x += c.norm_weight_offset;
     // A tied checkpoint that stores only lm_head.weight: GGUF wants token_embd.weight (output.weight absent).
-    if (name == "lm_head.weight" && c.tie_embeddings) {
+    if (ref.role == LmHead && c.tie_embeddings) {
       if (has_embed) continue;
-      g = "token_embd.weight";
+      g = gguf_tensor_name(TokEmbed, -1);
     }
     std::vector<int64_t> shape = v.shape;
-    if (ext.appended > 0 && (g == "token_embd.weight" || g == "output.weight")) {
+    if (ext.appended > 0 && (ref.role == TokEmbed || ref.role == LmHead)) {
       // Rows of the appended byte tokens: copies of <unk>'s (the source model reads an unknown character as
       // <unk>), zeros without one.
       const int64_t cols = shape.back(), rows = shape[0];

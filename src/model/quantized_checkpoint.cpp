@@ -70,19 +70,9 @@ const TensorView& need(const std::map<std::string, TensorView>& t, const std::st
 }  // namespace
 
 std::string hf_module_name(const std::string& n) {
-  if (n == "tok_embed") return "model.embed_tokens";
-  if (n == "lm_head") return "lm_head";
-  static const std::map<std::string, std::string> roles = {
-      {"wq", "self_attn.q_proj"}, {"wk", "self_attn.k_proj"},  {"wv", "self_attn.v_proj"},
-      {"wo", "self_attn.o_proj"}, {"w_gate", "mlp.gate_proj"}, {"w_up", "mlp.up_proj"},
-      {"w_down", "mlp.down_proj"}};
-  if (n.rfind("layers.", 0) == 0) {
-    auto dot = n.find('.', 7);
-    if (dot != std::string::npos) {
-      auto it = roles.find(n.substr(dot + 1));
-      if (it != roles.end()) return "model." + n.substr(0, dot) + "." + it->second;
-    }
-  }
+  RoleRef r;
+  if (parse_lowbit_tensor_name(n, &r) && role_row(r.role).kind == RoleKind::Matrix)
+    return hf_module_name(r.role, r.layer);
   return n;
 }
 

@@ -18,21 +18,63 @@ DenseMode dense_mode_from_string(const std::string& s) {
   throw UsageError("model", "unknown weight dtype '" + s + "'; use native, f32, f16 or bf16");
 }
 
+WeightMatrix* ModelWeights::matrix(TensorRole r, int64_t layer) {
+  using enum TensorRole;
+  if (r == TokEmbed) return &tok_embed;
+  if (r == LmHead) return &lm_head;
+  LayerWeights& L = layers.at(static_cast<size_t>(layer));
+  switch (r) {
+    case Q:
+      return &L.wq;
+    case K:
+      return &L.wk;
+    case V:
+      return &L.wv;
+    case O:
+      return &L.wo;
+    case Gate:
+      return &L.w_gate;
+    case Up:
+      return &L.w_up;
+    case Down:
+      return &L.w_down;
+    default:
+      return nullptr;
+  }
+}
+
+std::vector<float>* ModelWeights::vector(TensorRole r, int64_t layer) {
+  using enum TensorRole;
+  if (r == OutputNorm) return &final_norm;
+  if (role_row(r).kind == RoleKind::Matrix) return nullptr;
+  LayerWeights& L = layers.at(static_cast<size_t>(layer));
+  switch (r) {
+    case AttnNorm:
+      return &L.attn_norm;
+    case FfnNorm:
+      return &L.ffn_norm;
+    case BiasQ:
+      return &L.bq;
+    case BiasK:
+      return &L.bk;
+    case BiasV:
+      return &L.bv;
+    case QNorm:
+      return &L.q_norm;
+    case KNorm:
+      return &L.k_norm;
+    default:
+      return nullptr;
+  }
+}
+
 std::vector<std::pair<std::string, WeightMatrix*>> ModelWeights::named_matrices() {
   std::vector<std::pair<std::string, WeightMatrix*>> out;
-  out.emplace_back("tok_embed", &tok_embed);
-  for (size_t i = 0; i < layers.size(); ++i) {
-    auto& L = layers[i];
-    std::string p = "layers." + std::to_string(i) + ".";
-    out.emplace_back(p + "wq", &L.wq);
-    out.emplace_back(p + "wk", &L.wk);
-    out.emplace_back(p + "wv", &L.wv);
-    out.emplace_back(p + "wo", &L.wo);
-    out.emplace_back(p + "w_gate", &L.w_gate);
-    out.emplace_back(p + "w_up", &L.w_up);
-    out.emplace_back(p + "w_down", &L.w_down);
-  }
-  out.emplace_back("lm_head", &lm_head);
+  out.emplace_back(lowbit_tensor_name(TensorRole::TokEmbed, -1), &tok_embed);
+  for (size_t i = 0; i < layers.size(); ++i)
+    for (TensorRole r : layer_matrix_roles())
+      out.emplace_back(lowbit_tensor_name(r, static_cast<int64_t>(i)), matrix(r, static_cast<int64_t>(i)));
+  out.emplace_back(lowbit_tensor_name(TensorRole::LmHead, -1), &lm_head);
   return out;
 }
 
@@ -60,41 +102,8 @@ struct Mapper {
   std::string source;
   const WeightHook* hook = nullptr;
 
-  std::string name(const std::string& hf, int layer) const {
-    // hf role names -> GGUF names (llama.cpp tensor naming).
-    static const std::map<std::string, std::string> kGguf = {
-        {"embed", "token_embd.weight"},         {"norm", "output_norm.weight"},
-        {"lm_head", "output.weight"},           {"q", "attn_q.weight"},
-        {"k", "attn_k.weight"},                 {"v", "attn_v.weight"},
-        {"o", "attn_output.weight"},            {"gate", "ffn_gate.weight"},
-        {"up", "ffn_up.weight"},                {"down", "ffn_down.weight"},
-        {"attn_norm", "attn_norm.weight"},      {"ffn_norm", "ffn_norm.weight"},
-        {"bq", "attn_q.bias"},                  {"bk", "attn_k.bias"},
-        {"bv", "attn_v.bias"},                  {"q_norm", "attn_q_norm.weight"},
-        {"k_norm", "attn_k_norm.weight"}};
-    static const std::map<std::string, std::string> kHf = {
-        {"embed", "model.embed_tokens.weight"},
-        {"norm", "model.norm.weight"},
-        {"lm_head", "lm_head.weight"},
-        {"q", "self_attn.q_proj.weight"},
-        {"k", "self_attn.k_proj.weight"},
-        {"v", "self_attn.v_proj.weight"},
-        {"o", "self_attn.o_proj.weight"},
-        {"gate", "mlp.gate_proj.weight"},
-        {"up", "mlp.up_proj.weight"},
-        {"down", "mlp.down_proj.weight"},
-        {"attn_norm", "input_layernorm.weight"},
-        {"ffn_norm", "post_attention_layernorm.weight"},
-        {"bq", "self_attn.q_proj.bias"},
-        {"bk", "self_attn.k_proj.bias"},
-        {"bv", "self_attn.v_proj.bias"},
-        {"q_norm", "self_attn.q_norm.weight"},
-        {"k_norm", "self_attn.k_norm.weight"}};
-    const auto& m = gguf ? kGguf : kHf;
-    std::string base = m.at(hf);
-    if (layer < 0) return base;
-    return gguf ? "blk." + std::to_string(layer) + "." + base
-                : "model.layers." + std::to_string(layer) + "." + base;
+  std::string name(TensorRole r, int64_t layer) const {
+    return gguf ? gguf_tensor_name(r, layer) : hf_tensor_name(r, layer);
   }
 
   const TensorView& get(const std::string& n, std::vector<int64_t> shape) const {
@@ -161,38 +170,37 @@ ModelWeights map_weights(const ModelConfig& c, const std::map<std::string, Tenso
                          const WeightHook& hook) {
   Mapper m{c, tensors, gguf_names, std::move(owner), mode, source, &hook};
   ModelWeights w;
-  const int64_t D = c.dim, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_dim, V = c.vocab_size;
-  bool has_embed = tensors.count(m.name("embed", -1)) != 0;
-  bool has_head = tensors.count(m.name("lm_head", -1)) != 0;
+  using enum TensorRole;
+  auto mat = [&](TensorRole r, int64_t layer) {
+    const auto s = role_shape(r, c);
+    return m.mat(m.name(r, layer), s[0], s[1]);
+  };
+  const bool has_embed = tensors.count(m.name(TokEmbed, -1)) != 0;
+  const bool has_head = tensors.count(m.name(LmHead, -1)) != 0;
   // Tied checkpoints may store only the embedding or only lm_head.weight (TinyStories-656K does the latter).
-  if (has_embed) w.tok_embed = m.mat(m.name("embed", -1), V, D);
-  if (has_head && (!c.tie_embeddings || !has_embed)) w.lm_head = m.mat(m.name("lm_head", -1), V, D);
+  if (has_embed) w.tok_embed = mat(TokEmbed, -1);
+  if (has_head && (!c.tie_embeddings || !has_embed)) w.lm_head = mat(LmHead, -1);
   if (!has_embed && has_head) w.tok_embed = w.lm_head;
-  if (!has_embed && !has_head) m.mat(m.name("embed", -1), V, D);  // throws the missing-tensor error
+  if (!has_embed && !has_head) mat(TokEmbed, -1);  // throws the missing-tensor error
   if (w.lm_head.rows == 0) w.lm_head = w.tok_embed;
-  w.final_norm = m.vec(m.name("norm", -1), D);
-  w.layers.resize(c.n_layers);
-  for (int i = 0; i < c.n_layers; ++i) {
-    auto& L = w.layers[i];
-    L.attn_norm = m.vec(m.name("attn_norm", i), D);
-    L.ffn_norm = m.vec(m.name("ffn_norm", i), D);
-    L.wq = m.mat(m.name("q", i), Q, D);
-    L.wk = m.mat(m.name("k", i), KV, D);
-    L.wv = m.mat(m.name("v", i), KV, D);
-    L.wo = m.mat(m.name("o", i), D, Q);
-    L.w_gate = m.mat(m.name("gate", i), F, D);
-    L.w_up = m.mat(m.name("up", i), F, D);
-    L.w_down = m.mat(m.name("down", i), D, F);
-    if (c.qkv_bias) {
-      L.bq = m.vec(m.name("bq", i), Q);
-      L.bk = m.vec(m.name("bk", i), KV);
-      L.bv = m.vec(m.name("bv", i), KV);
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  auto load = [&](const TensorRoleRow& row, int64_t layer) {
+    if (!role_present(row.role, c)) return;
+    if (row.kind == RoleKind::Matrix) {
+      *w.matrix(row.role, layer) = mat(row.role, layer);
+      return;
     }
-    if (c.qk_norm) {
-      L.q_norm = m.vec(m.name("q_norm", i), c.head_dim);
-      L.k_norm = m.vec(m.name("k_norm", i), c.head_dim);
-    }
-  }
+    std::vector<float>& v = *w.vector(row.role, layer);
+    v = m.vec(m.name(row.role, layer), role_shape(row.role, c)[0]);
+    // Gemma's HF norms hold w - 1; the decoder multiplies by w (config_from_gguf leaves the offset 0).
+    if (row.kind == RoleKind::Norm && c.norm_weight_offset != 0.0f)
+      for (float& x : v) x += c.norm_weight_offset;
+  };
+  for (const TensorRoleRow& row : tensor_roles())
+    if (!row.per_layer && row.kind != RoleKind::Matrix) load(row, -1);  // the final norm
+  for (int64_t i = 0; i < c.n_layers; ++i)
+    for (const TensorRoleRow& row : tensor_roles())
+      if (row.per_layer) load(row, i);
   if (gguf_names && tensors.count("rope_freqs.weight"))
     w.rope_freq_factors = m.vec("rope_freqs.weight", c.head_dim / 2);
   return w;

@@ -39,6 +39,10 @@ struct ModelWeights {
   WeightMatrix lm_head;            // [vocab, dim]; shares storage with tok_embed when tied
   std::vector<float> rope_freq_factors;  // [head_dim/2] divisors from GGUF rope_freqs.weight (llama3), or empty
 
+  // The field of a tensor role (arch/arch_table.h; layer ignored for model-level roles): matrix() for
+  // RoleKind::Matrix roles, vector() for norms and biases; nullptr for a role of the other kind.
+  WeightMatrix* matrix(TensorRole r, int64_t layer);
+  std::vector<float>* vector(TensorRole r, int64_t layer);
   // Every weight matrix with a stable name ("layers.3.wq", "lm_head", ...), for reports and quantization.
   std::vector<std::pair<std::string, WeightMatrix*>> named_matrices();
   size_t weight_bytes() const;  // bytes of all stored weights (tied embeddings counted once)

@@ -19,13 +19,17 @@ int64_t sat(i128 v) { return v > static_cast<i128>(kInt64Max) ? kInt64Max : stat
 
 // The linear layers the quantizer targets, per decoder layer: {name, rows (out), cols (in)}.
 struct Linear {
-  const char* name;
+  std::string name;
   int64_t rows, cols;
 };
 std::vector<Linear> linears(const ModelConfig& c) {
-  const int64_t D = c.dim, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_dim;
-  return {{"q_proj", Q, D},    {"k_proj", KV, D},  {"v_proj", KV, D},  {"o_proj", D, Q},
-          {"gate_proj", F, D}, {"up_proj", F, D}, {"down_proj", D, F}};
+  std::vector<Linear> v;
+  for (TensorRole r : layer_matrix_roles()) {
+    const std::string module = hf_module_name(r, 0);  // "model.layers.0.self_attn.q_proj" -> "q_proj"
+    const auto s = role_shape(r, c);
+    v.push_back({module.substr(module.rfind('.') + 1), s[0], s[1]});
+  }
+  return v;
 }
 
 }  // namespace

@@ -116,13 +116,9 @@ json hf_config(const Model& m, bool tied) {
   }
   const ModelConfig& c = m.config;
   if (!cfg.contains("model_type")) {
-    const std::string mt = c.arch == "smollm" ? "llama" : c.arch;
-    static const std::map<std::string, std::string> archs = {{"llama", "LlamaForCausalLM"},
-                                                             {"mistral", "MistralForCausalLM"},
-                                                             {"qwen2", "Qwen2ForCausalLM"},
-                                                             {"qwen3", "Qwen3ForCausalLM"}};
-    cfg["architectures"] = {archs.count(mt) ? archs.at(mt) : "LlamaForCausalLM"};
-    cfg["model_type"] = mt;
+    const ArchRow& row = arch_row(c.arch);
+    cfg["architectures"] = {row.hf_class};
+    cfg["model_type"] = row.name;
     cfg["hidden_size"] = c.dim;
     cfg["intermediate_size"] = c.ffn_dim;
     cfg["num_attention_heads"] = c.n_heads;
@@ -133,11 +129,11 @@ json hf_config(const Model& m, bool tied) {
     cfg["max_position_embeddings"] = c.max_seq_len;
     cfg["rms_norm_eps"] = c.norm_eps;
     cfg["rope_theta"] = c.rope_theta;
-    cfg["hidden_act"] = "silu";
+    cfg[row.act_key] = activation_name(c.act);
     cfg["bos_token_id"] = c.bos_id;
     cfg["eos_token_id"] = c.eos_id;
     cfg["torch_dtype"] = "float32";
-    if (c.qkv_bias && mt != "qwen2") cfg["attention_bias"] = true;
+    if (c.qkv_bias && !row.qkv_bias) cfg["attention_bias"] = true;
     if (c.rope_scaling.type != "none") {
       cfg["rope_scaling"] = {{"rope_type", c.rope_scaling.type}, {"factor", c.rope_scaling.factor}};
       if (c.rope_scaling.type == "llama3") {
@@ -170,10 +166,10 @@ json quantization_config(const Model& m, const QuantReport& rep,
   for (auto& [name, w] : mats) {
     const std::string hf = hf_module_name(name);
     if (w->kind != WeightKind::Quant) {
-      if (name != "tok_embed") ignore.push_back(hf);
+      if (name != lowbit_tensor_name(TensorRole::TokEmbed, -1)) ignore.push_back(hf);
       continue;
     }
-    if (name == "tok_embed") embed_quantized = true;
+    if (name == lowbit_tensor_name(TensorRole::TokEmbed, -1)) embed_quantized = true;
     const bool st = w->act_format != FormatId::F32 && w->act_static_scale > 0;
     const std::string key =
         to_string(w->q->scheme) + "|" + format_info(w->act_format).name + "|" + (st ? "s" : "d");
@@ -275,7 +271,7 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
     const bool tied = m.weights.tied();
     std::vector<std::pair<std::string, const WeightMatrix*>> mats;
     for (auto& [n, w] : named)
-      if (!(n == "lm_head" && tied)) mats.push_back({n, w});
+      if (!(n == lowbit_tensor_name(TensorRole::LmHead, -1) && tied)) mats.push_back({n, w});
     // ---- tensors ----
     TensorSet ts;
     for (auto& [n, w] : mats) add_matrix(ts, hf_module_name(n), *w);
@@ -284,21 +280,24 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
     // round once, as in llm-compressor's output); F32 sources keep F32.
     const WeightKind ek = m.weights.tok_embed.kind;
     const DType vdt = ek == WeightKind::BF16 ? DType::BF16 : ek == WeightKind::F16 ? DType::F16 : DType::F32;
-    ts.add_vector("model.norm.weight", m.weights.final_norm, vdt);
+    // Norms, biases and calibrated KV scales by the tensor-role table. Norms go back into the HF convention
+    // of the architecture (Gemma stores w - 1), whatever the source was.
+    const float norm_offset = arch_row(c.arch).hf_norm_offset;
+    auto add_vectors = [&](int64_t layer) {
+      for (const TensorRoleRow& row : tensor_roles()) {
+        if (row.kind == RoleKind::Matrix || row.per_layer != (layer >= 0) || !role_present(row.role, c))
+          continue;
+        std::vector<float> v = *W.vector(row.role, layer);
+        if (row.kind == RoleKind::Norm)
+          for (float& x : v) x -= norm_offset;
+        ts.add_vector(hf_tensor_name(row.role, layer), v, vdt);
+      }
+    };
+    add_vectors(-1);
     for (int64_t i = 0; i < c.n_layers; ++i) {
-      const LayerWeights& L = m.weights.layers[i];
+      add_vectors(i);
+      const LayerWeights& L = m.weights.layers[static_cast<size_t>(i)];
       const std::string p = "model.layers." + std::to_string(i) + ".";
-      ts.add_vector(p + "input_layernorm.weight", L.attn_norm, vdt);
-      ts.add_vector(p + "post_attention_layernorm.weight", L.ffn_norm, vdt);
-      if (c.qkv_bias) {
-        ts.add_vector(p + "self_attn.q_proj.bias", L.bq, vdt);
-        ts.add_vector(p + "self_attn.k_proj.bias", L.bk, vdt);
-        ts.add_vector(p + "self_attn.v_proj.bias", L.bv, vdt);
-      }
-      if (c.qk_norm) {
-        ts.add_vector(p + "self_attn.q_norm.weight", L.q_norm, vdt);
-        ts.add_vector(p + "self_attn.k_norm.weight", L.k_norm, vdt);
-      }
       if (!L.k_scale.empty()) ts.add_floats(p + "self_attn.k_scale", L.k_scale);
       if (!L.v_scale.empty()) ts.add_floats(p + "self_attn.v_scale", L.v_scale);
     }

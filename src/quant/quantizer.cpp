@@ -28,7 +28,10 @@ namespace {
 using nlohmann::json;
 
 constexpr int kRoles = 7;
-const char* kRoleNames[kRoles] = {"wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"};
+// A layer's quantized linears in this order (the index sets below, e.g. {4, 5} = gate and up, refer to it)
+// and the activation each one reads; their names come from the tensor-role table (arch/arch_table.h).
+const TensorRole kRole[kRoles] = {TensorRole::Q,    TensorRole::K,  TensorRole::V,   TensorRole::O,
+                                  TensorRole::Gate, TensorRole::Up, TensorRole::Down};
 const ActSite kRoleSite[kRoles] = {ActSite::AttnIn, ActSite::AttnIn, ActSite::AttnIn, ActSite::OIn,
                                    ActSite::MlpIn,  ActSite::MlpIn,  ActSite::DownIn};
 
@@ -165,7 +168,7 @@ void process_layer(Ctx& cx, int l, LayerStats* st) {
   const TensorPlan* pl[kRoles];
   bool any = false;
   for (int k = 0; k < kRoles; ++k) {
-    pl[k] = cx.plan.at(pre + kRoleNames[k]);
+    pl[k] = cx.plan.at(pre + role_row(kRole[k]).key);
     any = any || pl[k]->quantize;
   }
   json info = {{"layer", l}};
@@ -263,7 +266,7 @@ void process_layer(Ctx& cx, int l, LayerStats* st) {
       if (!pl[k]->quantize) continue;
       try {
         outs[k] = quantize_one(cx, *pl[k], W[k], st ? &st->at(kRoleSite[k]) : nullptr,
-                               &report_of(cx.rep, pre + kRoleNames[k]));
+                               &report_of(cx.rep, pre + role_row(kRole[k]).key));
       } catch (...) {
         errs[k] = std::current_exception();
       }
@@ -273,7 +276,7 @@ void process_layer(Ctx& cx, int l, LayerStats* st) {
     if (e) std::rethrow_exception(e);
   for (int k = 0; k < kRoles; ++k) {
     WeightMatrix* wm = role_matrix(L, k);
-    TensorReport& tr = report_of(cx.rep, pre + kRoleNames[k]);
+    TensorReport& tr = report_of(cx.rep, pre + role_row(kRole[k]).key);
     if (pl[k]->quantize) {
       *wm = std::move(outs[k]);
     } else if (modified[k]) {

@@ -570,19 +570,14 @@ bool pattern_matches(const std::string& pattern, const std::string& name) {
 
 std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> matrix_shapes(const ModelConfig& c) {
   std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> out;
-  const int64_t D = c.dim, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_dim;
-  out.push_back({"tok_embed", {c.vocab_size, D}});
-  for (int64_t i = 0; i < c.n_layers; ++i) {
-    std::string p = "layers." + std::to_string(i) + ".";
-    out.push_back({p + "wq", {Q, D}});
-    out.push_back({p + "wk", {KV, D}});
-    out.push_back({p + "wv", {KV, D}});
-    out.push_back({p + "wo", {D, Q}});
-    out.push_back({p + "w_gate", {F, D}});
-    out.push_back({p + "w_up", {F, D}});
-    out.push_back({p + "w_down", {D, F}});
-  }
-  out.push_back({"lm_head", {c.vocab_size, D}});
+  auto add = [&](TensorRole r, int64_t layer) {
+    const auto s = role_shape(r, c);
+    out.push_back({lowbit_tensor_name(r, layer), {s[0], s[1]}});
+  };
+  add(TensorRole::TokEmbed, -1);
+  for (int64_t i = 0; i < c.n_layers; ++i)
+    for (TensorRole r : layer_matrix_roles()) add(r, i);
+  add(TensorRole::LmHead, -1);
   return out;
 }
 

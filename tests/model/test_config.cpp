@@ -46,6 +46,79 @@ TEST(Config, Qwen2HasBiasQwen3HasQkNorm) {
   EXPECT_FALSE(c3.qkv_bias);
 }
 
+// Gemma-style models: one row of the architecture table, read from config.json (its activation key is
+// hidden_activation; HF's hidden_act "gelu" is overridden like transformers does).
+TEST(Config, GemmaRowFlags) {
+  auto j = llama32_1b();
+  j.erase("rope_scaling");
+  j["model_type"] = "gemma";
+  j["architectures"] = {"GemmaForCausalLM"};
+  j["hidden_act"] = "gelu";
+  j.erase("tie_word_embeddings");
+  auto c = config_from_hf(j);
+  EXPECT_EQ(c.act, Activation::GeluTanh);
+  EXPECT_TRUE(c.embed_scale);
+  EXPECT_EQ(c.norm_weight_offset, 1.0f);
+  EXPECT_TRUE(c.tie_embeddings);  // the row's default when config.json does not say
+  EXPECT_EQ(c.to_json()["hidden_act"], "gelu_pytorch_tanh");
+  j["hidden_activation"] = "relu";
+  try {
+    config_from_hf(j);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hidden_activation"), std::string::npos) << e.what();
+  }
+  // A Llama-family config asking for an activation lowbit does not run is an error, not silently SiLU.
+  auto l = llama32_1b();
+  l["hidden_act"] = "relu";
+  EXPECT_THROW(config_from_hf(l), Error);
+  l["hidden_act"] = "silu";
+  EXPECT_EQ(config_from_hf(l).act, Activation::Silu);
+  EXPECT_FALSE(config_from_hf(l).to_json().contains("hidden_act"));
+}
+
+// Every row is reachable by each of its names, and every tensor role's names parse back to the role.
+TEST(ArchTable, RowsAndRolesRoundTrip) {
+  for (const ArchRow& r : arch_rows()) {
+    EXPECT_EQ(&arch_row(r.name), &r);
+    EXPECT_EQ(arch_by_hf_class(r.hf_class), &r);
+    ASSERT_NE(arch_by_gguf(r.gguf_arch), nullptr);
+    EXPECT_STREQ(arch_by_gguf(r.gguf_arch)->gguf_arch, r.gguf_arch);
+    EXPECT_NE(supported_archs().find(r.name), std::string::npos);
+  }
+  EXPECT_EQ(arch_by_hf_class("GPTNeoXForCausalLM"), nullptr);
+  EXPECT_THROW(arch_row("gpt_neox"), Error);
+  for (const TensorRoleRow& row : tensor_roles()) {
+    for (int64_t layer : {0L, 7L, 123L}) {
+      const int64_t l = row.per_layer ? layer : -1;
+      RoleRef ref{};
+      ASSERT_TRUE(parse_hf_tensor_name(hf_tensor_name(row.role, l), &ref)) << hf_tensor_name(row.role, l);
+      EXPECT_EQ(ref.role, row.role);
+      EXPECT_EQ(ref.layer, l);
+      ASSERT_TRUE(parse_lowbit_tensor_name(lowbit_tensor_name(row.role, l), &ref));
+      EXPECT_EQ(ref.role, row.role);
+      EXPECT_EQ(ref.layer, l);
+    }
+  }
+  EXPECT_EQ(hf_tensor_name(TensorRole::Q, 3), "model.layers.3.self_attn.q_proj.weight");
+  EXPECT_EQ(gguf_tensor_name(TensorRole::Down, 3), "blk.3.ffn_down.weight");
+  EXPECT_EQ(lowbit_tensor_name(TensorRole::Gate, 3), "layers.3.w_gate");
+  EXPECT_EQ(hf_module_name(TensorRole::LmHead, -1), "lm_head");
+  RoleRef ref{};
+  for (const char* bad : {"model.layers.x.self_attn.q_proj.weight", "model.layers.-1.self_attn.q_proj.weight",
+                          "model.layers.1.self_attn.q_proj", "model.layers..mlp.up_proj.weight",
+                          "model.layers.99999999.mlp.up_proj.weight", "layers.1.wz", "embed", ""})
+    EXPECT_FALSE(parse_hf_tensor_name(bad, &ref) || parse_lowbit_tensor_name(bad, &ref)) << bad;
+  // Shapes and presence follow the config.
+  auto c = config_from_hf(llama32_1b());
+  EXPECT_EQ(role_shape(TensorRole::K, c), (std::vector<int64_t>{512, 2048}));
+  EXPECT_EQ(role_shape(TensorRole::AttnNorm, c), (std::vector<int64_t>{2048}));
+  EXPECT_FALSE(role_present(TensorRole::BiasQ, c));
+  c.qkv_bias = true;
+  EXPECT_TRUE(role_present(TensorRole::BiasQ, c));
+  EXPECT_EQ(layer_matrix_roles().size(), 7u);
+}
+
 TEST(Config, RejectsBadConfigs) {
   auto j = llama32_1b();
   j["model_type"] = "gpt_neox";

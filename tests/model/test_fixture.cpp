@@ -80,8 +80,8 @@ TEST_P(FixtureVsReference, LogitsMatchNumpy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Arch, FixtureVsReference,
-                         ::testing::Values("tiny-llama", "tiny-mqa", "tiny-llama3", "tiny-qwen2", "tiny-qwen3",
-                                           "tiny-mistral", "tiny-lmhead-only"),
+                         ::testing::Values("tiny-llama", "tiny-mqa", "tiny-llama3", "tiny-qwen2",
+                                           "tiny-qwen3", "tiny-mistral", "tiny-gemma", "tiny-lmhead-only"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& c : s)
@@ -114,7 +114,8 @@ TEST_P(GgufConversion, F32GgufGivesIdenticalLogits) {
   fs::remove(gguf);
 }
 
-INSTANTIATE_TEST_SUITE_P(Arch, GgufConversion, ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-lmhead-only"),
+INSTANTIATE_TEST_SUITE_P(Arch, GgufConversion,
+                         ::testing::Values("tiny-llama", "tiny-qwen2", "tiny-gemma", "tiny-lmhead-only"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& c : s)

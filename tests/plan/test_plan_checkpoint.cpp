@@ -1,7 +1,7 @@
 // The plan's numbers against what lowbit really stores and allocates:
 //  - for every quantized weight configuration of the plan, `lowbit quantize` with that configuration's scheme
-//    writes a checkpoint whose stored tensor bytes equal the planned weight bytes exactly (HF bf16 fixtures of
-//    three architectures: untied llama, tied GQA llama3, qwen2 with QKV biases);
+//    writes a checkpoint whose stored tensor bytes equal the planned weight bytes exactly (HF bf16 fixtures
+//    of four architectures: untied llama, tied GQA llama3, qwen2 with QKV biases, gemma);
 //  - planned KV bytes per token equal the engine's allocation for F32/F16/BF16 on the same configs.
 // Integration: runs the lowbit binary (fixture, quantize).
 #include <gtest/gtest.h>
@@ -64,7 +64,8 @@ TEST_P(PlanVsCheckpoint, PlannedWeightBytesEqualStoredBytes) {
   if (!HasFailure()) fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, PlanVsCheckpoint, ::testing::Values("tiny-llama", "tiny-llama3", "tiny-qwen2"),
+INSTANTIATE_TEST_SUITE_P(Shapes, PlanVsCheckpoint,
+                         ::testing::Values("tiny-llama", "tiny-llama3", "tiny-qwen2", "tiny-gemma"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& c : n)

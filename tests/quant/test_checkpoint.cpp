@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/hf_checkpoint.h"
 #include "kernels/matmul.h"
 #include "model/quantized_checkpoint.h"
 #include "quant/checkpoint_writer.h"
@@ -136,6 +137,39 @@ TEST(Checkpoint, TiedEmbeddingsStayTied) {
   EXPECT_TRUE(loaded->config.tie_embeddings);
   EXPECT_EQ(loaded->weights.lm_head.data, loaded->weights.tok_embed.data);
   expect_same_weights(*m, *loaded, "tied");
+  fs::remove_all(dir);
+}
+
+// An architecture row with every non-Llama flag (Gemma: GeLU-tanh MLP, embeddings x sqrt(dim), HF norms
+// stored as w - 1) survives write -> load: config.json names the row, norms go back to the HF convention and
+// come back bit-identical, and the reloaded model computes the same logits.
+TEST(Checkpoint, GemmaStyleRowRoundTrips) {
+  auto m = make_random_model(24);
+  const ArchRow& row = arch_row("gemma");
+  m->config.arch = row.name;
+  m->config.act = row.act;
+  m->config.embed_scale = row.embed_scale;
+  m->config.norm_weight_offset = row.hf_norm_offset;
+  QuantReport rep = quantize_model(*m, parse_recipe_arg("int4:g32"), {nullptr, false, false});
+  const std::string dir = testing::temp_path("gemma");
+  write_quantized_checkpoint(*m, rep, dir);
+  std::ifstream in(fs::path(dir) / "config.json");
+  auto cfg = nlohmann::json::parse(in);
+  EXPECT_EQ(cfg["model_type"], "gemma");
+  EXPECT_EQ(cfg["architectures"][0], "GemmaForCausalLM");
+  EXPECT_EQ(cfg["hidden_activation"], "gelu_pytorch_tanh");
+  auto loaded = load_model(dir);
+  EXPECT_EQ(loaded->config.act, Activation::GeluTanh);
+  EXPECT_TRUE(loaded->config.embed_scale);
+  expect_same_weights(*m, *loaded, "gemma");
+  auto toks = testing::test_tokens(m->config.vocab_size, 20, 2);
+  EXPECT_EQ(testing::max_abs_diff(testing::logits_of(*m, toks), testing::logits_of(*loaded, toks)), 0.0);
+  // The stored norms are the HF convention's w - 1, not the w the decoder multiplies by.
+  auto ck = io::HfCheckpoint::open(dir);
+  std::vector<float> stored(static_cast<size_t>(m->config.dim));
+  to_f32(ck.tensors.at("model.layers.0.input_layernorm.weight"), stored.data());
+  for (size_t i = 0; i < stored.size(); ++i)
+    EXPECT_EQ(stored[i] + 1.0f, m->weights.layers[0].attn_norm[i]) << i;
   fs::remove_all(dir);
 }
 

@@ -3,7 +3,8 @@
 
 Usage: reference_forward.py MODEL_DIR ID,ID,ID...   -> prints the logits of the last position, one per line.
 Written from the Hugging Face modeling code's semantics (rotate_half RoPE, RMSNorm, SwiGLU, GQA, optional QKV bias,
-q/k RMSNorm for Qwen3, llama3 rope scaling), sharing nothing with the C++ engine.
+q/k RMSNorm for Qwen3, llama3 rope scaling; Gemma: RMSNorm weights stored as w - 1, embeddings times
+sqrt(hidden_size), GeLU (tanh approximation) in the MLP), sharing nothing with the C++ engine.
 """
 import json
 import math
@@ -76,10 +77,15 @@ def main():
     emb = W.get("model.embed_tokens.weight", W.get("lm_head.weight"))
     head = W.get("lm_head.weight", emb)
     qwen3 = cfg["model_type"] == "qwen3"
+    gemma = cfg["model_type"] == "gemma"
+    if gemma:  # GemmaRMSNorm computes x_hat * (1 + w)
+        W = {n: (t + 1.0 if n.endswith("norm.weight") else t) for n, t in W.items()}
     T = len(ids)
     pos = np.arange(T, dtype=np.float64)
     f = inv_freq(cfg, hd)
     x = emb[ids]
+    if gemma:
+        x = x * math.sqrt(cfg["hidden_size"])
     mask = np.triu(np.full((T, T), -np.inf), 1)
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
@@ -107,7 +113,11 @@ def main():
         h = rms(x, W[p + "post_attention_layernorm.weight"], eps)
         a = h @ W[p + "mlp.gate_proj.weight"].T
         u = h @ W[p + "mlp.up_proj.weight"].T
-        x = x + (a / (1 + np.exp(-a)) * u) @ W[p + "mlp.down_proj.weight"].T
+        if gemma:  # gelu_pytorch_tanh
+            act = 0.5 * a * (1 + np.tanh(math.sqrt(2 / math.pi) * (a + 0.044715 * a ** 3)))
+        else:
+            act = a / (1 + np.exp(-a))
+        x = x + (act * u) @ W[p + "mlp.down_proj.weight"].T
     x = rms(x, W["model.norm.weight"], eps)
     logits = x[-1] @ head.T
     sys.stdout.write("\n".join(repr(float(v)) for v in logits) + "\n")
