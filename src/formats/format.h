@@ -1,64 +1,32 @@
 // The formats table: one row (FormatInfo) per number format lowbit knows. Add data, not branches: a new
-// format is one file (layout diagram + scalar reference) plus one row in format_table.cpp; tests sweep the
-// table.
+// format is one file (layout diagram + scalar reference + its row function) plus one line in the format list
+// (formats/format_list.h); tests sweep the table.
 //
 // Three kinds of rows:
 //  - element formats (F32/F16/BF16, FP8, FP6, FP4, E8M0, INT*, NF4): `decode`/`encode` map one code to one
-//  value
-//    in *element units* (before any external scale). Scales live outside (see formats/scheme.h,
+//    value in *element units* (before any external scale). Scales live outside (see formats/scheme.h,
 //    tensor/qtensor.h).
 //  - microscaled formats (MXFP8/6/4, MXINT8, NVFP4): an element format + a block size + a native scale type;
-//  the
-//    row's decode/encode are those of the element codes. quantize_matrix stores them as codes + per-block
+//    the row's decode/encode are those of the element codes. quantize_matrix stores them as codes + per-block
 //    scales.
 //  - GGUF block formats (Q4_0 ... Q6_K, IQ4_NL, ggml MXFP4): self-contained blocks; `dequantize_row` (and for
-//  a
-//    few `quantize_row`) work on whole rows of blocks, byte-compatible with llama.cpp.
+//    a few `quantize_row`) work on whole rows of blocks, byte-compatible with llama.cpp.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "formats/format_list.h"
+
 namespace lowbit {
 
+// One id per line of the format list (formats/format_list.h), in its order.
 enum class FormatId : uint8_t {
-  F32,
-  F16,
-  BF16,
-  E4M3FN,
-  E5M2,
-  E4M3FNUZ,
-  E5M2FNUZ,  // FP8
-  E2M3,
-  E3M2,  // FP6
-  E2M1,  // FP4
-  E8M0,  // scale-only: 2^(E-127)
-  INT8,
-  INT4,
-  INT3,
-  INT2,
-  NF4,
-  MXFP8_E4M3,
-  MXFP8_E5M2,
-  MXFP6_E2M3,
-  MXFP6_E3M2,
-  MXFP4,
-  MXINT8,
-  NVFP4,
-  Q4_0,
-  Q4_1,
-  Q5_0,
-  Q5_1,
-  Q8_0,
-  Q2_K,
-  Q3_K,
-  Q4_K,
-  Q5_K,
-  Q6_K,
-  IQ4_NL,
-  GGML_MXFP4,
-  kCount
+#define LOWBIT_FORMAT_ID(id, row) id,
+  LOWBIT_FORMAT_LIST(LOWBIT_FORMAT_ID)
+#undef LOWBIT_FORMAT_ID
+      kCount
 };
 constexpr int kNumFormats = static_cast<int>(FormatId::kCount);
 

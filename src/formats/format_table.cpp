@@ -86,12 +86,9 @@ namespace {
 std::vector<FormatInfo> build_table() {
   using namespace formats_detail;
   std::vector<FormatInfo> t = {
-      row_f32(),        row_f16(),        row_bf16(),  row_e4m3fn(), row_e5m2(),       row_e4m3fnuz(),
-      row_e5m2fnuz(),   row_e2m3(),       row_e3m2(),  row_e2m1(),   row_e8m0(),       row_int8(),
-      row_int4(),       row_int3(),       row_int2(),  row_nf4(),    row_mxfp8_e4m3(), row_mxfp8_e5m2(),
-      row_mxfp6_e2m3(), row_mxfp6_e3m2(), row_mxfp4(), row_mxint8(), row_nvfp4(),      row_q4_0(),
-      row_q4_1(),       row_q5_0(),       row_q5_1(),  row_q8_0(),   row_q2_k(),       row_q3_k(),
-      row_q4_k(),       row_q5_k(),       row_q6_k(),  row_iq4_nl(), row_ggml_mxfp4(),
+#define LOWBIT_FORMAT_ROW(id, row) row(),
+      LOWBIT_FORMAT_LIST(LOWBIT_FORMAT_ROW)
+#undef LOWBIT_FORMAT_ROW
   };
   LB_CHECK(t.size() == static_cast<size_t>(kNumFormats), "formats", "internal: table size != FormatId count");
   for (size_t i = 0; i < t.size(); ++i)
