@@ -4,10 +4,10 @@
 // maximum and sum per row, the accumulator rescaled when the maximum grows), so no O(n) score buffer exists.
 // Causal mask: query i sees the rows whose position is <= qpos[i].
 //
-// The caches (KvCache, PagedKvCache) supply the rows through AttnRows; they own the formats, RoPE of pre-RoPE
-// keys and the Hadamard rotation. AVX-512 when the kernels' ISA tier is AVX-512 and head_dim % 16 == 0, else
-// a portable path built on dot_f32 / axpy_f32 (itself SIMD on AVX2). Tested against attend_reference
-// (tests/kv).
+// The caches (ContiguousKvStore, PagedKvCache) supply the rows through AttnRows; they own the formats, RoPE
+// of pre-RoPE keys and the Hadamard rotation. AVX-512 when the kernels' ISA tier is AVX-512 and head_dim % 16
+// == 0, else a portable path built on dot_f32 / axpy_f32 (itself SIMD on AVX2). Tested against
+// attend_reference (tests/kv).
 #pragma once
 #include <cstdint>
 
