@@ -30,7 +30,9 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 struct BenchArgs {
   std::string model, dtype = "native", rope_scaling;
@@ -114,6 +116,75 @@ void run_bandwidth(const BenchArgs& a) {
     std::cout << lowbit::json_text(nlohmann::json{{"bandwidth", rows}, {"buffer_bytes", bytes}}, 2) << "\n";
 }
 
+// What one `lowbit bench -m` run measured, for its JSON and its table.
+struct ModelBenchResult {
+  Stat sp, sg, sb, sf;      // prefill t/s, decode t/s, read bandwidth B/s, decode fraction of its bound
+  std::vector<double> bws;  // read bandwidth probed after each decode repetition
+  double bytes_per_token = 0, bound = 0, load_s = 0;
+  std::string wname;
+  size_t wbytes = 0;
+  uint64_t peak = 0, huge = 0;
+};
+
+// `extra`: the fields only the caller knows (online quantization, KV cache, kernels).
+void print_model_json(const BenchArgs& a, const lowbit::ModelConfig& c, const ModelBenchResult& r,
+                      nlohmann::json extra) {
+  using namespace lowbit;
+  nlohmann::json j = {{"model", a.model},
+                      {"weights", r.wname},
+                      {"size_bytes", r.wbytes},
+                      {"params", c.n_params()},
+                      {"backend", std::string("CPU ") + isa_name(kernel_isa())},
+                      {"threads", num_threads()},
+                      {"load_seconds", r.load_s},
+                      {"peak_rss_bytes", r.peak},
+                      {"huge_page_bytes", r.huge},
+                      {"kv_cache", a.kv.text()},
+                      {"online_quantization", extra["online_quantization"]},
+                      {"kv", extra["kv"]},
+                      {"depth", a.depth},
+                      {"repetitions", a.reps},
+                      {"kernels", extra["kernels"]}};
+  if (a.p > 0)
+    j["prefill"] = {{"test", "pp" + std::to_string(a.p)}, {"tokens_per_second", r.sp.mean}, {"sd", r.sp.sd}};
+  if (a.n > 0)
+    j["decode"] = {{"test", "tg" + std::to_string(a.n) + (a.depth > 0 ? " @ d" + std::to_string(a.depth) : "")},
+                   {"tokens_per_second", r.sg.mean},
+                   {"sd", r.sg.sd},
+                   {"bytes_per_token", r.bytes_per_token},
+                   {"read_bandwidth_bytes_per_second", r.sb.mean},
+                   {"read_bandwidth_sd", r.sb.sd},
+                   {"read_bandwidth_per_repetition", r.bws},
+                   {"bound_tokens_per_second", r.bound},
+                   {"fraction_of_bound", r.sf.mean},
+                   {"fraction_of_bound_sd", r.sf.sd}};
+  std::cout << lowbit::json_text(j, 2) << "\n";
+}
+
+void print_model_table(const BenchArgs& a, const lowbit::ModelConfig& c, const ModelBenchResult& r,
+                       const std::string& kv_description) {
+  using namespace lowbit;
+  const std::string backend = std::string("CPU ") + isa_name(kernel_isa());
+  std::printf("| model | size | params | backend | threads | test | t/s | of bound |\n");
+  std::printf("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n");
+  const std::string size = app::human_bytes(static_cast<double>(r.wbytes));
+  const double params = static_cast<double>(c.n_params()) / 1e6;
+  if (a.p > 0)
+    std::printf("| %s | %s | %.1f M | %s | %d | pp%d | %.2f ± %.2f | |\n", r.wname.c_str(), size.c_str(),
+                params, backend.c_str(), num_threads(), a.p, r.sp.mean, r.sp.sd);
+  if (a.n > 0)
+    std::printf("| %s | %s | %.1f M | %s | %d | tg%d%s | %.2f ± %.2f | %.0f ± %.0f %% |\n", r.wname.c_str(),
+                size.c_str(), params, backend.c_str(), num_threads(), a.n,
+                a.depth > 0 ? (" @ d" + std::to_string(a.depth)).c_str() : "", r.sg.mean, r.sg.sd,
+                100.0 * r.sf.mean, 100.0 * r.sf.sd);
+  std::printf(
+      "\nload %.3f s | peak RSS %s (%s in huge pages) | decode reads %s/token, bound %.1f t/s at %.1f GB/s "
+      "(probed after each repetition) | KV %s\n",
+      r.load_s, app::human_bytes(static_cast<double>(r.peak)).c_str(),
+      app::human_bytes(static_cast<double>(r.huge)).c_str(), app::human_bytes(r.bytes_per_token).c_str(),
+      r.bound, r.sb.mean / 1e9, kv_description.c_str());
+}
+
 void run_model(const BenchArgs& a) {
   using namespace lowbit;
   if (a.model.empty()) throw UsageError("bench", "--model is required (or pass --bandwidth)");
@@ -132,15 +203,17 @@ void run_model(const BenchArgs& a) {
   if (a.depth < 0) throw UsageError("bench", "--depth must be >= 0");
   if (a.depth + a.n > c.max_seq_len && kvs.evict.policy == KvEvictPolicy::None)
     throw UsageError("bench", "--depth " + std::to_string(a.depth) + " + -n " + std::to_string(a.n) +
-                                  " exceeds the model's context of " + std::to_string(c.max_seq_len) + " tokens");
+                                  " exceeds the model's context of " + std::to_string(c.max_seq_len) +
+                                  " tokens");
   app::check_context(c, a.p, "-p", "bench");
   Decoder dec(c, m->weights);
   std::mt19937 rng(1);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));
 
-  // Memory held by the weights (size) and bytes a decode step reads from them (every matrix except the embedding
-  // table, of which it reads one row; decode_bytes: codes + the tables the kernel walks) + the KV read.
+  // Memory held by the weights (size) and bytes a decode step reads from them (every matrix except the
+  // embedding table, of which it reads one row; decode_bytes: codes + the tables the kernel walks) + the KV
+  // read.
   size_t wbytes = 0, rbytes = 0;
   for (auto& [name, w] : m->weights.named_matrices())
     if (name != "tok_embed") wbytes += w->nbytes(), rbytes += w->decode_bytes();
@@ -165,14 +238,15 @@ void run_model(const BenchArgs& a) {
     for (int64_t p0 = 0; p0 < a.depth; p0 += chunk) {
       const int64_t T = std::min(chunk, a.depth - p0);
       for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = p0 + t;
-      for (int l = 0; l < c.n_layers; ++l) kv.store_rows(l, T, seqs.data(), pos.data(), fill_k.data(), fill_v.data());
+      for (int l = 0; l < c.n_layers; ++l)
+        kv.store_rows(l, T, seqs.data(), pos.data(), fill_k.data(), fill_v.data());
     }
   };
   bool printed_kv = a.json;
   // The decode bound's bandwidth is probed right after each counted decode repetition and each repetition is
-  // compared with its own probe: on a shared (virtual) machine the bandwidth drifts by 20-30 % within a minute,
-  // so one probe before or after the whole test mis-states the fraction. Peak RSS is read before the probe's
-  // buffer exists (after the warm-up repetition, which did all the work a counted one does).
+  // compared with its own probe: on a shared (virtual) machine the bandwidth drifts by 20-30 % within a
+  // minute, so one probe before or after the whole test mis-states the fraction. Peak RSS is read before the
+  // probe's buffer exists (after the warm-up repetition, which did all the work a counted one does).
   const bool probe_bw = a.n > 0 && a.bw_gbs <= 0;
   std::unique_ptr<ReadProbe> probe;
   uint64_t peak = 0, huge = 0;  // huge: anonymous memory in transparent huge pages (weights, caches)
@@ -211,52 +285,24 @@ void run_model(const BenchArgs& a) {
   const double bytes_per_token = static_cast<double>(rbytes) + kv_read;
   std::vector<double> fr;  // each repetition's tokens/s over its own bound
   for (size_t i = 0; i < tg.size(); ++i) fr.push_back(tg[i] * bytes_per_token / bws[i]);
-  const Stat sp = stats(pp), sg = stats(tg), sb = stats(bws), sf = stats(fr);
-  const double bw = sb.mean;
-  const double bound = bw > 0 ? bw / bytes_per_token : 0;
-  const std::string wname = a.quant.recipe.empty() ? m->format : a.quant.recipe;
-  const std::string backend = std::string("CPU ") + isa_name(kernel_isa());
+  ModelBenchResult res;
+  res.sp = stats(pp), res.sg = stats(tg), res.sb = stats(bws), res.sf = stats(fr);
+  res.bws = bws;
+  res.bytes_per_token = bytes_per_token;
+  res.bound = res.sb.mean > 0 ? res.sb.mean / bytes_per_token : 0;
+  res.wname = a.quant.recipe.empty() ? m->format : a.quant.recipe;
+  res.wbytes = wbytes;
+  res.load_s = load_s;
+  res.peak = peak;
+  res.huge = huge;
   if (a.json) {
-    nlohmann::json j = {{"model", a.model},
-                        {"weights", wname},
-                        {"size_bytes", wbytes},
-                        {"params", c.n_params()},
-                        {"backend", backend},
-                        {"threads", num_threads()},
-                        {"load_seconds", load_s},
-                        {"peak_rss_bytes", peak},
-                        {"huge_page_bytes", huge},
-                        {"kv_cache", a.kv.text()},
-                        {"online_quantization", online},
+    nlohmann::json j = {{"online_quantization", online},
                         {"kv", app::kv_cache_json(kv1)},
-                        {"depth", a.depth},
-                        {"repetitions", a.reps},
                         {"kernels", app::kernel_report(*m).to_json()["by_kernel"]}};
-    if (a.p > 0) j["prefill"] = {{"test", "pp" + std::to_string(a.p)}, {"tokens_per_second", sp.mean}, {"sd", sp.sd}};
-    if (a.n > 0)
-      j["decode"] = {{"test", "tg" + std::to_string(a.n) + (a.depth > 0 ? " @ d" + std::to_string(a.depth) : "")}, {"tokens_per_second", sg.mean}, {"sd", sg.sd},
-                     {"bytes_per_token", bytes_per_token}, {"read_bandwidth_bytes_per_second", bw},
-                     {"read_bandwidth_sd", sb.sd}, {"read_bandwidth_per_repetition", bws},
-                     {"bound_tokens_per_second", bound}, {"fraction_of_bound", sf.mean}, {"fraction_of_bound_sd", sf.sd}};
-    std::cout << lowbit::json_text(j, 2) << "\n";
-    return;
+    print_model_json(a, c, res, std::move(j));
+  } else {
+    print_model_table(a, c, res, kv1.describe());
   }
-  std::printf("| model | size | params | backend | threads | test | t/s | of bound |\n");
-  std::printf("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n");
-  const std::string size = app::human_bytes(static_cast<double>(wbytes));
-  const double params = static_cast<double>(c.n_params()) / 1e6;
-  if (a.p > 0)
-    std::printf("| %s | %s | %.1f M | %s | %d | pp%d | %.2f ± %.2f | |\n", wname.c_str(), size.c_str(), params,
-                backend.c_str(), num_threads(), a.p, sp.mean, sp.sd);
-  if (a.n > 0)
-    std::printf("| %s | %s | %.1f M | %s | %d | tg%d%s | %.2f ± %.2f | %.0f ± %.0f %% |\n", wname.c_str(),
-                size.c_str(), params, backend.c_str(), num_threads(), a.n,
-                a.depth > 0 ? (" @ d" + std::to_string(a.depth)).c_str() : "", sg.mean, sg.sd, 100.0 * sf.mean,
-                100.0 * sf.sd);
-  std::printf("\nload %.3f s | peak RSS %s (%s in huge pages) | decode reads %s/token, bound %.1f t/s at %.1f GB/s (probed after each repetition) | KV %s\n", load_s,
-              app::human_bytes(static_cast<double>(peak)).c_str(), app::human_bytes(static_cast<double>(huge)).c_str(),
-              app::human_bytes(bytes_per_token).c_str(), bound,
-              bw / 1e9, kv1.describe().c_str());
 }
 
 // `lowbit bench serve`: its own options (none of bench's model flags apply to a remote server).
@@ -345,24 +391,33 @@ void setup(CLI::App& cmd) {
   cmd.add_option("-m,--model", a.model, "Model: a Hugging Face directory, a .gguf file or a llama2.c .bin");
   lowbit::app::add_quantize_options(&cmd, a.quant);
   cmd.add_option("-p,--n-prompt", a.p, "Prefill test: tokens in one batch (0 = skip; default 512)");
-  cmd.add_option("-n,--n-gen", a.n, "Decode test: tokens generated one by one from an empty cache (0 = skip; 128)");
+  cmd.add_option("-n,--n-gen", a.n,
+                 "Decode test: tokens generated one by one from an empty cache (0 = skip; 128)");
   lowbit::app::add_threads_option(&cmd, a.threads);
   cmd.add_option("-r,--repetitions", a.reps, "Repetitions per test (mean ± sd; one extra warm-up run)");
   lowbit::app::add_kv_options(&cmd, a.kv);
   lowbit::app::add_rope_scaling_option(&cmd, a.rope_scaling);
-  cmd.add_option("-d,--depth", a.depth,
-                 "Decode test starts from a cache already holding this many tokens (synthetic rows stored through "
-                 "the cache's encoder; like llama-bench -d). Example: -d 4096 --kv-cache int8");
+  cmd.add_option(
+      "-d,--depth", a.depth,
+      "Decode test starts from a cache already holding this many tokens (synthetic rows stored through "
+      "the cache's encoder; like llama-bench -d). Example: -d 4096 --kv-cache int8");
   cmd.add_option("--dtype", a.dtype, "Dense weights in memory: native (default), f32, f16, bf16");
-  cmd.add_option("--bw", a.bw_gbs, "Read bandwidth in GB/s for the decode bound (default: probed right after each decode repetition, "
-                 "~0.1 s each, and each repetition compared with its own probe)");
-  cmd.add_flag("--bandwidth", a.bandwidth, "Only measure this machine's read bandwidth for 1..threads threads");
+  cmd.add_option(
+      "--bw", a.bw_gbs,
+      "Read bandwidth in GB/s for the decode bound (default: probed right after each decode repetition, "
+      "~0.1 s each, and each repetition compared with its own probe)");
+  cmd.add_flag("--bandwidth", a.bandwidth,
+               "Only measure this machine's read bandwidth for 1..threads threads");
   cmd.add_flag("--json", a.json, "Print one JSON object");
-  cmd.footer("Example: lowbit bench -m /tmp/qwen05-q4_0.gguf -p 128 -n 32 -r 3 --threads 2\n"
-             "         lowbit bench -m /tmp/q05 -p 0 -n 32 -d 4096 --kv-cache int4   (/tmp/q05: lowbit fixture --shape qwen2.5-0.5b --format hf --out /tmp/q05)\n"
-             "         lowbit bench --bandwidth\n"
-             "The ISA tier can be lowered with LOWBIT_ISA=generic|avx2|avx512|avx512bf16|amx (avx512: FP32 activations in every weight-only kernel).\n"
-             "Weights (and the probe's buffer) sit in transparent huge pages unless LOWBIT_HUGEPAGES=0 (the summary line says how many bytes).");
+  cmd.footer(
+      "Example: lowbit bench -m /tmp/qwen05-q4_0.gguf -p 128 -n 32 -r 3 --threads 2\n"
+      "         lowbit bench -m /tmp/q05 -p 0 -n 32 -d 4096 --kv-cache int4   (/tmp/q05: lowbit fixture "
+      "--shape qwen2.5-0.5b --format hf --out /tmp/q05)\n"
+      "         lowbit bench --bandwidth\n"
+      "The ISA tier can be lowered with LOWBIT_ISA=generic|avx2|avx512|avx512bf16|amx (avx512: FP32 "
+      "activations in every weight-only kernel).\n"
+      "Weights (and the probe's buffer) sit in transparent huge pages unless LOWBIT_HUGEPAGES=0 (the summary "
+      "line says how many bytes).");
   setup_serve(cmd);
   cmd.callback([&cmd] {
     if (cmd.got_subcommand("serve")) return;  // CLI11 also runs the parent's callback after a subcommand's
@@ -376,4 +431,5 @@ void setup(CLI::App& cmd) {
 
 }  // namespace
 
-LOWBIT_COMMAND("bench", 35, "Measure load, prefill and decode speed (llama-bench style) or memory bandwidth.", setup);
+LOWBIT_COMMAND("bench", 35, "Measure load, prefill and decode speed (llama-bench style) or memory bandwidth.",
+               setup);

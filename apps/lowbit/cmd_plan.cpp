@@ -1,5 +1,5 @@
-// `lowbit plan`: where the memory goes (weights / KV cache / workspace) for every W/A/KV configuration, what fits
-// a device or budget, and what to try first. The arithmetic lives in src/eval/plan*.cpp.
+// `lowbit plan`: where the memory goes (weights / KV cache / workspace) for every W/A/KV configuration, what
+// fits a device or budget, and what to try first. The arithmetic lives in src/plan/.
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -29,10 +29,13 @@ int64_t parse_tokens(const std::string& s) {
   for (char c : s)
     if (!std::isspace(static_cast<unsigned char>(c))) t += c;
   int64_t mul = 1;
-  if (!t.empty() && (t.back() == 'k' || t.back() == 'K')) mul = 1024, t.pop_back();
-  else if (!t.empty() && (t.back() == 'm' || t.back() == 'M')) mul = 1 << 20, t.pop_back();
+  if (!t.empty() && (t.back() == 'k' || t.back() == 'K'))
+    mul = 1024, t.pop_back();
+  else if (!t.empty() && (t.back() == 'm' || t.back() == 'M'))
+    mul = 1 << 20, t.pop_back();
   if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos)
-    throw lowbit::UsageError("plan", "--ctx '" + s + "' is not a token count; write e.g. --ctx 2048,8192 or 32k");
+    throw lowbit::UsageError("plan",
+                             "--ctx '" + s + "' is not a token count; write e.g. --ctx 2048,8192 or 32k");
   return std::stoll(t) * mul;
 }
 
@@ -57,36 +60,48 @@ void list_presets() {
 
 void setup(CLI::App& cmd) {
   static PlanArgs a;
-  cmd.add_option("--preset", a.preset,
-                 "Built-in model config, e.g. llama-3-8b, llama-2-70b, qwen2.5-7b, smollm2-135m (--list-presets)");
-  cmd.add_option("-m,--model", a.model,
-                 "Model: a Hugging Face directory or config.json, a .gguf file, a llama2.c .bin (header only), or "
-                 "a lowbit quantized checkpoint (its stored tensor bytes are reported as the 'stored' row)");
+  cmd.add_option(
+      "--preset", a.preset,
+      "Built-in model config, e.g. llama-3-8b, llama-2-70b, qwen2.5-7b, smollm2-135m (--list-presets)");
+  cmd.add_option(
+      "-m,--model", a.model,
+      "Model: a Hugging Face directory or config.json, a .gguf file, a llama2.c .bin (header only), or "
+      "a lowbit quantized checkpoint (its stored tensor bytes are reported as the 'stored' row)");
   cmd.add_option("--ctx", a.ctx, "Context lengths in tokens, comma-separated (8192, 8k, 32k); default 4096")
       ->delimiter(',');
-  cmd.add_option("--concurrency", a.concurrency, "Sequences served at once (each has its own KV cache); default 1");
-  cmd.add_option("--output", a.output,
-                 "Tokens generated per sequence; they live in the KV cache too (tokens = ctx + output); default 0");
-  cmd.add_option("--device", a.device,
-                 "Device preset: l4, rtx4090, a100-40gb, a100-80gb, h100, h200, b200, or cpu (this machine's RAM); "
-                 "default cpu. Sets memory and which formats run natively");
-  cmd.add_option("--budget", a.budget,
-                 "Memory budget instead of (or overriding the memory of) --device: 24GiB, 80GB, 512MiB, bytes");
-  cmd.add_option("--weights", a.weights,
-                 "Weight configurations to plan, comma-separated (default all): bf16 fp8-w w8a8-int8 w8a8-fp8 "
-                 "w4a16 w4a16-asym nf4 nf4-dq mxfp4 nvfp4")
+  cmd.add_option("--concurrency", a.concurrency,
+                 "Sequences served at once (each has its own KV cache); default 1");
+  cmd.add_option(
+      "--output", a.output,
+      "Tokens generated per sequence; they live in the KV cache too (tokens = ctx + output); default 0");
+  cmd.add_option(
+      "--device", a.device,
+      "Device preset: l4, rtx4090, a100-40gb, a100-80gb, h100, h200, b200, or cpu (this machine's RAM); "
+      "default cpu. Sets memory and which formats run natively");
+  cmd.add_option(
+      "--budget", a.budget,
+      "Memory budget instead of (or overriding the memory of) --device: 24GiB, 80GB, 512MiB, bytes");
+  cmd.add_option(
+         "--weights", a.weights,
+         "Weight configurations to plan, comma-separated (default all): bf16 fp8-w w8a8-int8 w8a8-fp8 "
+         "w4a16 w4a16-asym nf4 nf4-dq mxfp4 nvfp4")
       ->delimiter(',');
   cmd.add_option("--kv", a.kv, "KV cache configurations, comma-separated (default all): bf16 fp8 int8 int4")
       ->delimiter(',');
-  cmd.add_option("--prefill-chunk", a.prefill_chunk, "Tokens per prefill batch assumed for the workspace (512)");
+  cmd.add_option("--prefill-chunk", a.prefill_chunk,
+                 "Tokens per prefill batch assumed for the workspace (512)");
   cmd.add_option("--chart", a.chart, "Write a chart of total memory vs context: FILE.svg or FILE.html");
   cmd.add_flag("--json", a.json, "Print the plan as one JSON object instead of tables");
   cmd.add_flag("--list-presets", a.list, "List the model presets, devices and configurations, then exit");
   cmd.footer(
-      "Every configuration is crossed with every KV format: BF16, FP8 weight-only, W8A8 INT8/FP8, W4A16 INT4 g128\n"
-      "sym/asym, NF4 (+double quant), MXFP4, NVFP4 x KV BF16/FP8/INT8/INT4. Embeddings, lm_head and norms stay\n"
-      "16-bit. The recommendation follows: KV dominates -> quantize KV first; weights dominate -> FP8 weight-only\n"
-      "or W4A16; high concurrency -> W8A8 where the hardware has it; FP4 hardware -> NVFP4/MXFP4 separately.\n"
+      "Every configuration is crossed with every KV format: BF16, FP8 weight-only, W8A8 INT8/FP8, W4A16 INT4 "
+      "g128\n"
+      "sym/asym, NF4 (+double quant), MXFP4, NVFP4 x KV BF16/FP8/INT8/INT4. Embeddings, lm_head and norms "
+      "stay\n"
+      "16-bit. The recommendation follows: KV dominates -> quantize KV first; weights dominate -> FP8 "
+      "weight-only\n"
+      "or W4A16; high concurrency -> W8A8 where the hardware has it; FP4 hardware -> NVFP4/MXFP4 "
+      "separately.\n"
       "Formulas: docs/plan.md.\n"
       "Example: lowbit plan --preset llama-3-8b --ctx 8192 --concurrency 16 --device l4");
   cmd.callback([] {
@@ -105,8 +120,10 @@ void setup(CLI::App& cmd) {
     r.prefill_chunk = a.prefill_chunk;
     r.weights = a.weights;
     r.kv = a.kv;
-    if (!a.device.empty()) r.device = plan::device_by_name(a.device);
-    else if (a.budget.empty()) r.device = plan::device_by_name("cpu");
+    if (!a.device.empty())
+      r.device = plan::device_by_name(a.device);
+    else if (a.budget.empty())
+      r.device = plan::device_by_name("cpu");
     if (!a.budget.empty()) {
       const int64_t b = plan::parse_bytes(a.budget);
       if (a.device.empty()) {
@@ -134,13 +151,15 @@ void setup(CLI::App& cmd) {
     }
     if (a.json)
       std::cout << lowbit::json_text(plan::plan_to_json(p), 2) << "\n";
-    else std::cout << plan::plan_table(p);
+    else
+      std::cout << plan::plan_table(p);
   });
 }
 
 }  // namespace
 
-LOWBIT_COMMAND("plan", 20,
-               "Where the memory goes (weights / KV / workspace) for every W/A/KV configuration, what fits, and "
-               "what to try first.\nExample: lowbit plan --preset llama-3-8b --ctx 8192 --concurrency 16 --device l4",
-               setup);
+LOWBIT_COMMAND(
+    "plan", 20,
+    "Where the memory goes (weights / KV / workspace) for every W/A/KV configuration, what fits, and "
+    "what to try first.\nExample: lowbit plan --preset llama-3-8b --ctx 8192 --concurrency 16 --device l4",
+    setup);

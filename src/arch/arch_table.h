@@ -33,10 +33,10 @@ struct ArchRow {
   Activation act;         // default MLP activation
   const char* act_key;    // config.json key that may name another activation ("hidden_act")
   bool embed_scale;       // embeddings are multiplied by sqrt(hidden_size) before the first layer
-  float hf_norm_offset;  // Hugging Face stores RMSNorm weights as w - offset (the layer computes x̂ * (offset
-                         // + w)); llama.cpp's GGUF stores w itself. lowbit holds w in memory.
-  bool tie_default;    // tie_word_embeddings when config.json does not say
-  double eps_default;  // rms_norm_eps when config.json does not say
+  // Hugging Face stores RMSNorm weights as w - offset (the layer computes x_hat * (offset + w)); llama.cpp's
+  // GGUF stores w itself. lowbit holds w in memory.
+  float hf_norm_offset;
+  bool tie_default;  // tie_word_embeddings when config.json does not say
 };
 
 // Every supported architecture, one row each.

@@ -19,26 +19,26 @@ struct RopeScaling {
   std::string type = "none";  // none | linear | llama3
   double factor = 1.0;
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
-  int64_t original_max_position = 8192;                   // llama3
+  int64_t original_max_position = 8192;                  // llama3
 };
 
 struct ModelConfig {
-  std::string arch = "llama";       // a row of arch_rows(): llama | mistral | qwen2 | qwen3 | gemma
-  std::string source_format;        // hf | gguf | llama2c
-  int64_t dim = 0;                  // hidden_size
+  std::string arch = "llama";  // a row of arch_rows(): llama | mistral | qwen2 | qwen3 | gemma
+  std::string source_format;   // hf | gguf | llama2c
+  int64_t dim = 0;             // hidden_size
   int64_t n_layers = 0;
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
-  int64_t head_dim = 0;             // usually dim / n_heads (Qwen3 may differ)
-  int64_t ffn_dim = 0;              // intermediate_size
+  int64_t head_dim = 0;  // usually dim / n_heads (Qwen3 may differ)
+  int64_t ffn_dim = 0;   // intermediate_size
   int64_t vocab_size = 0;
-  int64_t max_seq_len = 2048;       // max_position_embeddings
+  int64_t max_seq_len = 2048;  // max_position_embeddings
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   RopeStyle rope_style = RopeStyle::Half;
-  bool qkv_bias = false;            // Qwen2/2.5
-  bool qk_norm = false;             // Qwen3: RMSNorm on q and k per head
+  bool qkv_bias = false;  // Qwen2/2.5
+  bool qk_norm = false;   // Qwen3: RMSNorm on q and k per head
   bool tie_embeddings = false;
   Activation act = Activation::Silu;  // MLP: act(gate) * up
   bool embed_scale = false;           // Gemma: embeddings times sqrt(dim)
@@ -55,7 +55,7 @@ struct ModelConfig {
   nlohmann::json to_json() const;
 };
 
-// Hugging Face config.json -> ModelConfig. Supported model_type: llama, mistral, qwen2, qwen3 (SmolLM uses llama).
+// Hugging Face config.json -> ModelConfig. Supported model_type: the rows of arch_rows() (SmolLM uses llama).
 // Unsupported architectures give Error("model") listing the supported ones.
 ModelConfig config_from_hf(const nlohmann::json& config);
 ModelConfig config_from_llama2c(const io::Llama2cHeader& h);
