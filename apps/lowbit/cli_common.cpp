@@ -25,14 +25,16 @@ std::string KvFlags::text() const {
 }
 
 void add_kv_options(CLI::App* cmd, KvFlags& f, bool with_evict) {
-  cmd->add_option("--kv-cache", f.cache,
-                  "KV cache format: f32 (default), f16, bf16, e4m3, e5m2, int8, int4, int2, fp4, with options after "
-                  "':' or '+': windowN (recent N tokens kept in F16), rot (Hadamard rotation), prerope (keys "
-                  "before RoPE), keep:0,-1 (layers kept in F16), head|tensor|token (FP8 scales), scale=X "
-                  "(calibrated FP8), asym, pertoken, group=N, block=N, budget=N|64MiB, paged. Example: "
-                  "--kv-cache int4:window32+rot. See docs/kv_cache.md");
+  cmd->add_option(
+      "--kv-cache", f.cache,
+      "KV cache format: f32 (default), f16, bf16, e4m3, e5m2, int8, int4, int2, fp4, with options after "
+      "':' or '+': windowN (recent N tokens kept in F16), rot (Hadamard rotation), prerope (keys "
+      "before RoPE), keep:0,-1 (layers kept in F16), head|tensor|token (FP8 scales), scale=X "
+      "(calibrated FP8), asym, pertoken, group=N, block=N, budget=N|64MiB, paged. Example: "
+      "--kv-cache int4:window32+rot. See docs/kv_cache.md");
   cmd->add_option("--kv-cache-k", f.k, "Format and options for keys only (overrides --kv-cache), e.g. int4");
-  cmd->add_option("--kv-cache-v", f.v, "Format and options for values only (overrides --kv-cache), e.g. int2");
+  cmd->add_option("--kv-cache-v", f.v,
+                  "Format and options for values only (overrides --kv-cache), e.g. int2");
   if (with_evict)
     cmd->add_option("--kv-evict", f.evict,
                     "KV eviction: streaming:SINKS+WINDOW (StreamingLLM) or h2o:BUDGET (tokens or %, heavy "
@@ -40,18 +42,21 @@ void add_kv_options(CLI::App* cmd, KvFlags& f, bool with_evict) {
 }
 
 void add_quantize_options(CLI::App* cmd, QuantizeFlags& f) {
-  cmd->add_option("--quantize", f.recipe,
-                  "Quantize the weights at load time with a recipe (same forms as lowbit quantize --recipe: W4A16, "
-                  "W8A8, NF4, int4:g32, W4A16,algo=gptq, a .json file); reports the extra load time and peak memory. "
-                  "Example: --quantize W4A16,group=32");
-  cmd->add_option("--calib", f.calib,
-                  "Calibration text for --quantize recipes that need it (gptq, awq, imatrix, smoothquant, static "
-                  "activation scales)");
+  cmd->add_option(
+      "--quantize", f.recipe,
+      "Quantize the weights at load time with a recipe (same forms as lowbit quantize --recipe: W4A16, "
+      "W8A8, NF4, int4:g32, W4A16,algo=gptq, a .json file); reports the extra load time and peak memory. "
+      "Example: --quantize W4A16,group=32");
+  cmd->add_option(
+      "--calib", f.calib,
+      "Calibration text for --quantize recipes that need it (gptq, awq, imatrix, smoothquant, static "
+      "activation scales)");
 }
 
 nlohmann::json apply_online_quantization(Model& m, const QuantizeFlags& f, bool quiet) {
   if (f.recipe.empty()) {
-    if (!f.calib.empty()) throw UsageError("cli", "--calib is only used with --quantize; add --quantize RECIPE");
+    if (!f.calib.empty())
+      throw UsageError("cli", "--calib is only used with --quantize; add --quantize RECIPE");
     return nullptr;
   }
   quant::Recipe r = quant::parse_recipe_arg(f.recipe);
@@ -65,13 +70,17 @@ nlohmann::json apply_online_quantization(Model& m, const QuantizeFlags& f, bool 
   quant::quantize_model_online(m, r, qo, &rep);
   for (auto& w : warnings) rep.warnings.push_back(w);
   if (!quiet) {
-    std::fprintf(stderr, "quantized online with %s in %.3f s (%.3f bpw over quantized matrices, peak RSS %s)\n",
+    std::fprintf(stderr,
+                 "quantized online with %s in %.3f s (%.3f bpw over quantized matrices, peak RSS %s)\n",
                  r.name.c_str(), rep.seconds, rep.bpw_quantized(),
                  human_bytes(static_cast<double>(rep.peak_rss_bytes)).c_str());
     for (auto& w : rep.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   }
-  return {{"recipe", r.name}, {"seconds", rep.seconds}, {"peak_rss_bytes", rep.peak_rss_bytes},
-          {"bits_per_weight_quantized", rep.bpw_quantized()}, {"warnings", rep.warnings}};
+  return {{"recipe", r.name},
+          {"seconds", rep.seconds},
+          {"peak_rss_bytes", rep.peak_rss_bytes},
+          {"bits_per_weight_quantized", rep.bpw_quantized()},
+          {"warnings", rep.warnings}};
 }
 
 void print_kv_cache(const KvCache& kv) {
@@ -97,7 +106,10 @@ std::string human_bytes(double b) {
 }
 
 nlohmann::json KernelReport::to_json() const {
-  return {{"by_kernel", by_kernel}, {"by_tensor", by_tensor}, {"slow_fallback", fallback()}, {"unfused", unfused}};
+  return {{"by_kernel", by_kernel},
+          {"by_tensor", by_tensor},
+          {"slow_fallback", fallback()},
+          {"unfused", unfused}};
 }
 
 void KernelReport::print(bool per_tensor) const {
@@ -113,11 +125,12 @@ void KernelReport::print(bool per_tensor) const {
       n += c;
       which += (which.empty() ? "" : ", ") + k + " x" + std::to_string(c);
     }
-    std::fprintf(stderr,
-                 "WARNING: %d matrices run the unfused kernel (%s): their rows are dequantized into a buffer, then "
-                 "multiplied; expect several times lower speed than a fused format (docs/kernels.md lists them). "
-                 "Run with --kernels to see which.\n",
-                 n, which.c_str());
+    std::fprintf(
+        stderr,
+        "WARNING: %d matrices run the unfused kernel (%s): their rows are dequantized into a buffer, then "
+        "multiplied; expect several times lower speed than a fused format (docs/kernels.md lists them). "
+        "Run with --kernels to see which.\n",
+        n, which.c_str());
   }
 }
 
@@ -133,7 +146,8 @@ KernelReport kernel_report(Model& m) {
   return r;
 }
 
-std::vector<int> parse_concurrency_list(const std::string& s, const std::string& module, const std::string& flag) {
+std::vector<int> parse_concurrency_list(const std::string& s, const std::string& module,
+                                        const std::string& flag) {
   std::vector<int> v;
   std::stringstream ss(s);
   std::string item;
@@ -141,7 +155,8 @@ std::vector<int> parse_concurrency_list(const std::string& s, const std::string&
     char* end = nullptr;
     long c = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || *end != 0 || c < 1 || c > 4096)
-      throw UsageError(module, flag + " wants positive integers separated by commas, got '" + s + "' (example: 1,4,8)");
+      throw UsageError(
+          module, flag + " wants positive integers separated by commas, got '" + s + "' (example: 1,4,8)");
     v.push_back(static_cast<int>(c));
   }
   if (v.empty()) throw UsageError(module, flag + " is empty (example: 1,4,8)");

@@ -17,21 +17,23 @@ std::string human_bytes(double bytes);  // "1.25 GiB"
 // Which kernel serves each weight matrix: {"f32.avx512": ["layers.0.wq", ...]} collapsed to counts, and
 // whether any slow fallback (the unfused kernel) ran.
 struct KernelReport {
-  std::map<std::string, int> by_kernel;                // kernel -> number of matrices
-  std::map<std::string, std::string> by_tensor;        // matrix name -> kernel
+  std::map<std::string, int> by_kernel;          // kernel -> number of matrices
+  std::map<std::string, std::string> by_tensor;  // matrix name -> kernel
   // Matrices on the unfused kernel (`deq`: each row dequantized into a buffer, then dot products): kernel ->
   // count. No fused kernel serves their format / group on this ISA tier (INT3 / INT2, FP6, odd groups, Q2_K /
-  // Q3_K prefill, or every format below the avx512 tier), so expect several times lower speed than a fused one.
+  // Q3_K prefill, or every format below the avx512 tier), so expect several times lower speed than a fused
+  // one.
   std::map<std::string, int> unfused;
   bool fallback() const { return !unfused.empty(); }
   nlohmann::json to_json() const;
-  void print(bool per_tensor) const;                   // to stderr
+  void print(bool per_tensor) const;  // to stderr
 };
 KernelReport kernel_report(Model& m);
 
-// Parses a comma-separated list of concurrency levels ("1,4,8"), each in [1, 4096]; UsageError naming the flag
-// and an example otherwise.
-std::vector<int> parse_concurrency_list(const std::string& s, const std::string& module, const std::string& flag);
+// Parses a comma-separated list of concurrency levels ("1,4,8"), each in [1, 4096]; UsageError naming the
+// flag and an example otherwise.
+std::vector<int> parse_concurrency_list(const std::string& s, const std::string& module,
+                                        const std::string& flag);
 
 // The KV-cache flags every command that runs the model shares: --kv-cache, --kv-cache-k, --kv-cache-v and
 // (where the command can honour it) --kv-evict. spec() parses them once (UsageError naming the bad token).

@@ -43,13 +43,17 @@ void setup(CLI::App& cmd) {
   static std::vector<std::string> raw_args;
   cmd.add_option("-m,--model", a.model, "Model to study (HF directory, .gguf, llama2.c .bin)");
   cmd.add_option("-e,--experiment", a.experiment, "Experiment file (JSON; see docs/compare.md)");
-  cmd.add_option("--preset", a.preset,
-                 "Built-in experiment: default, kv-first, weights-first, compute, fp4 (the seeds' decision path)");
-  cmd.add_option("--variants", a.variants, "Only these variants (comma-separated names) besides the baseline");
-  cmd.add_option("-o,--out", a.out, "Report directory (default ./lowbit-compare); results are kept for resuming");
+  cmd.add_option(
+      "--preset", a.preset,
+      "Built-in experiment: default, kv-first, weights-first, compute, fp4 (the seeds' decision path)");
+  cmd.add_option("--variants", a.variants,
+                 "Only these variants (comma-separated names) besides the baseline");
+  cmd.add_option("-o,--out", a.out,
+                 "Report directory (default ./lowbit-compare); results are kept for resuming");
   cmd.add_option("--cache", a.cache, "Quantized checkpoint cache (default: OUT/cache)");
   cmd.add_option("--text", a.text, "Evaluation text (default: ../shared TinyStories text)");
-  cmd.add_option("--calib", a.calib, "Calibration text for GPTQ/AWQ/SmoothQuant (default: ../shared WikiText-2)");
+  cmd.add_option("--calib", a.calib,
+                 "Calibration text for GPTQ/AWQ/SmoothQuant (default: ../shared WikiText-2)");
   cmd.add_option("--ctx", a.ctx, "Evaluation context (default: the model's, at most 512)");
   cmd.add_option("--chunks", a.chunks, "Evaluation windows (default 8)");
   cmd.add_option("--concurrency", a.concurrency, "Concurrency levels of the throughput test (default 1,4)");
@@ -58,8 +62,9 @@ void setup(CLI::App& cmd) {
   cmd.add_flag("--fresh", a.fresh, "Recompute every step instead of resuming from OUT/results");
   cmd.add_flag("--list", a.list, "List the presets and their variants, then exit");
   cmd.add_flag("--json", a.json, "Print the summary as JSON on stdout");
-  cmd.footer("Example: lowbit compare -m ../shared/models/tinystories-656K --preset default -o /tmp/cmp\n"
-             "Exit code 3 when a variant fails a threshold; rerunning resumes where it stopped.");
+  cmd.footer(
+      "Example: lowbit compare -m ../shared/models/tinystories-656K --preset default -o /tmp/cmp\n"
+      "Exit code 3 when a variant fails a threshold; rerunning resumes where it stopped.");
   cmd.callback([] {
     using namespace lowbit;
     using namespace lowbit::compare;
@@ -90,13 +95,15 @@ void setup(CLI::App& cmd) {
       apply_preset(e, a.preset);
     }
     if (!a.model.empty()) e.model = a.model;
-    if (e.model.empty()) throw UsageError("compare", "no model: pass --model or set \"model\" in the experiment");
+    if (e.model.empty())
+      throw UsageError("compare", "no model: pass --model or set \"model\" in the experiment");
     if (!a.text.empty()) e.eval_text = a.text;
     if (!a.calib.empty()) e.calib_text = a.calib;
     if (a.ctx > 0) e.ctx = a.ctx;
     if (a.chunks > 0) e.chunks = a.chunks;
     if (a.output >= 0) e.gen_tokens = a.output;
-    if (!a.concurrency.empty()) e.concurrency = app::parse_concurrency_list(a.concurrency, "compare", "--concurrency");
+    if (!a.concurrency.empty())
+      e.concurrency = app::parse_concurrency_list(a.concurrency, "compare", "--concurrency");
     fill_defaults(e, LOWBIT_SHARED_DIR);
     if (!a.variants.empty()) {
       std::vector<VariantSpec> keep;
@@ -104,25 +111,29 @@ void setup(CLI::App& cmd) {
       std::string name;
       while (std::getline(ss, name, ',')) {
         auto it = std::find_if(e.variants.begin(), e.variants.end(), [&](auto& v) { return v.name == name; });
-        if (it == e.variants.end()) throw UsageError("compare", "--variants: no variant named '" + name + "'");
+        if (it == e.variants.end())
+          throw UsageError("compare", "--variants: no variant named '" + name + "'");
         keep.push_back(*it);
       }
       e.variants = keep;
     }
     for (auto* f : {&e.eval_text, &e.calib_text})
-      if (!f->empty() && !fs::exists(*f)) throw UsageError("compare", "text file '" + *f + "' does not exist");
+      if (!f->empty() && !fs::exists(*f))
+        throw UsageError("compare", "text file '" + *f + "' does not exist");
     // One variable at a time: say so when a variant changes more.
     for (auto& v : e.variants) {
       auto ch = changed_variables(e.baseline, v);
       if (ch.size() > 1) {
         std::string list;
         for (auto& c : ch) list += (list.empty() ? "" : ", ") + c;
-        std::fprintf(stderr, "compare: WARNING: variant '%s' changes %zu variables against the baseline (%s); its "
-                             "differences cannot be attributed to one of them\n",
+        std::fprintf(stderr,
+                     "compare: WARNING: variant '%s' changes %zu variables against the baseline (%s); its "
+                     "differences cannot be attributed to one of them\n",
                      v.name.c_str(), ch.size(), list.c_str());
       }
       if (ch.empty())
-        std::fprintf(stderr, "compare: WARNING: variant '%s' changes nothing against the baseline\n", v.name.c_str());
+        std::fprintf(stderr, "compare: WARNING: variant '%s' changes nothing against the baseline\n",
+                     v.name.c_str());
     }
     fs::create_directories(a.out);
     RunnerOptions o;
@@ -145,8 +156,8 @@ void setup(CLI::App& cmd) {
     if (a.json) {
       std::cout << lowbit::json_text(summary, 2) << "\n";
     } else {
-      std::printf("%-14s %-10s %8s %10s %10s %8s %12s %12s  %s\n", "variant", "changes", "bpw", "dPPL %", "KLD",
-                  "top-1", "decode t/s", "peak MiB", "verdict");
+      std::printf("%-14s %-10s %8s %10s %10s %8s %12s %12s  %s\n", "variant", "changes", "bpw", "dPPL %",
+                  "KLD", "top-1", "decode t/s", "peak MiB", "verdict");
       for (auto& r : summary) {
         auto f = [](const nlohmann::json& v, const char* fm) {
           char b[32];
@@ -161,17 +172,19 @@ void setup(CLI::App& cmd) {
           if (!c["pass"].get<bool>())
             failed += " " + c["name"].get<std::string>() + "=" + compare::check_number(c["value"]) + " (" +
                       c["rule"].get<std::string>() + " " + compare::check_number(c["limit"]) + ")";
-        std::printf("%-14s %-10s %8s %10s %10s %8s %12s %12s  %s%s\n", r["name"].get<std::string>().c_str(),
-                    ch.c_str(), f(r["bpw"], "%.2f").c_str(), f(r["dppl_pct"], "%+.2f").c_str(),
-                    f(r["kld_mean"], "%.5f").c_str(), f(r["top1"], "%.3f").c_str(),
-                    f(r["decode_tps"], "%.1f").c_str(),
-                    f(r["peak_rss_bytes"].is_number() ? nlohmann::json(r["peak_rss_bytes"].get<double>() / 1048576.0)
-                                                      : nlohmann::json(),
-                      "%.1f")
-                        .c_str(),
-                    r["pass"].get<bool>() ? "PASS" : "FAIL", failed.c_str());
+        std::printf(
+            "%-14s %-10s %8s %10s %10s %8s %12s %12s  %s%s\n", r["name"].get<std::string>().c_str(),
+            ch.c_str(), f(r["bpw"], "%.2f").c_str(), f(r["dppl_pct"], "%+.2f").c_str(),
+            f(r["kld_mean"], "%.5f").c_str(), f(r["top1"], "%.3f").c_str(),
+            f(r["decode_tps"], "%.1f").c_str(),
+            f(r["peak_rss_bytes"].is_number() ? nlohmann::json(r["peak_rss_bytes"].get<double>() / 1048576.0)
+                                              : nlohmann::json(),
+              "%.1f")
+                .c_str(),
+            r["pass"].get<bool>() ? "PASS" : "FAIL", failed.c_str());
       }
-      std::printf("\nreports: %s/report.md, report.html, report.json\nrerun:   %s\n", a.out.c_str(), rerun.c_str());
+      std::printf("\nreports: %s/report.md, report.html, report.json\nrerun:   %s\n", a.out.c_str(),
+                  rerun.c_str());
     }
     if (!all_pass) app::set_exit_code(3);
   });
@@ -179,6 +192,7 @@ void setup(CLI::App& cmd) {
 
 }  // namespace
 
-LOWBIT_COMMAND("compare", 60,
-               "The controlled experiment: baseline + one-variable variants, quality/speed/memory, pass/fail report.",
-               setup);
+LOWBIT_COMMAND(
+    "compare", 60,
+    "The controlled experiment: baseline + one-variable variants, quality/speed/memory, pass/fail report.",
+    setup);

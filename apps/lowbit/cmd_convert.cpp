@@ -23,7 +23,8 @@ void setup(CLI::App& cmd) {
   cmd.footer("Example: lowbit convert -m ../shared/models/tinystories-656K -o /tmp/ts656k.gguf --type q8_0");
   cmd.callback([] {
     using namespace lowbit;
-    if (std::filesystem::exists(a.out)) throw UsageError("convert", "'" + a.out + "' exists; choose another --out");
+    if (std::filesystem::exists(a.out))
+      throw UsageError("convert", "'" + a.out + "' exists; choose another --out");
     Timer t;
     std::string fmt = detect_model_format(a.model);
     GgufExportOptions o;
@@ -35,8 +36,9 @@ void setup(CLI::App& cmd) {
                                            : std::filesystem::path(a.model).parent_path().string());
       export_gguf(config_from_hf(ck.config), ck.tensors, ck.tokenizer, o, a.out);
     } else if (fmt == "llama2c") {
-      throw UsageError("convert", "llama2.c checkpoints cannot be converted yet (their tokenizer.bin has no "
-                                  "GGUF mapping); convert a Hugging Face directory");
+      throw UsageError("convert",
+                       "llama2.c checkpoints cannot be converted yet (their tokenizer.bin has no "
+                       "GGUF mapping); convert a Hugging Face directory");
     } else {
       throw UsageError("convert", "'" + a.model + "' is already GGUF");
     }
@@ -46,4 +48,5 @@ void setup(CLI::App& cmd) {
 
 }  // namespace
 
-LOWBIT_COMMAND("convert", 80, "Convert a Hugging Face model directory to a GGUF file (llama.cpp naming).", setup);
+LOWBIT_COMMAND("convert", 80, "Convert a Hugging Face model directory to a GGUF file (llama.cpp naming).",
+               setup);

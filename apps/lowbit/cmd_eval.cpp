@@ -66,9 +66,10 @@ void add_text_options(CLI::App* c, EvalArgs& a, bool text_required, const std::s
                 "first-window method: characters of the text used (default 4000)");
   c->add_option("--batch", a.batch,
                 "Windows per forward call, as separate sequences (0 = auto: ~2048 tokens)");
-  c->add_option("--kv-step", a.kv_step,
-                "Tokens of each window fed per forward call: 0 = auto (the whole window; 1 with --kv-evict), 1 "
-                "= decode-style, so KIVI windows and eviction act as in generation. Example: --kv-step 1");
+  c->add_option(
+      "--kv-step", a.kv_step,
+      "Tokens of each window fed per forward call: 0 = auto (the whole window; 1 with --kv-evict), 1 "
+      "= decode-style, so KIVI windows and eviction act as in generation. Example: --kv-step 1");
 }
 
 // The online-quantization report of this process's model (null without --quantize), for the JSON output.
@@ -143,7 +144,11 @@ json run_json(const EvalArgs& a, const Model& m, const EvalText& t, const EvalRu
           {"tokens_scored", r.scores.size()},
           {"tokens_forwarded", r.tokens_forwarded},
           {"windows_per_call", r.windows_per_call},
-          {"kv", {{"format", r.kv_cache}, {"bytes_per_token_exact", r.kv_bytes_per_token}, {"bytes", r.kv_bytes}, {"step", r.kv_step}}},
+          {"kv",
+           {{"format", r.kv_cache},
+            {"bytes_per_token_exact", r.kv_bytes_per_token},
+            {"bytes", r.kv_bytes},
+            {"step", r.kv_step}}},
           {"seconds", r.seconds},
           {"tokens_per_second", r.tokens_per_second()},
           {"peak_rss_bytes", peak_rss_bytes()},
@@ -161,9 +166,10 @@ void print_run_header(const EvalArgs& a, const Model& m, const EvalText& t) {
 
 void print_speed(const EvalRun& r) {
   if (!r.kv_cache.empty())
-    std::printf("kv cache %s, %.2f bytes/token, %s allocated, %lld token(s) of each window per forward call\n",
-                r.kv_cache.c_str(), r.kv_bytes_per_token, app::human_bytes(static_cast<double>(r.kv_bytes)).c_str(),
-                (long long)r.kv_step);
+    std::printf(
+        "kv cache %s, %.2f bytes/token, %s allocated, %lld token(s) of each window per forward call\n",
+        r.kv_cache.c_str(), r.kv_bytes_per_token, app::human_bytes(static_cast<double>(r.kv_bytes)).c_str(),
+        (long long)r.kv_step);
   std::printf(
       "speed    %lld tokens in %.3f s = %.1f tokens/s (%d window(s) per forward), peak RSS %s, %d threads\n",
       (long long)r.tokens_forwarded, r.seconds, r.tokens_per_second(), r.windows_per_call,
@@ -355,15 +361,18 @@ void do_batch(const EvalArgs& a) {
       j["text"] = a.text;
       std::cout << lowbit::json_text(j, 2) << "\n";
     } else {
-      std::printf("model    %s (weights %s, KV cache %s)\n", m->path.c_str(), a.dtype.c_str(), a.kv.text().c_str());
+      std::printf("model    %s (weights %s, KV cache %s)\n", m->path.c_str(), a.dtype.c_str(),
+                  a.kv.text().c_str());
       std::printf("batch    %d sequences of lengths", r.seqs);
       for (auto l : r.lengths) std::printf(" %lld", (long long)l);
       std::printf(", %lld logits compared\n", (long long)r.logits_compared);
       std::printf("alone vs mixed batch       max |Δlogit| %.3g (worst: sequence %d position %lld)\n",
                   r.max_abs_mixed, r.worst_seq, (long long)r.worst_pos);
-      std::printf("alone vs pieces of 1..7    max |Δlogit| %.3g (informational: decode and prefill kernels, dynamic KV "
-                  "scales and per-page INT4 keys depend on the call shape)\n",
-                  r.max_abs_split);
+      std::printf(
+          "alone vs pieces of 1..7    max |Δlogit| %.3g (informational: decode and prefill kernels, dynamic "
+          "KV "
+          "scales and per-page INT4 keys depend on the call shape)\n",
+          r.max_abs_split);
       std::printf("%s (tolerance %.3g)\n", r.pass ? "PASS" : "FAIL", r.tolerance);
     }
     if (!r.pass) app::set_exit_code(3);

@@ -24,23 +24,27 @@ struct Args {
 
 void setup(CLI::App& cmd) {
   static Args a;
-  cmd.add_option("--shape", a.shape, "Model shape: smollm2-135m, qwen2.5-0.5b, llama-3.2-1b, or tiny-* (see --list)");
+  cmd.add_option("--shape", a.shape,
+                 "Model shape: smollm2-135m, qwen2.5-0.5b, llama-3.2-1b, or tiny-* (see --list)");
   cmd.add_option("--format", a.format, "Output layout: hf (directory with safetensors) or gguf (one file)")
       ->check(CLI::IsMember({"hf", "gguf"}));
   cmd.add_option("--out", a.out, "Output directory (hf) or .gguf file (gguf); must not exist");
-  cmd.add_option("--dtype", a.dtype, "hf: stored dtype f32, f16 or bf16 (default bf16, as released checkpoints)");
+  cmd.add_option("--dtype", a.dtype,
+                 "hf: stored dtype f32, f16 or bf16 (default bf16, as released checkpoints)");
   cmd.add_option("--type", a.type, "gguf: matrix type f32, f16, bf16, q8_0, q4_0, q4_k (default f16)");
   cmd.add_option("--seed", a.seed, "Random seed (same seed, same bytes)");
   cmd.add_option("--tokenizer-text", a.text, "Text file to learn the fixture tokenizer's BPE merges from");
   cmd.add_flag("--list", a.list, "List the available shapes");
-  cmd.footer("Example: lowbit fixture --shape qwen2.5-0.5b --format gguf --type q4_0 --out /tmp/qwen05-q4_0.gguf");
+  cmd.footer(
+      "Example: lowbit fixture --shape qwen2.5-0.5b --format gguf --type q4_0 --out /tmp/qwen05-q4_0.gguf");
   cmd.callback([] {
     using namespace lowbit;
     if (a.list) {
       for (auto& s : fixture_shapes()) std::printf("%-18s %s\n", s.name.c_str(), s.description.c_str());
       return;
     }
-    if (a.shape.empty() || a.out.empty()) throw UsageError("fixture", "--shape and --out are required (or --list)");
+    if (a.shape.empty() || a.out.empty())
+      throw UsageError("fixture", "--shape and --out are required (or --list)");
     const FixtureShape& s = fixture_shape(a.shape);
     FixtureOptions o;
     o.seed = a.seed;
@@ -57,7 +61,8 @@ void setup(CLI::App& cmd) {
     Timer t;
     if (a.format == "hf") {
       write_fixture_hf(s, o, a.out);
-      std::printf("wrote %s (%s, %s) in %.1f s\n", a.out.c_str(), s.name.c_str(), a.dtype.c_str(), t.seconds());
+      std::printf("wrote %s (%s, %s) in %.1f s\n", a.out.c_str(), s.name.c_str(), a.dtype.c_str(),
+                  t.seconds());
       return;
     }
     if (std::filesystem::exists(a.out))
@@ -86,5 +91,5 @@ void setup(CLI::App& cmd) {
 
 }  // namespace
 
-LOWBIT_COMMAND("fixture", 90, "Write a seeded random-weight model at a real shape (HF directory or GGUF file).",
-               setup);
+LOWBIT_COMMAND("fixture", 90,
+               "Write a seeded random-weight model at a real shape (HF directory or GGUF file).", setup);

@@ -38,7 +38,8 @@ void setup(CLI::App& cmd) {
   cmd.add_option("-n,--n-predict", a.n, "Number of tokens to generate")->check(CLI::Range(0, 1 << 20));
   cmd.add_option("--temp", a.temp, "Sampling temperature; 0 = greedy (default)");
   cmd.add_option("--top-k", a.top_k, "Keep the k most likely tokens (0 = off)");
-  cmd.add_option("--top-p", a.top_p, "Nucleus sampling: keep the smallest set with probability >= p (1 = off)");
+  cmd.add_option("--top-p", a.top_p,
+                 "Nucleus sampling: keep the smallest set with probability >= p (1 = off)");
   cmd.add_option("--min-p", a.min_p, "Keep tokens with p >= min_p * p_max (0 = off)");
   cmd.add_option("--repeat-penalty", a.repeat_penalty, "Penalise the last 64 tokens (1 = off)");
   cmd.add_option("--seed", a.seed, "Random seed for sampling (runs with the same seed are identical)");
@@ -57,11 +58,12 @@ void setup(CLI::App& cmd) {
   cmd.add_flag("--ignore-eos", a.ignore_eos, "Keep generating after the end-of-sequence token");
   cmd.add_flag("--kernels", a.kernels, "List the kernel that served each weight matrix");
   cmd.add_flag("--json", a.json, "Print one JSON object (text, token ids, timings) instead of streaming");
-  cmd.footer("Example: lowbit run -m ../shared/models/stories260K/stories260K.bin -p \"Once upon a time\" -n 32\n"
-             "Example: lowbit run -m ../shared/models/kjv-brown-6M/model.bin -p \"In the beginning\" --quantize "
-             "W4A16,group=32\n"
-             "Example: lowbit run -m ../shared/models/stories260K/stories260K.bin -p \"Once upon a time\" -n 300 "
-             "--ctx 128 --kv-cache int4:window32+rot --kv-evict streaming:4+124");
+  cmd.footer(
+      "Example: lowbit run -m ../shared/models/stories260K/stories260K.bin -p \"Once upon a time\" -n 32\n"
+      "Example: lowbit run -m ../shared/models/kjv-brown-6M/model.bin -p \"In the beginning\" --quantize "
+      "W4A16,group=32\n"
+      "Example: lowbit run -m ../shared/models/stories260K/stories260K.bin -p \"Once upon a time\" -n 300 "
+      "--ctx 128 --kv-cache int4:window32+rot --kv-evict streaming:4+124");
   cmd.callback([] {
     using namespace lowbit;
     app::apply_threads(a.threads);
@@ -73,7 +75,8 @@ void setup(CLI::App& cmd) {
     app::check_context(m->config, a.ctx, "--ctx", "run");  // negative values: refused by the flag
     const nlohmann::json online = app::apply_online_quantization(*m, a.quant, a.json);
     if (!m->tokenizer)
-      throw UsageError("run", "no tokenizer found for '" + a.model + "'; pass --tokenizer PATH (tokenizer.bin)");
+      throw UsageError("run",
+                       "no tokenizer found for '" + a.model + "'; pass --tokenizer PATH (tokenizer.bin)");
     const Tokenizer& tok = *m->tokenizer;
     GenerateOptions go;
     go.max_new_tokens = a.n;
@@ -101,13 +104,14 @@ void setup(CLI::App& cmd) {
     std::string text;
     GenerateStats st;
     if (!a.json) std::cout << a.prompt << std::flush;
-    auto ids = generate(*m, prompt, go,
-                        [&](int32_t id) {
-                          std::string piece = sd.push(id);
-                          text += piece;
-                          if (!a.json) std::cout << piece << std::flush;
-                        },
-                        &st);
+    auto ids = generate(
+        *m, prompt, go,
+        [&](int32_t id) {
+          std::string piece = sd.push(id);
+          text += piece;
+          if (!a.json) std::cout << piece << std::flush;
+        },
+        &st);
     std::string rest = sd.flush();
     text += rest;
     uint64_t peak = peak_rss_bytes();
@@ -126,10 +130,14 @@ void setup(CLI::App& cmd) {
                           {"ttft_seconds", st.ttft_seconds},
                           {"prefill_tokens_per_second", st.prefill_tps()},
                           {"decode_tokens_per_second", st.decode_tps()},
-                          {"kv_cache", {{"format", a.kv.cache}, {"spec", st.kv_format}, {"evict", a.kv.evict},
-                                        {"bytes_per_token_exact", st.kv_bytes_per_token_exact},
-                                        {"bytes_per_token", st.kv_bytes_per_token},
-                                        {"capacity_tokens", st.kv_capacity_tokens}, {"bytes", st.kv_total_bytes}}},
+                          {"kv_cache",
+                           {{"format", a.kv.cache},
+                            {"spec", st.kv_format},
+                            {"evict", a.kv.evict},
+                            {"bytes_per_token_exact", st.kv_bytes_per_token_exact},
+                            {"bytes_per_token", st.kv_bytes_per_token},
+                            {"capacity_tokens", st.kv_capacity_tokens},
+                            {"bytes", st.kv_total_bytes}}},
                           {"weight_bytes", m->weights.weight_bytes()},
                           {"peak_rss_bytes", peak},
                           {"threads", num_threads()},
@@ -143,12 +151,13 @@ void setup(CLI::App& cmd) {
                  "\nload %.3f s | prompt %lld tokens | TTFT %.1f ms | prefill %.1f tok/s | decode %.1f tok/s "
                  "(%lld tokens, stop: %s) | KV %s %lld B/token x %lld tokens | peak RSS %s | threads %d\n",
                  m->load_seconds, (long long)st.prompt_tokens, st.ttft_seconds * 1e3, st.prefill_tps(),
-                 st.decode_tps(), (long long)st.generated_tokens, st.stop_reason.c_str(), st.kv_format.c_str(),
-                 (long long)st.kv_bytes_per_token, (long long)st.kv_capacity_tokens,
+                 st.decode_tps(), (long long)st.generated_tokens, st.stop_reason.c_str(),
+                 st.kv_format.c_str(), (long long)st.kv_bytes_per_token, (long long)st.kv_capacity_tokens,
                  app::human_bytes(static_cast<double>(peak)).c_str(), num_threads());
   });
 }
 
 }  // namespace
 
-LOWBIT_COMMAND("run", 30, "Generate text with a model and report speed, memory and the kernels that ran.", setup);
+LOWBIT_COMMAND("run", 30, "Generate text with a model and report speed, memory and the kernels that ran.",
+               setup);

@@ -28,8 +28,10 @@ void setup(CLI::App& cmd) {
   static Args a;
   cmd.add_option("-m,--model", a.model, "Model: a Hugging Face directory, a .gguf file or a llama2.c .bin")
       ->required();
-  cmd.add_option("-c,--concurrency", a.levels, "Concurrency levels (sequence slots), comma-separated (default 1,4)");
-  cmd.add_option("--requests", a.requests, "Requests per level, all arriving at t=0 (default: 2 x concurrency)");
+  cmd.add_option("-c,--concurrency", a.levels,
+                 "Concurrency levels (sequence slots), comma-separated (default 1,4)");
+  cmd.add_option("--requests", a.requests,
+                 "Requests per level, all arriving at t=0 (default: 2 x concurrency)");
   cmd.add_option("-p,--n-prompt", a.p, "Prompt tokens per request (default 64)");
   cmd.add_option("-n,--n-gen", a.n, "Generated tokens per request (default 32)");
   lowbit::app::add_kv_options(&cmd, a.kv);
@@ -50,12 +52,13 @@ void setup(CLI::App& cmd) {
     lo.dense = dense_mode_from_string(a.dtype);
     auto m = load_model(a.model, lo);
     const nlohmann::json online = app::apply_online_quantization(*m, a.quant, a.json);
-    nlohmann::json out = {{"model", a.model}, {"threads", num_threads()}, {"prompt_tokens", a.p},
-                          {"gen_tokens", a.n}, {"kv_cache", a.kv.text()}, {"levels", nlohmann::json::array()}};
+    nlohmann::json out = {{"model", a.model},        {"threads", num_threads()},
+                          {"prompt_tokens", a.p},    {"gen_tokens", a.n},
+                          {"kv_cache", a.kv.text()}, {"levels", nlohmann::json::array()}};
     if (!online.is_null()) out["online_quantization"] = online;
     if (!a.json)
-      std::printf("%-11s %8s %12s %12s %10s %10s %10s %10s\n", "concurrency", "requests", "gen tok/s", "total tok/s",
-                  "TTFT mean", "TTFT p90", "queue mean", "latency");
+      std::printf("%-11s %8s %12s %12s %10s %10s %10s %10s\n", "concurrency", "requests", "gen tok/s",
+                  "total tok/s", "TTFT mean", "TTFT p90", "queue mean", "latency");
     for (int c : levels) {
       ThroughputOptions o;
       o.concurrency = c;
@@ -78,6 +81,7 @@ void setup(CLI::App& cmd) {
 
 }  // namespace
 
-LOWBIT_COMMAND("throughput", 45,
-               "Serve many requests with continuous batching: throughput, TTFT and queueing per concurrency level.",
-               setup);
+LOWBIT_COMMAND(
+    "throughput", 45,
+    "Serve many requests with continuous batching: throughput, TTFT and queueing per concurrency level.",
+    setup);

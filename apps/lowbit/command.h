@@ -19,7 +19,8 @@ struct CommandDef {
 std::vector<CommandDef>& command_registry();
 
 struct CommandRegistrar {
-  CommandRegistrar(std::string name, std::string description, std::function<void(CLI::App&)> setup, int order) {
+  CommandRegistrar(std::string name, std::string description, std::function<void(CLI::App&)> setup,
+                   int order) {
     command_registry().push_back({std::move(name), std::move(description), std::move(setup), order});
   }
 };

@@ -22,26 +22,32 @@ std::vector<CommandDef>& command_registry() {
 namespace {
 int g_exit = 0;
 }
-void set_exit_code(int code) { g_exit = code; }
-int exit_code() { return g_exit; }
+void set_exit_code(int code) {
+  g_exit = code;
+}
+int exit_code() {
+  return g_exit;
+}
 }  // namespace lowbit::app
 
 namespace {
 // Re-executes this program once with glibc's malloc advising transparent huge pages (see huge_page_tunables):
-// decoded tokens stream every weight from memory, and on this project's test machine huge pages raised a 2-thread
-// read of 512 MiB from ~29 to ~33 GB/s (1 thread: ~22 -> ~28) and 1-thread decode of the 0.5B INT4 model by ~15 %
-// (2 threads: within the machine's noise; docs/kernels.md). LOWBIT_HUGEPAGES=0 opts out; if the exec fails the
-// program simply runs on.
+// decoded tokens stream every weight from memory, and on this project's test machine huge pages raised a
+// 2-thread read of 512 MiB from ~29 to ~33 GB/s (1 thread: ~22 -> ~28) and 1-thread decode of the 0.5B INT4
+// model by ~15 % (2 threads: within the machine's noise; docs/kernels.md). LOWBIT_HUGEPAGES=0 opts out; if
+// the exec fails the program simply runs on.
 void reexec_with_huge_pages(char** argv) {
-  const std::string t = lowbit::huge_page_tunables(std::getenv("LOWBIT_HUGEPAGES"), std::getenv("GLIBC_TUNABLES"),
-                                                   lowbit::thp_mode());
+  const std::string t = lowbit::huge_page_tunables(std::getenv("LOWBIT_HUGEPAGES"),
+                                                   std::getenv("GLIBC_TUNABLES"), lowbit::thp_mode());
   if (t.empty()) return;
   const char* old = std::getenv("GLIBC_TUNABLES");
   const std::string saved = old ? old : "";
   setenv("GLIBC_TUNABLES", t.c_str(), 1);
   execv("/proc/self/exe", argv);
-  if (old) setenv("GLIBC_TUNABLES", saved.c_str(), 1);
-  else unsetenv("GLIBC_TUNABLES");
+  if (old)
+    setenv("GLIBC_TUNABLES", saved.c_str(), 1);
+  else
+    unsetenv("GLIBC_TUNABLES");
 }
 }  // namespace
 
@@ -55,8 +61,10 @@ int main(int argc, char** argv) {
   }
   CLI::App app{
       "lowbit: put an LLM in low precision and measure what it costs.\n"
-      "Plan memory, quantize (RTN/GPTQ/AWQ/SmoothQuant), run, evaluate and compare variants on one CPU engine.\n"
-      "Example: lowbit formats   |   lowbit run --model ../shared/models/stories260K/stories260K.bin --prompt \"Once\""};
+      "Plan memory, quantize (RTN/GPTQ/AWQ/SmoothQuant), run, evaluate and compare variants on one CPU "
+      "engine.\n"
+      "Example: lowbit formats   |   lowbit run --model ../shared/models/stories260K/stories260K.bin "
+      "--prompt \"Once\""};
   app.require_subcommand(0, 1);
   bool show_version = false;
   app.add_flag("--version", show_version, "Print version, git commit, compiler and detected CPU features");

@@ -79,7 +79,8 @@ int64_t ModelConfig::n_params() const {
 
 void ModelConfig::validate() const {
   auto pos = [&](int64_t v, const char* n) {
-    if (v <= 0) fail("model", std::string("config: ") + n + " must be positive (got " + std::to_string(v) + ")");
+    if (v <= 0)
+      fail("model", std::string("config: ") + n + " must be positive (got " + std::to_string(v) + ")");
   };
   pos(dim, "hidden_size");
   pos(n_layers, "num_hidden_layers");
@@ -92,7 +93,8 @@ void ModelConfig::validate() const {
   if (n_heads % n_kv_heads)
     fail("model", "config: num_attention_heads (" + std::to_string(n_heads) +
                       ") must be a multiple of num_key_value_heads (" + std::to_string(n_kv_heads) + ")");
-  if (head_dim % 2) fail("model", "config: head_dim must be even for RoPE (got " + std::to_string(head_dim) + ")");
+  if (head_dim % 2)
+    fail("model", "config: head_dim must be even for RoPE (got " + std::to_string(head_dim) + ")");
   if (dim > (1 << 20) || n_layers > 4096 || vocab_size > (1 << 24) || ffn_dim > (1 << 22) || head_dim > 4096)
     fail("model", "config: dimensions are implausibly large; the config file is probably corrupt");
   // With the bounds above this keeps q_dim(), kv_dim() and n_params() far from int64 overflow.
@@ -100,7 +102,8 @@ void ModelConfig::validate() const {
     fail("model", "config: num_attention_heads " + std::to_string(n_heads) +
                       " is implausible (at most 65536); the config file is probably corrupt");
   }
-  if (!(norm_eps > 0) || !(rope_theta > 0)) fail("model", "config: rms_norm_eps and rope_theta must be positive");
+  if (!(norm_eps > 0) || !(rope_theta > 0))
+    fail("model", "config: rms_norm_eps and rope_theta must be positive");
 }
 
 nlohmann::json ModelConfig::to_json() const {
@@ -134,8 +137,8 @@ ModelConfig config_from_hf(const nlohmann::json& j) {
   ModelConfig c;
   c.source_format = "hf";
   std::string mt = opt<std::string>(j, "model_type", "");
-  if (mt.empty() && j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
-      j["architectures"][0].is_string()) {
+  if (mt.empty() && j.contains("architectures") && j["architectures"].is_array() &&
+      !j["architectures"].empty() && j["architectures"][0].is_string()) {
     if (const ArchRow* r = arch_by_hf_class(j["architectures"][0].get<std::string>())) mt = r->name;
   }
   const ArchRow& row = arch_row(mt);  // names the supported architectures when mt is not one of them
@@ -219,8 +222,9 @@ ModelConfig config_from_gguf(const io::GgufFile& g) {
                                            : 0;
   c.ffn_dim = geti("feed_forward_length");
   c.max_seq_len = has("context_length") ? geti("context_length") : 2048;
-  c.norm_eps = has("attention.layer_norm_rms_epsilon") ? g.get(arch + ".attention.layer_norm_rms_epsilon").as_float()
-                                                        : 1e-5;
+  c.norm_eps = has("attention.layer_norm_rms_epsilon")
+                   ? g.get(arch + ".attention.layer_norm_rms_epsilon").as_float()
+                   : 1e-5;
   c.rope_theta = has("rope.freq_base") ? g.get(arch + ".rope.freq_base").as_float() : 10000.0;
   if (has("rope.scaling.type")) {
     std::string t = g.get(arch + ".rope.scaling.type").as_string();
@@ -237,8 +241,10 @@ ModelConfig config_from_gguf(const io::GgufFile& g) {
     c.vocab_size = geti("vocab_size");
   else if (g.has("tokenizer.ggml.tokens"))
     c.vocab_size = static_cast<int64_t>(g.get("tokenizer.ggml.tokens").as_array().size());
-  if (g.has("tokenizer.ggml.bos_token_id")) c.bos_id = static_cast<int32_t>(g.get("tokenizer.ggml.bos_token_id").as_int());
-  if (g.has("tokenizer.ggml.eos_token_id")) c.eos_id = static_cast<int32_t>(g.get("tokenizer.ggml.eos_token_id").as_int());
+  if (g.has("tokenizer.ggml.bos_token_id"))
+    c.bos_id = static_cast<int32_t>(g.get("tokenizer.ggml.bos_token_id").as_int());
+  if (g.has("tokenizer.ggml.eos_token_id"))
+    c.eos_id = static_cast<int32_t>(g.get("tokenizer.ggml.eos_token_id").as_int());
   c.validate();
   return c;
 }

@@ -88,9 +88,11 @@ CpuFeatures apply_mask(CpuFeatures f) {
   } else if (s == "avx512bf16") {
     drop_amx();
   } else if (s != "amx" && !s.empty()) {
-    // A typo must not silently run the best tier (an A/B against LOWBIT_ISA=avx512 would compare a tier with itself).
-    throw UsageError("core", "LOWBIT_ISA=" + s + " is not an ISA tier; use generic, avx2, avx512, avx512bf16 or amx, "
-                             "or unset it");
+    // A typo must not silently run the best tier (an A/B against LOWBIT_ISA=avx512 would compare a tier with
+    // itself).
+    throw UsageError("core", "LOWBIT_ISA=" + s +
+                                 " is not an ISA tier; use generic, avx2, avx512, avx512bf16 or amx, "
+                                 "or unset it");
   }
   return f;
 }

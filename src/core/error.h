@@ -30,12 +30,14 @@ class UsageError : public Error {
   using Error::Error;
 };
 
-[[noreturn]] inline void fail(std::string_view module, std::string_view message) { throw Error(module, message); }
+[[noreturn]] inline void fail(std::string_view module, std::string_view message) {
+  throw Error(module, message);
+}
 
 }  // namespace lowbit
 
 // LB_CHECK(cond, module, msg): throw lowbit::Error when cond is false. Use at boundaries, not in kernels.
-#define LB_CHECK(cond, module, msg)                        \
-  do {                                                     \
-    if (!(cond)) ::lowbit::fail((module), (msg));          \
+#define LB_CHECK(cond, module, msg)               \
+  do {                                            \
+    if (!(cond)) ::lowbit::fail((module), (msg)); \
   } while (0)

@@ -7,14 +7,18 @@
 
 namespace lowbit {
 
-inline uint32_t f32_bits(float f) { return std::bit_cast<uint32_t>(f); }
+inline uint32_t f32_bits(float f) {
+  return std::bit_cast<uint32_t>(f);
+}
 // A 16-bit cell (F16 / BF16 scale) read from unaligned bytes.
 inline uint16_t ld16(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, 2);
   return v;
 }
-inline float f32_from_bits(uint32_t u) { return std::bit_cast<float>(u); }
+inline float f32_from_bits(uint32_t u) {
+  return std::bit_cast<float>(u);
+}
 
 // binary16: S EEEEE MMMMMMMMMM, bias 15.
 inline float f16_to_f32(uint16_t h) {
@@ -51,7 +55,9 @@ inline uint16_t f32_to_f16(float f) {
 }
 
 // bfloat16: upper 16 bits of binary32.
-inline float bf16_to_f32(uint16_t b) { return f32_from_bits(static_cast<uint32_t>(b) << 16); }
+inline float bf16_to_f32(uint16_t b) {
+  return f32_from_bits(static_cast<uint32_t>(b) << 16);
+}
 
 inline uint16_t f32_to_bf16(float f) {
   uint32_t x = f32_bits(f);

@@ -7,7 +7,9 @@
 namespace lowbit {
 
 std::string sha256_hex(const void* data, size_t n);
-inline std::string sha256_hex(std::string_view s) { return sha256_hex(s.data(), s.size()); }
+inline std::string sha256_hex(std::string_view s) {
+  return sha256_hex(s.data(), s.size());
+}
 // Hash of a whole file, streamed; throws [core] error if it cannot be read.
 std::string sha256_file_hex(const std::string& path);
 

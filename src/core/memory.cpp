@@ -11,9 +11,13 @@
 
 namespace lowbit {
 
-void release_free_heap() { malloc_trim(0); }
+void release_free_heap() {
+  malloc_trim(0);
+}
 
-void AlignedFree::operator()(void* p) const noexcept { std::free(p); }
+void AlignedFree::operator()(void* p) const noexcept {
+  std::free(p);
+}
 
 int64_t checked_size(std::initializer_list<int64_t> factors, std::string_view module, std::string_view what) {
   constexpr int64_t kMax = int64_t(1) << 62;
@@ -31,7 +35,8 @@ std::unique_ptr<uint8_t[], AlignedFree> aligned_bytes(size_t n) {
   size_t sz = (n + kAlign - 1) / kAlign * kAlign;
   if (sz == 0) sz = kAlign;
   void* p = std::aligned_alloc(kAlign, sz);
-  if (!p) fail("core", "out of memory allocating " + std::to_string(n) + " bytes; lower the context or batch size");
+  if (!p)
+    fail("core", "out of memory allocating " + std::to_string(n) + " bytes; lower the context or batch size");
   std::memset(p, 0, sz);
   return std::unique_ptr<uint8_t[], AlignedFree>(static_cast<uint8_t*>(p));
 }
@@ -48,15 +53,20 @@ uint64_t status_kb(const char* key) {
 }
 }  // namespace
 
-uint64_t peak_rss_bytes() { return status_kb("VmHWM:"); }
-uint64_t current_rss_bytes() { return status_kb("VmRSS:"); }
+uint64_t peak_rss_bytes() {
+  return status_kb("VmHWM:");
+}
+uint64_t current_rss_bytes() {
+  return status_kb("VmRSS:");
+}
 
 uint64_t anon_huge_page_bytes() {
   std::ifstream in("/proc/self/smaps_rollup");
   std::string line;
   const std::string key = "AnonHugePages:";
   while (std::getline(in, line))
-    if (line.compare(0, key.size(), key) == 0) return std::strtoull(line.c_str() + key.size(), nullptr, 10) * 1024ull;
+    if (line.compare(0, key.size(), key) == 0)
+      return std::strtoull(line.c_str() + key.size(), nullptr, 10) * 1024ull;
   return 0;
 }
 
@@ -64,7 +74,8 @@ std::string thp_mode() {
   std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string line;
   if (!std::getline(in, line)) return "";
-  const size_t a = line.find('['), b = line.find(']');  // "always [madvise] never": the bracketed one is active
+  const size_t a = line.find('['),
+               b = line.find(']');  // "always [madvise] never": the bracketed one is active
   return a != std::string::npos && b != std::string::npos && b > a ? line.substr(a + 1, b - a - 1) : "";
 }
 
@@ -75,10 +86,12 @@ bool malloc_huge_pages() {
          (mode == "always" || mode == "madvise");
 }
 
-std::string huge_page_tunables(const char* lowbit_hugepages, const char* glibc_tunables, const std::string& thp) {
+std::string huge_page_tunables(const char* lowbit_hugepages, const char* glibc_tunables,
+                               const std::string& thp) {
   if (lowbit_hugepages && std::string(lowbit_hugepages) != "0" && std::string(lowbit_hugepages) != "1")
-    throw UsageError("core", "LOWBIT_HUGEPAGES=" + std::string(lowbit_hugepages) +
-                                 " is not 0 or 1; use 0 to keep weights off huge pages, 1 (or unset) for huge pages");
+    throw UsageError("core",
+                     "LOWBIT_HUGEPAGES=" + std::string(lowbit_hugepages) +
+                         " is not 0 or 1; use 0 to keep weights off huge pages, 1 (or unset) for huge pages");
   if (lowbit_hugepages && std::string(lowbit_hugepages) == "0") return "";
   if (thp != "always" && thp != "madvise") return "";
   const std::string t = glibc_tunables ? glibc_tunables : "";

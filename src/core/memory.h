@@ -35,14 +35,16 @@ uint64_t anon_huge_page_bytes();
 // "never", or "" where the file is missing.
 std::string thp_mode();
 
-// Weights stream from memory at every decoded token, and on 4 KiB pages the stream takes a TLB miss (and a page
-// walk) every 4 KiB. glibc's malloc advises its memory into transparent huge pages under the tunable
+// Weights stream from memory at every decoded token, and on 4 KiB pages the stream takes a TLB miss (and a
+// page walk) every 4 KiB. glibc's malloc advises its memory into transparent huge pages under the tunable
 // glibc.malloc.hugetlb=1, which glibc reads only at process start. Returns the GLIBC_TUNABLES value a process
 // should be re-executed with to get it, or "" when it should not: LOWBIT_HUGEPAGES=0, THP mode "never" or
-// unknown, or GLIBC_TUNABLES already naming the tunable (the re-executed process itself). Throws UsageError("core")
-// for a LOWBIT_HUGEPAGES other than 0 or 1.
-std::string huge_page_tunables(const char* lowbit_hugepages, const char* glibc_tunables, const std::string& thp);
-// True when this process runs with that tunable (large heap blocks land in huge pages) and THP is not "never".
+// unknown, or GLIBC_TUNABLES already naming the tunable (the re-executed process itself). Throws
+// UsageError("core") for a LOWBIT_HUGEPAGES other than 0 or 1.
+std::string huge_page_tunables(const char* lowbit_hugepages, const char* glibc_tunables,
+                               const std::string& thp);
+// True when this process runs with that tunable (large heap blocks land in huge pages) and THP is not
+// "never".
 bool malloc_huge_pages();
 
 // Returns freed heap pages to the OS (glibc malloc_trim) after a large transient structure is released, so it

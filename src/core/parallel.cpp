@@ -1,23 +1,23 @@
 // A small thread pool for parallel_for, built so that a busy machine cannot stall it.
 //
-// Why not an OpenMP parallel region per call: a region ends in a barrier that waits until every thread of the team
-// has arrived, so when the machine is oversubscribed (other processes, or more threads than free cores) each
-// region costs a scheduler time slice (~4 ms) whenever one worker is not running. A decode step makes ~50 products,
-// so 2-thread decode on a loaded 2-core machine fell from ~650 to ~5 tokens/s.
+// Why not an OpenMP parallel region per call: a region ends in a barrier that waits until every thread of the
+// team has arrived, so when the machine is oversubscribed (other processes, or more threads than free cores)
+// each region costs a scheduler time slice (~4 ms) whenever one worker is not running. A decode step makes
+// ~50 products, so 2-thread decode on a loaded 2-core machine fell from ~650 to ~5 tokens/s.
 //
 // Here the caller publishes a job (a cursor over the items) and works through chunks itself; workers that are
-// running take chunks too. Chunks shrink as the job drains (guided: what is left / (2 x threads), down to 1/16 of
-// a thread's share), so the threads finish within a small chunk of each other: with four fixed chunks, 2-thread
-// decode of a 0.5B model spent ~7 % of the caller's time waiting for the last one (the two cores stream at
-// different rates); guided chunks cut that wait about 4x (measured with a wait timer in run()). The caller only
-// waits for chunks a worker has actually started, never for a worker to wake up: if no worker shows up, the caller
-// does all the work and returns. Idle workers spin briefly (a decode step issues products back to back), then sleep
-// on a condition variable.
+// running take chunks too. Chunks shrink as the job drains (guided: what is left / (2 x threads), down to
+// 1/16 of a thread's share), so the threads finish within a small chunk of each other: with four fixed
+// chunks, 2-thread decode of a 0.5B model spent ~7 % of the caller's time waiting for the last one (the two
+// cores stream at different rates); guided chunks cut that wait about 4x (measured with a wait timer in
+// run()). The caller only waits for chunks a worker has actually started, never for a worker to wake up: if
+// no worker shows up, the caller does all the work and returns. Idle workers spin briefly (a decode step
+// issues products back to back), then sleep on a condition variable.
 //
-// Job lifetime (the job lives on the caller's stack): a worker announces itself (inside += 1) before it loads the
-// job pointer and retires (inside -= 1) when done with it; the caller clears the pointer and then waits for
-// inside == 0. With sequentially consistent atomics, a worker either is seen by the caller's wait or sees the
-// cleared pointer.
+// Job lifetime (the job lives on the caller's stack): a worker announces itself (inside += 1) before it loads
+// the job pointer and retires (inside -= 1) when done with it; the caller clears the pointer and then waits
+// for inside == 0. With sequentially consistent atomics, a worker either is seen by the caller's wait or sees
+// the cleared pointer.
 #include "core/parallel.h"
 
 #include <algorithm>
@@ -48,7 +48,7 @@ int initial_threads() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-thread_local int t_index = 0;          // 0 for callers, 1..n-1 for pool workers
+thread_local int t_index = 0;  // 0 for callers, 1..n-1 for pool workers
 thread_local bool t_in_parallel = false;
 
 struct Job {
@@ -58,7 +58,7 @@ struct Job {
   int64_t div = 2;               // a chunk is (items left) / div, at least min_chunk
   std::atomic<int64_t> next{0};  // first item not yet taken
   std::mutex error_mu;
-  std::exception_ptr error;      // the first exception thrown by any chunk; rethrown by the caller
+  std::exception_ptr error;  // the first exception thrown by any chunk; rethrown by the caller
 };
 
 // Runs chunks of `job` until none is left.
@@ -72,7 +72,8 @@ void run_chunks(Job& job) {
     try {
       (*job.fn)(b, e);
     } catch (...) {
-      // Stop handing out chunks and keep the first exception for the caller (a worker must not let it escape).
+      // Stop handing out chunks and keep the first exception for the caller (a worker must not let it
+      // escape).
       std::lock_guard<std::mutex> lock(job.error_mu);
       if (!job.error) job.error = std::current_exception();
       job.next.store(job.n);
@@ -122,9 +123,9 @@ class Pool {
   }
 
  private:
-  // New generation, then wake sleepers. Taking the mutex orders the increment against a worker that is between
-  // its predicate check and its wait, so no wake-up is lost (std::atomic::wait on 64-bit values could lose them
-  // in this libstdc++).
+  // New generation, then wake sleepers. Taking the mutex orders the increment against a worker that is
+  // between its predicate check and its wait, so no wake-up is lost (std::atomic::wait on 64-bit values could
+  // lose them in this libstdc++).
   void publish() {
     gen_.fetch_add(1);
     { std::lock_guard<std::mutex> lk(sleep_mu_); }
@@ -134,8 +135,8 @@ class Pool {
   void worker(int index) {
     t_index = index;
     t_in_parallel = true;
-    // Starts from generation 0, not the current one: a job or the stop published before this thread ran is then
-    // seen at once instead of being waited for.
+    // Starts from generation 0, not the current one: a job or the stop published before this thread ran is
+    // then seen at once instead of being waited for.
     uint64_t seen = 0;
     for (;;) {
       // Spin for a while (~50 us) before sleeping: decode issues products back to back.
@@ -181,9 +182,15 @@ Pool& pool() {
 
 }  // namespace
 
-int num_threads() { return g_threads; }
-void set_num_threads(int n) { g_threads = std::max(1, n); }
-int thread_index() { return t_index; }
+int num_threads() {
+  return g_threads;
+}
+void set_num_threads(int n) {
+  g_threads = std::max(1, n);
+}
+int thread_index() {
+  return t_index;
+}
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
@@ -193,8 +200,8 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
     fn(0, n);
     return;
   }
-  // Guided chunks, the first a quarter of the job for two threads (a late worker still finds work, a lone caller
-  // loses little to chunking), the last 1/16 of a thread's share.
+  // Guided chunks, the first a quarter of the job for two threads (a late worker still finds work, a lone
+  // caller loses little to chunking), the last 1/16 of a thread's share.
   const int64_t min_chunk = std::max(grain, (n + 16 * nt - 1) / (16 * nt));
   pool().run(n, min_chunk, 2 * nt, fn);
 }

@@ -1,6 +1,6 @@
-// Parallel loops over the machine's cores: one process-wide pool (parallel.cpp) in which the calling thread works
-// too and never waits for a worker to wake up, so a loaded machine slows a loop down instead of stalling it.
-// Loops do not nest (an inner parallel_for runs on the thread that reached it).
+// Parallel loops over the machine's cores: one process-wide pool (parallel.cpp) in which the calling thread
+// works too and never waits for a worker to wake up, so a loaded machine slows a loop down instead of
+// stalling it. Loops do not nest (an inner parallel_for runs on the thread that reached it).
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -9,7 +9,9 @@ namespace {
 bool g_quiet = false;
 }
 
-void Progress::set_quiet(bool q) { g_quiet = q; }
+void Progress::set_quiet(bool q) {
+  g_quiet = q;
+}
 
 Progress::Progress(std::string label, int64_t total)
     : label_(std::move(label)), total_(total > 0 ? total : 1), tty_(isatty(STDERR_FILENO)) {
@@ -32,8 +34,8 @@ void Progress::update(int64_t done, const std::string& detail) {
     int w = 30, fill = pct * w / 100;
     std::string bar(fill, '#');
     bar.resize(w, '.');
-    std::fprintf(stderr, "\r%s [%s] %3d%% %lld/%lld %.1fs eta %.1fs %s\033[K", label_.c_str(), bar.c_str(), pct,
-                 (long long)done_, (long long)total_, el, eta, detail.c_str());
+    std::fprintf(stderr, "\r%s [%s] %3d%% %lld/%lld %.1fs eta %.1fs %s\033[K", label_.c_str(), bar.c_str(),
+                 pct, (long long)done_, (long long)total_, el, eta, detail.c_str());
     std::fflush(stderr);
     last_draw_ = now;
   } else if (pct / 10 != last_pct_ / 10 || done_ >= total_) {

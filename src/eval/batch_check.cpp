@@ -102,10 +102,10 @@ BatchCheckResult check_batch_consistency(const Model& m, const std::vector<int32
   }
   prog.finish();
   r.seconds = timer.seconds();
-  // The check is "alone vs inside a mixed batch". Feeding one sequence in pieces is reported but does not decide:
-  // it legitimately changes results where the engine is specified to depend on the call shape (decode vs prefill
-  // kernels accumulate in another order; dynamic KV scales come from the first stored piece; per-channel INT4
-  // keys are sealed per page, so a query may see its page staged in F16 or quantized).
+  // The check is "alone vs inside a mixed batch". Feeding one sequence in pieces is reported but does not
+  // decide: it legitimately changes results where the engine is specified to depend on the call shape (decode
+  // vs prefill kernels accumulate in another order; dynamic KV scales come from the first stored piece;
+  // per-channel INT4 keys are sealed per page, so a query may see its page staged in F16 or quantized).
   r.pass = r.max_abs_mixed <= o.tolerance;
   return r;
 }

@@ -17,7 +17,7 @@ struct BatchCheckOptions {
   int seqs = 4;             // sequences in the mixed batch (>= 2)
   int64_t len = 0;          // tokens of the longest sequence; 0 = min(128, model context)
   double tolerance = 1e-4;  // max |delta logit| allowed
-  KvCacheSpec kv;  // KV-cache format, options and eviction (model/kv_formats.h); default F32
+  KvCacheSpec kv;           // KV-cache format, options and eviction (model/kv_formats.h); default F32
   bool check_layers = false;
 };
 

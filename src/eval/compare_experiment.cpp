@@ -18,8 +18,12 @@ json VariantSpec::to_json() const {
 }
 
 json Thresholds::to_json() const {
-  return {{"max_dppl_pct", max_dppl_pct}, {"max_kld", max_kld},           {"min_top1", min_top1},
-          {"max_peak_mib", max_peak_mib}, {"min_decode_speedup", min_decode_speedup}, {"no_nan", no_nan}};
+  return {{"max_dppl_pct", max_dppl_pct},
+          {"max_kld", max_kld},
+          {"min_top1", min_top1},
+          {"max_peak_mib", max_peak_mib},
+          {"min_decode_speedup", min_decode_speedup},
+          {"no_nan", no_nan}};
 }
 
 json Experiment::to_json() const {
@@ -63,16 +67,18 @@ std::vector<VariantSpec> kv_first() {
 }
 
 std::vector<VariantSpec> weights_first() {
-  return {w("w-fp8", "FP8_DYNAMIC", "weights dominate: FP8 weight-only is the safest first step"),
-          w("w4a16-rtn", "W4A16", "INT4 g128 weights, round-to-nearest: the reference point for the algorithms"),
-          w("w4a16-gptq", "W4A16,algo=gptq", "INT4 g128 with GPTQ error compensation"),
-          w("w4a16-awq", "W4A16,algo=awq", "INT4 g128 with AWQ activation-aware scales"),
-          w("nf4", "NF4", "NF4 (QLoRA code book) for normally distributed weights")};
+  return {
+      w("w-fp8", "FP8_DYNAMIC", "weights dominate: FP8 weight-only is the safest first step"),
+      w("w4a16-rtn", "W4A16", "INT4 g128 weights, round-to-nearest: the reference point for the algorithms"),
+      w("w4a16-gptq", "W4A16,algo=gptq", "INT4 g128 with GPTQ error compensation"),
+      w("w4a16-awq", "W4A16,algo=awq", "INT4 g128 with AWQ activation-aware scales"),
+      w("nf4", "NF4", "NF4 (QLoRA code book) for normally distributed weights")};
 }
 
 std::vector<VariantSpec> compute() {
-  return {w("w8a8", "W8A8", "arithmetic-bound: INT8 weights and per-token INT8 activations"),
-          w("w8a8-sq", "W8A8,algo=smoothquant+rtn", "W8A8 with SmoothQuant moving outliers into the weights")};
+  return {
+      w("w8a8", "W8A8", "arithmetic-bound: INT8 weights and per-token INT8 activations"),
+      w("w8a8-sq", "W8A8,algo=smoothquant+rtn", "W8A8 with SmoothQuant moving outliers into the weights")};
 }
 
 std::vector<VariantSpec> fp4() {
@@ -107,7 +113,8 @@ VariantSpec variant_from_json(const json& j, const std::string& where) {
   if (v.name.empty()) throw UsageError("compare", where + ": every variant needs a \"name\"");
   for (char c : v.name)
     if (!(isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
-      throw UsageError("compare", where + ": variant name '" + v.name + "' may use letters, digits, - _ . only");
+      throw UsageError("compare",
+                       where + ": variant name '" + v.name + "' may use letters, digits, - _ . only");
   v.dtype = get<std::string>(j, "dtype", where, "f16");
   v.recipe = get<std::string>(j, "recipe", where, "");
   v.online = get<bool>(j, "online", where, false);
@@ -119,7 +126,9 @@ VariantSpec variant_from_json(const json& j, const std::string& where) {
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"default", "kv-first", "weights-first", "compute", "fp4"}; }
+std::vector<std::string> preset_names() {
+  return {"default", "kv-first", "weights-first", "compute", "fp4"};
+}
 
 void apply_preset(Experiment& e, const std::string& p) {
   e.preset = p;
@@ -156,8 +165,9 @@ void apply_preset(Experiment& e, const std::string& p) {
 }
 
 Experiment experiment_from_json(const json& j, const std::string& where) {
-  check_keys(j, {"model", "preset", "baseline", "variants", "eval", "calib", "prompts", "generation", "bench",
-                 "throughput", "thresholds"},
+  check_keys(j,
+             {"model", "preset", "baseline", "variants", "eval", "calib", "prompts", "generation", "bench",
+              "throughput", "thresholds"},
              where);
   Experiment e;
   std::string preset = get<std::string>(j, "preset", where, "");
@@ -168,7 +178,8 @@ Experiment experiment_from_json(const json& j, const std::string& where) {
     if (!j["variants"].is_array()) throw UsageError("compare", where + ".variants must be an array");
     e.variants.clear();
     for (size_t i = 0; i < j["variants"].size(); ++i)
-      e.variants.push_back(variant_from_json(j["variants"][i], where + ".variants[" + std::to_string(i) + "]"));
+      e.variants.push_back(
+          variant_from_json(j["variants"][i], where + ".variants[" + std::to_string(i) + "]"));
   }
   if (j.contains("eval")) {
     const json& x = j["eval"];
@@ -208,12 +219,14 @@ Experiment experiment_from_json(const json& j, const std::string& where) {
     e.thresholds.max_kld = get<double>(x, "max_kld", w, e.thresholds.max_kld);
     e.thresholds.min_top1 = get<double>(x, "min_top1", w, e.thresholds.min_top1);
     e.thresholds.max_peak_mib = get<double>(x, "max_peak_mib", w, e.thresholds.max_peak_mib);
-    e.thresholds.min_decode_speedup = get<double>(x, "min_decode_speedup", w, e.thresholds.min_decode_speedup);
+    e.thresholds.min_decode_speedup =
+        get<double>(x, "min_decode_speedup", w, e.thresholds.min_decode_speedup);
     e.thresholds.no_nan = get<bool>(x, "no_nan", w, true);
   }
   std::set<std::string> names = {e.baseline.name};
   for (auto& v : e.variants)
-    if (!names.insert(v.name).second) throw UsageError("compare", where + ": two variants are named '" + v.name + "'");
+    if (!names.insert(v.name).second)
+      throw UsageError("compare", where + ": two variants are named '" + v.name + "'");
   if (e.chunks < 1 || e.gen_tokens < 0 || e.bench_reps < 1)
     throw UsageError("compare", where + ": chunks and repetitions must be >= 1, generation.n >= 0");
   return e;
@@ -230,7 +243,8 @@ std::vector<std::string> changed_variables(const VariantSpec& b, const VariantSp
 void fill_defaults(Experiment& e, const std::string& shared) {
   if (e.eval_text.empty()) e.eval_text = shared + "/data/tinystories/tinystories_train_head.txt";
   if (e.calib_text.empty()) e.calib_text = shared + "/data/wikitext-2-raw/wiki.test.raw";
-  if (e.prompts.empty()) e.prompts = {"Once upon a time", "The little dog", "One day, Lily went to the park and"};
+  if (e.prompts.empty())
+    e.prompts = {"Once upon a time", "The little dog", "One day, Lily went to the park and"};
 }
 
 }  // namespace lowbit::compare

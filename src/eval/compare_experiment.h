@@ -26,21 +26,21 @@ namespace lowbit::compare {
 
 struct VariantSpec {
   std::string name;
-  std::string dtype = "f16";   // dense weights in memory (f32 | f16 | bf16 | native)
-  std::string recipe;          // quantization recipe (lowbit quantize --recipe); empty = none
-  bool online = false;         // quantize at load (--quantize) instead of an offline checkpoint
+  std::string dtype = "f16";  // dense weights in memory (f32 | f16 | bf16 | native)
+  std::string recipe;         // quantization recipe (lowbit quantize --recipe); empty = none
+  bool online = false;        // quantize at load (--quantize) instead of an offline checkpoint
   std::string kv_cache = "f16";
-  std::string kv_evict;        // empty = no eviction
-  std::string description;     // why this variant is in the experiment (presets fill it in)
+  std::string kv_evict;     // empty = no eviction
+  std::string description;  // why this variant is in the experiment (presets fill it in)
   nlohmann::json to_json() const;
 };
 
 struct Thresholds {
-  double max_dppl_pct = 0;       // 0 = not checked
+  double max_dppl_pct = 0;  // 0 = not checked
   double max_kld = 0;
-  double min_top1 = 0;           // fraction 0..1
+  double min_top1 = 0;  // fraction 0..1
   double max_peak_mib = 0;
-  double min_decode_speedup = 0; // variant decode tok/s / baseline decode tok/s
+  double min_decode_speedup = 0;  // variant decode tok/s / baseline decode tok/s
   bool no_nan = true;
   nlohmann::json to_json() const;
 };
@@ -51,7 +51,7 @@ struct Experiment {
   VariantSpec baseline;
   std::vector<VariantSpec> variants;
   std::string eval_text;
-  int ctx = 0;           // 0 = model context (capped at 512)
+  int ctx = 0;  // 0 = model context (capped at 512)
   int chunks = 8;
   std::string calib_text;
   std::vector<std::string> prompts;

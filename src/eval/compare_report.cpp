@@ -35,7 +35,9 @@ const json& step_out(const json& v, const std::string& step) {
   return s.contains("output") ? s["output"] : kNull;
 }
 
-json jnum(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+json jnum(double x) {
+  return std::isfinite(x) ? json(x) : json(nullptr);
+}
 
 std::string fmt(const json& v, const char* f) {
   if (!v.is_number()) return "–";
@@ -97,7 +99,8 @@ json summarize(const json& results, const Thresholds& t) {
     r["decode_tps"] = jnum(num(bench, "decode.tokens_per_second"));
     r["decode_fraction_of_bound"] = jnum(num(bench, "decode.fraction_of_bound"));
     r["decode_speedup"] = jnum(num(bench, "decode.tokens_per_second") / base_decode);
-    r["throughput"] = step_out(v, "throughput").is_null() ? json::array() : step_out(v, "throughput")["levels"];
+    r["throughput"] =
+        step_out(v, "throughput").is_null() ? json::array() : step_out(v, "throughput")["levels"];
     if (is_base) {
       r["ppl"] = jnum(num(q, "perplexity.ppl"));
       r["dppl_pct"] = 0.0;
@@ -135,7 +138,8 @@ json summarize(const json& results, const Thresholds& t) {
     json commands = json::array();
     for (auto& [name, s] : v["steps"].items()) {
       commands.push_back(s.value("command", ""));
-      const bool measured_failure = s.value("exit_code", 0) == 3 && s.contains("output") && !s["output"].is_null();
+      const bool measured_failure =
+          s.value("exit_code", 0) == 3 && s.contains("output") && !s["output"].is_null();
       if (s.value("exit_code", 0) != 0 && !measured_failure) {
         std::string err = s.value("error", "");
         failures.push_back({{"step", name}, {"exit_code", s["exit_code"]}, {"error", err}});
@@ -150,7 +154,10 @@ json summarize(const json& results, const Thresholds& t) {
     auto check = [&](const std::string& name, const json& value, double limit, bool upper) {
       if (limit <= 0) return;
       bool pass = value.is_number() && (upper ? value.get<double>() <= limit : value.get<double>() >= limit);
-      checks.push_back({{"name", name}, {"value", value}, {"limit", limit}, {"pass", pass},
+      checks.push_back({{"name", name},
+                        {"value", value},
+                        {"limit", limit},
+                        {"pass", pass},
                         {"rule", upper ? "<=" : ">="}});
     };
     if (!is_base) {
@@ -159,17 +166,25 @@ json summarize(const json& results, const Thresholds& t) {
       check("top1", r["top1"], t.min_top1, false);
       check("decode_speedup", r["decode_speedup"], t.min_decode_speedup, false);
     }
-    // Batch consistency: the same sequence alone and inside a mixed batch (eval batch's own tolerance). A dynamic
-    // per-tensor KV scale taken from the first batch, for example, makes results depend on the batch.
+    // Batch consistency: the same sequence alone and inside a mixed batch (eval batch's own tolerance). A
+    // dynamic per-tensor KV scale taken from the first batch, for example, makes results depend on the batch.
     const json& bo = step_out(v, "batch");
     if (!bo.is_null() && bo.contains("pass"))
-      checks.push_back({{"name", "batch_consistency"}, {"value", bo.value("max_abs_delta_logit_mixed", 0.0)},
-                        {"limit", bo.value("tolerance", 0.0)}, {"pass", bo["pass"].get<bool>()}, {"rule", "<="}});
-    if (t.max_peak_mib > 0) check("peak_mib", jnum(num(bench, "peak_rss_bytes") / 1048576.0), t.max_peak_mib, true);
-    if (t.no_nan) checks.push_back({{"name", "no_nan"}, {"value", nan}, {"limit", false}, {"pass", !nan},
-                                    {"rule", "=="}});
+      checks.push_back({{"name", "batch_consistency"},
+                        {"value", bo.value("max_abs_delta_logit_mixed", 0.0)},
+                        {"limit", bo.value("tolerance", 0.0)},
+                        {"pass", bo["pass"].get<bool>()},
+                        {"rule", "<="}});
+    if (t.max_peak_mib > 0)
+      check("peak_mib", jnum(num(bench, "peak_rss_bytes") / 1048576.0), t.max_peak_mib, true);
+    if (t.no_nan)
+      checks.push_back(
+          {{"name", "no_nan"}, {"value", nan}, {"limit", false}, {"pass", !nan}, {"rule", "=="}});
     if (!failures.empty() && !nan)
-      checks.push_back({{"name", "all_steps_ran"}, {"value", failures.size()}, {"limit", 0}, {"pass", false},
+      checks.push_back({{"name", "all_steps_ran"},
+                        {"value", failures.size()},
+                        {"limit", 0},
+                        {"pass", false},
                         {"rule", "=="}});
     bool pass = true;
     for (auto& c : checks) pass = pass && c["pass"].get<bool>();
@@ -184,9 +199,10 @@ std::string markdown_report(const json& s, const json& results, const std::strin
   std::ostringstream o;
   const json& m = results["manifest"];
   o << "# lowbit compare report\n\n";
-  o << "Model `" << m.value("model", "") << "` (sha256 " << m.value("model_sha256", "").substr(0, 16) << "…), "
-    << "preset `" << results["experiment"].value("preset", "") << "`, evaluated on `" << m.value("eval_text", "")
-    << "`.\n\n";
+  o << "Model `" << m.value("model", "") << "` (sha256 " << m.value("model_sha256", "").substr(0, 16)
+    << "…), "
+    << "preset `" << results["experiment"].value("preset", "") << "`, evaluated on `"
+    << m.value("eval_text", "") << "`.\n\n";
   o << "## Verdict\n\n| variant | changes | result | deciding numbers |\n|---|---|---|---|\n";
   for (const auto& r : s) {
     std::string changed;
@@ -194,22 +210,24 @@ std::string markdown_report(const json& s, const json& results, const std::strin
     std::string deciding;
     for (auto& c : r["checks"]) {
       if (!c["pass"].get<bool>() || r["pass"].get<bool>())
-        deciding += (deciding.empty() ? "" : "; ") + c["name"].get<std::string>() + " " + check_number(c["value"]) + " " +
-                    c["rule"].get<std::string>() + " " + check_number(c["limit"]);
+        deciding += (deciding.empty() ? "" : "; ") + c["name"].get<std::string>() + " " +
+                    check_number(c["value"]) + " " + c["rule"].get<std::string>() + " " +
+                    check_number(c["limit"]);
     }
-    o << "| " << r["name"].get<std::string>() << " | " << (r["baseline"].get<bool>() ? "baseline" : changed) << " | "
-      << (r["pass"].get<bool>() ? "PASS" : "**FAIL**") << " | " << deciding << " |\n";
+    o << "| " << r["name"].get<std::string>() << " | " << (r["baseline"].get<bool>() ? "baseline" : changed)
+      << " | " << (r["pass"].get<bool>() ? "PASS" : "**FAIL**") << " | " << deciding << " |\n";
   }
   o << "\n## Quality (same text, same settings as the baseline)\n\n"
     << "| variant | bpw | PPL | ΔPPL % | mean KLD | KLD p99 | top-1 | greedy match | batch max Δ |\n"
     << "|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : s)
-    o << "| " << r["name"].get<std::string>() << " | " << fmt(r["bpw"], "%.2f") << " | " << fmt(r["ppl"], "%.4f")
-      << " | " << fmt(r["dppl_pct"], "%+.3f") << " | " << fmt(r["kld_mean"], "%.5f") << " | "
-      << fmt(r.value("kld_p99", json()), "%.4f") << " | " << fmt(r["top1"], "%.4f") << " | "
+    o << "| " << r["name"].get<std::string>() << " | " << fmt(r["bpw"], "%.2f") << " | "
+      << fmt(r["ppl"], "%.4f") << " | " << fmt(r["dppl_pct"], "%+.3f") << " | " << fmt(r["kld_mean"], "%.5f")
+      << " | " << fmt(r.value("kld_p99", json()), "%.4f") << " | " << fmt(r["top1"], "%.4f") << " | "
       << fmt(r["greedy_match"], "%.3f") << " | " << fmt(r["batch_max_delta"], "%.2e") << " |\n";
   o << "\n## Memory and speed\n\n"
-    << "| variant | weights MiB | KV B/token | peak RSS MiB | load s | TTFT ms | prefill tok/s | decode tok/s | "
+    << "| variant | weights MiB | KV B/token | peak RSS MiB | load s | TTFT ms | prefill tok/s | decode "
+       "tok/s | "
        "decode × baseline | decode % of bound |\n|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : s)
     o << "| " << r["name"].get<std::string>() << " | " << mib(r["weight_bytes"]) << " | "
@@ -217,17 +235,20 @@ std::string markdown_report(const json& s, const json& results, const std::strin
       << fmt(r["load_seconds"], "%.3f") << " | " << fmt(r["ttft_ms"], "%.1f") << " | "
       << fmt(r["prefill_tps"], "%.1f") << " | " << fmt(r["decode_tps"], "%.1f") << " | "
       << fmt(r["decode_speedup"], "%.2f") << " | "
-      << fmt(r["decode_fraction_of_bound"].is_number() ? json(r["decode_fraction_of_bound"].get<double>() * 100)
-                                                      : json(),
+      << fmt(r["decode_fraction_of_bound"].is_number()
+                 ? json(r["decode_fraction_of_bound"].get<double>() * 100)
+                 : json(),
              "%.0f")
       << " |\n";
-  o << "\n## Throughput under concurrency\n\n| variant | concurrency | gen tok/s | TTFT mean ms | queue mean ms |\n"
+  o << "\n## Throughput under concurrency\n\n| variant | concurrency | gen tok/s | TTFT mean ms | queue mean "
+       "ms |\n"
     << "|---|---|---|---|---|\n";
   for (const auto& r : s)
     for (const auto& l : r["throughput"])
       o << "| " << r["name"].get<std::string>() << " | " << l["concurrency"] << " | "
-        << fmt(l["gen_tokens_per_second"], "%.1f") << " | " << fmt(json(num(l, "ttft_seconds.mean") * 1e3), "%.1f")
-        << " | " << fmt(json(num(l, "queue_seconds.mean") * 1e3), "%.1f") << " |\n";
+        << fmt(l["gen_tokens_per_second"], "%.1f") << " | "
+        << fmt(json(num(l, "ttft_seconds.mean") * 1e3), "%.1f") << " | "
+        << fmt(json(num(l, "queue_seconds.mean") * 1e3), "%.1f") << " |\n";
   o << "\n## Failures\n\n";
   bool any = false;
   for (const auto& r : s)
@@ -239,7 +260,8 @@ std::string markdown_report(const json& s, const json& results, const std::strin
   if (!any) o << "None: every step of every variant ran.\n";
   o << "\n## Rollback and reproduction\n\nBaseline artefacts: `" << m.value("baseline_file", "")
     << "` (saved distributions), checkpoints cached in `" << m.value("cache_dir", "") << "`.\n"
-    << "Rerun the whole experiment (finished steps are reused; `--fresh` recomputes):\n\n```sh\n" << rerun
+    << "Rerun the whole experiment (finished steps are reused; `--fresh` recomputes):\n\n```sh\n"
+    << rerun
     << "\n```\n\nEach variant's exact commands (the same inputs reproduce the same quality numbers):\n";
   for (const auto& r : s) {
     o << "\n<details><summary>" << r["name"].get<std::string>() << "</summary>\n\n```sh\n";
@@ -310,11 +332,14 @@ std::string pareto_chart(const json& s) {
     if (r["bpw"].is_number() && r["kld_mean"].is_number())
       pts.emplace_back(r["bpw"].get<double>(), r["kld_mean"].get<double>(), r["name"].get<std::string>());
   std::ostringstream o;
-  o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' font-family='sans-serif' "
-    << "font-size='12'><text x='10' y='20' font-size='14' font-weight='bold'>Quality against size: mean KLD vs "
+  o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
+    << "' font-family='sans-serif' "
+    << "font-size='12'><text x='10' y='20' font-size='14' font-weight='bold'>Quality against size: mean KLD "
+       "vs "
        "bits per weight (lower left is better; line = Pareto front)</text>";
   if (pts.empty()) {
-    o << "<text x='" << W / 2 << "' y='" << H / 2 << "' text-anchor='middle'>no variant has both numbers</text></svg>";
+    o << "<text x='" << W / 2 << "' y='" << H / 2
+      << "' text-anchor='middle'>no variant has both numbers</text></svg>";
     return o.str();
   }
   double xmin = 1e9, xmax = 0, ymax = 0;
@@ -324,7 +349,8 @@ std::string pareto_chart(const json& s) {
   ymax *= 1.1;
   auto X = [&](double x) { return L + (x - xmin) / (xmax - xmin) * (W - L - R); };
   auto Y = [&](double y) { return H - B - y / ymax * (H - T - B); };
-  o << "<line x1='" << L << "' y1='" << H - B << "' x2='" << W - R << "' y2='" << H - B << "' stroke='black'/>"
+  o << "<line x1='" << L << "' y1='" << H - B << "' x2='" << W - R << "' y2='" << H - B
+    << "' stroke='black'/>"
     << "<line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='" << H - B << "' stroke='black'/>";
   for (int i = 0; i <= 5; ++i) {
     double xv = xmin + (xmax - xmin) * i / 5, yv = ymax * i / 5;
@@ -334,7 +360,8 @@ std::string pareto_chart(const json& s) {
     std::snprintf(b, sizeof b, "%.3g", yv);
     o << "<text x='" << L - 6 << "' y='" << Y(yv) + 4 << "' text-anchor='end'>" << b << "</text>";
   }
-  o << "<text x='" << (L + W - R) / 2 << "' y='" << H - 12 << "' text-anchor='middle'>bits per weight (all "
+  o << "<text x='" << (L + W - R) / 2 << "' y='" << H - 12
+    << "' text-anchor='middle'>bits per weight (all "
        "weights, incl. unquantized embeddings)</text>"
     << "<text x='16' y='" << (T + H - B) / 2 << "' transform='rotate(-90 16 " << (T + H - B) / 2
     << ")' text-anchor='middle'>mean KL divergence vs baseline</text>";
@@ -372,13 +399,15 @@ std::string html_report(const json& s, const json& results, const std::string& r
     speed.push_back({r["decode_tps"].is_number() ? r["decode_tps"].get<double>() : 0});
   }
   std::vector<std::vector<double>> prefill;
-  for (const auto& r : s) prefill.push_back({r["prefill_tps"].is_number() ? r["prefill_tps"].get<double>() : 0});
+  for (const auto& r : s)
+    prefill.push_back({r["prefill_tps"].is_number() ? r["prefill_tps"].get<double>() : 0});
   std::string md = markdown_report(s, results, rerun);
   std::ostringstream o;
   o << "<!DOCTYPE html><html><head><meta charset='utf-8'><title>lowbit compare report</title><style>"
     << "body{font-family:sans-serif;margin:24px;max-width:1100px}table{border-collapse:collapse;margin:8px 0}"
     << "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#f3f3f3}.pass{color:#1a7f37;"
-    << "font-weight:bold}.fail{color:#cf222e;font-weight:bold}pre{background:#f6f8fa;padding:8px;overflow:auto;"
+    << "font-weight:bold}.fail{color:#cf222e;font-weight:bold}pre{background:#f6f8fa;padding:8px;overflow:"
+       "auto;"
     << "font-size:12px}.charts svg{display:block;margin:12px 0;border:1px solid #eee}</style></head><body>";
   o << "<h1>lowbit compare report</h1><p>Model <code>" << html_escape(results["manifest"].value("model", ""))
     << "</code>, preset <code>" << html_escape(results["experiment"].value("preset", "")) << "</code>.</p>";
@@ -396,8 +425,8 @@ std::string html_report(const json& s, const json& results, const std::string& r
     o << "</td></tr>";
   }
   o << "</table><div class='charts'>";
-  o << bar_chart("Memory per variant (MiB): weights, KV cache of the bench run, everything else (peak RSS)", labels,
-                 mem, {"weights", "KV cache", "workspace + runtime"}, "MiB");
+  o << bar_chart("Memory per variant (MiB): weights, KV cache of the bench run, everything else (peak RSS)",
+                 labels, mem, {"weights", "KV cache", "workspace + runtime"}, "MiB");
   o << pareto_chart(s);
   o << bar_chart("Decode speed (tokens/s, bench tg)", labels, speed, {"decode"}, "tok/s");
   o << bar_chart("Prefill speed (tokens/s, bench pp)", labels, prefill, {"prefill"}, "tok/s");
@@ -405,7 +434,8 @@ std::string html_report(const json& s, const json& results, const std::string& r
   return o.str();
 }
 
-json write_reports(const json& results, const Experiment& e, const std::string& dir, const std::string& rerun) {
+json write_reports(const json& results, const Experiment& e, const std::string& dir,
+                   const std::string& rerun) {
   json s = summarize(results, e.thresholds);
   json full = results;
   full["summary"] = s;

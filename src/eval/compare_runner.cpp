@@ -38,8 +38,9 @@ json StepRecord::to_json() const {
 std::string shell_join(const std::vector<std::string>& argv) {
   std::string s;
   for (const auto& a : argv) {
-    bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                                   "-_./:=,+%@") == std::string::npos;
+    bool plain = !a.empty() && a.find_first_not_of(
+                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                   "-_./:=,+%@") == std::string::npos;
     if (!s.empty()) s += ' ';
     if (plain) {
       s += a;
@@ -139,8 +140,8 @@ StepRecord run_step(const std::string& variant, const std::string& step, const s
     }
     r.error = e.substr(pos);
     while (!r.error.empty() && (r.error.back() == '\n' || r.error.back() == '\r')) r.error.pop_back();
-    std::fprintf(stderr, "compare: [%s] %s failed (exit %d): %s\n", variant.c_str(), step.c_str(), r.exit_code,
-                 r.error.c_str());
+    std::fprintf(stderr, "compare: [%s] %s failed (exit %d): %s\n", variant.c_str(), step.c_str(),
+                 r.exit_code, r.error.c_str());
   }
   return r;
 }
@@ -211,7 +212,8 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
   // The binary's bytes stand for its build: a rebuilt lowbit may compute different numbers.
   const std::string exe_hash = sha256_file_hex(o.exe);
   const std::string inputs_hash = sha256_hex(mhash + "|" + text_hash + "|" + calib_hash + "|" + exe_hash);
-  const std::string baseline_file = fs::absolute(o.out_dir + "/results/" + e.baseline.name + "/baseline.lbb").string();
+  const std::string baseline_file =
+      fs::absolute(o.out_dir + "/results/" + e.baseline.name + "/baseline.lbb").string();
   std::vector<std::string> threads;
   if (o.threads > 0) threads = {"--threads", std::to_string(o.threads)};
 
@@ -238,8 +240,8 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
       if (!o.fresh && fs::exists(path)) {
         try {
           json prev = json::parse(read_file(path));
-          // Reused: the same command that finished, either cleanly or with a failed check (exit code 3, e.g. a
-          // batch-consistency FAIL) whose JSON result is the measurement. Crashes and usage errors rerun.
+          // Reused: the same command that finished, either cleanly or with a failed check (exit code 3, e.g.
+          // a batch-consistency FAIL) whose JSON result is the measurement. Crashes and usage errors rerun.
           const int rc = prev.value("exit_code", 1);
           const bool measured = rc == 0 || (rc == 3 && prev.contains("output") && !prev["output"].is_null());
           if (prev.value("argv", std::vector<std::string>{}) == argv &&
@@ -269,8 +271,9 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
       if (!e.calib_text.empty()) q.insert(q.end(), {"-c", e.calib_text});
       q.insert(q.end(), threads.begin(), threads.end());
       if (fs::exists(ck + "/config.json")) {
-        steps["quantize"] = {{"step", "quantize"}, {"argv", q}, {"command", shell_join(q)}, {"exit_code", 0},
-                             {"reused", true}, {"checkpoint", ck}, {"cached", true}};
+        steps["quantize"] = {{"step", "quantize"}, {"argv", q},      {"command", shell_join(q)},
+                             {"exit_code", 0},     {"reused", true}, {"checkpoint", ck},
+                             {"cached", true}};
       } else {
         // quantize prints a table, not JSON: run it and then read the checkpoint with inspect.
         StepRecord r = run_step(v.name, "quantize", q, dir);
@@ -279,11 +282,10 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
         rec["checkpoint"] = ck;
         steps["quantize"] = rec;
       }
-      if (steps["quantize"].value("exit_code", 1) == 0)
-        step("inspect", {o.exe, "inspect", ck, "--json"});
+      if (steps["quantize"].value("exit_code", 1) == 0) step("inspect", {o.exe, "inspect", ck, "--json"});
       model = ck;
-      // --dtype stays: the checkpoint's unquantized tensors (embeddings, lm_head, norms) are held in memory as
-      // the baseline holds them, so the variant changes only the quantized matrices.
+      // --dtype stays: the checkpoint's unquantized tensors (embeddings, lm_head, norms) are held in memory
+      // as the baseline holds them, so the variant changes only the quantized matrices.
     } else if (!v.recipe.empty()) {
       wflags.insert(wflags.end(), {"--quantize", v.recipe});
     }
@@ -303,7 +305,8 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
       if (e.ctx > 0) text.insert(text.end(), {"--ctx", std::to_string(e.ctx)});
       // 2. Quality: the baseline saves its distributions; variants are scored against them.
       if (is_base) {
-        auto a = with({o.exe, "eval", "ppl", "--position-curve", "--save-baseline", baseline_file, "--json"}, true);
+        auto a = with({o.exe, "eval", "ppl", "--position-curve", "--save-baseline", baseline_file, "--json"},
+                      true);
         a.insert(a.end(), text.begin(), text.end());
         step("quality", a);
       } else {
@@ -315,8 +318,8 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
         step("positions", p);
       }
       // 3. Speed and memory.
-      step("bench", with({o.exe, "bench", "-p", std::to_string(e.bench_prompt), "-n", std::to_string(e.bench_gen),
-                          "-r", std::to_string(e.bench_reps), "--json"},
+      step("bench", with({o.exe, "bench", "-p", std::to_string(e.bench_prompt), "-n",
+                          std::to_string(e.bench_gen), "-r", std::to_string(e.bench_reps), "--json"},
                          true));
       std::string levels;
       for (int c : e.concurrency) levels += (levels.empty() ? "" : ",") + std::to_string(c);
@@ -325,9 +328,9 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
                               true));
       // 4. Greedy outputs on the fixed prompts, and batch consistency.
       for (size_t i = 0; i < e.prompts.size(); ++i)
-        step("generate-" + std::to_string(i),
-             with({o.exe, "run", "-p", e.prompts[i], "-n", std::to_string(e.gen_tokens), "--ignore-eos", "--json"},
-                  true));
+        step("generate-" + std::to_string(i), with({o.exe, "run", "-p", e.prompts[i], "-n",
+                                                    std::to_string(e.gen_tokens), "--ignore-eos", "--json"},
+                                                   true));
       step("batch", with({o.exe, "eval", "batch", "--text", e.eval_text, "--json"}, true));
     }
     variants.push_back({{"name", v.name},

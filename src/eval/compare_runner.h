@@ -29,10 +29,10 @@ struct StepRecord {
   std::vector<std::string> argv;  // the exact command (rollback / reproduction)
   int exit_code = 0;
   double seconds = 0;
-  bool reused = false;            // loaded from a previous run
-  std::string inputs_sha256;      // hash of every input's bytes and of the binary: reuse needs it unchanged
-  nlohmann::json output;          // the subprocess's --json stdout (null on failure)
-  std::string error;              // last lines of stderr on failure
+  bool reused = false;        // loaded from a previous run
+  std::string inputs_sha256;  // hash of every input's bytes and of the binary: reuse needs it unchanged
+  nlohmann::json output;      // the subprocess's --json stdout (null on failure)
+  std::string error;          // last lines of stderr on failure
   nlohmann::json to_json() const;
 };
 

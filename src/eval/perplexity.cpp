@@ -104,8 +104,8 @@ EvalRun evaluate(const Model& m, const EvalText& text, const PplOptions& o, cons
   run.scores.top_lp.resize(static_cast<size_t>(n_rows * k));
   if (baseline) run.compare.resize(static_cast<size_t>(n_rows));
 
-  const int64_t step = o.kv_step > 0 ? std::min(o.kv_step, ctx)
-                                     : (o.kv.evict.policy != KvEvictPolicy::None ? 1 : ctx);
+  const int64_t step =
+      o.kv_step > 0 ? std::min(o.kv_step, ctx) : (o.kv.evict.policy != KvEvictPolicy::None ? 1 : ctx);
   // Stepping feeds few rows per call, so more windows share each call (bounded by the logits' memory).
   const int w = o.batch > 0 ? static_cast<int>(std::min<int64_t>(o.batch, n_windows))
                             : auto_windows_per_call(step < ctx ? std::min<int64_t>(ctx, 128) : ctx, scored, V,

@@ -33,7 +33,7 @@ struct PplOptions {
   int64_t ctx = 0;     // tokens per window; 0 = min(512, model context)
   int64_t chunks = 0;  // windows to evaluate; 0 = all
   int batch = 0;       // windows per forward call; 0 = auto (~2048 tokens, logits <= 512 MiB)
-  KvCacheSpec kv;     // KV-cache format, options and eviction (model/kv_formats.h); default F32
+  KvCacheSpec kv;      // KV-cache format, options and eviction (model/kv_formats.h); default F32
   // Tokens of each window fed per forward call. 0 = auto: the whole window at once (prefill, as llama.cpp's
   // perplexity does), or 1 when the spec evicts (eviction decides token by token, so every query must see the
   // cache as it was when that token was generated). 1 = decode-style scoring for any format.

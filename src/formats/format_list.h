@@ -1,7 +1,8 @@
 // The list of number formats: one line per format, X(FormatId name, function returning its table row). It
-// defines the FormatId enum (format.h), the row declarations (format_rows.h) and the table (format_table.cpp),
-// so adding a format is its file (encode / decode / row codecs and its row function) plus one line here.
-// The order is FormatId's order; ids are not stored in files (names are), so inserting a line is safe.
+// defines the FormatId enum (format.h), the row declarations (format_rows.h) and the table
+// (format_table.cpp), so adding a format is its file (encode / decode / row codecs and its row function) plus
+// one line here. The order is FormatId's order; ids are not stored in files (names are), so inserting a line
+// is safe.
 #pragma once
 
 // clang-format off

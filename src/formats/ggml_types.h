@@ -34,9 +34,9 @@ enum Type : int {
 
 struct GgmlTypeInfo {
   int id;
-  const char* name;   // llama.cpp spelling, e.g. "Q4_K"
-  int block_elems;    // elements per block (1 for plain types)
-  int block_bytes;    // bytes per block
+  const char* name;  // llama.cpp spelling, e.g. "Q4_K"
+  int block_elems;   // elements per block (1 for plain types)
+  int block_bytes;   // bytes per block
 };
 
 // nullptr when the id is unknown or not supported by lowbit.

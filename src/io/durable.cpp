@@ -68,7 +68,7 @@ std::string make_temp_dir_for(const std::string& target) {
   std::error_code ec;
   if (!fs::is_directory(parent, ec))  // the path the user named: a usage error (exit 2), not a failure
     throw UsageError("io", "the parent directory '" + parent.string() + "' of '" + target +
-                   "' does not exist; create it first (mkdir -p) or write elsewhere");
+                               "' does not exist; create it first (mkdir -p) or write elsewhere");
   remove_abandoned(t);
   std::string tmpl = target + ".tmp-XXXXXX";
   if (!::mkdtemp(tmpl.data()))

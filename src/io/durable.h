@@ -10,7 +10,8 @@ namespace lowbit::io {
 
 // Creates a fresh, empty temporary directory `<target>.tmp-XXXXXX` next to target and records this process's
 // id in it. Temporaries that an earlier writer of the same target left behind (its process no longer runs:
-// killed, crashed, power loss) are removed first. The parent of target must exist: UsageError("io") otherwise.
+// killed, crashed, power loss) are removed first. The parent of target must exist: UsageError("io")
+// otherwise.
 std::string make_temp_dir_for(const std::string& target);
 
 // Fsyncs every regular file under tmp, then tmp itself, then renames tmp onto target and fsyncs target's

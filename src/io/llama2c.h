@@ -38,9 +38,9 @@ struct Llama2cCheckpoint {
   static Llama2cCheckpoint parse(const uint8_t* bytes, size_t n, const std::string& name_for_errors);
 };
 
-// tokenizer.bin: int32 max_token_length, then per token: float score, int32 length, bytes. With vocab_size > 0
-// the file must hold exactly that many tokens (a mismatch with the model is an error); vocab_size <= 0 reads
-// tokens until the end of the file.
+// tokenizer.bin: int32 max_token_length, then per token: float score, int32 length, bytes. With vocab_size >
+// 0 the file must hold exactly that many tokens (a mismatch with the model is an error); vocab_size <= 0
+// reads tokens until the end of the file.
 struct Llama2cTokenizerData {
   int32_t max_token_length = 0;
   std::vector<std::string> pieces;  // raw bytes of each token

@@ -18,9 +18,9 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
   // An empty file maps to a valid, non-null pointer with size() == 0.
-  // Drops this process's mapping of the whole pages inside [p, p + n) (which must lie in the file): they leave the
-  // resident set, and a later read faults them back in from the file (the mapping is read-only). Used once a
-  // loader holds a repacked copy of a tensor. Ranges outside the mapping are ignored.
+  // Drops this process's mapping of the whole pages inside [p, p + n) (which must lie in the file): they
+  // leave the resident set, and a later read faults them back in from the file (the mapping is read-only).
+  // Used once a loader holds a repacked copy of a tensor. Ranges outside the mapping are ignored.
   void release_pages(const void* p, size_t n) const;
 
  private:

@@ -1,9 +1,9 @@
 // safetensors reader and writer.
 // Layout: u64 little-endian header length N (<= 100 MB), N bytes of JSON header
-// {name: {dtype, shape, data_offsets: [b, e]}, "__metadata__": {str: str}}, then the data section. Every offset,
-// shape and size is checked against the file (hostile input): a lying header gives Error("io") naming the tensor
-// and the file. Overlapping tensors and duplicate names are rejected. Views may be unaligned when a foreign
-// writer did not pad its header: read them with memcpy.
+// {name: {dtype, shape, data_offsets: [b, e]}, "__metadata__": {str: str}}, then the data section. Every
+// offset, shape and size is checked against the file (hostile input): a lying header gives Error("io") naming
+// the tensor and the file. Overlapping tensors and duplicate names are rejected. Views may be unaligned when
+// a foreign writer did not pad its header: read them with memcpy.
 #pragma once
 #include <map>
 #include <memory>

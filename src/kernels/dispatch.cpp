@@ -26,11 +26,16 @@ std::atomic<int>& active() {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::Generic: return "generic";
-    case Isa::Avx2: return "avx2";
-    case Isa::Avx512: return "avx512";
-    case Isa::Avx512Bf16: return "avx512bf16";
-    case Isa::Amx: return "amx";
+    case Isa::Generic:
+      return "generic";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
+    case Isa::Avx512Bf16:
+      return "avx512bf16";
+    case Isa::Amx:
+      return "amx";
   }
   return "?";
 }
@@ -41,7 +46,8 @@ Isa isa_from_string(std::string_view s) {
   if (s == "avx512") return Isa::Avx512;
   if (s == "avx512bf16") return Isa::Avx512Bf16;
   if (s == "amx") return Isa::Amx;
-  throw UsageError("kernels", "unknown ISA '" + std::string(s) + "'; use generic, avx2, avx512, avx512bf16 or amx");
+  throw UsageError("kernels",
+                   "unknown ISA '" + std::string(s) + "'; use generic, avx2, avx512, avx512bf16 or amx");
 }
 
 Isa best_isa() {
@@ -49,7 +55,9 @@ Isa best_isa() {
   return b;
 }
 
-Isa kernel_isa() { return static_cast<Isa>(active().load(std::memory_order_relaxed)); }
+Isa kernel_isa() {
+  return static_cast<Isa>(active().load(std::memory_order_relaxed));
+}
 
 void set_kernel_isa(Isa isa) {
   if (static_cast<int>(isa) > static_cast<int>(best_isa())) isa = best_isa();

@@ -1,5 +1,6 @@
 // Kernel ISA selection. The ISA tier is chosen once at start-up from cpu_features() (which honours the
-// LOWBIT_ISA=generic|avx2|avx512|avx512bf16|amx mask), and can be lowered at run time (tests, benchmarks) with set_kernel_isa.
+// LOWBIT_ISA=generic|avx2|avx512|avx512bf16|amx mask), and can be lowered at run time (tests, benchmarks)
+// with set_kernel_isa.
 //   Generic: portable C++ (no intrinsics)         Avx2: AVX2 + FMA + F16C float dot products
 //   Avx512:  AVX-512 F/BW/VL/DQ + VNNI: fused dequantize-and-multiply kernels, VNNI integer products
 //   Avx512Bf16: Avx512 + AVX512_BF16 + AVX512_VBMI: as Avx512, and the 4-bit weight-only decode kernel takes
@@ -7,8 +8,9 @@
 //   Amx:     Avx512Bf16 + AMX-TILE + AMX-INT8 with the OS granting tile state (Sapphire Rapids and later): as
 //            Avx512Bf16, and W8A8 prefill from kAmxTokens tokens on AMX-INT8 tiles (matmul_amx.cpp)
 // Tiers are ordered: a higher tier runs every kernel of the lower ones.
-// The AMX kernel is tested on CPUs without AMX through a scalar emulation of the tile unit (set_amx_emulation,
-// kernels/amx_tiles.h); the development machine (AMD EPYC) has no AMX, so it has not run on hardware there.
+// The AMX kernel is tested on CPUs without AMX through a scalar emulation of the tile unit
+// (set_amx_emulation, kernels/amx_tiles.h); the development machine (AMD EPYC) has no AMX, so it has not run
+// on hardware there.
 #pragma once
 #include <cstdint>
 #include <string_view>
@@ -18,13 +20,13 @@ namespace lowbit {
 
 enum class Isa : uint8_t { Generic, Avx2, Avx512, Avx512Bf16, Amx };
 
-const char* isa_name(Isa isa);                // "generic", "avx2", "avx512", "avx512bf16", "amx"
-Isa isa_from_string(std::string_view s);      // UsageError for unknown names
-Isa best_isa();                               // the best tier this CPU (masked by LOWBIT_ISA) supports
-Isa kernel_isa();                             // the tier matmul() uses now (default best_isa())
-// Selects the tier for subsequent calls (process-wide; clamped to best_isa()). Not for use while another thread
-// is inside matmul().
+const char* isa_name(Isa isa);            // "generic", "avx2", "avx512", "avx512bf16", "amx"
+Isa isa_from_string(std::string_view s);  // UsageError for unknown names
+Isa best_isa();                           // the best tier this CPU (masked by LOWBIT_ISA) supports
+Isa kernel_isa();                         // the tier matmul() uses now (default best_isa())
+// Selects the tier for subsequent calls (process-wide; clamped to best_isa()). Not for use while another
+// thread is inside matmul().
 void set_kernel_isa(Isa isa);
-std::vector<Isa> available_isas();            // Generic .. best_isa()
+std::vector<Isa> available_isas();  // Generic .. best_isa()
 
 }  // namespace lowbit

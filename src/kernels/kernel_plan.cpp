@@ -16,8 +16,8 @@ namespace lowbit {
 namespace {
 
 constexpr int kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlQ8_0 = 8;
-// GGUF types with a VNNI kernel against Q8-rounded activations (Q4_0/Q8_0 in matmul_avx512_q.cpp, the k-quants
-// Q2_K..Q6_K in matmul_avx512_k.cpp).
+// GGUF types with a VNNI kernel against Q8-rounded activations (Q4_0/Q8_0 in matmul_avx512_q.cpp, the
+// k-quants Q2_K..Q6_K in matmul_avx512_k.cpp).
 bool ggml_q8_route(int t) {
   return t == kGgmlQ4_0 || t == kGgmlQ4_1 || t == kGgmlQ5_0 || t == kGgmlQ5_1 || t == kGgmlQ8_0 ||
          kern::ggml_k_supported(t);
@@ -47,7 +47,8 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
     p->zeros.resize(q.zeros.size());
     for (size_t i = 0; i < q.zeros.size(); ++i) p->zeros[i] = static_cast<float>(q.zeros[i]);
   }
-  // True when cell(k), the value a kernel forms from stored cell k, is the decoded table's value (NaN as NaN).
+  // True when cell(k), the value a kernel forms from stored cell k, is the decoded table's value (NaN as
+  // NaN).
   auto cells_match_table = [&](auto cell) {
     for (size_t k = 0; k < p->scales.size(); ++k) {
       const float v = cell(k), t = p->scales[k];
@@ -66,8 +67,8 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
     if (p->asym) p->zeros_u8 = q.zeros.data();
   }
   // 2^(e-127) as the kernels form it (lane_avx512.h, cells16: FP32 bits e << 23). A matrix with a cell 0 (the
-  // subnormal 2^-127, read as 0) or 255 (NaN, read as inf) does not match its table and keeps it: the kernels'
-  // two-operation decode covers e in 1..254.
+  // subnormal 2^-127, read as 0) or 255 (NaN, read as inf) does not match its table and keeps it: the
+  // kernels' two-operation decode covers e in 1..254.
   if (q.scheme.scale_type == ScaleType::E8M0 && q.scales.size() == p->scales.size() && !p->asym &&
       cells_match_table([&](size_t k) {
         const uint32_t bits = uint32_t{q.scales[k]} << 23;
@@ -77,9 +78,10 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
       }))
     p->scales_e8m0 = reinterpret_cast<const kern::E8m0Cell*>(q.scales.data());
   if (q.scheme.scale_type == ScaleType::E4M3 && q.scheme.format == FormatId::NVFP4 &&
-      q.scales.size() == p->scales.size() && !p->asym && q.global_scale > 0 && std::isfinite(q.global_scale)) {
-    // The kernels read cell c as the binary16 c << 7: only for cells with the sign clear and not NaN (0x7F), which
-    // is every cell the NVFP4 quantizer writes (scales are magnitudes); other matrices keep the tables.
+      q.scales.size() == p->scales.size() && !p->asym && q.global_scale > 0 &&
+      std::isfinite(q.global_scale)) {
+    // The kernels read cell c as the binary16 c << 7: only for cells with the sign clear and not NaN (0x7F),
+    // which is every cell the NVFP4 quantizer writes (scales are magnitudes); other matrices keep the tables.
     if (std::all_of(q.scales.begin(), q.scales.end(), [](uint8_t c) { return c < 0x7F; })) {
       p->scales_e4m3 = reinterpret_cast<const kern::E4m3Cell*>(q.scales.data());
       p->e4m3_post = 256.0f / q.global_scale;
@@ -88,8 +90,10 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
   if (q.bits <= 8) {
     p->lut.resize(size_t{1} << q.bits);
     for (uint32_t u = 0; u < p->lut.size(); ++u) {
-      if (is_int) p->lut[u] = static_cast<float>(static_cast<int>(u) - (p->asym ? 0 : 1 << (q.bits - 1)));
-      else p->lut[u] = ei.decode(u);
+      if (is_int)
+        p->lut[u] = static_cast<float>(static_cast<int>(u) - (p->asym ? 0 : 1 << (q.bits - 1)));
+      else
+        p->lut[u] = ei.decode(u);
     }
   }
   const int64_t G = p->group, cols = q.cols;
@@ -100,10 +104,14 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
   } else if (q.bits == 8 && (one_group || G % 16 == 0)) {
     const FormatId e = q.elem;
     bool ok = true;
-    if (is_int) p->byte_dec = p->asym ? ByteDec::Int8Asym : ByteDec::Int8Sym;
-    else if (e == FormatId::E4M3FN) p->byte_dec = ByteDec::E4M3;
-    else if (e == FormatId::E5M2) p->byte_dec = ByteDec::E5M2;
-    else ok = false;
+    if (is_int)
+      p->byte_dec = p->asym ? ByteDec::Int8Asym : ByteDec::Int8Sym;
+    else if (e == FormatId::E4M3FN)
+      p->byte_dec = ByteDec::E4M3;
+    else if (e == FormatId::E5M2)
+      p->byte_dec = ByteDec::E5M2;
+    else
+      ok = false;
     if (ok) {
       p->route = Route::Byte;
       if (best_isa() >= Isa::Avx512Bf16 && kern::byte16_lanes_ok(G, cols)) {
@@ -166,7 +174,8 @@ const KernelPlan& kernel_plan(const WeightMatrix& w) {
       return static_plan(Route::Dense);
     case WeightKind::Ggml:
       return static_plan(ggml_q8_route(w.ggml_type) ? Route::GgmlQ8 : Route::Deq, w.ggml_type);
-    case WeightKind::Quant: break;
+    case WeightKind::Quant:
+      break;
   }
   // A Quant weight built without make_quant_weight: cache its plan keyed by the QuantizedMatrix, checking
   // (weak_ptr) that the matrix at that address is still the one the plan was built for.
@@ -187,7 +196,8 @@ const KernelPlan& kernel_plan(const WeightMatrix& w) {
 }
 
 bool w8a8_per_channel(const WeightMatrix& w, const KernelPlan& p) {
-  return w.kind == WeightKind::Quant && p.bits == 8 && p.int_codes && !p.asym && p.gcols == 1 && p.row_block == 1;
+  return w.kind == WeightKind::Quant && p.bits == 8 && p.int_codes && !p.asym && p.gcols == 1 &&
+         p.row_block == 1;
 }
 
 const AmxInt8Pack* amx_int8_pack(const WeightMatrix& w, const KernelPlan& p) {
@@ -249,7 +259,8 @@ bool kern::nib16_table_exact(const float* lut16) {
 void kern::group_sums(const float* x, int64_t cols, int64_t group, bool bf16, float* gsum) {
   for (int64_t c0 = 0, j = 0; c0 < cols; c0 += group, ++j) {
     double acc = 0;
-    for (int64_t i = c0; i < std::min(cols, c0 + group); ++i) acc += bf16 ? bf16_to_f32(f32_to_bf16(x[i])) : x[i];
+    for (int64_t i = c0; i < std::min(cols, c0 + group); ++i)
+      acc += bf16 ? bf16_to_f32(f32_to_bf16(x[i])) : x[i];
     gsum[j] = static_cast<float>(acc);
   }
 }

@@ -1,9 +1,9 @@
-// Internal to src/kernels: the per-weight kernel plan (which fused kernel serves a WeightMatrix, plus the small
-// side tables it needs) and the ISA-specific kernel entry points. Not part of the public API.
+// Internal to src/kernels: the per-weight kernel plan (which fused kernel serves a WeightMatrix, plus the
+// small side tables it needs) and the ISA-specific kernel entry points. Not part of the public API.
 //
 // Side tables are built once per weight (make_quant_weight, or lazily on the first matmul) and counted in
-// WeightMatrix::nbytes(): decoded FP32 scales [grid.rows, grid.cols] (one 4-byte float per group; this turns the
-// scale formats E8M0/E4M3/F16/NF4-dq/NVFP4-global into one multiply) and a code -> value table.
+// WeightMatrix::nbytes(): decoded FP32 scales [grid.rows, grid.cols] (one 4-byte float per group; this turns
+// the scale formats E8M0/E4M3/F16/NF4-dq/NVFP4-global into one multiply) and a code -> value table.
 #pragma once
 #include <algorithm>
 #include <array>
@@ -18,11 +18,11 @@
 namespace lowbit {
 
 enum class Route : uint8_t {
-  Dense,    // F32/F16/BF16 WeightKind: dense SIMD tiles
-  Deq,      // any format: dequantize one row into L1 (scalar decoder), SIMD dot with every token
-  Nib,      // 4-bit codes (INT4 sym/asym, NF4, FP4 E2M1, MXFP4, NVFP4): in-register LUT decode + FMA
-  Byte,     // 8-bit codes (INT8 sym/asym, FP8 E4M3FN/E5M2, MXFP8): in-register decode + FMA
-  GgmlQ8,   // GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q2_K..Q6_K: activations to Q8 blocks of 32, VNNI integer dots
+  Dense,   // F32/F16/BF16 WeightKind: dense SIMD tiles
+  Deq,     // any format: dequantize one row into L1 (scalar decoder), SIMD dot with every token
+  Nib,     // 4-bit codes (INT4 sym/asym, NF4, FP4 E2M1, MXFP4, NVFP4): in-register LUT decode + FMA
+  Byte,    // 8-bit codes (INT8 sym/asym, FP8 E4M3FN/E5M2, MXFP8): in-register decode + FMA
+  GgmlQ8,  // GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q2_K..Q6_K: activations to Q8 blocks of 32, VNNI integer dots
 };
 
 enum class ByteDec : uint8_t { Int8Sym, Int8Asym, E4M3, E5M2 };
@@ -35,30 +35,32 @@ struct Int8Tile {
 };
 
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 weights repacked at load for AVX-512 VNNI
-// (qblk_pack.cpp, matmul_avx512_qblk.cpp): the GGUF blocks (18 / 20 / 22 / 24 / 34 / 18 / 17 bytes per 32 weights)
-// reordered so that one 64-byte load feeds vpdpbusd for 16 output rows at once. Per row block rb (16 rows, the
-// last one zero-padded) the region data[rb * nb * block_bytes, +nb * block_bytes) holds the nb = cols / 32 column
-// blocks in pairs (the last pair may hold one block), each pair
+// (qblk_pack.cpp, matmul_avx512_qblk.cpp): the GGUF blocks (18 / 20 / 22 / 24 / 34 / 18 / 17 bytes per 32
+// weights) reordered so that one 64-byte load feeds vpdpbusd for 16 output rows at once. Per row block rb (16
+// rows, the last one zero-padded) the region data[rb * nb * block_bytes, +nb * block_bytes) holds the nb =
+// cols / 32 column blocks in pairs (the last pair may hold one block), each pair
 //   [codes b, codes b+1][high bits b, b+1][scales b, b+1][mins b, b+1]
-// so that a decode reads one sequential stream and every code load is 64-byte aligned (a pair is 9 / 10 / 11 / 12
-// / 17 / 9 / 9 cache lines):
-//   codes: 4-bit types 4 chunks of 64 bytes, chunk k byte 4r + j = c[r][32b+8k+j] | c[r][32b+8k+4+j] << 4 (low
+// so that a decode reads one sequential stream and every code load is 64-byte aligned (a pair is 9 / 10 / 11
+// / 12 / 17 / 9 / 9 cache lines):
+//   codes: 4-bit types 4 chunks of 64 bytes, chunk k byte 4r + j = c[r][32b+8k+j] | c[r][32b+8k+4+j] << 4
+//   (low
 //          4 bits of the unsigned code c); Q8_0 8 chunks, chunk k byte 4r + j = q[r][32b+4k+j] + 128
 //   high bits (Q5_0, Q5_1): per chunk k two uint64 masks (low nibbles, high nibbles), bit 4r + j
-//   scales: 16 x 16 bits, row r: f16 d, or for MXFP4 the bf16 2^(e-128) (exact for every E8M0 e < 255; 255 is NaN)
-//   mins (Q4_1, Q5_1): 16 f16 m
-// so w[r][c] = d * (u(code) - offset) + m: u(c) = c with offset 8 (Q4_0), 16 (Q5_0), 128 (Q8_0), 0 (Q4_1, Q5_1);
-// for the non-linear grids (IQ4_NL, MXFP4) u = lut[c] = grid value + 128 (MXFP4's grid is 2 x E2M1, hence the
-// half in d), offset 128; m = 0 where the type has none. MXFP4 grows from 17 to 18 bytes per 32 weights (the
-// scale widens to 16 bits; counted in bytes()); the others keep their size.
+//   scales: 16 x 16 bits, row r: f16 d, or for MXFP4 the bf16 2^(e-128) (exact for every E8M0 e < 255; 255 is
+//   NaN) mins (Q4_1, Q5_1): 16 f16 m
+// so w[r][c] = d * (u(code) - offset) + m: u(c) = c with offset 8 (Q4_0), 16 (Q5_0), 128 (Q8_0), 0 (Q4_1,
+// Q5_1); for the non-linear grids (IQ4_NL, MXFP4) u = lut[c] = grid value + 128 (MXFP4's grid is 2 x E2M1,
+// hence the half in d), offset 128; m = 0 where the type has none. MXFP4 grows from 17 to 18 bytes per 32
+// weights (the scale widens to 16 bits; counted in bytes()); the others keep their size.
 struct QBlkPack {
   int ggml_type = -1;
   int64_t rows = 0, cols = 0;
-  int64_t code_bytes = 0;   // per 16 rows x 32 columns: 256 (4-bit) or 512 (Q8_0)
-  int64_t hbit_bytes = 0;   // 64 (Q5_0) or 0
-  int64_t min_bytes = 0;    // 32 (Q4_1, Q5_1) or 0
-  int64_t block_bytes = 0;  // code_bytes + hbit_bytes + 32 + min_bytes: 288 (Q4_0), 352 (Q5_0), 544 (Q8_0), ...
-  int offset = 0;           // w = d * (u - offset): 8 (Q4_0), 16 (Q5_0), 128 (Q8_0, IQ4_NL, MXFP4)
+  int64_t code_bytes = 0;  // per 16 rows x 32 columns: 256 (4-bit) or 512 (Q8_0)
+  int64_t hbit_bytes = 0;  // 64 (Q5_0) or 0
+  int64_t min_bytes = 0;   // 32 (Q4_1, Q5_1) or 0
+  int64_t block_bytes =
+      0;           // code_bytes + hbit_bytes + 32 + min_bytes: 288 (Q4_0), 352 (Q5_0), 544 (Q8_0), ...
+  int offset = 0;  // w = d * (u - offset): 8 (Q4_0), 16 (Q5_0), 128 (Q8_0, IQ4_NL, MXFP4)
   bool bf16_scales = false;  // MXFP4: the 16-bit scales are bf16, not f16
   bool has_lut = false;      // IQ4_NL, MXFP4: u = lut[code]
   std::array<uint8_t, 16> lut{};
@@ -73,25 +75,29 @@ struct QBlkPack {
     return (b & ~int64_t{1}) * block_bytes + pair(b, nb) * (code_bytes + hbit_bytes) + (b & 1) * 32;
   }
   int64_t min_off(int64_t b, int64_t nb) const {
-    return (b & ~int64_t{1}) * block_bytes + pair(b, nb) * (code_bytes + hbit_bytes + 32) + (b & 1) * min_bytes;
+    return (b & ~int64_t{1}) * block_bytes + pair(b, nb) * (code_bytes + hbit_bytes + 32) +
+           (b & 1) * min_bytes;
   }
   static int64_t pair(int64_t b, int64_t nb) { return std::min<int64_t>(2, nb - (b & ~int64_t{1})); }
 };
 // GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights repacked at load for AVX-512 VNNI (kpack.cpp,
 // matmul_avx512_kpack.cpp), the k-quant counterpart of QBlkPack: per row block rb (16 rows, the last one
 // zero-padded) and super-block s (256 columns) one region of sb_bytes at data[(rb * cols / 256 + s) *
-// sb_bytes], read front to back (a decode that jumped to scales at a region's end streamed 10-30 % slower from
-// DRAM):
-//   a code chunk is 64 bytes: byte 4r + j of the chunk of columns 8k..8k+7 = u[r][8k+j] & 15 | (u[r][8k+4+j] & 15)
+// sb_bytes], read front to back (a decode that jumped to scales at a region's end streamed 10-30 % slower
+// from DRAM):
+//   a code chunk is 64 bytes: byte 4r + j of the chunk of columns 8k..8k+7 = u[r][8k+j] & 15 | (u[r][8k+4+j]
+//   & 15)
 //   << 4 (u the unsigned code: Q4_K 0..15, Q5_K 0..31, Q6_K 0..63)
 //   Q4_K:  the scale block d[16] f16, dmin[16] f16, sc[8][16] u8, m[8][16] u8 (sub-blocks of 32 columns; 320
 //          bytes), then the 32 code chunks                                                      2368 bytes
-//   Q5_K:  the same scale block, then per sub-block j at 320 + 320 j its 4 code chunks and per chunk two uint64
+//   Q5_K:  the same scale block, then per sub-block j at 320 + 320 j its 4 code chunks and per chunk two
+//   uint64
 //          fifth-bit masks (low / high nibbles, bit 4r + j)                                    2880 bytes
 //   Q6_K:  d[16] f16 and 32 bytes of padding, then 4 groups of 4 sub-blocks (16 columns each), group g at
-//          64 + 832 g: the 8 code chunks of columns 64g..64g+63, per sub-block i of the group 64 bytes of high bits
-//          (byte 4r + j, bits 0-1 / 2-3 / 4-5 / 6-7 = u >> 4 of columns 16i + j / 16i + 4 + j / 16i + 8 + j /
-//          16i + 12 + j), then sc[4][16] int8                                                  3392 bytes
+//          64 + 832 g: the 8 code chunks of columns 64g..64g+63, per sub-block i of the group 64 bytes of
+//          high bits (byte 4r + j, bits 0-1 / 2-3 / 4-5 / 6-7 = u >> 4 of columns 16i + j / 16i + 4 + j / 16i
+//          + 8 + j / 16i + 12 + j), then sc[4][16] int8                                                  3392
+//          bytes
 //   Q2_K:  d[16] f16, dmin[16] f16, the GGUF scale bytes sm[16 sub-blocks][16 rows] (4-bit scale | 4-bit
 //          min << 4; sub-blocks of 16 columns), then per sub-block i at 320 + 64 i its code vector: byte
 //          4r + j, bits 2q..2q+1 = u[r][16i + 4q + j] (0..3)                                    1344 bytes
@@ -120,8 +126,8 @@ void kpack_row_f32(const KPack& p, int64_t r, float* out);
 
 // Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 with whole 32-element blocks.
 bool qblk_supported(int ggml_type, int64_t cols);
-std::shared_ptr<const QBlkPack> build_qblk_pack(int ggml_type, const uint8_t* data, int64_t row_bytes, int64_t rows,
-                                                int64_t cols);
+std::shared_ptr<const QBlkPack> build_qblk_pack(int ggml_type, const uint8_t* data, int64_t row_bytes,
+                                                int64_t rows, int64_t cols);
 // The pack's layout fields for a type and shape, without data.
 QBlkPack qblk_layout(int ggml_type, int64_t rows, int64_t cols);
 // One 16-row block of the pack (layout p) at base [cols/32 * block_bytes], from nr <= 16 GGUF rows (rows[i]:
@@ -133,18 +139,20 @@ void qblk_row_f32(const QBlkPack& p, int64_t r, float* out);
 
 namespace kern {
 // Decode (one token) reads rows of more than this many bytes one after another, as one stream, instead of the
-// four-row tiles' four interleaved streams, which the hardware prefetchers follow worse once four rows span more
-// than a 4 KiB page (nib16 / byte16, W8A8 VNNI, GGUF Q4_0 / Q8_0 rows; the dense kernels always do). DRAM-cold,
-// 2 threads, Qwen2.5-0.5B ffn_down (896 x 4864): int4:g128 103.6 -> 76.6 us, int8 195 -> 148, W8A8 269 -> 211,
-// Q4_0 125 -> 84, Q8_0 222 -> 162; 1 KiB rows stay on the tiles (docs/kernels.md, "One stream per thread").
+// four-row tiles' four interleaved streams, which the hardware prefetchers follow worse once four rows span
+// more than a 4 KiB page (nib16 / byte16, W8A8 VNNI, GGUF Q4_0 / Q8_0 rows; the dense kernels always do).
+// DRAM-cold, 2 threads, Qwen2.5-0.5B ffn_down (896 x 4864): int4:g128 103.6 -> 76.6 us, int8 195 -> 148, W8A8
+// 269 -> 211, Q4_0 125 -> 84, Q8_0 222 -> 162; 1 KiB rows stay on the tiles (docs/kernels.md, "One stream per
+// thread").
 constexpr int64_t kSeqRowBytes = 1024;
 
 // An E8M0 scale cell (MX formats): 2^(e - 127).
 struct E8m0Cell {
   uint8_t e;
 };
-// An E4M3 scale cell (NVFP4), read as the binary16 whose bits are c << 7 (c < 0x7F: sign clear, not NaN): that is
-// e4m3(c) / 2^8 exactly (normal and subnormal), so a product over these cells is scaled by 2^8 / global once.
+// An E4M3 scale cell (NVFP4), read as the binary16 whose bits are c << 7 (c < 0x7F: sign clear, not NaN):
+// that is e4m3(c) / 2^8 exactly (normal and subnormal), so a product over these cells is scaled by 2^8 /
+// global once.
 struct E4m3Cell {
   uint8_t c;
 };
@@ -156,7 +164,8 @@ struct Byte16Lut {
 };
 }  // namespace kern
 
-// W8A8 prefill layout for AMX-INT8 (kernels/amx_tiles.h): per 16-row block and 64-column K tile one 1 KiB B tile,
+// W8A8 prefill layout for AMX-INT8 (kernels/amx_tiles.h): per 16-row block and 64-column K tile one 1 KiB B
+// tile,
 //   tiles[(rb * kp / 64 + kt) * 1024 + 64 kk + 4 n + i] = w[16 rb + n][64 kt + 4 kk + i]   (signed int8)
 // rows padded to 16 and columns to kp (a multiple of 64) with 0.
 struct AmxInt8Pack {
@@ -168,34 +177,36 @@ struct AmxInt8Pack {
 struct KernelPlan {
   Route route = Route::Deq;
   int bits = 0;
-  int ggml_type = -1;             // GgmlQ8: 2 = Q4_0, 8 = Q8_0, 12 = Q4_K, 13 = Q5_K, 14 = Q6_K
+  int ggml_type = -1;  // GgmlQ8: 2 = Q4_0, 8 = Q8_0, 12 = Q4_K, 13 = Q5_K, 14 = Q6_K
   ByteDec byte_dec = ByteDec::Int8Sym;
-  bool int_codes = false;         // INT4 / INT8 codes: eligible for INT8-activation VNNI products
-  bool asym = false;              // INT with stored zero points
-  bool vnni_ok = false;           // group layout fits the VNNI lane mapping (see matmul_avx512.cpp)
-  int64_t group = 0;              // columns per scale cell (grid.col_block)
-  int64_t row_block = 1;          // rows per scale cell
-  int64_t gcols = 0;              // scale cells per grid row
-  std::vector<float> scales;      // [grid.rows, gcols] effective scales
-  std::vector<float> zeros;       // [grid.rows, gcols] zero points as float (INT asym), empty otherwise
-  std::vector<float> lut;         // [2^bits] code -> element value (INT sym: u - 2^(b-1); INT asym: u)
-  // The stored cells themselves, which the nib16 decode reads instead of the FP32 tables above (2 + 1 bytes per
-  // cell instead of 4 + 4: INT4 g32 asym reads 4.75 bits per weight instead of 6), set when the stored scales are
-  // f16 that decode exactly to `scales` (not NF4's double quantization, not NVFP4's global scale). They point into
-  // the QuantizedMatrix, which every weight holding this plan keeps alive. Null otherwise.
+  bool int_codes = false;     // INT4 / INT8 codes: eligible for INT8-activation VNNI products
+  bool asym = false;          // INT with stored zero points
+  bool vnni_ok = false;       // group layout fits the VNNI lane mapping (see matmul_avx512.cpp)
+  int64_t group = 0;          // columns per scale cell (grid.col_block)
+  int64_t row_block = 1;      // rows per scale cell
+  int64_t gcols = 0;          // scale cells per grid row
+  std::vector<float> scales;  // [grid.rows, gcols] effective scales
+  std::vector<float> zeros;   // [grid.rows, gcols] zero points as float (INT asym), empty otherwise
+  std::vector<float> lut;     // [2^bits] code -> element value (INT sym: u - 2^(b-1); INT asym: u)
+  // The stored cells themselves, which the nib16 decode reads instead of the FP32 tables above (2 + 1 bytes
+  // per cell instead of 4 + 4: INT4 g32 asym reads 4.75 bits per weight instead of 6), set when the stored
+  // scales are f16 that decode exactly to `scales` (not NF4's double quantization, not NVFP4's global scale).
+  // They point into the QuantizedMatrix, which every weight holding this plan keeps alive. Null otherwise.
   const uint16_t* scales_f16 = nullptr;  // [grid.rows, gcols] binary16 bits
   const uint8_t* zeros_u8 = nullptr;     // [grid.rows, gcols] (asymmetric INT)
   // [grid.rows, gcols] MXFP4 / MX E2M1: the stored exponents (none 0 or 255)
   const kern::E8m0Cell* scales_e8m0 = nullptr;
-  // NVFP4: the stored E4M3 cells and the factor 2^8 / global_scale the products over them are multiplied by (one
-  // rounding more than the FP32 table, whose cells are e4m3 / global: not the same bits, within the tolerance).
+  // NVFP4: the stored E4M3 cells and the factor 2^8 / global_scale the products over them are multiplied by
+  // (one rounding more than the FP32 table, whose cells are e4m3 / global: not the same bits, within the
+  // tolerance).
   const kern::E4m3Cell* scales_e4m3 = nullptr;
   float e4m3_post = 1.0f;
 
-  // Built on the first INT8-activation prefill of a per-channel symmetric INT8 weight (int8_tile()); a repacked
-  // copy of the codes, so it is counted here once it exists.
+  // Built on the first INT8-activation prefill of a per-channel symmetric INT8 weight (int8_tile()); a
+  // repacked copy of the codes, so it is counted here once it exists.
   mutable std::shared_ptr<const Int8Tile> tile;
-  // The same weight laid out for AMX-INT8 tiles, built instead of `tile` when the AMX kernel serves the prefill.
+  // The same weight laid out for AMX-INT8 tiles, built instead of `tile` when the AMX kernel serves the
+  // prefill.
   mutable std::shared_ptr<const AmxInt8Pack> amx;
   // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 repacked at load (prepare_weight); serves every
   // product of the weight on AVX-512, so the GGUF rows themselves are then only read for embedding lookups
@@ -205,21 +216,23 @@ struct KernelPlan {
   std::shared_ptr<const KPack> kpack;
   // A load-time pack serves this (GGUF) weight's products.
   bool load_pack() const { return qblk || kpack; }
-  // Byte route on a CPU with the Avx512Bf16 tier, lane-compatible groups and every code value exact in BF16: the
-  // byte16 decode kernel's table (built with the plan, so no product rebuilds it).
+  // Byte route on a CPU with the Avx512Bf16 tier, lane-compatible groups and every code value exact in BF16:
+  // the byte16 decode kernel's table (built with the plan, so no product rebuilds it).
   std::shared_ptr<const kern::Byte16Lut> byte16;
 
   size_t bytes() const {
     return (scales.size() + zeros.size() + lut.size()) * sizeof(float) + (tile ? tile->bytes() : 0) +
-           (amx ? amx->bytes() : 0) +
-           (qblk ? qblk->bytes() : 0) + (kpack ? kpack->bytes() : 0) + (byte16 ? sizeof(kern::Byte16Lut) : 0);
+           (amx ? amx->bytes() : 0) + (qblk ? qblk->bytes() : 0) + (kpack ? kpack->bytes() : 0) +
+           (byte16 ? sizeof(kern::Byte16Lut) : 0);
   }
   const float* scale_row(int64_t r) const { return scales.data() + (r / row_block) * gcols; }
-  const float* zero_row(int64_t r) const { return zeros.empty() ? nullptr : zeros.data() + (r / row_block) * gcols; }
+  const float* zero_row(int64_t r) const {
+    return zeros.empty() ? nullptr : zeros.data() + (r / row_block) * gcols;
+  }
 };
 
-// repack: build the load-time repacked layout where one exists (QBlkPack); false for tables that are only read
-// row by row (an untied embedding).
+// repack: build the load-time repacked layout where one exists (QBlkPack); false for tables that are only
+// read row by row (an untied embedding).
 std::shared_ptr<const KernelPlan> build_kernel_plan(const WeightMatrix& w, bool repack = true);
 const KernelPlan& kernel_plan(const WeightMatrix& w);  // w.plan, or a cached plan built on first use
 
@@ -261,9 +274,9 @@ float nib_dot_avx512(const uint8_t* row, int64_t cols, int64_t group, const floa
                      const float* lut16, const float* x);
 float byte_dot_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                       ByteDec dec, const float* x);
-// Activations of one token for a lane-major decode kernel: act [padded cols] in the kernel's layout (float for
-// nib, BF16 bits for nib16 / byte16), zero-padded; gsum [ceil(cols/group)] the token's sum over each scale group
-// (asymmetric weights only, else null).
+// Activations of one token for a lane-major decode kernel: act [padded cols] in the kernel's layout (float
+// for nib, BF16 bits for nib16 / byte16), zero-padded; gsum [ceil(cols/group)] the token's sum over each
+// scale group (asymmetric weights only, else null).
 template <typename E>
 struct LaneX {
   const E* act = nullptr;
@@ -274,19 +287,22 @@ struct LaneX {
 using NibX = LaneX<float>;
 // gsum[j] = the token's sum over scale group j (x[cols], groups of `group`), in double: z_g s_g X_g cancels
 // against the float sum of u * x, so X_g must not add a float-order error that grows with the group size
-// (per-channel groups are a whole row). bf16: sum the BF16-rounded values the BF16-activation kernels multiply.
+// (per-channel groups are a whole row). bf16: sum the BF16-rounded values the BF16-activation kernels
+// multiply.
 void group_sums(const float* x, int64_t cols, int64_t group, bool bf16, float* gsum);
 bool nib_lanes_ok(int64_t group, int64_t cols);  // every 8-element lane inside one group, regular per chunk
 int64_t nib_padded(int64_t cols);
 void nib_layout(const float* x, int64_t cols, int64_t group, float* xp, float* gsum);
-// y[t*ystride + i] = row i . x[t] for i < nr, t < T; rows[i], s[i], z[i] (z[i] all null for sym): row i's codes,
-// scale and zero cells.
-void nib_gemv_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int64_t cols,
-                     int64_t group, const float* lut16, int T, const NibX* x, float* y, int64_t ystride);
+// y[t*ystride + i] = row i . x[t] for i < nr, t < T; rows[i], s[i], z[i] (z[i] all null for sym): row i's
+// codes, scale and zero cells.
+void nib_gemv_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                     int64_t cols, int64_t group, const float* lut16, int T, const NibX* x, float* y,
+                     int64_t ystride);
 void nib_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                     const float* lut16, float* out);
 // The same GEMV with BF16 activations on the Avx512Bf16 tier (matmul_avx512bf16.cpp, where the layouts are
-// described): act [nib_padded(cols)] rounded to BF16 in the kernel's pair layout, gsum summing the BF16 values.
+// described): act [nib_padded(cols)] rounded to BF16 in the kernel's pair layout, gsum summing the BF16
+// values.
 using Bf16X = LaneX<uint16_t>;
 // The 16-entry value table as BF16 (round to nearest even), twice (32 entries, the vpermw table). Exact for
 // INT4 and E2M1; NF4's values round by up to 2^-9 relative (nib16_table_exact; matmul_weight_row is the
@@ -301,12 +317,12 @@ void nib16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, flo
 // 8-bit codes (byte route) with BF16 activations on the same tier: a 256-entry BF16 table as low / high byte
 // planes; act [byte16_padded(cols)] in the kernel's layout, gsum as above (asym INT8).
 int64_t byte16_padded(int64_t cols);
-bool byte16_lanes_ok(int64_t group, int64_t cols);  // per-channel, groups of 16 / 32 / k*64
+bool byte16_lanes_ok(int64_t group, int64_t cols);          // per-channel, groups of 16 / 32 / k*64
 bool byte16_make_lut(const float* lut256, Byte16Lut& out);  // false when a value is not exact in BF16
 void byte16_layout(const float* x, int64_t cols, int64_t group, uint16_t* xb, float* gsum);
 void byte16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
-                            int64_t cols, int64_t group, const Byte16Lut& lut, int T, const Bf16X* x, float* y,
-                            int64_t ystride);
+                            int64_t cols, int64_t group, const Byte16Lut& lut, int T, const Bf16X* x,
+                            float* y, int64_t ystride);
 // An INT2 / INT3 row (bits 2 / 3) in the 4-bit nib layout: out [ceil(cols / 128) * 64] bytes, byte m = code
 // 2m | code 2m + 1 << 4 (the BF16 prefill tile's input for these formats); a 6-bit row (FP6) as one code per
 // byte: out [ceil(cols / 64) * 64] (the byte16 kernels' input).
@@ -322,9 +338,9 @@ void nib16_gemv_avx512bf16(int nr, const uint8_t* const* rows, const S* const* s
 void byte_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                      ByteDec dec, float* out);
 // Weight-only prefill with BF16 activations (matmul_avx512bf16_tile.cpp): y[t*ystride + i] = row i . x[t] for
-// nr <= 16 rows and T tokens. Exactly one of nib (4-bit codes) / byte (8-bit codes through the byte16 planes);
-// xb [T][xstride] the BF16-rounded activations zero-padded to an even count, gsum [T][groups] their group sums
-// (asymmetric weights: z[i] non-null). Groups must be even or span the row.
+// nr <= 16 rows and T tokens. Exactly one of nib (4-bit codes) / byte (8-bit codes through the byte16
+// planes); xb [T][xstride] the BF16-rounded activations zero-padded to an even count, gsum [T][groups] their
+// group sums (asymmetric weights: z[i] non-null). Groups must be even or span the row.
 void bf16_tile_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
                           int64_t cols, int64_t group, const Nib16Lut* nib, const Byte16Lut* byte,
                           const uint16_t* xb, int64_t xstride, const float* gsum, int T, float* y,
@@ -341,22 +357,23 @@ struct QxRow {
 int64_t qx_padded(int bits, int64_t cols);  // bytes of q per token
 int64_t qx_chunks(int bits, int64_t cols);  // chunks per token (16 lane sums each)
 void qx_layout_avx512(int bits, const int8_t* natural, int64_t cols, int8_t* q, int32_t* lanesum);
-// quantize_activation_row(INT8, x, n, 0, codes, scale) bit for bit, vectorized; int8_act_codes_avx512: the codes
-// for a given scale s > 0 (static activation scales).
+// quantize_activation_row(INT8, x, n, 0, codes, scale) bit for bit, vectorized; int8_act_codes_avx512: the
+// codes for a given scale s > 0 (static activation scales).
 void quantize_activation_int8_avx512(const float* x, int64_t n, int8_t* codes, float* scale);
 void int8_act_codes_avx512(const float* x, int64_t n, float s, int8_t* codes);
-// out[i] = rows[i] . x for nr rows (row i's codes, scale cells s[i], zero cells z[i], null for symmetric), four
-// rows at a time, the tail one by one.
-void vnni_rows_avx512(int bits, int nr, const uint8_t* const* rows, int64_t cols, int64_t group, const float* const* s,
-                      const float* const* z, const QxRow& x, float* out);
+// out[i] = rows[i] . x for nr rows (row i's codes, scale cells s[i], zero cells z[i], null for symmetric),
+// four rows at a time, the tail one by one.
+void vnni_rows_avx512(int bits, int nr, const uint8_t* const* rows, int64_t cols, int64_t group,
+                      const float* const* s, const float* const* z, const QxRow& x, float* out);
 
 // W8A8: per-channel INT8 codes -> the Int8Tile layout.
 void pack_int8_rows16(const uint8_t* codes, int64_t row_bytes, int64_t rows, int64_t cols, int8_t* out,
                       int32_t* rowsum);
 // y[t, r] for rows [r0, r1) (r0 a multiple of 16) and all T tokens: xu [T, ceil(cols/4)*4] activations + 128
 // (u8), sx [T] their scales, wscale [rows] the weight scales.
-void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const float* wscale, int64_t r0, int64_t r1,
-                           int64_t rows, int64_t cols, const uint8_t* xu, const float* sx, int64_t T, float* y);
+void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const float* wscale, int64_t r0,
+                           int64_t r1, int64_t rows, int64_t cols, const uint8_t* xu, const float* sx,
+                           int64_t T, float* y);
 // INT4 / INT8 codes (any group that is per-channel or a multiple of 4, sym or asym) with INT8 activations,
 // prefill (matmul_avx512_tile.cpp): nr <= 16 rows (codes, per-row scale / zero cells: zero null = symmetric
 // around zoff), xq [T, xstride] signed INT8 activations (xstride = cols rounded up to 64, zero padding),
@@ -376,35 +393,38 @@ void amx_w8a8_emulated(const AmxInt8Pack& pk, int64_t r0, int64_t r1, const int8
 // Activations in Q8 blocks of 32 for the QBlkPack kernel: q [T, cols] int8, dx [T, cols/32] block scales, xo
 // [T, cols/32] = -offset * (sum of the block's codes), the weight offset folded in exactly.
 // y[t, r] for rows [r0, r1) (r0 a multiple of 16), all T tokens.
-void qblk_gemm_avx512(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* xo,
-                      int64_t T, float* y);
+void qblk_gemm_avx512(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
+                      const int32_t* xo, int64_t T, float* y);
 // The same kernel on one 16-row block held elsewhere (base: pack_qblk_block's output for rows r..r+nr-1 of a
 // weight whose outputs have row stride ystride).
 void qblk_block_gemm_avx512(const QBlkPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q,
                             const float* dx, const int32_t* xo, int64_t T, float* y, int64_t ystride);
-// The KPack kernel: q [T, cols] int8 Q8 blocks of 32, dx [T, cols/32] their scales, s16 [T, cols/16] the sums of
-// the codes per 16 columns. y[t, r] for rows [r0, r1) (r0 a multiple of 16), all T tokens.
-void kpack_gemm_avx512(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx, const int32_t* s16,
-                       int64_t T, float* y);
+// The KPack kernel: q [T, cols] int8 Q8 blocks of 32, dx [T, cols/32] their scales, s16 [T, cols/16] the sums
+// of the codes per 16 columns. y[t, r] for rows [r0, r1) (r0 a multiple of 16), all T tokens.
+void kpack_gemm_avx512(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
+                       const int32_t* s16, int64_t T, float* y);
 // The same kernel on one 16-row block held elsewhere (base: pack_kpack_block's output for rows r..r+nr-1; the
 // output row stride is p.rows).
-void kpack_block_gemm_avx512(const KPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q, const float* dx,
-                             const int32_t* s16, int64_t T, float* y);
+void kpack_block_gemm_avx512(const KPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q,
+                             const float* dx, const int32_t* s16, int64_t T, float* y);
 // quantize_q8_blocks (kernels/matmul.h) with AVX-512: the same float operations, so bit-identical.
 void quantize_q8_blocks_avx512(const float* x, int64_t n, int8_t* q, float* d);
-// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows as stored (weights without a QBlkPack) against activations quantized
-// to Q8 blocks of 32 (qx int8, dx one scale per block).
+// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows as stored (weights without a QBlkPack) against activations
+// quantized to Q8 blocks of 32 (qx int8, dx one scale per block).
 float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx);
-// The same, the row read as one stream with enough independent work for long rows (Q4_0: four blocks per zmm).
+// The same, the row read as one stream with enough independent work for long rows (Q4_0: four blocks per
+// zmm).
 float ggml_q8_dot1_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx);
 // The same for four Q4_0 (ggml type 2) or Q8_0 (8) rows at once: out[i] = rows[i] . x.
-void ggml_q8_dot4_avx512(int ggml_type, const uint8_t* const* rows, int64_t cols, const int8_t* qx, const float* dx,
-                         float* out);
+void ggml_q8_dot4_avx512(int ggml_type, const uint8_t* const* rows, int64_t cols, const int8_t* qx,
+                         const float* dx, float* out);
 
-// GGUF k-quants (matmul_avx512_k.cpp) against the same Q8 blocks of 32, re-laid out per token by ggml_k_prep_x:
-// qk[cols] int8 codes in the order the kernel loads them, xk[cols / 256 * ggml_k_xk_floats] per-super-block
-// float factors (activation scales and code sums for the min / offset terms).
-inline bool ggml_k_supported(int ggml_type) { return ggml_type >= 10 && ggml_type <= 14; }  // Q2_K .. Q6_K
+// GGUF k-quants (matmul_avx512_k.cpp) against the same Q8 blocks of 32, re-laid out per token by
+// ggml_k_prep_x: qk[cols] int8 codes in the order the kernel loads them, xk[cols / 256 * ggml_k_xk_floats]
+// per-super-block float factors (activation scales and code sums for the min / offset terms).
+inline bool ggml_k_supported(int ggml_type) {
+  return ggml_type >= 10 && ggml_type <= 14;
+}  // Q2_K .. Q6_K
 inline int64_t ggml_k_xk_floats(int ggml_type) {
   return ggml_type == ggml::Q4_K || ggml_type == ggml::Q5_K ? 16 : 32;
 }

@@ -133,7 +133,7 @@ void pack_kpack_block(const KPack& p, const uint8_t* const* rows, int nr, uint8_
                      : t == ggml::Q5_K ? kQ5KBytes
                                        : kQ6KBytes;
   std::memset(base, 0, static_cast<size_t>(nsb * p.sb_bytes));  // padding rows: code 0, scale 0
-  uint8_t u[256], sc[8] = {}, m[8] = {};  // sc, m: Q4_K / Q5_K only
+  uint8_t u[256], sc[8] = {}, m[8] = {};                        // sc, m: Q4_K / Q5_K only
   for (int lr = 0; lr < nr; ++lr) {
     for (int64_t s = 0; s < nsb; ++s) {
       const uint8_t* blk = rows[lr] + s * bb;
@@ -181,7 +181,8 @@ void pack_kpack_block(const KPack& p, const uint8_t* const* rows, int nr, uint8_
         q6k_unpack(blk, u);
       for (int k = 0; k < 32; ++k)
         for (int j = 0; j < 4; ++j)
-          reg[chunk_off(t, k) + 4 * lr + j] = static_cast<uint8_t>((u[8 * k + j] & 15) | (u[8 * k + 4 + j] & 15) << 4);
+          reg[chunk_off(t, k) + 4 * lr + j] =
+              static_cast<uint8_t>((u[8 * k + j] & 15) | (u[8 * k + 4 + j] & 15) << 4);
       if (t != ggml::Q6_K) {
         uint8_t* sb = reg;  // the scale block
         std::memcpy(sb + kD + 2 * lr, blk, 2);
@@ -216,7 +217,8 @@ std::shared_ptr<const KPack> build_kpack(int t, const uint8_t* data, int64_t row
                                          int64_t cols) {
   if (!kpack_supported(t, cols)) return nullptr;
   const KPack layout = kpack_layout(t, rows, cols);
-  return kern::build_row_pack(layout, data, row_bytes, rows, cols / 256 * layout.sb_bytes, 8, pack_kpack_block);
+  return kern::build_row_pack(layout, data, row_bytes, rows, cols / 256 * layout.sb_bytes, 8,
+                              pack_kpack_block);
 }
 
 void kpack_row_f32(const KPack& p, int64_t r, float* out) {

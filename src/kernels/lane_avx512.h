@@ -33,9 +33,9 @@ struct LaneGeom {
 
 // chunk: elements per chunk (one 64-byte load of codes); lane_first(l): the first element of lane l inside
 // its chunk (every element of the lane is in the same group as that one).
-// Kernels call this per block of rows, so the last geometry is kept per thread and call site (the lane -> group
-// table costs 16 divisions for small groups; with reduce_add4 below, int4:g32:asym decode gained 6-9 % per core in
-// cache, docs/kernels.md).
+// Kernels call this per block of rows, so the last geometry is kept per thread and call site (the lane ->
+// group table costs 16 divisions for small groups; with reduce_add4 below, int4:g32:asym decode gained 6-9 %
+// per core in cache, docs/kernels.md).
 template <typename LaneFirst>
 LaneGeom lane_geom(int64_t cols, int64_t group, int64_t chunk, LaneFirst lane_first) {
   struct Last {
@@ -62,7 +62,8 @@ LaneGeom lane_geom(int64_t cols, int64_t group, int64_t chunk, LaneFirst lane_fi
 // 4-row tile over 896 columns runs only 7 chunks, so its epilogue counts).
 inline __m128 reduce_add4(__m512 a, __m512 b, __m512 c, __m512 d) {
   auto half = [](__m512 v) {
-    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    return _mm256_add_ps(_mm512_castps512_ps256(v),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
   };
   const __m256 ab = _mm256_hadd_ps(half(a), half(b)), cd = _mm256_hadd_ps(half(c), half(d));
   const __m256 abcd = _mm256_hadd_ps(ab, cd);  // lanes 0-3: partial sums of a, b, c, d; lanes 4-7 the rest
@@ -104,15 +105,21 @@ struct GroupWalk {
   }
 };
 
-// Cells as the kernels read them: the plan's FP32 tables, or the stored cells (KernelPlan::scales_f16 binary16,
-// scales_e8m0 powers of two, zeros_u8), each converted exactly. cells16: 16 cells (m: the valid ones); cell1: one.
-inline __m512 cells16(const float* c, __mmask16 m) { return _mm512_maskz_loadu_ps(m, c); }
-inline __m512 cells16(const uint16_t* c, __mmask16 m) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, c)); }
+// Cells as the kernels read them: the plan's FP32 tables, or the stored cells (KernelPlan::scales_f16
+// binary16, scales_e8m0 powers of two, zeros_u8), each converted exactly. cells16: 16 cells (m: the valid
+// ones); cell1: one.
+inline __m512 cells16(const float* c, __mmask16 m) {
+  return _mm512_maskz_loadu_ps(m, c);
+}
+inline __m512 cells16(const uint16_t* c, __mmask16 m) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, c));
+}
 inline __m512 cells16(const uint8_t* c, __mmask16 m) {
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, c)));
 }
-// The plan reads E8M0 / E4M3 cells only when none is special (KernelPlan::scales_e8m0 / scales_e4m3), so each takes
-// two or three operations instead of six or eight (MXFP4 / NVFP4 decode 5-11 % faster from DRAM, docs/kernels.md).
+// The plan reads E8M0 / E4M3 cells only when none is special (KernelPlan::scales_e8m0 / scales_e4m3), so each
+// takes two or three operations instead of six or eight (MXFP4 / NVFP4 decode 5-11 % faster from DRAM,
+// docs/kernels.md).
 inline __m512 cells16(const E8m0Cell* c, __mmask16 m) {
   // 2^(e-127) as FP32 bits e << 23 (e in 1..254).
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, c)), 23));
@@ -121,14 +128,20 @@ inline __m512 cells16(const E4m3Cell* c, __mmask16 m) {
   // The binary16 with bits c << 7 (c in 0..0x7E: sign clear, not NaN) is e4m3(c) / 2^8.
   return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, c)), 7));
 }
-inline float cell1(const float* c) { return *c; }
+inline float cell1(const float* c) {
+  return *c;
+}
 inline float cell1(const uint16_t* c) {
   uint16_t h;  // the cells are bytes of a QuantizedMatrix: read, do not alias
   std::memcpy(&h, c, sizeof h);
   return _cvtsh_ss(h);
 }
-inline float cell1(const E8m0Cell* c) { return _mm512_cvtss_f32(cells16(c, 1)); }
-inline float cell1(const E4m3Cell* c) { return _mm512_cvtss_f32(cells16(c, 1)); }
+inline float cell1(const E8m0Cell* c) {
+  return _mm512_cvtss_f32(cells16(c, 1));
+}
+inline float cell1(const E4m3Cell* c) {
+  return _mm512_cvtss_f32(cells16(c, 1));
+}
 
 // Per-lane values of chunk c from a row's per-group cells [g.gcols] (scales, zero points).
 template <typename S>

@@ -20,9 +20,12 @@
 namespace lowbit {
 
 void weight_row_f32(const WeightMatrix& w, int64_t r, float* out) {
-  const uint8_t* row = w.kind == WeightKind::Quant ? nullptr : w.data + static_cast<size_t>(r) * w.row_bytes();
+  const uint8_t* row =
+      w.kind == WeightKind::Quant ? nullptr : w.data + static_cast<size_t>(r) * w.row_bytes();
   switch (w.kind) {
-    case WeightKind::F32: std::memcpy(out, row, w.cols * 4); return;
+    case WeightKind::F32:
+      std::memcpy(out, row, w.cols * 4);
+      return;
     case WeightKind::F16:
       for (int64_t i = 0; i < w.cols; ++i) {
         uint16_t h;
@@ -37,8 +40,12 @@ void weight_row_f32(const WeightMatrix& w, int64_t r, float* out) {
         out[i] = bf16_to_f32(h);
       }
       return;
-    case WeightKind::Ggml: dequantize_row_ggml(w.ggml_type, row, out, w.cols); return;
-    case WeightKind::Quant: dequantize_row(*w.q, r, out); return;
+    case WeightKind::Ggml:
+      dequantize_row_ggml(w.ggml_type, row, out, w.cols);
+      return;
+    case WeightKind::Quant:
+      dequantize_row(*w.q, r, out);
+      return;
   }
   fail("kernels", "no dequantizer for weight format " + w.format_name());
 }
@@ -139,9 +146,12 @@ float dot_isa(Isa isa, const float* a, const float* b, int64_t n) {
   switch (isa) {
     case Isa::Avx512:
     case Isa::Avx512Bf16:
-    case Isa::Amx: return kern::dot_f32_avx512(a, b, n);
-    case Isa::Avx2: return kern::dot_f32_avx2(a, b, n);
-    case Isa::Generic: break;
+    case Isa::Amx:
+      return kern::dot_f32_avx512(a, b, n);
+    case Isa::Avx2:
+      return kern::dot_f32_avx2(a, b, n);
+    case Isa::Generic:
+      break;
   }
   return kern::dot_f32_generic(a, b, n);
 }
@@ -170,54 +180,65 @@ void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
   const double work = static_cast<double>(w.nbytes()) * static_cast<double>(T);
   const bool direct = w.kind == WeightKind::F32;
   if (isa >= Isa::Avx512 && T >= kPrefillTokens) {
-    for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
-      float* buf = tls_floats(static_cast<size_t>(kRowBlock * cols)).data();
-      for (int64_t r = r0; r < r1; ++r) {
-        float* out = buf + (r - r0) * cols;
-        const uint8_t* row = row_ptr(w, r);
-        if (p.route == Route::Nib)
-          kern::nib_deq_avx512(row, cols, p.group, p.scale_row(r), p.zero_row(r), p.lut.data(), out);
-        else if (p.route == Route::Byte)
-          kern::byte_deq_avx512(row, cols, p.group, p.scale_row(r), p.zero_row(r), p.byte_dec, out);
-        else
-          deq_row_plan(w, p, r, out);
-      }
-      kern::gemm_rows_f32_avx512(buf, r1 - r0, cols, x, T, y + r0, rows);
-    }, work);
+    for_row_blocks(
+        rows,
+        [&](int64_t r0, int64_t r1) {
+          float* buf = tls_floats(static_cast<size_t>(kRowBlock * cols)).data();
+          for (int64_t r = r0; r < r1; ++r) {
+            float* out = buf + (r - r0) * cols;
+            const uint8_t* row = row_ptr(w, r);
+            if (p.route == Route::Nib)
+              kern::nib_deq_avx512(row, cols, p.group, p.scale_row(r), p.zero_row(r), p.lut.data(), out);
+            else if (p.route == Route::Byte)
+              kern::byte_deq_avx512(row, cols, p.group, p.scale_row(r), p.zero_row(r), p.byte_dec, out);
+            else
+              deq_row_plan(w, p, r, out);
+          }
+          kern::gemm_rows_f32_avx512(buf, r1 - r0, cols, x, T, y + r0, rows);
+        },
+        work);
     return;
   }
-  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
-    float* buf = tls_floats(static_cast<size_t>(cols)).data();
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* wr = buf;
-      if (direct) wr = reinterpret_cast<const float*>(row_ptr(w, r));
-      else deq_row_plan(w, p, r, buf);
-      for (int64_t t = 0; t < T; ++t) y[t * rows + r] = dot_isa(isa, wr, x + t * cols, cols);
-    }
-  }, work);
+  for_row_blocks(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        float* buf = tls_floats(static_cast<size_t>(cols)).data();
+        for (int64_t r = r0; r < r1; ++r) {
+          const float* wr = buf;
+          if (direct)
+            wr = reinterpret_cast<const float*>(row_ptr(w, r));
+          else
+            deq_row_plan(w, p, r, buf);
+          for (int64_t t = 0; t < T; ++t) y[t * rows + r] = dot_isa(isa, wr, x + t * cols, cols);
+        }
+      },
+      work);
 }
 
-// fn(nr, rows, scales, zeros, r0) for each block of rows of a nib / byte route weight, in parallel: the block's
-// row codes, scale cells and zero cells as pointer arrays, the kernels' input. scales / zeros: the cell arrays
-// [grid.rows, gcols] the kernel reads (the plan's FP32 tables, or the stored cells); zeros null for symmetric
-// weights.
+// fn(nr, rows, scales, zeros, r0) for each block of rows of a nib / byte route weight, in parallel: the
+// block's row codes, scale cells and zero cells as pointer arrays, the kernels' input. scales / zeros: the
+// cell arrays [grid.rows, gcols] the kernel reads (the plan's FP32 tables, or the stored cells); zeros null
+// for symmetric weights.
 template <typename S, typename Z, typename Fn>
 void for_cell_row_blocks(const WeightMatrix& w, const KernelPlan& p, const S* scales, const Z* zeros,
                          double work_bytes, Fn&& fn) {
-  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) {
-    const uint8_t* rp[kRowBlock];
-    const S* sp[kRowBlock];
-    const Z* zp[kRowBlock];
-    // Scale cells by stepping (scale_row's division per row cost ~2 % of small models' decode).
-    int64_t cell = r0 / p.row_block, in_cell = r0 % p.row_block;
-    for (int64_t r = r0; r < r1; ++r) {
-      rp[r - r0] = row_ptr(w, r);
-      sp[r - r0] = scales + cell * p.gcols;
-      zp[r - r0] = zeros ? zeros + cell * p.gcols : nullptr;
-      if (++in_cell == p.row_block) in_cell = 0, ++cell;
-    }
-    fn(static_cast<int>(r1 - r0), rp, sp, zp, r0);
-  }, work_bytes);
+  for_row_blocks(
+      w.rows,
+      [&](int64_t r0, int64_t r1) {
+        const uint8_t* rp[kRowBlock];
+        const S* sp[kRowBlock];
+        const Z* zp[kRowBlock];
+        // Scale cells by stepping (scale_row's division per row cost ~2 % of small models' decode).
+        int64_t cell = r0 / p.row_block, in_cell = r0 % p.row_block;
+        for (int64_t r = r0; r < r1; ++r) {
+          rp[r - r0] = row_ptr(w, r);
+          sp[r - r0] = scales + cell * p.gcols;
+          zp[r - r0] = zeros ? zeros + cell * p.gcols : nullptr;
+          if (++in_cell == p.row_block) in_cell = 0, ++cell;
+        }
+        fn(static_cast<int>(r1 - r0), rp, sp, zp, r0);
+      },
+      work_bytes);
 }
 
 template <typename Fn>
@@ -227,14 +248,17 @@ void for_code_row_blocks(const WeightMatrix& w, const KernelPlan& p, double work
 }
 
 // Groups per row that need activation group sums (asymmetric weights), else 0.
-int64_t asym_groups(const KernelPlan& p, int64_t cols) { return p.zeros.empty() ? 0 : (cols + p.group - 1) / p.group; }
+int64_t asym_groups(const KernelPlan& p, int64_t cols) {
+  return p.zeros.empty() ? 0 : (cols + p.group - 1) / p.group;
+}
 
-// Decode on the lane kernels (nib, nib16, byte16): each token's activations laid out once in the kernel's lane
-// layout (act [pad] of E: float, or BF16 bits for the Avx512Bf16 tier's kernels; group sums for asymmetric
-// weights), then gemv(nr, rows, scales, zeros, LaneX<E>*, y) per block of rows.
+// Decode on the lane kernels (nib, nib16, byte16): each token's activations laid out once in the kernel's
+// lane layout (act [pad] of E: float, or BF16 bits for the Avx512Bf16 tier's kernels; group sums for
+// asymmetric weights), then gemv(nr, rows, scales, zeros, LaneX<E>*, y) per block of rows.
 template <typename E, typename Layout, typename Gemv, typename S = float, typename Z = float>
-void run_lane_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y, int64_t pad,
-                   Layout&& layout, Gemv&& gemv, const S* scales = nullptr, const Z* zeros = nullptr) {
+void run_lane_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y,
+                   int64_t pad, Layout&& layout, Gemv&& gemv, const S* scales = nullptr,
+                   const Z* zeros = nullptr) {
   const int64_t cols = w.cols;
   const int64_t ng = asym_groups(p, cols);
   thread_local std::vector<E> act;
@@ -248,11 +272,12 @@ void run_lane_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, i
     layout(x + t * cols, cols, p.group, act.data() + t * pad, gsum);
   }
   const double work = static_cast<double>(w.nbytes()) * static_cast<double>(T);
-  auto body = [&](int nr, const uint8_t* const* rp, const auto* const* sp, const auto* const* zp, int64_t r0) {
-    gemv(nr, rp, sp, zp, xr.data(), y + r0);
-  };
-  if (scales) for_cell_row_blocks(w, p, scales, zeros, work, body);
-  else for_code_row_blocks(w, p, work, body);
+  auto body = [&](int nr, const uint8_t* const* rp, const auto* const* sp, const auto* const* zp,
+                  int64_t r0) { gemv(nr, rp, sp, zp, xr.data(), y + r0); };
+  if (scales)
+    for_cell_row_blocks(w, p, scales, zeros, work, body);
+  else
+    for_code_row_blocks(w, p, work, body);
 }
 
 // Decode on the nib route: FP32 activations permuted into the nib lane layout (rows in tiles that share the
@@ -269,7 +294,8 @@ void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x,
                     const kern::Bf16X* xr, float* yb) {
       kern::nib16_gemv_avx512bf16(nr, rp, sp, zp, w.cols, p.group, p.bits, lut, nt, xr, yb, w.rows);
     };
-    if (p.scales_f16) return run_lane_gemv<uint16_t>(w, p, x, T, y, pad, kern::nib16_layout, gemv, p.scales_f16, p.zeros_u8);
+    if (p.scales_f16)
+      return run_lane_gemv<uint16_t>(w, p, x, T, y, pad, kern::nib16_layout, gemv, p.scales_f16, p.zeros_u8);
     if (p.scales_e8m0)
       return run_lane_gemv<uint16_t>(w, p, x, T, y, pad, kern::nib16_layout, gemv, p.scales_e8m0,
                                      static_cast<const float*>(nullptr));
@@ -288,7 +314,8 @@ void run_nib_gemv512(const WeightMatrix& w, const KernelPlan& p, const float* x,
   run_lane_gemv<float>(w, p, x, T, y, pad, kern::nib_layout,
                        [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
                            const kern::NibX* xr, float* yb) {
-                         kern::nib_gemv_avx512(nr, rp, sp, zp, w.cols, p.group, p.lut.data(), nt, xr, yb, w.rows);
+                         kern::nib_gemv_avx512(nr, rp, sp, zp, w.cols, p.group, p.lut.data(), nt, xr, yb,
+                                               w.rows);
                        });
 }
 
@@ -318,15 +345,16 @@ void run_fp6_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, in
 
 void run_byte16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   run_lane_gemv<uint16_t>(w, p, x, T, y, kern::byte16_padded(w.cols), kern::byte16_layout,
-                          [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
-                              const kern::Bf16X* xr, float* yb) {
+                          [&](int nr, const uint8_t* const* rp, const float* const* sp,
+                              const float* const* zp, const kern::Bf16X* xr, float* yb) {
                             kern::byte16_gemv_avx512bf16(nr, rp, sp, zp, w.cols, p.group, *p.byte16,
                                                          static_cast<int>(T), xr, yb, w.rows);
                           });
 }
 
 // Prefill on the BF16 tile: activations rounded to BF16 once (zero-padded to an even count; group sums of the
-// rounded values for asymmetric weights), then each block of 16 rows decoded once and multiplied by all tokens.
+// rounded values for asymmetric weights), then each block of 16 rows decoded once and multiplied by all
+// tokens.
 void run_bf16_tile(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols, xstride = (cols + 31) / 32 * 32;
   const int64_t ng = asym_groups(p, cols);
@@ -361,16 +389,20 @@ void run_bf16_tile(const WeightMatrix& w, const KernelPlan& p, const float* x, i
 // token.
 void run_code_dots512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols;
-  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* xt = x + t * cols;
-        y[t * rows + r] =
-            p.route == Route::Nib
-                ? kern::nib_dot_avx512(row_ptr(w, r), cols, p.group, p.scale_row(r), p.zero_row(r), p.lut.data(), xt)
-                : kern::byte_dot_avx512(row_ptr(w, r), cols, p.group, p.scale_row(r), p.zero_row(r), p.byte_dec, xt);
-      }
-  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+  for_row_blocks(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t r = r0; r < r1; ++r) {
+            const float* xt = x + t * cols;
+            y[t * rows + r] = p.route == Route::Nib
+                                  ? kern::nib_dot_avx512(row_ptr(w, r), cols, p.group, p.scale_row(r),
+                                                         p.zero_row(r), p.lut.data(), xt)
+                                  : kern::byte_dot_avx512(row_ptr(w, r), cols, p.group, p.scale_row(r),
+                                                          p.zero_row(r), p.byte_dec, xt);
+          }
+      },
+      static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
 void run_vnni512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
@@ -391,18 +423,19 @@ void run_vnni512(const WeightMatrix& w, const KernelPlan& p, const float* x, int
   const int8_t* qxp = qx.data();
   const int32_t* lsp = ls.data();
   const float* sxp = sx.data();
-  for_code_row_blocks(w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
-                      [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp,
-                          int64_t r0) {
-                        for (int64_t t = 0; t < T; ++t)
-                          kern::vnni_rows_avx512(bits, nr, rp, cols, p.group, sp, zp,
-                                                 {qxp + t * pad, lsp + t * nch * 16, sxp[t]}, y + t * rows + r0);
-                      });
+  for_code_row_blocks(
+      w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
+      [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp, int64_t r0) {
+        for (int64_t t = 0; t < T; ++t)
+          kern::vnni_rows_avx512(bits, nr, rp, cols, p.group, sp, zp,
+                                 {qxp + t * pad, lsp + t * nch * 16, sxp[t]}, y + t * rows + r0);
+      });
 }
 
-// W8A8 prefill: activations quantized per token as the decode route does, then the register-tiled VNNI kernel.
-void run_vnni_tile512(const WeightMatrix& w, const KernelPlan& p, const Int8Tile& tile, const float* x, int64_t T,
-                      float* y) {
+// W8A8 prefill: activations quantized per token as the decode route does, then the register-tiled VNNI
+// kernel.
+void run_vnni_tile512(const WeightMatrix& w, const KernelPlan& p, const Int8Tile& tile, const float* x,
+                      int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols, xs = (cols + 3) / 4 * 4;
   thread_local std::vector<int8_t> nat;
   thread_local std::vector<uint8_t> xu;
@@ -417,10 +450,13 @@ void run_vnni_tile512(const WeightMatrix& w, const KernelPlan& p, const Int8Tile
   }
   const uint8_t* xp = xu.data();
   const float* sxp = sx.data();
-  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
-    kern::vnni_tile_int8_avx512(tile.packed.data(), tile.rowsum.data(), p.scales.data(), r0, r1, rows, cols, xp, sxp,
-                                T, y);
-  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+  for_row_blocks(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        kern::vnni_tile_int8_avx512(tile.packed.data(), tile.rowsum.data(), p.scales.data(), r0, r1, rows,
+                                    cols, xp, sxp, T, y);
+      },
+      static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
 void run_vnni_block512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
@@ -450,8 +486,8 @@ void run_vnni_block512(const WeightMatrix& w, const KernelPlan& p, const float* 
 }
 
 // W8A8 prefill on AMX-INT8 tiles (amx_tiles.h): the same activation quantization; signed codes, no offset.
-void run_amx_w8a8(const WeightMatrix& w, const KernelPlan& p, const AmxInt8Pack& pk, const float* x, int64_t T,
-                  float* y, bool hardware) {
+void run_amx_w8a8(const WeightMatrix& w, const KernelPlan& p, const AmxInt8Pack& pk, const float* x,
+                  int64_t T, float* y, bool hardware) {
   const int64_t rows = w.rows, cols = w.cols, tp = (T + 15) / 16 * 16;
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> sx;
@@ -460,14 +496,20 @@ void run_amx_w8a8(const WeightMatrix& w, const KernelPlan& p, const AmxInt8Pack&
   for (int64_t t = 0; t < T; ++t) quantize_activation_int8(w, x + t * cols, xq.data() + t * pk.kp, &sx[t]);
   const int8_t* xp = xq.data();
   const float* sxp = sx.data();
-  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
-    if (hardware) kern::amx_w8a8_tiles(pk, r0, r1, xp, sxp, p.scales.data(), T, y);
-    else kern::amx_w8a8_emulated(pk, r0, r1, xp, sxp, p.scales.data(), T, y);
-  }, static_cast<double>(w.nbytes()) * static_cast<double>(T), 2 * kRowBlock);  // the kernel's 2 x 2 tile blocking
+  for_row_blocks(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        if (hardware)
+          kern::amx_w8a8_tiles(pk, r0, r1, xp, sxp, p.scales.data(), T, y);
+        else
+          kern::amx_w8a8_emulated(pk, r0, r1, xp, sxp, p.scales.data(), T, y);
+      },
+      static_cast<double>(w.nbytes()) * static_cast<double>(T),
+      2 * kRowBlock);  // the kernel's 2 x 2 tile blocking
 }
 
-// Activations of the load-time packs: per token Q8 blocks of 32 (q [T, cols], dx [T, cols/32]) and the sums of
-// the codes per `width` columns (sums [T, cols/width]). Thread-local buffers, valid until the next call.
+// Activations of the load-time packs: per token Q8 blocks of 32 (q [T, cols], dx [T, cols/32]) and the sums
+// of the codes per `width` columns (sums [T, cols/width]). Thread-local buffers, valid until the next call.
 struct Q8Acts {
   const int8_t* q;
   const float* dx;
@@ -496,8 +538,9 @@ Q8Acts q8_acts(const float* x, int64_t T, int64_t cols, int64_t width) {
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 with a load-time QBlkPack, decode and prefill:
 // activations rounded to Q8 blocks of 32 (as llama.cpp does), each block's code sum times the weight offset
 // folded into the integer accumulator.
-// The QBlkPack kernel's activations: q8_acts with each block's sum turned into the integer accumulator's start
-// (see qblk_gemm_avx512: -offset * sum, or the sum itself for the types with a min). pk: the pack or its layout.
+// The QBlkPack kernel's activations: q8_acts with each block's sum turned into the integer accumulator's
+// start (see qblk_gemm_avx512: -offset * sum, or the sum itself for the types with a min). pk: the pack or
+// its layout.
 Q8Acts qblk_acts(const QBlkPack& pk, const float* x, int64_t T, int64_t cols) {
   const Q8Acts a = q8_acts(x, T, cols, 32);
   if (!pk.min_bytes)
@@ -507,8 +550,9 @@ Q8Acts qblk_acts(const QBlkPack& pk, const float* x, int64_t T, int64_t cols) {
 
 void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int64_t T, float* y) {
   const Q8Acts a = qblk_acts(pk, x, T, w.cols);
-  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) { kern::qblk_gemm_avx512(pk, r0, r1, a.q, a.dx, a.sums, T, y); },
-                 static_cast<double>(pk.bytes()) * static_cast<double>(T));
+  for_row_blocks(
+      w.rows, [&](int64_t r0, int64_t r1) { kern::qblk_gemm_avx512(pk, r0, r1, a.q, a.dx, a.sums, T, y); },
+      static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
 // 64-byte aligned per-thread scratch of at least n bytes.
@@ -521,21 +565,26 @@ uint8_t* tls_aligned(size_t n) {
 // For each 16-row block: the block's rows packed into per-thread scratch of block_bytes, then multiplied.
 // pack(rows, nr, base); gemm(base, r0, nr).
 template <typename Pack, typename Gemm>
-void for_packed_row_blocks(const WeightMatrix& w, size_t block_bytes, double work_bytes, Pack&& pack, Gemm&& gemm) {
-  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) {
-    uint8_t* base = tls_aligned(block_bytes);
-    const uint8_t* rp[kRowBlock];
-    for (int64_t r = r0; r < r1; ++r) rp[r - r0] = row_ptr(w, r);
-    pack(rp, static_cast<int>(r1 - r0), base);
-    gemm(base, r0, static_cast<int>(r1 - r0));
-  }, work_bytes);
+void for_packed_row_blocks(const WeightMatrix& w, size_t block_bytes, double work_bytes, Pack&& pack,
+                           Gemm&& gemm) {
+  for_row_blocks(
+      w.rows,
+      [&](int64_t r0, int64_t r1) {
+        uint8_t* base = tls_aligned(block_bytes);
+        const uint8_t* rp[kRowBlock];
+        for (int64_t r = r0; r < r1; ++r) rp[r - r0] = row_ptr(w, r);
+        pack(rp, static_cast<int>(r1 - r0), base);
+        gemm(base, r0, static_cast<int>(r1 - r0));
+      },
+      work_bytes);
 }
 
 void run_kpack_transient(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   const KPack meta = kpack_layout(p.ggml_type, w.rows, w.cols);
   const Q8Acts a = q8_acts(x, T, w.cols, 16);
   for_packed_row_blocks(
-      w, static_cast<size_t>(w.cols / 256 * meta.sb_bytes), static_cast<double>(w.nbytes()) * static_cast<double>(T),
+      w, static_cast<size_t>(w.cols / 256 * meta.sb_bytes),
+      static_cast<double>(w.nbytes()) * static_cast<double>(T),
       [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_kpack_block(meta, rp, nr, base); },
       [&](const uint8_t* base, int64_t r0, int nr) {
         kern::kpack_block_gemm_avx512(meta, base, r0, nr, a.q, a.dx, a.sums, T, y);
@@ -546,25 +595,29 @@ void run_qblk_transient(const WeightMatrix& w, const KernelPlan& p, const float*
   const QBlkPack meta = qblk_layout(p.ggml_type, w.rows, w.cols);
   const Q8Acts a = qblk_acts(meta, x, T, w.cols);
   for_packed_row_blocks(
-      w, static_cast<size_t>(w.cols / 32 * meta.block_bytes), static_cast<double>(w.nbytes()) * static_cast<double>(T),
+      w, static_cast<size_t>(w.cols / 32 * meta.block_bytes),
+      static_cast<double>(w.nbytes()) * static_cast<double>(T),
       [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_qblk_block(meta, rp, nr, base); },
       [&](const uint8_t* base, int64_t r0, int nr) {
         kern::qblk_block_gemm_avx512(meta, base, r0, nr, a.q, a.dx, a.sums, T, y, w.rows);
       });
 }
 
-// GGUF Q4_K / Q5_K / Q6_K with a load-time KPack, decode and prefill: the same Q8 blocks of 32, plus per-16 code sums.
+// GGUF Q4_K / Q5_K / Q6_K with a load-time KPack, decode and prefill: the same Q8 blocks of 32, plus per-16
+// code sums.
 void run_kpack512(const WeightMatrix& w, const KPack& pk, const float* x, int64_t T, float* y) {
   const Q8Acts a = q8_acts(x, T, w.cols, 16);
-  for_row_blocks(w.rows, [&](int64_t r0, int64_t r1) { kern::kpack_gemm_avx512(pk, r0, r1, a.q, a.dx, a.sums, T, y); },
-                 static_cast<double>(pk.bytes()) * static_cast<double>(T));
+  for_row_blocks(
+      w.rows, [&](int64_t r0, int64_t r1) { kern::kpack_gemm_avx512(pk, r0, r1, a.q, a.dx, a.sums, T, y); },
+      static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
 void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols, nb = cols / 32;
   const int type = p.ggml_type;
-  // Per token: int8 codes (Q8 blocks of 32) and per-block floats: the block scales (Q4_0/Q8_0), or the k-quant
-  // kernels' per-super-block factors (same rounding, codes re-laid out for their loads; see ggml_k_prep_x).
+  // Per token: int8 codes (Q8 blocks of 32) and per-block floats: the block scales (Q4_0/Q8_0), or the
+  // k-quant kernels' per-super-block factors (same rounding, codes re-laid out for their loads; see
+  // ggml_k_prep_x).
   const bool kq = kern::ggml_k_supported(type);
   const int64_t nf = kq ? cols / 256 * kern::ggml_k_xk_floats(type) : nb;
   thread_local std::vector<int8_t> qx;
@@ -572,31 +625,37 @@ void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x,
   qx.resize(static_cast<size_t>(T * cols));
   dx.resize(static_cast<size_t>(T * nf));
   for (int64_t t = 0; t < T; ++t) {
-    if (kq) kern::ggml_k_prep_x(type, x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nf);
-    else kern::quantize_q8_blocks_avx512(x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nf);
+    if (kq)
+      kern::ggml_k_prep_x(type, x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nf);
+    else
+      kern::quantize_q8_blocks_avx512(x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nf);
   }
   const int8_t* qxp = qx.data();
   const float* dxp = dx.data();
   // Q4_0, Q8_0: four rows per call, or long rows one after another (kern::kSeqRowBytes).
   const bool long_rows = static_cast<int64_t>(w.row_bytes()) > kern::kSeqRowBytes;
   const bool four = (type == ggml::Q4_0 || type == ggml::Q8_0) && !long_rows;
-  for_row_blocks(rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t t = 0; t < T; ++t) {
-      int64_t r = r0;
-      if (four)
-        for (; r + 4 <= r1; r += 4) {
-          const uint8_t* rp[4] = {row_ptr(w, r), row_ptr(w, r + 1), row_ptr(w, r + 2), row_ptr(w, r + 3)};
-          float o[4];
-          kern::ggml_q8_dot4_avx512(type, rp, cols, qxp + t * cols, dxp + t * nf, o);
-          for (int i = 0; i < 4; ++i) y[t * rows + r + i] = o[i];
+  for_row_blocks(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t t = 0; t < T; ++t) {
+          int64_t r = r0;
+          if (four)
+            for (; r + 4 <= r1; r += 4) {
+              const uint8_t* rp[4] = {row_ptr(w, r), row_ptr(w, r + 1), row_ptr(w, r + 2), row_ptr(w, r + 3)};
+              float o[4];
+              kern::ggml_q8_dot4_avx512(type, rp, cols, qxp + t * cols, dxp + t * nf, o);
+              for (int i = 0; i < 4; ++i) y[t * rows + r + i] = o[i];
+            }
+          for (; r < r1; ++r)
+            y[t * rows + r] =
+                kq ? kern::ggml_k_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
+                : long_rows
+                    ? kern::ggml_q8_dot1_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
+                    : kern::ggml_q8_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf);
         }
-      for (; r < r1; ++r)
-        y[t * rows + r] =
-            kq          ? kern::ggml_k_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
-            : long_rows ? kern::ggml_q8_dot1_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
-                        : kern::ggml_q8_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf);
-    }
-  }, static_cast<double>(w.nbytes()) * static_cast<double>(T));
+      },
+      static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
 }  // namespace
@@ -656,15 +715,20 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   }
 }
 
-float dot_f32(const float* a, const float* b, int64_t n) { return dot_isa(kernel_isa(), a, b, n); }
+float dot_f32(const float* a, const float* b, int64_t n) {
+  return dot_isa(kernel_isa(), a, b, n);
+}
 
 void widen_f16(const uint16_t* h, float* out, int64_t n) {
   switch (kernel_isa()) {
     case Isa::Avx512:
     case Isa::Avx512Bf16:
-    case Isa::Amx: return kern::widen_f16_avx512(h, out, n);
-    case Isa::Avx2: return kern::widen_f16_avx2(h, out, n);
-    case Isa::Generic: break;
+    case Isa::Amx:
+      return kern::widen_f16_avx512(h, out, n);
+    case Isa::Avx2:
+      return kern::widen_f16_avx2(h, out, n);
+    case Isa::Generic:
+      break;
   }
   kern::widen_f16_generic(h, out, n);
 }
@@ -684,9 +748,12 @@ void axpy_f32(float a, const float* x, float* y, int64_t n) {
   switch (kernel_isa()) {
     case Isa::Avx512:
     case Isa::Avx512Bf16:
-    case Isa::Amx: return kern::axpy_f32_avx512(a, x, y, n);
-    case Isa::Avx2: return kern::axpy_f32_avx2(a, x, y, n);
-    case Isa::Generic: break;
+    case Isa::Amx:
+      return kern::axpy_f32_avx512(a, x, y, n);
+    case Isa::Avx2:
+      return kern::axpy_f32_avx2(a, x, y, n);
+    case Isa::Generic:
+      break;
   }
   kern::axpy_f32_generic(a, x, y, n);
 }

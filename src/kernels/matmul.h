@@ -1,24 +1,27 @@
 // Matrix products with the weight in its storage format. y[t, :] = W · x[t, :] for t in [0, T).
 //   x: [T, cols] float32 (row stride cols), y: [T, rows] float32 (row stride rows).
-// The kernel is picked per weight from the ISA tier chosen once at start-up (kernels/dispatch.h) and the weight's
-// kernel plan (kernels/kernel_plan.h); every kernel is tested against matmul_reference on every ISA tier.
-// Dequantization is fused: a kernel never widens more than one row block of the matrix.
+// The kernel is picked per weight from the ISA tier chosen once at start-up (kernels/dispatch.h) and the
+// weight's kernel plan (kernels/kernel_plan.h); every kernel is tested against matmul_reference on every ISA
+// tier. Dequantization is fused: a kernel never widens more than one row block of the matrix.
 //
 // Activation routes (WeightMatrix::act_format):
 //   F32            weight-only: float activations.
-//   INT8           x is quantized per token (symmetric, absmax/127, or act_static_scale when > 0) and multiplied
-//                  as integers (AVX-512 VNNI) where the weight codes are INT4/INT8; otherwise emulated exactly.
-//   E4M3FN / E5M2 / FNUZ   x is quantized per token to FP8 and dequantized, then a float product (exact emulation).
+//   INT8           x is quantized per token (symmetric, absmax/127, or act_static_scale when > 0) and
+//   multiplied
+//                  as integers (AVX-512 VNNI) where the weight codes are INT4/INT8; otherwise emulated
+//                  exactly.
+//   E4M3FN / E5M2 / FNUZ   x is quantized per token to FP8 and dequantized, then a float product (exact
+//   emulation).
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q2_K .. Q6_K weights on AVX-512 additionally quantize activations
-// to Q8 blocks of 32 (like llama.cpp; its k-quant kernels use one scale per 256 instead) in decode (T < 4), and in
-// prefill too where a pack serves it (load-time, or per call for the QBlkPack / KPack types held as rows): results
-// then differ from matmul_reference by that rounding (see quantize_q8_blocks, matmul_rounds_to_q8 and
-// docs/kernels.md). From T = 4 tokens on, W8A8 and those GGUF weights run integer register tiles (W8A8 from 16
-// tokens on AMX-INT8 tiles on the Amx tier), the weight-only 4- / 8-bit formats the BF16 tile on the Avx512Bf16
-// tier, every other format dequantize-row-block + dense F32 tiles.
-// Weight-only 4-bit (nib route: INT4, NF4, FP4, MXFP4, NVFP4) and 8-bit (byte route: INT8, FP8) weights on the
-// Avx512Bf16 tier round the activations to BF16 in decode and prefill: W4A16 / W8A16 with BF16 activations, products
-// exact, FP32 accumulation (matmul_rounds_to_bf16, docs/kernels.md).
+// to Q8 blocks of 32 (like llama.cpp; its k-quant kernels use one scale per 256 instead) in decode (T < 4),
+// and in prefill too where a pack serves it (load-time, or per call for the QBlkPack / KPack types held as
+// rows): results then differ from matmul_reference by that rounding (see quantize_q8_blocks,
+// matmul_rounds_to_q8 and docs/kernels.md). From T = 4 tokens on, W8A8 and those GGUF weights run integer
+// register tiles (W8A8 from 16 tokens on AMX-INT8 tiles on the Amx tier), the weight-only 4- / 8-bit formats
+// the BF16 tile on the Avx512Bf16 tier, every other format dequantize-row-block + dense F32 tiles.
+// Weight-only 4-bit (nib route: INT4, NF4, FP4, MXFP4, NVFP4) and 8-bit (byte route: INT8, FP8) weights on
+// the Avx512Bf16 tier round the activations to BF16 in decode and prefill: W4A16 / W8A16 with BF16
+// activations, products exact, FP32 accumulation (matmul_rounds_to_bf16, docs/kernels.md).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -60,8 +63,8 @@ KernelChoice select_kernel(const WeightMatrix& w, int64_t T);
 const char* kernel_short_name(Kernel k);  // "nib16", "bf16tile", ... (the parts of matmul_kernel_name)
 
 void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y);
-// Plain scalar reference: applies the activation route to x (quantize_activations), widens each row to float32
-// and accumulates in double. The test oracle.
+// Plain scalar reference: applies the activation route to x (quantize_activations), widens each row to
+// float32 and accumulates in double. The test oracle.
 void matmul_reference(const WeightMatrix& w, const float* x, int64_t T, float* y);
 // Widens row r of w to float32 (out[cols]).
 void weight_row_f32(const WeightMatrix& w, int64_t r, float* out);
@@ -84,29 +87,29 @@ void quantize_q8_blocks(const float* x, int64_t n, int8_t* q, float* d);
 // True when matmul(w, ., T, .) rounds activations to Q8 blocks (the GGUF types above on AVX-512: decode, and
 // prefill for weights repacked at load).
 bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T);
-// True when matmul(w, ., T, .) rounds activations to BF16 (round to nearest even; nib / byte route decode on the
-// Avx512Bf16 tier).
+// True when matmul(w, ., T, .) rounds activations to BF16 (round to nearest even; nib / byte route decode on
+// the Avx512Bf16 tier).
 bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T);
 // Row r of w as matmul(w, ., T, .) multiplies it: weight_row_f32, except where the kernel rounds the format's
 // value table to BF16 (NF4 when matmul_rounds_to_bf16): bf16(value) * scale. The tests' oracle.
 void matmul_weight_row(const WeightMatrix& w, int64_t T, int64_t r, float* out);
 // Test seam: run the AMX W8A8 prefill kernel on a scalar model of the tile unit (kernels/amx_tiles.h) on CPUs
-// without AMX (from the Avx512 tier on), so its packing and tile loops are tested everywhere. Process-wide; off
-// by default; not for use while another thread is inside matmul().
+// without AMX (from the Avx512 tier on), so its packing and tile loops are tested everywhere. Process-wide;
+// off by default; not for use while another thread is inside matmul().
 void set_amx_emulation(bool on);
 // Dot product of two float vectors with the current ISA tier (used by attention).
 float dot_f32(const float* a, const float* b, int64_t n);
 // out[n] = F16 / BF16 values h[n] widened to float (bit-exact; F16C / AVX-512 where available).
 void widen_f16(const uint16_t* h, float* out, int64_t n);
 void widen_bf16(const uint16_t* h, float* out, int64_t n);
-// out[i] = value(codes[i]) * scale for FP8 E4M3FN (e4m3) or E5M2 codes, equal to the formats library's decode times
-// scale (NaN codes give a NaN).
+// out[i] = value(codes[i]) * scale for FP8 E4M3FN (e4m3) or E5M2 codes, equal to the formats library's decode
+// times scale (NaN codes give a NaN).
 void widen_fp8(const uint8_t* codes, bool e4m3, float scale, float* out, int64_t n);
 // y[n] += a * x[n] with the current ISA tier (attention's value accumulation).
 void axpy_f32(float a, const float* x, float* y, int64_t n);
-// The gated MLP's activation: g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i]. AVX-512: a polynomial
-// exp (relative error ~1e-7, kernels/exp_avx512.h) instead of libm's scalar expf, which cost ~5 % of a small
-// model's decode step (117 K calls per token on a 0.5B shape) and more in prefill. NaN stays NaN.
+// The gated MLP's activation: g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i]. AVX-512: a
+// polynomial exp (relative error ~1e-7, kernels/exp_avx512.h) instead of libm's scalar expf, which cost ~5 %
+// of a small model's decode step (117 K calls per token on a 0.5B shape) and more in prefill. NaN stays NaN.
 void silu_mul_f32(float* g, const float* u, int64_t n);
 
 }  // namespace lowbit

@@ -62,9 +62,10 @@ void tile(const uint8_t* w, size_t rb, int64_t cols, const float* x, int64_t r, 
     __m512 xv[NT];
     for (int b = 0; b < NT; ++b) xv[b] = _mm512_loadu_ps(x + (t + b) * cols + i);
     for (int a = 0; a < 4; ++a) {
-      // Token tails (T = 2, 3) stream the weights from DRAM once: software prefetch 4 KiB ahead in each row keeps
-      // more lines in flight than the hardware prefetcher does for four interleaved rows (+30 % when this tile
-      // served T = 1 too; 2 KiB gave +12 %, 8 KiB the same as 4 KiB). Prefetching past the end is harmless.
+      // Token tails (T = 2, 3) stream the weights from DRAM once: software prefetch 4 KiB ahead in each row
+      // keeps more lines in flight than the hardware prefetcher does for four interleaved rows (+30 % when
+      // this tile served T = 1 too; 2 KiB gave +12 %, 8 KiB the same as 4 KiB). Prefetching past the end is
+      // harmless.
       if constexpr (NT == 1) prefetch_far(rows[a] + kElemBytes<K> * i + 4096, l2);
       __m512 wv = load16<K>(rows[a], i);
       for (int b = 0; b < NT; ++b) acc[a][b] = _mm512_fmadd_ps(wv, xv[b], acc[a][b]);
@@ -83,11 +84,12 @@ void tile(const uint8_t* w, size_t rb, int64_t cols, const float* x, int64_t r, 
     for (int b = 0; b < NT; ++b) y[(t + b) * ystride + r + a] = _mm512_reduce_add_ps(acc[a][b]);
 }
 
-// BF16 decode: 32 weights per 64-byte load; the even elements are the low halves of the dwords (shift left 16),
-// the odd ones the high halves (mask), against activations split once into even/odd halves per 32 (xeo).
+// BF16 decode: 32 weights per 64-byte load; the even elements are the low halves of the dwords (shift left
+// 16), the odd ones the high halves (mask), against activations split once into even/odd halves per 32 (xeo).
 float row_dot_bf16eo(const uint8_t* row, int64_t cols, const float* xeo) {
   const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
+         a3 = _mm512_setzero_ps();
   int64_t i = 0;
   const bool l2 = prefetch_to_l2(2 * cols, 4 * cols);  // the row, FP32 activations (xeo)
   for (; i + 64 <= cols; i += 64) {
@@ -116,11 +118,13 @@ float row_dot_bf16eo(const uint8_t* row, int64_t cols, const float* xeo) {
 }
 
 // Decode (one token): one row at a time, so a thread reads its rows as one sequential stream. Streaming a
-// 151936 x 896 matrix from DRAM on one core: F32 13.5 -> 19-25 GB/s, BF16 10.3 -> 19-21 GB/s (with the even/odd
-// split below) against the 4-row tile, whose four interleaved row streams the prefetchers follow worse.
+// 151936 x 896 matrix from DRAM on one core: F32 13.5 -> 19-25 GB/s, BF16 10.3 -> 19-21 GB/s (with the
+// even/odd split below) against the 4-row tile, whose four interleaved row streams the prefetchers follow
+// worse.
 template <WeightKind K>
 float row_dot(const uint8_t* row, int64_t cols, const float* x) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
+         a3 = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 64 <= cols; i += 64) {
     a0 = _mm512_fmadd_ps(load16<K>(row, i), _mm512_loadu_ps(x + i), a0);
@@ -140,11 +144,13 @@ template <WeightKind K>
 void run(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   const size_t rb = w.row_bytes();
   const int64_t rows = w.rows, cols = w.cols;
-  // Parallel over row blocks; within a block, all tokens, so each weight row is read from memory once per call.
+  // Parallel over row blocks; within a block, all tokens, so each weight row is read from memory once per
+  // call.
   const int64_t rblock = 64;
   // Small products stay on the calling thread (waking the pool costs more than ~48 KiB of weight traffic).
   const int64_t nblocks = (rows + rblock - 1) / rblock;
-  const bool serial = static_cast<double>(rb) * static_cast<double>(rows) * static_cast<double>(T) < 48 * 1024;
+  const bool serial =
+      static_cast<double>(rb) * static_cast<double>(rows) * static_cast<double>(T) < 48 * 1024;
   thread_local std::vector<float> xeo_buf;
   const float* xeo = nullptr;
   if (K == WeightKind::BF16 && T == 1) {
@@ -182,7 +188,8 @@ void run(const WeightMatrix& w, const float* x, int64_t T, float* y) {
 
 namespace kern {
 float dot_f32_avx512(const float* a, const float* b, int64_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(),
+         a3 = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
     a0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), a0);
@@ -236,7 +243,8 @@ void axpy_f32_avx512(float a, const float* x, float* y, int64_t n) {
     _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
   if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    _mm512_mask_storeu_ps(
+        y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
   }
 }
 
@@ -258,10 +266,17 @@ void gemm_rows_f32_avx512(const float* w, int64_t nr, int64_t cols, const float*
 
 void matmul_dense_avx512(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   switch (w.kind) {
-    case WeightKind::F32: run<WeightKind::F32>(w, x, T, y); return;
-    case WeightKind::F16: run<WeightKind::F16>(w, x, T, y); return;
-    case WeightKind::BF16: run<WeightKind::BF16>(w, x, T, y); return;
-    default: return;
+    case WeightKind::F32:
+      run<WeightKind::F32>(w, x, T, y);
+      return;
+    case WeightKind::F16:
+      run<WeightKind::F16>(w, x, T, y);
+      return;
+    case WeightKind::BF16:
+      run<WeightKind::BF16>(w, x, T, y);
+      return;
+    default:
+      return;
   }
 }
 

@@ -1,20 +1,23 @@
-// GGUF k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) x activations rounded to Q8 blocks of 32, AVX-512 VNNI (decode, T < 4).
-// Compiled with -mavx512* -mavx512vnni; called only when the Avx512 tier is active (see dispatch.h).
+// GGUF k-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) x activations rounded to Q8 blocks of 32, AVX-512 VNNI
+// (decode, T < 4). Compiled with -mavx512* -mavx512vnni; called only when the Avx512 tier is active (see
+// dispatch.h).
 //
-// Activations: the same Q8 blocks of 32 as Q4_0/Q8_0 (quantize_q8_blocks: one FP32 scale dx per 32 values), so
-// the test oracle is the same Q8-rounded x (matmul_rounds_to_q8). Per-32 activation scales are finer than
-// llama.cpp's Q8_K (one scale per 256): the integer sums cannot be combined across sub-blocks before the float
-// step, so every 16-lane int32 vector gets its own float factor per lane (one vpermps + one FMA per 64 weights).
+// Activations: the same Q8 blocks of 32 as Q4_0/Q8_0 (quantize_q8_blocks: one FP32 scale dx per 32 values),
+// so the test oracle is the same Q8-rounded x (matmul_rounds_to_q8). Per-32 activation scales are finer than
+// llama.cpp's Q8_K (one scale per 256): the integer sums cannot be combined across sub-blocks before the
+// float step, so every 16-lane int32 vector gets its own float factor per lane (one vpermps + one FMA per 64
+// weights).
 //
 // Per token, ggml_k_prep_x lays the int8 codes out so that one 64-byte load meets one 64-byte load of weight
 // codes, and precomputes per super-block 16 (Q4_K/Q5_K) or 32 (Q6_K) floats used by the scale/min terms:
-//   Q4_K/Q5_K: [dx_j (j = 0..7 sub-blocks of 32), -dx_j * sum(q_j)]  -> y += d*sc_j*dx_j*<w,q> - dmin*m_j*dx_j*sum
-//   Q6_K:      [dx of sub-block i (i = 0..15 sub-blocks of 16), -32 * sum(q_i)] -> codes are stored + 32, so
+//   Q4_K/Q5_K: [dx_j (j = 0..7 sub-blocks of 32), -dx_j * sum(q_j)]  -> y += d*sc_j*dx_j*<w,q> -
+//   dmin*m_j*dx_j*sum Q6_K:      [dx of sub-block i (i = 0..15 sub-blocks of 16), -32 * sum(q_i)] -> codes
+//   are stored + 32, so
 //              y += d*sc_i*dx*(<u,q> - 32*sum(q_i)) with u = stored 6-bit code in [0, 63].
 //   Q3_K:      [dx_i, -4 * sum(q_i)]: u = low 2 bits + 4 * high bit in [0, 7], value u - 4, scale sc_i - 32.
 //   Q2_K:      [dx_i, -dx_i * sum(q_i)]: y += d*sc_i*dx_i*<u,q> - dmin*m_i*dx_i*sum(q_i), u in [0, 3].
-// Weight codes are unsigned (Q2_K 0..3, Q3_K 0..7, Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), which is what vpdpbusd
-// wants (u8 x s8).
+// Weight codes are unsigned (Q2_K 0..3, Q3_K 0..7, Q4_K 0..15, Q5_K 0..31, Q6_K 0..63), which is what
+// vpdpbusd wants (u8 x s8).
 #include <immintrin.h>
 
 #include <cstring>
@@ -44,7 +47,8 @@ inline __m128i k4_scales_mins(const uint8_t* q) {
 }
 
 inline __m512i lanes_from_halves(uint8_t a, uint8_t b) {
-  return _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(a)), _mm256_set1_epi8(static_cast<char>(b)), 1);
+  return _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(a)), _mm256_set1_epi8(static_cast<char>(b)),
+                            1);
 }
 
 // Adds `v` to the code bytes of u[k] whose bit t[k] is set in h (the Q3_K / Q5_K high bit of each code).
@@ -52,9 +56,9 @@ inline void add_high_bit(__m512i (&u)[4], __m512i h, const __m512i (&t)[4], __m5
   for (int k = 0; k < 4; ++k) u[k] = _mm512_mask_add_epi8(u[k], _mm512_test_epi8_mask(h, t[k]), u[k], v);
 }
 
-// The four int32 sums of a super-block (one vpdpbusd per 64 codes u[k] x activations q[64k..]), each lane scaled
-// by its sub-block's factor (f spread over the lanes with idx[k]), accumulated per k; m collects the min / offset
-// terms.
+// The four int32 sums of a super-block (one vpdpbusd per 64 codes u[k] x activations q[64k..]), each lane
+// scaled by its sub-block's factor (f spread over the lanes with idx[k]), accumulated per k; m collects the
+// min / offset terms.
 struct KAcc {
   __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   __m512 m = _mm512_setzero_ps();
@@ -65,15 +69,17 @@ struct KAcc {
     }
   }
   float sum() const {
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(_mm512_add_ps(a[2], a[3]), m)));
+    return _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(_mm512_add_ps(a[2], a[3]), m)));
   }
 };
 
 // Q4_K (kFive = false) and Q5_K (kFive = true). Super-block: d, dmin (f16), scales[12], [qh[32]], qs[128].
-// A 64-byte load of qs covers two 32-byte chunks c, c+1: its low nibbles are elements 64c+0..31 and 64(c+1)+0..31
-// (sub-blocks 2c, 2c+2), its high nibbles elements 64c+32.. and 64(c+1)+32.. (sub-blocks 2c+1, 2c+3); ggml_k_prep_x
-// orders the activation codes the same way. The 16 int32 lanes of one vpdpbusd are then 8 lanes of one sub-block
-// followed by 8 lanes of another, and vpermps spreads the 8 per-sub-block factors over them.
+// A 64-byte load of qs covers two 32-byte chunks c, c+1: its low nibbles are elements 64c+0..31 and
+// 64(c+1)+0..31 (sub-blocks 2c, 2c+2), its high nibbles elements 64c+32.. and 64(c+1)+32.. (sub-blocks 2c+1,
+// 2c+3); ggml_k_prep_x orders the activation codes the same way. The 16 int32 lanes of one vpdpbusd are then
+// 8 lanes of one sub-block followed by 8 lanes of another, and vpermps spreads the 8 per-sub-block factors
+// over them.
 template <bool kFive>
 float k4_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* xk) {
   constexpr int64_t kBytes = kFive ? 176 : 144, kQs = kFive ? 48 : 16;
@@ -95,15 +101,16 @@ float k4_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* xk
     const int8_t* q = qx + 256 * s;
     uint32_t dw;
     std::memcpy(&dw, p, 4);
-    // [d x8, dmin x8] * [sc_j x8, m_j x8] * [dx_j, -dx_j*sum_j]: lanes 0..7 scale each sub-block's integer dot,
-    // lanes 8..15 are the min terms themselves (accumulated under a mask).
-    const __m512 dd = _mm512_permutexvar_ps(idd, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dw)))));
+    // [d x8, dmin x8] * [sc_j x8, m_j x8] * [dx_j, -dx_j*sum_j]: lanes 0..7 scale each sub-block's integer
+    // dot, lanes 8..15 are the min terms themselves (accumulated under a mask).
+    const __m512 dd = _mm512_permutexvar_ps(
+        idd, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dw)))));
     const __m512 sm = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(k4_scales_mins(p + 4)));
     const __m512 f = _mm512_mul_ps(_mm512_mul_ps(sm, dd), _mm512_loadu_ps(xk + 16 * s));
     acc.m = _mm512_mask_add_ps(acc.m, 0xFF00, acc.m, f);
     const __m512i a = _mm512_loadu_si512(p + kQs), b = _mm512_loadu_si512(p + kQs + 64);
-    __m512i u[4] = {_mm512_and_si512(a, m4), _mm512_and_si512(_mm512_srli_epi16(a, 4), m4), _mm512_and_si512(b, m4),
-                    _mm512_and_si512(_mm512_srli_epi16(b, 4), m4)};
+    __m512i u[4] = {_mm512_and_si512(a, m4), _mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
+                    _mm512_and_si512(b, m4), _mm512_and_si512(_mm512_srli_epi16(b, 4), m4)};
     if constexpr (kFive)
       add_high_bit(u, _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16))),
                    {t0, t1, t2, t3}, b16);
@@ -112,11 +119,12 @@ float k4_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* xk
   return acc.sum();
 }
 
-// Q6_K. Super-block: ql[128], qh[64], scales[16] (int8), d (f16). Per half h (128 elements), a 64-byte load of
-// ql[64h..] gives elements 128h+0..63 in its low nibbles and 128h+64..127 in its high nibbles, both in natural
-// order; the 2 high bits come from the 32 bytes qh[32h..] (bits 0-1 / 2-3 for the low nibbles of bytes 0-31 /
-// 32-63, bits 4-5 / 6-7 for the high nibbles), moved to bit 4-5 with one per-half variable 16-bit shift (the masks
-// keep bits from crossing into the neighbouring byte). Sub-block i (16 elements, scale[i]) is 4 int32 lanes.
+// Q6_K. Super-block: ql[128], qh[64], scales[16] (int8), d (f16). Per half h (128 elements), a 64-byte load
+// of ql[64h..] gives elements 128h+0..63 in its low nibbles and 128h+64..127 in its high nibbles, both in
+// natural order; the 2 high bits come from the 32 bytes qh[32h..] (bits 0-1 / 2-3 for the low nibbles of
+// bytes 0-31 / 32-63, bits 4-5 / 6-7 for the high nibbles), moved to bit 4-5 with one per-half variable
+// 16-bit shift (the masks keep bits from crossing into the neighbouring byte). Sub-block i (16 elements,
+// scale[i]) is 4 int32 lanes.
 float q6k_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* xk) {
   const int64_t nsb = cols / 256;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -135,13 +143,15 @@ float q6k_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* x
     uint16_t dh;
     std::memcpy(&dh, p + 208, 2);
     const __m512 d = _mm512_set1_ps(_cvtsh_ss(dh));
-    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192))));
+    const __m512 sc =
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192))));
     const __m512 f = _mm512_mul_ps(_mm512_mul_ps(sc, d), _mm512_loadu_ps(xk + 32 * s));
     acc.m = _mm512_fmadd_ps(f, _mm512_loadu_ps(xk + 32 * s + 16), acc.m);
     __m512i u[4];
     for (int h = 0; h < 2; ++h) {
       const __m512i l = _mm512_loadu_si512(p + 64 * h);
-      const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h)));
+      const __m512i hb =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h)));
       u[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_sllv_epi16(_mm512_and_si512(hb, mlo), clo));
       u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
                                      _mm512_srlv_epi16(_mm512_and_si512(hb, mhi), chi));
@@ -155,10 +165,11 @@ float q6k_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* x
 // Q2_K (kQ3 = false) and Q3_K (kQ3 = true). Super-blocks (layouts in formats/ggml_q2_k.cpp, ggml_q3_k.cpp):
 //   Q2_K: scales[16] (low nibble scale, high nibble min), qs[64], d, dmin          84 bytes
 //   Q3_K: hmask[32], qs[64], scales[12] (6-bit, +32), d                           110 bytes
-// One 64-byte load of qs holds half 0 in bytes 0..31 and half 1 in bytes 32..63; step k (0..3) takes bits 2k..2k+1
-// of every byte: elements 32k + l (half 0) and 128 + 32k + l (half 1), l < 32, i.e. sub-blocks 2k, 2k+1 in lanes
-// 0..7 and 8 + 2k, 9 + 2k in lanes 8..15 of the vpdpbusd result. Q3_K's third bit is bit 4h + k of hmask[l],
-// tested on the 32 hmask bytes broadcast to both halves. ggml_k_prep_x orders the activation codes the same way.
+// One 64-byte load of qs holds half 0 in bytes 0..31 and half 1 in bytes 32..63; step k (0..3) takes bits
+// 2k..2k+1 of every byte: elements 32k + l (half 0) and 128 + 32k + l (half 1), l < 32, i.e. sub-blocks 2k,
+// 2k+1 in lanes 0..7 and 8 + 2k, 9 + 2k in lanes 8..15 of the vpdpbusd result. Q3_K's third bit is bit 4h + k
+// of hmask[l], tested on the 32 hmask bytes broadcast to both halves. ggml_k_prep_x orders the activation
+// codes the same way.
 template <bool kQ3>
 float k23_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* xk) {
   constexpr int64_t kBytes = kQ3 ? 110 : 84, kQs = kQ3 ? 32 : 16;
@@ -185,11 +196,11 @@ float k23_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* x
       std::memcpy(&b, p + 100, 4);
       std::memcpy(&c, p + 104, 4);
       constexpr uint32_t k4 = 0x0F0F0F0Fu, k2 = 0x03030303u;
-      const __m128i sc8 = _mm_sub_epi8(
-          _mm_set_epi32(static_cast<int>(((b >> 4) & k4) | ((c >> 6) & k2) << 4),
-                        static_cast<int>(((a >> 4) & k4) | ((c >> 4) & k2) << 4),
-                        static_cast<int>((b & k4) | ((c >> 2) & k2) << 4), static_cast<int>((a & k4) | (c & k2) << 4)),
-          _mm_set1_epi8(32));
+      const __m128i sc8 = _mm_sub_epi8(_mm_set_epi32(static_cast<int>(((b >> 4) & k4) | ((c >> 6) & k2) << 4),
+                                                     static_cast<int>(((a >> 4) & k4) | ((c >> 4) & k2) << 4),
+                                                     static_cast<int>((b & k4) | ((c >> 2) & k2) << 4),
+                                                     static_cast<int>((a & k4) | (c & k2) << 4)),
+                                       _mm_set1_epi8(32));
       const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8));
       f = _mm512_mul_ps(_mm512_mul_ps(sc, _mm512_set1_ps(_cvtsh_ss(dh))), _mm512_loadu_ps(xk + 32 * s));
       acc.m = _mm512_fmadd_ps(f, _mm512_loadu_ps(xk + 32 * s + 16), acc.m);  // -4 * sum(q_i) * factor
@@ -201,12 +212,14 @@ float k23_dot(const uint8_t* row, int64_t cols, const int8_t* qx, const float* x
       const __m512 sc = _mm512_cvtepi32_ps(_mm512_and_si512(sm, _mm512_set1_epi32(15)));
       const __m512 mn = _mm512_cvtepi32_ps(_mm512_srli_epi32(sm, 4));
       f = _mm512_mul_ps(_mm512_mul_ps(sc, _mm512_set1_ps(_cvtsh_ss(dh))), _mm512_loadu_ps(xk + 32 * s));
-      acc.m = _mm512_fmadd_ps(_mm512_mul_ps(mn, _mm512_set1_ps(_cvtsh_ss(mh))), _mm512_loadu_ps(xk + 32 * s + 16),
-                             acc.m);  // -dmin * m_i * dx_i * sum(q_i)
+      acc.m =
+          _mm512_fmadd_ps(_mm512_mul_ps(mn, _mm512_set1_ps(_cvtsh_ss(mh))), _mm512_loadu_ps(xk + 32 * s + 16),
+                          acc.m);  // -dmin * m_i * dx_i * sum(q_i)
     }
     const __m512i qs = _mm512_loadu_si512(p + kQs);
     __m512i u[4] = {_mm512_and_si512(qs, m3), _mm512_and_si512(_mm512_srli_epi16(qs, 2), m3),
-                    _mm512_and_si512(_mm512_srli_epi16(qs, 4), m3), _mm512_and_si512(_mm512_srli_epi16(qs, 6), m3)};
+                    _mm512_and_si512(_mm512_srli_epi16(qs, 4), m3),
+                    _mm512_and_si512(_mm512_srli_epi16(qs, 6), m3)};
     if constexpr (kQ3)
       add_high_bit(u, _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))),
                    {t0, t1, t2, t3}, b4);
@@ -252,7 +265,8 @@ void ggml_k_prep_x(int ggml_type, const float* x, int64_t cols, int8_t* qk, floa
       }
       continue;
     }
-    // Per 128 elements: [0..31, 64..95] meet the low nibbles of one 64-byte qs load, [32..63, 96..127] the high.
+    // Per 128 elements: [0..31, 64..95] meet the low nibbles of one 64-byte qs load, [32..63, 96..127] the
+    // high.
     for (int64_t h = 0; h < 256; h += 128) {
       const int8_t* src = qn.data() + base + h;
       int8_t* dst = qk + base + h;
@@ -278,7 +292,8 @@ float ggml_k_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const i
       return k23_dot<false>(row, cols, qk, xk);
     case ggml::Q3_K:
       return k23_dot<true>(row, cols, qk, xk);
-    default: return q6k_dot(row, cols, qk, xk);
+    default:
+      return q6k_dot(row, cols, qk, xk);
   }
 }
 

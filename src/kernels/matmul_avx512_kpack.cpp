@@ -188,8 +188,8 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
 
 }  // namespace
 
-void kpack_block_gemm_avx512(const KPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q, const float* dx,
-                             const int32_t* s16, int64_t T, float* y) {
+void kpack_block_gemm_avx512(const KPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q,
+                             const float* dx, const int32_t* s16, int64_t T, float* y) {
   const int64_t nsb = p.cols / 256;
   const auto m = static_cast<uint16_t>((1u << nr) - 1);
   for (int64_t t0 = 0; t0 < T; t0 += 8)
@@ -214,8 +214,8 @@ void kpack_gemm_avx512(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, 
                        const int32_t* s16, int64_t T, float* y) {
   const int64_t region = p.cols / 256 * p.sb_bytes;
   for (int64_t r = r0; r < r1; r += 16)
-    kpack_block_gemm_avx512(p, p.data.get() + (r / 16) * region, r, static_cast<int>(std::min<int64_t>(16, r1 - r)), q,
-                            dx, s16, T, y);
+    kpack_block_gemm_avx512(p, p.data.get() + (r / 16) * region, r,
+                            static_cast<int>(std::min<int64_t>(16, r1 - r)), q, dx, s16, T, y);
 }
 
 }  // namespace lowbit::kern

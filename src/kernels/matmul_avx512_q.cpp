@@ -7,7 +7,8 @@
 //        (and/shift/unpack) -> vpermps -> FMA with x; one scale multiply per group.
 //  byte: 8-bit codes. INT8 via sign-extend/convert; FP8 E4M3FN/E5M2 by moving the bits into an IEEE half and
 //        converting (E4M3FN: exact up to the 2^8 bias difference, folded into the group scale).
-//  vnni: INT4/INT8 weight codes (unsigned, offset-binary) x INT8 activation codes with vpdpbusd; the zero point
+//  vnni: INT4/INT8 weight codes (unsigned, offset-binary) x INT8 activation codes with vpdpbusd; the zero
+//  point
 //        is removed exactly in int32 with per-lane activation sums; int32 -> float once per chunk.
 //  q8:   GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows as stored x activations in Q8 blocks of 32 (llama.cpp's
 //        vec_dot_q4_0_q8_0 scheme), for weights without a load-time pack (matmul_avx512_qblk.cpp).
@@ -36,10 +37,11 @@ inline void nib32(const uint8_t* p, int64_t nbytes, __m512 lut, __m512& w0, __m5
   w1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi)), lut);
 }
 
-// 16 FP8 codes -> their IEEE halves. E5M2 is the top byte of a half. E4M3FN: t = code << 7 puts the magnitude in
-// the half's bits 7..13 and the sign in bit 14; adding bit 14 to itself carries it into bit 15 (3 operations
-// instead of and/shift/and/shift/or); the half is then the value times 2^-8 (exact, subnormals included) and its
-// NaN codes (0x7F / 0xFF) come out as finite numbers (callers that can meet them mask them).
+// 16 FP8 codes -> their IEEE halves. E5M2 is the top byte of a half. E4M3FN: t = code << 7 puts the magnitude
+// in the half's bits 7..13 and the sign in bit 14; adding bit 14 to itself carries it into bit 15 (3
+// operations instead of and/shift/and/shift/or); the half is then the value times 2^-8 (exact, subnormals
+// included) and its NaN codes (0x7F / 0xFF) come out as finite numbers (callers that can meet them mask
+// them).
 inline __m512 fp8x16(__m128i b, bool e4m3) {
   const __m256i h = _mm256_cvtepu8_epi16(b);
   if (!e4m3) return _mm512_cvtph_ps(_mm256_slli_epi16(h, 8));
@@ -49,16 +51,23 @@ inline __m512 fp8x16(__m128i b, bool e4m3) {
 
 // 16 code bytes (n valid) -> 16 floats in element units (E4M3: times 2^-8, see byte_scale).
 inline __m512 byte16(const uint8_t* p, int64_t n, ByteDec dec) {
-  const __m128i b = n >= 16 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)) : _mm_maskz_loadu_epi8(mask16(n), p);
+  const __m128i b =
+      n >= 16 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)) : _mm_maskz_loadu_epi8(mask16(n), p);
   switch (dec) {
-    case ByteDec::Int8Sym: return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_xor_si128(b, _mm_set1_epi8(-128))));
-    case ByteDec::Int8Asym: return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
-    case ByteDec::E4M3: return fp8x16(b, true);
-    case ByteDec::E5M2: return fp8x16(b, false);
+    case ByteDec::Int8Sym:
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_xor_si128(b, _mm_set1_epi8(-128))));
+    case ByteDec::Int8Asym:
+      return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
+    case ByteDec::E4M3:
+      return fp8x16(b, true);
+    case ByteDec::E5M2:
+      return fp8x16(b, false);
   }
   return _mm512_setzero_ps();
 }
-inline float byte_scale(ByteDec dec, float s) { return dec == ByteDec::E4M3 ? s * 256.0f : s; }
+inline float byte_scale(ByteDec dec, float s) {
+  return dec == ByteDec::E4M3 ? s * 256.0f : s;
+}
 
 }  // namespace
 
@@ -69,8 +78,9 @@ void widen_fp8_avx512(const uint8_t* codes, bool e4m3, float scale, float* out, 
     const __mmask16 m = mask16(n - i);
     const __m128i b = _mm_maskz_loadu_epi8(m, codes + i);
     __m512 v = _mm512_mul_ps(fp8x16(b, e4m3), vs);
-    if (e4m3) v = _mm512_mask_mov_ps(v, _mm_cmpeq_epi8_mask(_mm_and_si128(b, _mm_set1_epi8(0x7F)),
-                                                            _mm_set1_epi8(0x7F)), nan);
+    if (e4m3)
+      v = _mm512_mask_mov_ps(
+          v, _mm_cmpeq_epi8_mask(_mm_and_si128(b, _mm_set1_epi8(0x7F)), _mm_set1_epi8(0x7F)), nan);
     _mm512_mask_storeu_ps(out + i, m, v);
   }
 }
@@ -130,22 +140,24 @@ void nib_deq_avx512(const uint8_t* row, int64_t cols, int64_t group, const float
 //
 // A 128-element chunk of a code row is 64 bytes = one zmm. Dword lane l holds the codes of elements 8l..8l+7,
 // nibble k (bits 4k..4k+3) being element 8l+k. vpermps reads only the low 4 bits of each index, so
-// (codes >> 4k) is directly the LUT index vector of elements {8l+k}: one shift + one vpermps per 16 weights, no
-// unpack / zero-extend shuffles (nib32 needs three shuffles per 16). The activations are permuted once per token
-// to match (nib_layout). A lane never straddles a scale group (groups are multiples of 8), so per chunk the
-// 8 products are summed per lane and the lane's group scale is applied once: one vpermps of the chunk's scales
-// (groups < 128) or a broadcast (groups of k*128 / per-channel). Asymmetric INT4: the LUT holds u and
-// sum_i (u_i - z) s x_i = s sum_i u_i x_i - z s X_g with X_g the token's sum over the group (computed once per
-// token), so the zero points cost one short loop over the row's groups, nothing per chunk.
-// Rows share the activation loads; tokens share the decode.
+// (codes >> 4k) is directly the LUT index vector of elements {8l+k}: one shift + one vpermps per 16 weights,
+// no unpack / zero-extend shuffles (nib32 needs three shuffles per 16). The activations are permuted once per
+// token to match (nib_layout). A lane never straddles a scale group (groups are multiples of 8), so per chunk
+// the 8 products are summed per lane and the lane's group scale is applied once: one vpermps of the chunk's
+// scales (groups < 128) or a broadcast (groups of k*128 / per-channel). Asymmetric INT4: the LUT holds u and
+// sum_i (u_i - z) s x_i = s sum_i u_i x_i - z s X_g with X_g the token's sum over the group (computed once
+// per token), so the zero points cost one short loop over the row's groups, nothing per chunk. Rows share the
+// activation loads; tokens share the decode.
 
 namespace {
 
-// R rows x T tokens. Every loop over r / t / p is unrolled so the arrays live in zmm registers (rolled, GCC kept
-// them on the stack). Not inlined: one symbol per tile shape, so spills are easy to check in the object file.
+// R rows x T tokens. Every loop over r / t / p is unrolled so the arrays live in zmm registers (rolled, GCC
+// kept them on the stack). Not inlined: one symbol per tile shape, so spills are easy to check in the object
+// file.
 template <int R, int T>
 __attribute__((noinline)) void nib_tile(const LaneGeom& g, const uint8_t* const* rows, const float* const* s,
-                                        const float* const* z, __m512 lut, const NibX* x, float* y, int64_t ystride) {
+                                        const float* const* z, __m512 lut, const NibX* x, float* y,
+                                        int64_t ystride) {
   constexpr int P = R * T <= 4 ? 2 : 1;  // partial sums per (row, token): enough independent FMA chains
   __m512 acc[R][T];
 #pragma GCC unroll 4
@@ -202,8 +214,8 @@ __attribute__((noinline)) void nib_tile(const LaneGeom& g, const uint8_t* const*
 
 // Rows in tiles of R, then the remainder in tiles of 2 and 1.
 template <int R, int T>
-void nib_rows(const LaneGeom& g, int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
-              __m512 lut, const NibX* x, float* y, int64_t ystride) {
+void nib_rows(const LaneGeom& g, int nr, const uint8_t* const* rows, const float* const* s,
+              const float* const* z, __m512 lut, const NibX* x, float* y, int64_t ystride) {
   int i = 0;
   for (; i + R <= nr; i += R) nib_tile<R, T>(g, rows + i, s + i, z + i, lut, x, y + i, ystride);
   if constexpr (R > 2)
@@ -217,7 +229,9 @@ bool nib_lanes_ok(int64_t group, int64_t cols) {
   return group >= cols || group % 128 == 0 || (128 % group == 0 && group % 8 == 0);
 }
 
-int64_t nib_padded(int64_t cols) { return (cols + 127) / 128 * 128; }
+int64_t nib_padded(int64_t cols) {
+  return (cols + 127) / 128 * 128;
+}
 
 void nib_layout(const float* x, int64_t cols, int64_t group, float* xp, float* gsum) {
   const int64_t nch = nib_padded(cols) / 128;
@@ -230,17 +244,22 @@ void nib_layout(const float* x, int64_t cols, int64_t group, float* xp, float* g
   if (gsum) group_sums(x, cols, group, false, gsum);
 }
 
-void nib_gemv_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int64_t cols,
-                     int64_t group, const float* lut16, int T, const NibX* x, float* y, int64_t ystride) {
+void nib_gemv_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                     int64_t cols, int64_t group, const float* lut16, int T, const NibX* x, float* y,
+                     int64_t ystride) {
   const LaneGeom g = nib_lane_geom(cols, group);
   const __m512 lut = _mm512_loadu_ps(lut16);
   switch (T) {
-    case 1: return nib_rows<4, 1>(g, nr, rows, s, z, lut, x, y, ystride);
-    case 2: return nib_rows<4, 2>(g, nr, rows, s, z, lut, x, y, ystride);
-    case 3: return nib_rows<4, 3>(g, nr, rows, s, z, lut, x, y, ystride);
+    case 1:
+      return nib_rows<4, 1>(g, nr, rows, s, z, lut, x, y, ystride);
+    case 2:
+      return nib_rows<4, 2>(g, nr, rows, s, z, lut, x, y, ystride);
+    case 3:
+      return nib_rows<4, 3>(g, nr, rows, s, z, lut, x, y, ystride);
     default:
-      for (int t = 0; t < T; t += 3) nib_gemv_avx512(nr, rows, s, z, cols, group, lut16, std::min(3, T - t), x + t,
-                                                     y + t * ystride, ystride);
+      for (int t = 0; t < T; t += 3)
+        nib_gemv_avx512(nr, rows, s, z, cols, group, lut16, std::min(3, T - t), x + t, y + t * ystride,
+                        ystride);
   }
 }
 
@@ -294,12 +313,14 @@ int64_t qx_padded(int bits, int64_t cols) {
   const int64_t ch = bits == 4 ? 128 : 64;
   return (cols + ch - 1) / ch * ch;
 }
-int64_t qx_chunks(int bits, int64_t cols) { return qx_padded(bits, cols) / (bits == 4 ? 128 : 64); }
+int64_t qx_chunks(int bits, int64_t cols) {
+  return qx_padded(bits, cols) / (bits == 4 ? 128 : 64);
+}
 
-// INT8 activation codes with AVX-512, the scalar definitions' float operations lane by lane (quantize_activation_row:
-// nearbyint(x / s) clamped to +-127, NaN -> 0, +-inf -> +-127), so bit-identical to them (tested). The decode
-// quantizes one token per call on the calling thread: per 4864 columns ~26 us through libm's fmax / nearbyint,
-// ~13 % of a W8A8 ffn_down call in cache (perf).
+// INT8 activation codes with AVX-512, the scalar definitions' float operations lane by lane
+// (quantize_activation_row: nearbyint(x / s) clamped to +-127, NaN -> 0, +-inf -> +-127), so bit-identical to
+// them (tested). The decode quantizes one token per call on the calling thread: per 4864 columns ~26 us
+// through libm's fmax / nearbyint, ~13 % of a W8A8 ffn_down call in cache (perf).
 void int8_act_codes_avx512(const float* x, int64_t n, float s, int8_t* codes) {
   const __m512 sv = _mm512_set1_ps(s), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
   for (int64_t i = 0; i < n; i += 16) {
@@ -320,7 +341,8 @@ void quantize_activation_int8_avx512(const float* x, int64_t n, int8_t* codes, f
     const __mmask16 m = mask16(n - i);
     const __m512i a = _mm512_and_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(m, x + i)), abs_bits);
     nan |= _mm512_mask_cmpgt_epi32_mask(m, a, inf_bits);
-    amax = _mm512_mask_max_ps(amax, _mm512_mask_cmplt_epi32_mask(m, a, inf_bits), amax, _mm512_castsi512_ps(a));
+    amax =
+        _mm512_mask_max_ps(amax, _mm512_mask_cmplt_epi32_mask(m, a, inf_bits), amax, _mm512_castsi512_ps(a));
   }
   const float s = _mm512_reduce_max_ps(amax) / 127.0f;
   *scale = nan ? std::numeric_limits<float>::quiet_NaN() : s;
@@ -352,9 +374,9 @@ void qx_layout_avx512(int bits, const int8_t* nat, int64_t cols, int8_t* q, int3
 
 namespace {
 
-// R rows at once (R = 4: the rows share each activation load and lane-sum load, give the core four independent
-// chains, and are prefetched in address order: the rows are consecutive in memory, and read interleaved they
-// defeat the hardware prefetcher). Each row's sum is formed in the same order for any R.
+// R rows at once (R = 4: the rows share each activation load and lane-sum load, give the core four
+// independent chains, and are prefetched in address order: the rows are consecutive in memory, and read
+// interleaved they defeat the hardware prefetcher). Each row's sum is formed in the same order for any R.
 template <int R>
 void vnni_rows_r(int bits, const uint8_t* const* rows, int64_t cols, int64_t group, const float* const* s,
                  const float* const* z, const QxRow& x, float* out) {
@@ -387,8 +409,11 @@ void vnni_rows_r(int bits, const uint8_t* const* rows, int64_t cols, int64_t gro
         isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), b, x0);
       }
       // Remove the zero point (stored zero, or the 2^(bits-1) offset of symmetric codes) exactly in int32.
-      if (z[i]) isum = _mm512_sub_epi32(isum, _mm512_mullo_epi32(_mm512_cvtps_epi32(chunk_cells(g, z[i], c, gw)), ls));
-      else isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(ls, zshift));
+      if (z[i])
+        isum =
+            _mm512_sub_epi32(isum, _mm512_mullo_epi32(_mm512_cvtps_epi32(chunk_cells(g, z[i], c, gw)), ls));
+      else
+        isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(ls, zshift));
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), chunk_cells(g, s[i], c, gw), acc[i]);
     }
   }
@@ -397,10 +422,11 @@ void vnni_rows_r(int bits, const uint8_t* const* rows, int64_t cols, int64_t gro
 
 }  // namespace
 
-void vnni_rows_avx512(int bits, int nr, const uint8_t* const* rows, int64_t cols, int64_t group, const float* const* s,
-                      const float* const* z, const QxRow& x, float* out) {
+void vnni_rows_avx512(int bits, int nr, const uint8_t* const* rows, int64_t cols, int64_t group,
+                      const float* const* s, const float* const* z, const QxRow& x, float* out) {
   int i = 0;
-  // Long rows one after another (kSeqRowBytes); one accumulator chain per row either way, so the sums are the same.
+  // Long rows one after another (kSeqRowBytes); one accumulator chain per row either way, so the sums are the
+  // same.
   if (cols * bits / 8 <= kSeqRowBytes)
     for (; i + 4 <= nr; i += 4) vnni_rows_r<4>(bits, rows + i, cols, group, s + i, z + i, x, out + i);
   for (; i < nr; ++i) vnni_rows_r<1>(bits, rows + i, cols, group, s + i, z + i, x, out + i);
@@ -421,19 +447,23 @@ float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const 
       const __m128i lo = _mm_and_si128(v, m4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
       const __m256i wq = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
       const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + 32 * b));
-      const __m256i is = _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, wq, xq), _mm256_dpbusd_epi32(zero, eight, xq));
+      const __m256i is =
+          _mm256_sub_epi32(_mm256_dpbusd_epi32(zero, wq, xq), _mm256_dpbusd_epi32(zero, eight, xq));
       uint16_t h;
       std::memcpy(&h, p, 2);
       const __m256 d = _mm256_set1_ps(_cvtsh_ss(h) * dx[b]);
-      if (b & 1) acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc1);
-      else acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc0);
+      if (b & 1)
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc1);
+      else
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc0);
     }
   } else if (ggml_type == ggml::Q4_1 || ggml_type == ggml::Q5_0 || ggml_type == ggml::Q5_1) {
     // Q4_1: d, m (f16), qs[16]           x = d * q + m,        q = nibble
     // Q5_0: d (f16), qh[4], qs[16]       x = d * (q - 16),     q = nibble | high bit << 4
     // Q5_1: d, m (f16), qh[4], qs[16]    x = d * q + m
-    // Element j < 16 is the low nibble of qs[j], element j + 16 its high nibble; bit j of qh is element j's 5th bit.
-    // With x = dx * xq per block: sum_j w_j x_j = dx * (d * sum q*xq + m * sum xq)   (Q5_0: m = -16 d).
+    // Element j < 16 is the low nibble of qs[j], element j + 16 its high nibble; bit j of qh is element j's
+    // 5th bit. With x = dx * xq per block: sum_j w_j x_j = dx * (d * sum q*xq + m * sum xq)   (Q5_0: m = -16
+    // d).
     const bool has_m = ggml_type != ggml::Q5_0, has_h = ggml_type != ggml::Q4_1;
     const int64_t bs = ggml_type == ggml::Q4_1 ? 20 : ggml_type == ggml::Q5_0 ? 22 : 24;
     const int64_t qs_off = (has_m ? 4 : 2) + (has_h ? 4 : 0);
@@ -456,9 +486,12 @@ float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const 
       std::memcpy(&hd, p, 2);
       if (has_m) std::memcpy(&hm, p + 2, 2);
       const float d = _cvtsh_ss(hd), m = has_m ? _cvtsh_ss(hm) : -16.0f * d;
-      __m256 t = _mm256_fmadd_ps(qdot, _mm256_set1_ps(d * dx[b]), _mm256_mul_ps(xsum, _mm256_set1_ps(m * dx[b])));
-      if (b & 1) acc1 = _mm256_add_ps(acc1, t);
-      else acc0 = _mm256_add_ps(acc0, t);
+      __m256 t =
+          _mm256_fmadd_ps(qdot, _mm256_set1_ps(d * dx[b]), _mm256_mul_ps(xsum, _mm256_set1_ps(m * dx[b])));
+      if (b & 1)
+        acc1 = _mm256_add_ps(acc1, t);
+      else
+        acc0 = _mm256_add_ps(acc0, t);
     }
   } else {  // Q8_0: d (f16), qs[32] int8
     for (int64_t b = 0; b < nb; ++b) {
@@ -469,8 +502,10 @@ float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const 
       uint16_t h;
       std::memcpy(&h, p, 2);
       const __m256 d = _mm256_set1_ps(_cvtsh_ss(h) * dx[b]);
-      if (b & 1) acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc1);
-      else acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc0);
+      if (b & 1)
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc1);
+      else
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc0);
     }
   }
   const __m256 a = _mm256_add_ps(acc0, acc1);
@@ -481,8 +516,9 @@ float ggml_q8_dot_avx512(int ggml_type, const uint8_t* row, int64_t cols, const 
 }
 
 namespace {
-// Four Q4_0 blocks in one zmm (128-bit lane i: block i's 16 code bytes) against their activations' low (xl) and high
-// (xh) 16 elements: lane i's four partial sums of (q - 8) x as floats (the offset 8 * sum(x) removed in int32).
+// Four Q4_0 blocks in one zmm (128-bit lane i: block i's 16 code bytes) against their activations' low (xl)
+// and high (xh) 16 elements: lane i's four partial sums of (q - 8) x as floats (the offset 8 * sum(x) removed
+// in int32).
 inline __m512 q4_0_lane_sums(__m512i v, __m512i xl, __m512i xh) {
   const __m512i m4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
   const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
@@ -491,8 +527,8 @@ inline __m512 q4_0_lane_sums(__m512i v, __m512i xl, __m512i xh) {
   return _mm512_cvtepi32_ps(_mm512_sub_epi32(dot, off));
 }
 
-// The four blocks' codes (blk[i] + 2) as one zmm, and their f16 scales (blk[i]) times dx4 spread over each block's
-// lane (scalar loads: the integer ports are otherwise idle).
+// The four blocks' codes (blk[i] + 2) as one zmm, and their f16 scales (blk[i]) times dx4 spread over each
+// block's lane (scalar loads: the integer ports are otherwise idle).
 inline __m512i q4_0_lane_codes(const uint8_t* const* blk) {
   auto codes = [&](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[i] + 2)); };
   __m512i v = _mm512_castsi128_si512(codes(0));
@@ -509,9 +545,9 @@ inline __m512 q4_0_lane_scales(const uint8_t* const* blk, __m128 dx4) {
   return _mm512_permutexvar_ps(lane_of_block, _mm512_castps128_ps512(d4));
 }
 
-// Q4_0, four rows at once in one zmm: 128-bit lane i holds row i's 16 code bytes of block b, so one and / shift /
-// and yields the four rows' low (elements 0-15) and high (16-31) nibbles against a broadcast of the block's
-// activations; lane i's four int32 partial sums are row i's. ~32 operations per 4 rows x 32 weights
+// Q4_0, four rows at once in one zmm: 128-bit lane i holds row i's 16 code bytes of block b, so one and /
+// shift / and yields the four rows' low (elements 0-15) and high (16-31) nibbles against a broadcast of the
+// block's activations; lane i's four int32 partial sums are row i's. ~32 operations per 4 rows x 32 weights
 // against ~55 for four ymm rows side by side: the ymm kernel was compute-bound below the memory rate.
 void q4_0_dot4_zmm(const uint8_t* const* rows, int64_t nb, const int8_t* qx, const float* dx, float* out) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
@@ -523,22 +559,26 @@ void q4_0_dot4_zmm(const uint8_t* const* rows, int64_t nb, const int8_t* qx, con
     const int64_t o = 18 * b;
     const uint8_t* blk[4] = {rows[0] + o, rows[1] + o, rows[2] + o, rows[3] + o};
     const __m512i xl = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qx + 32 * b)));
-    const __m512i xh = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qx + 32 * b + 16)));
+    const __m512i xh =
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qx + 32 * b + 16)));
     const __m512 f = q4_0_lane_sums(q4_0_lane_codes(blk), xl, xh);
     const __m512 d = q4_0_lane_scales(blk, _mm_set1_ps(dx[b]));
-    if (b & 1) acc1 = _mm512_fmadd_ps(f, d, acc1);
-    else acc0 = _mm512_fmadd_ps(f, d, acc0);
+    if (b & 1)
+      acc1 = _mm512_fmadd_ps(f, d, acc1);
+    else
+      acc0 = _mm512_fmadd_ps(f, d, acc0);
   }
   // Each 128-bit lane's four floats summed, the lane sums gathered into out[0..3].
   __m512 a = _mm512_add_ps(acc0, acc1);
   a = _mm512_add_ps(a, _mm512_permute_ps(a, 0xB1));  // swap neighbours
   a = _mm512_add_ps(a, _mm512_permute_ps(a, 0x4E));  // swap pairs: every element holds its lane's sum
-  const __m512 first = _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), a);
+  const __m512 first =
+      _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), a);
   _mm_storeu_ps(out, _mm512_castps512_ps128(first));
 }
-// Q4_0, one row, four consecutive blocks in one zmm (128-bit lane i: block b + i), so the row is read as one stream
-// (long rows; see ggml_q8_dot4_avx512). The activations of the four blocks are regrouped into their low and high
-// 16 elements with two lane shuffles.
+// Q4_0, one row, four consecutive blocks in one zmm (128-bit lane i: block b + i), so the row is read as one
+// stream (long rows; see ggml_q8_dot4_avx512). The activations of the four blocks are regrouped into their
+// low and high 16 elements with two lane shuffles.
 float q4_0_dot1_zmm(const uint8_t* row, int64_t nb, const int8_t* qx, const float* dx) {
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   int64_t b = 0;
@@ -551,8 +591,10 @@ float q4_0_dot1_zmm(const uint8_t* row, int64_t nb, const int8_t* qx, const floa
     const __m512i xl = _mm512_shuffle_i32x4(x01, x23, 0x88), xh = _mm512_shuffle_i32x4(x01, x23, 0xDD);
     const __m512 f = q4_0_lane_sums(q4_0_lane_codes(blk), xl, xh);
     const __m512 d = q4_0_lane_scales(blk, _mm_loadu_ps(dx + b));
-    if (b & 4) acc1 = _mm512_fmadd_ps(f, d, acc1);
-    else acc0 = _mm512_fmadd_ps(f, d, acc0);
+    if (b & 4)
+      acc1 = _mm512_fmadd_ps(f, d, acc1);
+    else
+      acc0 = _mm512_fmadd_ps(f, d, acc0);
   }
   float s = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
   if (b < nb) s += ggml_q8_dot_avx512(2, row + 18 * b, 32 * (nb - b), qx + 32 * b, dx + b);
@@ -560,16 +602,17 @@ float q4_0_dot1_zmm(const uint8_t* row, int64_t nb, const int8_t* qx, const floa
 }
 }  // namespace
 
-float ggml_q8_dot1_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx) {
+float ggml_q8_dot1_avx512(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx,
+                          const float* dx) {
   if (ggml_type == ggml::Q4_0) return q4_0_dot1_zmm(row, cols / 32, qx, dx);
   return ggml_q8_dot_avx512(ggml_type, row, cols, qx, dx);
 }
 
 // Four rows of Q4_0 or Q8_0 against one token: the rows share each activation load and the block's activation
-// sum (the weight offset: Q4_0's 8, Q8_0's 128 after storing w + 128 as the unsigned operand, exact in int32),
-// and give the core four independent chains (one row alone is latency-bound, as nib16 was).
-void ggml_q8_dot4_avx512(int ggml_type, const uint8_t* const* rows, int64_t cols, const int8_t* qx, const float* dx,
-                         float* out) {
+// sum (the weight offset: Q4_0's 8, Q8_0's 128 after storing w + 128 as the unsigned operand, exact in
+// int32), and give the core four independent chains (one row alone is latency-bound, as nib16 was).
+void ggml_q8_dot4_avx512(int ggml_type, const uint8_t* const* rows, int64_t cols, const int8_t* qx,
+                         const float* dx, float* out) {
   const int64_t nb = cols / 32;
   if (ggml_type == ggml::Q4_0) return q4_0_dot4_zmm(rows, nb, qx, dx, out);
   // Q8_0: four ymm rows side by side (a two-zmm version measured +8 % in cache, nothing from DRAM: not kept).
@@ -577,9 +620,9 @@ void ggml_q8_dot4_avx512(int ggml_type, const uint8_t* const* rows, int64_t cols
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   for (int64_t b = 0; b < nb; ++b) {
-    // DRAM streaming: the four rows are consecutive in memory (one region of 4 * 34 * nb bytes), read here in an
-    // interleaved order the hardware prefetcher does not follow; prefetch the region in address order 4 KiB
-    // ahead at the rate it is consumed (4 * 34 bytes per block). A hint: harmless past the end.
+    // DRAM streaming: the four rows are consecutive in memory (one region of 4 * 34 * nb bytes), read here in
+    // an interleaved order the hardware prefetcher does not follow; prefetch the region in address order 4
+    // KiB ahead at the rate it is consumed (4 * 34 bytes per block). A hint: harmless past the end.
     const char* ahead = reinterpret_cast<const char*>(rows[0]) + 4 * 34 * b + 4096;
     _mm_prefetch(ahead, _MM_HINT_T0);
     _mm_prefetch(ahead + 64, _MM_HINT_T0);

@@ -126,8 +126,8 @@ void qblk_gemm_avx512(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q
                       const int32_t* xo, int64_t T, float* y) {
   const int64_t region = p.cols / 32 * p.block_bytes;
   for (int64_t r = r0; r < r1; r += 16)
-    qblk_block_gemm_avx512(p, p.data.get() + (r / 16) * region, r, static_cast<int>(std::min<int64_t>(16, r1 - r)), q,
-                           dx, xo, T, y, p.rows);
+    qblk_block_gemm_avx512(p, p.data.get() + (r / 16) * region, r,
+                           static_cast<int>(std::min<int64_t>(16, r1 - r)), q, dx, xo, T, y, p.rows);
 }
 
 void quantize_q8_blocks_avx512(const float* x, int64_t n, int8_t* q, float* d) {

@@ -70,8 +70,9 @@ inline void tile16(const int8_t* wp, int64_t k4, const uint8_t* xu, int64_t xstr
 
 }  // namespace
 
-void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const float* wscale, int64_t r0, int64_t r1,
-                           int64_t rows, int64_t cols, const uint8_t* xu, const float* sx, int64_t T, float* y) {
+void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const float* wscale, int64_t r0,
+                           int64_t r1, int64_t rows, int64_t cols, const uint8_t* xu, const float* sx,
+                           int64_t T, float* y) {
   const int64_t k4 = (cols + 3) / 4, xstride = k4 * 4;
   const __m512i c128 = _mm512_set1_epi32(128);
   for (int64_t r = r0; r < r1; r += 16) {

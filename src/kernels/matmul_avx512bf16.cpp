@@ -121,8 +121,8 @@ __attribute__((noinline)) void rows_tile(const LaneGeom& g, int64_t rbytes, cons
     __m512 s0[R][T], s1[R][T];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      // DRAM streaming: the tile's rows are consecutive in memory, so prefetch in address order 4 KiB ahead of
-      // the tile (a hint: harmless past the end or for rows that are not consecutive).
+      // DRAM streaming: the tile's rows are consecutive in memory, so prefetch in address order 4 KiB ahead
+      // of the tile (a hint: harmless past the end or for rows that are not consecutive).
       prefetch_far(row[0] + 16 * B * (R * c + r) + 4096, l2);
       code[r] = load_codes<B>(g, rbytes, row[r], c);
 #pragma GCC unroll 4
@@ -151,7 +151,8 @@ __attribute__((noinline)) void rows_tile(const LaneGeom& g, int64_t rbytes, cons
     for (int r = 0; r < R; ++r) {
       const __m512 sv = chunk_cells(g, s[r], c, gw);
 #pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_fmadd_ps(_mm512_add_ps(s0[r][t], s1[r][t]), sv, acc[r][t]);
+      for (int t = 0; t < T; ++t)
+        acc[r][t] = _mm512_fmadd_ps(_mm512_add_ps(s0[r][t], s1[r][t]), sv, acc[r][t]);
     }
   }
 #pragma GCC unroll 4
@@ -248,35 +249,39 @@ template <typename F>
 void for_token_runs3(int T, F&& f) {
   for (int t0 = 0; t0 < T; t0 += 3) {
     const int n = std::min(3, T - t0);
-    if (n == 1) f(std::integral_constant<int, 1>{}, t0);
-    else if (n == 2) f(std::integral_constant<int, 2>{}, t0);
-    else f(std::integral_constant<int, 3>{}, t0);
+    if (n == 1)
+      f(std::integral_constant<int, 1>{}, t0);
+    else if (n == 2)
+      f(std::integral_constant<int, 2>{}, t0);
+    else
+      f(std::integral_constant<int, 3>{}, t0);
   }
 }
 
 template <bool SM>
 void byte_rows_any(const LaneGeom& g, int nr, const uint8_t* const* rows, const float* const* s,
-                   const float* const* z, const __m512i* lo, const __m512i* hi, int T, const Bf16X* x, float* y,
-                   int64_t ystride) {
+                   const float* const* z, const __m512i* lo, const __m512i* hi, int T, const Bf16X* x,
+                   float* y, int64_t ystride) {
   for_token_runs3(T, [&](auto n, int t0) {
     byte_rows_t<decltype(n)::value, SM>(g, nr, rows, s, z, lo, hi, x + t0, y + t0 * ystride, ystride);
   });
 }
 
-// 16 floats rounded to BF16 (nearest-even, NaN kept quiet): f32_to_bf16 lane by lane. Not vcvtneps2bf16, which
-// flushes subnormal inputs to zero.
+// 16 floats rounded to BF16 (nearest-even, NaN kept quiet): f32_to_bf16 lane by lane. Not vcvtneps2bf16,
+// which flushes subnormal inputs to zero.
 inline __m256i bf16_round16(__m512 v) {
   const __m512i b = _mm512_castps_si512(v);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
   __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  const __mmask16 nan =
-      _mm512_cmpgt_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
   r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40)));
   return _mm512_cvtepi32_epi16(r);
 }
 
 // A lane layout of C (64 or 128) elements per chunk as word permutations: output word p of a chunk is element
-// src(p); idx[p] = src(p) % 64 indexes a register pair, and bit p of hi is set when src(p) >= 64 (second pair).
+// src(p); idx[p] = src(p) % 64 indexes a register pair, and bit p of hi is set when src(p) >= 64 (second
+// pair).
 template <int C>
 struct LanePerm {
   alignas(64) uint16_t idx[C];
@@ -291,9 +296,10 @@ struct LanePerm {
   }
 };
 
-// Activations of one token rounded to BF16 and placed by the kernel's lane layout: element o of each chunk goes to
-// position dst(o) of that chunk (perm holds the inverse); zero padding to whole chunks; group sums of the BF16
-// values. Per chunk: C / 16 roundings, then one vpermt2w per 32 output words (two and a blend for C = 128).
+// Activations of one token rounded to BF16 and placed by the kernel's lane layout: element o of each chunk
+// goes to position dst(o) of that chunk (perm holds the inverse); zero padding to whole chunks; group sums of
+// the BF16 values. Per chunk: C / 16 roundings, then one vpermt2w per 32 output words (two and a blend for C
+// = 128).
 template <int C>
 void bf16_lane_layout(const float* x, int64_t cols, int64_t group, const LanePerm<C>& perm, uint16_t* xb,
                       float* gsum) {

@@ -85,7 +85,7 @@ void pack_qblk_block(const QBlkPack& p, const uint8_t* const* rows, int nr, uint
   const int t = p.ggml_type;
   const bool five = t == ggml::Q5_0 || t == ggml::Q5_1;
   const int64_t nb = p.cols / 32;
-  const int64_t sb = format_by_ggml_type(t)->block_bytes;  // GGUF bytes per block of 32
+  const int64_t sb = format_by_ggml_type(t)->block_bytes;         // GGUF bytes per block of 32
   std::memset(base, 0, static_cast<size_t>(nb * p.block_bytes));  // padding rows: code 0, scale 0
   for (int lr = 0; lr < nr; ++lr) {
     for (int64_t b = 0; b < nb; ++b) {
@@ -132,7 +132,8 @@ std::shared_ptr<const QBlkPack> build_qblk_pack(int t, const uint8_t* data, int6
                                                 int64_t cols) {
   if (!qblk_supported(t, cols)) return nullptr;
   const QBlkPack layout = qblk_layout(t, rows, cols);
-  return kern::build_row_pack(layout, data, row_bytes, rows, cols / 32 * layout.block_bytes, 16, pack_qblk_block);
+  return kern::build_row_pack(layout, data, row_bytes, rows, cols / 32 * layout.block_bytes, 16,
+                              pack_qblk_block);
 }
 
 void qblk_row_f32(const QBlkPack& p, int64_t r, float* out) {

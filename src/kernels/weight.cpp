@@ -15,24 +15,29 @@ namespace lowbit {
 
 size_t WeightMatrix::row_bytes() const {
   switch (kind) {
-    case WeightKind::F32: return static_cast<size_t>(cols) * 4;
+    case WeightKind::F32:
+      return static_cast<size_t>(cols) * 4;
     case WeightKind::F16:
-    case WeightKind::BF16: return static_cast<size_t>(cols) * 2;
+    case WeightKind::BF16:
+      return static_cast<size_t>(cols) * 2;
     case WeightKind::Ggml: {
       const GgmlTypeInfo* t = ggml_type_info(ggml_type);
       if (!t) fail("kernels", "unknown ggml type " + std::to_string(ggml_type));
       return static_cast<size_t>(ggml_row_bytes(*t, cols));
     }
-    case WeightKind::Quant: return static_cast<size_t>(q->row_bytes);
+    case WeightKind::Quant:
+      return static_cast<size_t>(q->row_bytes);
   }
   return 0;
 }
 
 size_t WeightMatrix::nbytes() const {
-  // A load-time pack (GGUF QBlkPack / KPack types) serves every product instead of the stored rows, which stay in the
-  // file mapping and are read only for embedding lookups (load_model drops their pages once packed).
+  // A load-time pack (GGUF QBlkPack / KPack types) serves every product instead of the stored rows, which
+  // stay in the file mapping and are read only for embedding lookups (load_model drops their pages once
+  // packed).
   if (kind == WeightKind::Ggml && plan && plan->load_pack()) return plan->bytes();
-  const size_t base = kind == WeightKind::Quant ? q->storage_bytes() : row_bytes() * static_cast<size_t>(rows);
+  const size_t base =
+      kind == WeightKind::Quant ? q->storage_bytes() : row_bytes() * static_cast<size_t>(rows);
   return base + (plan ? plan->bytes() : 0);
 }
 
@@ -40,8 +45,10 @@ size_t WeightMatrix::decode_bytes() const {
   if (kind == WeightKind::Ggml && plan && plan->load_pack()) return plan->bytes();
   if (kind != WeightKind::Quant) return row_bytes() * static_cast<size_t>(rows);
   size_t b = q->codes.size();
-  if (!plan || plan->scales.empty()) return q->storage_bytes();  // no decoded table: the stored cells are read
-  // nib16 decode reads the stored binary16 / uint8 cells where the plan has them (matmul.cpp, run_nib_gemv512).
+  if (!plan || plan->scales.empty())
+    return q->storage_bytes();  // no decoded table: the stored cells are read
+  // nib16 decode reads the stored binary16 / uint8 cells where the plan has them (matmul.cpp,
+  // run_nib_gemv512).
   if ((plan->scales_f16 || plan->scales_e8m0 || plan->scales_e4m3) &&
       (plan->route == Route::Nib || (plan->route == Route::Deq && plan->bits < 4)) &&  // INT2 / INT3 on nib16
       matmul_rounds_to_bf16(*this, 1))
@@ -54,16 +61,20 @@ size_t WeightMatrix::decode_bytes() const {
 
 std::string WeightMatrix::format_name() const {
   switch (kind) {
-    case WeightKind::F32: return "f32";
-    case WeightKind::F16: return "f16";
-    case WeightKind::BF16: return "bf16";
+    case WeightKind::F32:
+      return "f32";
+    case WeightKind::F16:
+      return "f16";
+    case WeightKind::BF16:
+      return "bf16";
     case WeightKind::Ggml: {
       const GgmlTypeInfo* t = ggml_type_info(ggml_type);
       std::string s = t ? t->name : "ggml?";
       for (auto& ch : s) ch = static_cast<char>(std::tolower(ch));
       return s;
     }
-    case WeightKind::Quant: return to_string(q->scheme);
+    case WeightKind::Quant:
+      return to_string(q->scheme);
   }
   return "?";
 }
@@ -88,7 +99,8 @@ WeightMatrix make_f32_weight(const float* src, int64_t rows, int64_t cols) {
 }
 
 WeightMatrix make_half_weight(const float* src, int64_t rows, int64_t cols, WeightKind kind) {
-  if (kind != WeightKind::F16 && kind != WeightKind::BF16) fail("kernels", "make_half_weight wants F16 or BF16");
+  if (kind != WeightKind::F16 && kind != WeightKind::BF16)
+    fail("kernels", "make_half_weight wants F16 or BF16");
   WeightMatrix w;
   w.kind = kind;
   w.rows = rows;
@@ -102,8 +114,8 @@ WeightMatrix make_half_weight(const float* src, int64_t rows, int64_t cols, Weig
   return w;
 }
 
-WeightMatrix make_ggml_weight(std::shared_ptr<const void> owner, const uint8_t* data, int ggml_type, int64_t rows,
-                              int64_t cols) {
+WeightMatrix make_ggml_weight(std::shared_ptr<const void> owner, const uint8_t* data, int ggml_type,
+                              int64_t rows, int64_t cols) {
   WeightMatrix w;
   w.kind = WeightKind::Ggml;
   w.rows = rows;
@@ -128,6 +140,8 @@ void prepare_weight(WeightMatrix& w, bool repack) {
   if (!w.plan) w.plan = build_kernel_plan(w, repack);
 }
 
-bool weight_is_repacked(const WeightMatrix& w) { return w.plan && w.plan->load_pack(); }
+bool weight_is_repacked(const WeightMatrix& w) {
+  return w.plan && w.plan->load_pack();
+}
 
 }  // namespace lowbit

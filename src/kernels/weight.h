@@ -13,27 +13,27 @@ namespace lowbit {
 struct KernelPlan;  // kernels/kernel_plan.h: which fused kernel serves this weight + its side tables
 
 enum class WeightKind : uint8_t {
-  F32,   // float32 rows
-  F16,   // IEEE half rows
-  BF16,  // bfloat16 rows
-  Ggml,  // llama.cpp block rows (ggml_type), e.g. Q4_0 / Q8_0 / Q4_K, zero-copy from a GGUF file
-  Quant, // a QuantizedMatrix (tensor/qtensor.h): codes + scales (+ zeros) under a QuantScheme
+  F32,    // float32 rows
+  F16,    // IEEE half rows
+  BF16,   // bfloat16 rows
+  Ggml,   // llama.cpp block rows (ggml_type), e.g. Q4_0 / Q8_0 / Q4_K, zero-copy from a GGUF file
+  Quant,  // a QuantizedMatrix (tensor/qtensor.h): codes + scales (+ zeros) under a QuantScheme
 };
 
 struct WeightMatrix {
   WeightKind kind = WeightKind::F32;
-  int64_t rows = 0;                  // out_features
-  int64_t cols = 0;                  // in_features
-  const uint8_t* data = nullptr;     // rows * row_bytes() payload, owned by `owner`
-  int ggml_type = -1;                // when kind == Ggml
-  std::shared_ptr<const void> owner; // an mmap'd file or a heap buffer
+  int64_t rows = 0;                          // out_features
+  int64_t cols = 0;                          // in_features
+  const uint8_t* data = nullptr;             // rows * row_bytes() payload, owned by `owner`
+  int ggml_type = -1;                        // when kind == Ggml
+  std::shared_ptr<const void> owner;         // an mmap'd file or a heap buffer
   std::shared_ptr<const QuantizedMatrix> q;  // when kind == Quant (data/owner unused)
   // Activation route (W8A8, FP8 W/A): the input x is quantized per token to this format before the product
   // (INT8 symmetric, or an FP8 format), emulating exactly what a W8A8 engine computes. F32 = weight-only.
   FormatId act_format = FormatId::F32;
   float act_static_scale = 0.0f;  // > 0: one calibrated per-tensor scale instead of dynamic per-token scales
-  // Kernel side tables (decoded scales, code LUT), built by make_quant_weight / prepare_weight, or lazily (and
-  // cached process-wide) by the first matmul when absent.
+  // Kernel side tables (decoded scales, code LUT), built by make_quant_weight / prepare_weight, or lazily
+  // (and cached process-wide) by the first matmul when absent.
   std::shared_ptr<const KernelPlan> plan;
 
   size_t row_bytes() const;
@@ -53,8 +53,8 @@ WeightMatrix make_f32_weight(const float* src, int64_t rows, int64_t cols);
 WeightMatrix make_half_weight(const float* src, int64_t rows, int64_t cols, WeightKind kind);
 // Zero-copy weight over llama.cpp block rows (ggml_type) at `data`, kept alive by `owner` (an mmap'd file, a
 // buffer); no plan yet (prepare_weight builds it).
-WeightMatrix make_ggml_weight(std::shared_ptr<const void> owner, const uint8_t* data, int ggml_type, int64_t rows,
-                              int64_t cols);
+WeightMatrix make_ggml_weight(std::shared_ptr<const void> owner, const uint8_t* data, int ggml_type,
+                              int64_t rows, int64_t cols);
 // Wraps a quantized matrix and builds its kernel side tables.
 WeightMatrix make_quant_weight(std::shared_ptr<const QuantizedMatrix> q);
 // Builds w.plan (the kernel side tables) now, so nbytes() counts them and the first matmul does not pay for

@@ -25,7 +25,8 @@ void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_
   const LayerState& st_ = seqs_[seq].layers[layer];
   const bool simd = kernel_isa() >= Isa::Avx512 && hd % 16 == 0;  // the kernels' tier (LOWBIT_ISA)
   if (e.slot < 0) {
-    const uint16_t* s = (key ? staged_k(seq, layer, -(e.slot + 1)) : staged_v(seq, layer, -(e.slot + 1))) + off;
+    const uint16_t* s =
+        (key ? staged_k(seq, layer, -(e.slot + 1)) : staged_v(seq, layer, -(e.slot + 1))) + off;
     return widen_f16(s, out, hd);  // kernels: SIMD tier chosen by kernel_isa()
   }
   const LayerInfo& L = layers_[layer];
@@ -35,7 +36,9 @@ void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_
   const uint8_t* row = key ? base + slot * S.row_bytes : base + L.v_off + slot * S.row_bytes;
   const uint8_t* extra = key ? base + L.k_extra : base + L.v_extra;
   switch (S.format) {
-    case KvFormat::F32: std::memcpy(out, row + off * 4, hd * 4); return;
+    case KvFormat::F32:
+      std::memcpy(out, row + off * 4, hd * 4);
+      return;
     case KvFormat::F16: {
       const auto* h = reinterpret_cast<const uint16_t*>(row) + off;
       return widen_f16(h, out, hd);
@@ -75,7 +78,8 @@ void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_
       const int64_t h = off / hd;
       const float s = S.fp8_scale == KvScaleMode::Token ? f16_to_f32(ld16(row + S.kv_dim + 2 * h))
                                                         : (key ? st_.kls : st_.vls).s[h];
-      return widen_fp8(row + off, S.format == KvFormat::E4M3, s, out, hd);  // kernels: SIMD tier by kernel_isa()
+      return widen_fp8(row + off, S.format == KvFormat::E4M3, s, out,
+                       hd);  // kernels: SIMD tier by kernel_isa()
     }
     case KvFormat::FP4: {
       const float* lut = kv_fp4_lut();
@@ -89,7 +93,8 @@ void PagedKvCache::head_row(int layer, int seq, const Entry& e, bool key, int64_
       }
       return;
     }
-    default: break;
+    default:
+      break;
   }
   kv_decode_range(S, row, extra, key ? L.kls : L.vls, off, hd, out);
 }
@@ -102,8 +107,8 @@ void PagedKvCache::key_row(int layer, int seq, const Entry& e, int64_t off, floa
   }
 }
 
-void PagedKvCache::attend(int layer, int seq, int64_t n_pos, int64_t kvh, const float* q, int n_group, float* out,
-                          float* scratch) const {
+void PagedKvCache::attend(int layer, int seq, int64_t n_pos, int64_t kvh, const float* q, int n_group,
+                          float* out, float* scratch) const {
   const LayerState& st = seqs_[seq].layers[layer];
   const int64_t hd = head_dim_, off = kvh * hd;
   const auto end = std::lower_bound(st.entries.begin(), st.entries.end(), n_pos,
@@ -135,8 +140,8 @@ void PagedKvCache::attend(int layer, int seq, int64_t n_pos, int64_t kvh, const 
     for (int64_t p = 0; p < n; ++p) sc[p] *= inv;
   }
   if (spec_.evict.policy == KvEvictPolicy::H2O) {
-    // Heavy-hitter statistics: attention probability summed over the query heads; attend() runs concurrently for
-    // different (token, kv head) jobs of the same layer, hence the atomic adds.
+    // Heavy-hitter statistics: attention probability summed over the query heads; attend() runs concurrently
+    // for different (token, kv head) jobs of the same layer, hence the atomic adds.
     for (int64_t p = 0; p < n; ++p) {
       float a = 0;
       for (int g = 0; g < n_group; ++g) a += scratch[g * n + p];

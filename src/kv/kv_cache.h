@@ -24,7 +24,8 @@ class Rope;
 
 // What a cache of a given spec allocates, without allocating it (the planner's exact KV bytes):
 //   plain (contiguous) specs: n_seqs x capacity x bytes_per_token
-//   paged specs (default budget): n_seqs x ceil(capacity / block_tokens) x block_bytes + n_seqs x staging_per_seq
+//   paged specs (default budget): n_seqs x ceil(capacity / block_tokens) x block_bytes + n_seqs x
+//   staging_per_seq
 // KvCache(c, n, cap, spec).total_bytes() == kv_footprint(c, spec).bytes(n, cap) (tested).
 struct KvFootprint {
   bool paged = false;
@@ -32,7 +33,9 @@ struct KvFootprint {
   int64_t block_bytes = 0;      // bytes of one page, every layer, K and V, scales included
   int64_t staging_per_seq = 0;  // F16 staging (KIVI window / per-channel keys) per sequence
   int64_t bytes(int64_t n_seqs, int64_t capacity) const;
-  double bytes_per_token() const { return static_cast<double>(block_bytes) / static_cast<double>(block_tokens); }
+  double bytes_per_token() const {
+    return static_cast<double>(block_bytes) / static_cast<double>(block_tokens);
+  }
 };
 KvFootprint kv_footprint(const ModelConfig& c, const KvCacheSpec& spec);
 
@@ -63,11 +66,13 @@ class KvCache {
   int64_t bytes_per_token() const { return store_->bytes_per_token(); }
   int64_t total_bytes() const { return store_->total_bytes(); }  // everything allocated (pages, staging)
 
-  // Stores k[kv_dim] and v[kv_dim] of `seq` at position `pos` in `layer`. pos < capacity (checked by callers).
+  // Stores k[kv_dim] and v[kv_dim] of `seq` at position `pos` in `layer`. pos < capacity (checked by
+  // callers).
   void store(int layer, int seq, int64_t pos, const float* k, const float* v) {
     store_->store(layer, seq, pos, k, v);
   }
-  // T rows of one layer: seqs[T], pos[T], k/v [T, kv_dim] (the paged cache takes dynamic scales from the first).
+  // T rows of one layer: seqs[T], pos[T], k/v [T, kv_dim] (the paged cache takes dynamic scales from the
+  // first).
   void store_rows(int layer, int64_t T, const int32_t* seqs, const int64_t* pos, const float* k,
                   const float* v) {
     store_->store_rows(layer, T, seqs, pos, k, v);

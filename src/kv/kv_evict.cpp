@@ -24,8 +24,10 @@ int64_t parse_count(const std::string& s, const std::string& what, const std::st
 
 std::string KvEvictSpec::describe() const {
   switch (policy) {
-    case KvEvictPolicy::None: return "none";
-    case KvEvictPolicy::Streaming: return "streaming:" + std::to_string(sinks) + "+" + std::to_string(window);
+    case KvEvictPolicy::None:
+      return "none";
+    case KvEvictPolicy::Streaming:
+      return "streaming:" + std::to_string(sinks) + "+" + std::to_string(window);
     case KvEvictPolicy::H2O: {
       std::string b = budget_percent > 0 ? std::to_string(static_cast<int>(budget_percent)) + "%"
                                          : std::to_string(budget);
@@ -47,7 +49,8 @@ KvEvictSpec parse_kv_evict(const std::string& s) {
     e.policy = KvEvictPolicy::Streaming;
     e.sinks = parse_count(rest.substr(0, plus), "sinks", s);
     e.window = parse_count(rest.substr(plus + 1), "window", s);
-    if (e.window < 1) throw UsageError("model", "--kv-evict '" + s + "': the window must hold at least 1 token");
+    if (e.window < 1)
+      throw UsageError("model", "--kv-evict '" + s + "': the window must hold at least 1 token");
     return e;
   }
   if (kind == "h2o") {
@@ -66,7 +69,8 @@ KvEvictSpec parse_kv_evict(const std::string& s) {
         throw UsageError("model", "--kv-evict '" + s + "': the budget percentage must be in (0, 100]");
     } else {
       e.budget = parse_count(b, "budget", s);
-      if (e.budget < 2) throw UsageError("model", "--kv-evict '" + s + "': the h2o budget must be >= 2 tokens");
+      if (e.budget < 2)
+        throw UsageError("model", "--kv-evict '" + s + "': the h2o budget must be >= 2 tokens");
     }
     return e;
   }
@@ -76,8 +80,10 @@ KvEvictSpec parse_kv_evict(const std::string& s) {
 
 int64_t kv_evict_budget(const KvEvictSpec& e, int64_t capacity) {
   switch (e.policy) {
-    case KvEvictPolicy::None: return 0;
-    case KvEvictPolicy::Streaming: return e.sinks + e.window;
+    case KvEvictPolicy::None:
+      return 0;
+    case KvEvictPolicy::Streaming:
+      return e.sinks + e.window;
     case KvEvictPolicy::H2O:
       if (e.budget_percent > 0)
         return std::max<int64_t>(2, static_cast<int64_t>(capacity * e.budget_percent / 100.0 + 0.5));

@@ -16,20 +16,31 @@ namespace lowbit {
 
 const char* kv_format_name(KvFormat f) {
   switch (f) {
-    case KvFormat::F32: return "f32";
-    case KvFormat::F16: return "f16";
-    case KvFormat::BF16: return "bf16";
-    case KvFormat::E4M3: return "e4m3";
-    case KvFormat::E5M2: return "e5m2";
-    case KvFormat::INT8: return "int8";
-    case KvFormat::INT4: return "int4";
-    case KvFormat::INT2: return "int2";
-    case KvFormat::FP4: return "fp4";
+    case KvFormat::F32:
+      return "f32";
+    case KvFormat::F16:
+      return "f16";
+    case KvFormat::BF16:
+      return "bf16";
+    case KvFormat::E4M3:
+      return "e4m3";
+    case KvFormat::E5M2:
+      return "e5m2";
+    case KvFormat::INT8:
+      return "int8";
+    case KvFormat::INT4:
+      return "int4";
+    case KvFormat::INT2:
+      return "int2";
+    case KvFormat::FP4:
+      return "fp4";
   }
   return "?";
 }
 
-bool kv_format_is_plain(KvFormat f) { return f == KvFormat::F32 || f == KvFormat::F16 || f == KvFormat::BF16; }
+bool kv_format_is_plain(KvFormat f) {
+  return f == KvFormat::F32 || f == KvFormat::F16 || f == KvFormat::BF16;
+}
 
 bool KvCacheSpec::is_plain() const {
   return kv_format_is_plain(k.format) && k.format == v.format && window == 0 && !rotate && !pre_rope &&
@@ -42,8 +53,11 @@ namespace {
 std::string side_text(const KvSideSpec& s, bool is_key) {
   std::string t = kv_format_name(s.format);
   if (s.format == KvFormat::E4M3 || s.format == KvFormat::E5M2) {
-    t += s.fp8_scale == KvScaleMode::Head ? "/head" : s.fp8_scale == KvScaleMode::Token ? "/token" : "/tensor";
-    if (s.fp8_scale != KvScaleMode::Token) t += s.fixed_scale > 0 ? "/scale=" + std::to_string(s.fixed_scale) : "/dyn";
+    t += s.fp8_scale == KvScaleMode::Head    ? "/head"
+         : s.fp8_scale == KvScaleMode::Token ? "/token"
+                                             : "/tensor";
+    if (s.fp8_scale != KvScaleMode::Token)
+      t += s.fixed_scale > 0 ? "/scale=" + std::to_string(s.fixed_scale) : "/dyn";
   }
   if (s.format == KvFormat::INT4 || s.format == KvFormat::INT2) {
     if (is_key && s.per_channel)
@@ -75,14 +89,16 @@ bool option_value(const std::string& tok, const std::string& name, std::string* 
 
 KvFormat format_from(const std::string& flag, const std::string& name) {
   static const std::pair<const char*, KvFormat> names[] = {
-      {"f32", KvFormat::F32},   {"f16", KvFormat::F16},     {"bf16", KvFormat::BF16}, {"e4m3", KvFormat::E4M3},
-      {"e4m3fn", KvFormat::E4M3}, {"fp8", KvFormat::E4M3},  {"e5m2", KvFormat::E5M2}, {"int8", KvFormat::INT8},
-      {"int4", KvFormat::INT4}, {"int2", KvFormat::INT2},   {"fp4", KvFormat::FP4},   {"nvfp4", KvFormat::FP4},
+      {"f32", KvFormat::F32},   {"f16", KvFormat::F16},     {"bf16", KvFormat::BF16},
+      {"e4m3", KvFormat::E4M3}, {"e4m3fn", KvFormat::E4M3}, {"fp8", KvFormat::E4M3},
+      {"e5m2", KvFormat::E5M2}, {"int8", KvFormat::INT8},   {"int4", KvFormat::INT4},
+      {"int2", KvFormat::INT2}, {"fp4", KvFormat::FP4},     {"nvfp4", KvFormat::FP4},
       {"e2m1", KvFormat::FP4}};
   for (const auto& [n, f] : names)
     if (name == n) return f;
-  throw UsageError("model", flag + ": unknown KV format '" + name +
-                                "'; use f32, f16, bf16, e4m3, e5m2, int8, int4, int2 or fp4 (options after ':')");
+  throw UsageError("model",
+                   flag + ": unknown KV format '" + name +
+                       "'; use f32, f16, bf16, e4m3, e5m2, int8, int4, int2 or fp4 (options after ':')");
 }
 
 // Applies one flag's text: "FORMAT[:opt|+opt]...". sides: the sides the format and side options apply to.
@@ -118,8 +134,10 @@ void apply_flag(const std::string& flag, const std::string& text, KvCacheSpec& s
     } else if (t == "paged") {
       spec.force_paged = true;
     } else if (t == "head" || t == "tensor" || t == "token") {
-      for (auto* s : sides) s->fp8_scale = t == "head" ? KvScaleMode::Head : t == "token" ? KvScaleMode::Token
-                                                                                          : KvScaleMode::Tensor;
+      for (auto* s : sides)
+        s->fp8_scale = t == "head"    ? KvScaleMode::Head
+                       : t == "token" ? KvScaleMode::Token
+                                      : KvScaleMode::Tensor;
     } else if (t == "dyn") {
       for (auto* s : sides) s->fixed_scale = 0, s->dynamic_global = true;
     } else if (t == "asym") {
@@ -159,13 +177,17 @@ void apply_flag(const std::string& flag, const std::string& text, KvCacheSpec& s
       if (*end != 0 || !(x > 0) || !std::isfinite(x)) throw bad(t, "needs a positive finite scale");
       for (auto* s : sides) s->fixed_scale = x;
     } else if (option_value(t, "budget", &v)) {
-      static const std::pair<const char*, int64_t> units[] = {{"kib", 1024}, {"mib", 1 << 20}, {"gib", 1 << 30}};
+      static const std::pair<const char*, int64_t> units[] = {
+          {"kib", 1024}, {"mib", 1 << 20}, {"gib", 1 << 30}};
       int64_t mult = 0;
       for (const auto& [u, m] : units)
         if (v.size() > 3 && v.compare(v.size() - 3, 3, u) == 0) mult = m, v = v.substr(0, v.size() - 3);
-      if (!parse_int(v, &n) || n <= 0 || n > (int64_t(1) << 40)) throw bad(t, "needs tokens or bytes (64MiB)");
-      if (mult) spec.budget_bytes = n * mult, spec.budget_tokens = 0;
-      else spec.budget_tokens = n, spec.budget_bytes = 0;
+      if (!parse_int(v, &n) || n <= 0 || n > (int64_t(1) << 40))
+        throw bad(t, "needs tokens or bytes (64MiB)");
+      if (mult)
+        spec.budget_bytes = n * mult, spec.budget_tokens = 0;
+      else
+        spec.budget_tokens = n, spec.budget_bytes = 0;
     } else {
       throw bad(t, "is unknown");
     }
@@ -203,7 +225,7 @@ KvCacheSpec parse_kv_spec(const std::string& cache, const std::string& k, const 
   return s;
 }
 
-// ---------------------------------------------------------------------------------------------------------------
+// -----------------------------------------------------------------------------------------------------------
 // Layouts and codecs
 
 KvSideLayout kv_side_layout(const KvSideSpec& s, bool is_key, const ModelConfig& c) {
@@ -214,16 +236,26 @@ KvSideLayout kv_side_layout(const KvSideSpec& s, bool is_key, const ModelConfig&
   L.head_dim = c.head_dim;
   const int64_t D = L.kv_dim, H = c.n_kv_heads;
   switch (s.format) {
-    case KvFormat::F32: L.bits = 32; L.code_bytes = L.row_bytes = 4 * D; break;
+    case KvFormat::F32:
+      L.bits = 32;
+      L.code_bytes = L.row_bytes = 4 * D;
+      break;
     case KvFormat::F16:
-    case KvFormat::BF16: L.bits = 16; L.code_bytes = L.row_bytes = 2 * D; break;
+    case KvFormat::BF16:
+      L.bits = 16;
+      L.code_bytes = L.row_bytes = 2 * D;
+      break;
     case KvFormat::E4M3:
     case KvFormat::E5M2:
       L.bits = 8;
       L.code_bytes = D;
       L.row_bytes = D + (s.fp8_scale == KvScaleMode::Token ? 2 * H : 0);
       break;
-    case KvFormat::INT8: L.bits = 8; L.code_bytes = D; L.row_bytes = D + 2 * H; break;
+    case KvFormat::INT8:
+      L.bits = 8;
+      L.code_bytes = D;
+      L.row_bytes = D + 2 * H;
+      break;
     case KvFormat::INT4:
     case KvFormat::INT2:
       L.bits = s.format == KvFormat::INT4 ? 4 : 2;
@@ -273,8 +305,12 @@ const Luts& luts() {
   return l;
 }
 
-inline float f16r(float x) { return f16_to_f32(f32_to_f16(std::min(x, 65504.0f))); }
-inline void st16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+inline float f16r(float x) {
+  return f16_to_f32(f32_to_f16(std::min(x, 65504.0f)));
+}
+inline void st16(uint8_t* p, uint16_t v) {
+  std::memcpy(p, &v, 2);
+}
 inline float amax_of(const float* x, int64_t n) {
   float m = 0;
   for (int64_t i = 0; i < n; ++i)
@@ -284,12 +320,16 @@ inline float amax_of(const float* x, int64_t n) {
 
 }  // namespace
 
-const float* kv_fp8_lut(bool e4m3) { return e4m3 ? luts().e4m3.data() : luts().e5m2.data(); }
-const float* kv_fp4_lut() { return luts().e2m1.data(); }
+const float* kv_fp8_lut(bool e4m3) {
+  return e4m3 ? luts().e4m3.data() : luts().e5m2.data();
+}
+const float* kv_fp4_lut() {
+  return luts().e2m1.data();
+}
 
 // Dynamic FP8 scales come from the first batch only, so later tokens may be larger: leave 16x (4 binades) of
-// headroom. FP8 is floating point, so this costs no relative precision until values fall 2^11 (E4M3) below the
-// calibration maximum (with 2x headroom, per-tensor E4M3 lost 0.18 PPL on stories260K vs 0.04 per token).
+// headroom. FP8 is floating point, so this costs no relative precision until values fall 2^11 (E4M3) below
+// the calibration maximum (with 2x headroom, per-tensor E4M3 lost 0.18 PPL on stories260K vs 0.04 per token).
 constexpr double kFp8Headroom = 16.0;
 
 void kv_calibrate(const KvSideLayout& L, const KvSideSpec& s, const float* x, int64_t n, KvLayerScales& ls) {
@@ -305,12 +345,14 @@ void kv_calibrate(const KvSideLayout& L, const KvSideSpec& s, const float* x, in
       float all = *std::max_element(am.begin(), am.end());
       for (int64_t h = 0; h < H; ++h) {
         float a = L.fp8_scale == KvScaleMode::Head ? am[h] : all;
-        ls.s[h] = s.fixed_scale > 0 ? s.fixed_scale : (a > 0 ? static_cast<float>(kFp8Headroom * a / mx) : 1.0f);
+        ls.s[h] =
+            s.fixed_scale > 0 ? s.fixed_scale : (a > 0 ? static_cast<float>(kFp8Headroom * a / mx) : 1.0f);
       }
     }
   } else if (L.format == KvFormat::FP4) {
     float g = 1.0f;
-    if (s.fixed_scale > 0) g = s.fixed_scale;
+    if (s.fixed_scale > 0)
+      g = s.fixed_scale;
     else if (s.dynamic_global) {
       float a = n > 0 ? amax_of(x, n * D) : 0.0f;
       if (a > 0) g = static_cast<float>(448.0 * 6.0 / (2.0 * a));
@@ -323,7 +365,9 @@ void kv_calibrate(const KvSideLayout& L, const KvSideSpec& s, const float* x, in
 void kv_encode_row(const KvSideLayout& L, const float* x, uint8_t* row, const KvLayerScales& ls) {
   const int64_t D = L.kv_dim, hd = L.head_dim, H = D / hd;
   switch (L.format) {
-    case KvFormat::F32: std::memcpy(row, x, D * 4); return;
+    case KvFormat::F32:
+      std::memcpy(row, x, D * 4);
+      return;
     case KvFormat::F16:
       for (int64_t i = 0; i < D; ++i) st16(row + 2 * i, f32_to_f16(x[i]));
       return;
@@ -342,7 +386,8 @@ void kv_encode_row(const KvSideLayout& L, const float* x, uint8_t* row, const Kv
           s = ls.s[h];
         }
         const float inv = s > 0 ? 1.0f / s : 0.0f;
-        for (int64_t i = 0; i < hd; ++i) row[h * hd + i] = static_cast<uint8_t>(fi.encode(x[h * hd + i] * inv, true));
+        for (int64_t i = 0; i < hd; ++i)
+          row[h * hd + i] = static_cast<uint8_t>(fi.encode(x[h * hd + i] * inv, true));
       }
       return;
     }
@@ -440,7 +485,9 @@ void kv_decode_range(const KvSideLayout& L, const uint8_t* row, const uint8_t* e
                      int64_t off, int64_t n, float* out) {
   const int64_t D = L.kv_dim, hd = L.head_dim;
   switch (L.format) {
-    case KvFormat::F32: std::memcpy(out, row + off * 4, n * 4); return;
+    case KvFormat::F32:
+      std::memcpy(out, row + off * 4, n * 4);
+      return;
     case KvFormat::F16:
       for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(ld16(row + 2 * (off + i)));
       return;

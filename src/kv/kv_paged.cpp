@@ -16,13 +16,21 @@
 namespace lowbit {
 
 namespace {
-std::string mib(int64_t b) { return std::to_string((b + (1 << 19)) >> 20) + " MiB"; }
+std::string mib(int64_t b) {
+  return std::to_string((b + (1 << 19)) >> 20) + " MiB";
+}
 }  // namespace
 
 PagedKvCache::PagedKvCache(const ModelConfig& c, int n_seqs, int64_t capacity, const KvCacheSpec& spec,
                            bool allocate)
-    : c_(c), spec_(spec), n_seqs_(n_seqs), capacity_(capacity), B_(spec.block_tokens), kv_dim_(c.kv_dim()),
-      head_dim_(c.head_dim), n_layers_(c.n_layers) {
+    : c_(c),
+      spec_(spec),
+      n_seqs_(n_seqs),
+      capacity_(capacity),
+      B_(spec.block_tokens),
+      kv_dim_(c.kv_dim()),
+      head_dim_(c.head_dim),
+      n_layers_(c.n_layers) {
   if (n_seqs <= 0 || capacity <= 0) fail("model", "KV cache needs at least one sequence and one position");
   if (B_ < 1 || B_ > 256) throw UsageError("model", "KV block size must be in [1, 256] tokens");
   if (spec.rotate && !kv_rotation_supported(head_dim_))
@@ -46,8 +54,10 @@ PagedKvCache::PagedKvCache(const ModelConfig& c, int n_seqs, int64_t capacity, c
     L.v = kv_side_layout(L.vs, false, c);
     L.per_channel = L.k.per_channel;
     const bool quantized = !kv_format_is_plain(L.k.format) || !kv_format_is_plain(L.v.format);
-    if (L.per_channel) L.staging = spec.window + B_;
-    else if (quantized && spec.window > 0) L.staging = spec.window + 1;
+    if (L.per_channel)
+      L.staging = spec.window + B_;
+    else if (quantized && spec.window > 0)
+      L.staging = spec.window + 1;
     L.off = off;
     L.k_extra = B_ * L.k.row_bytes;
     L.v_off = L.k_extra + L.k.block_extra;
@@ -55,24 +65,29 @@ PagedKvCache::PagedKvCache(const ModelConfig& c, int n_seqs, int64_t capacity, c
     off += L.v_extra + L.v.block_extra;
     L.staging_off = stage_off;
     stage_off += L.staging * kv_dim_ * 2 * 2;
-    const bool needs_cal = L.k.format == KvFormat::E4M3 || L.k.format == KvFormat::E5M2 || L.k.format == KvFormat::FP4;
+    const bool needs_cal =
+        L.k.format == KvFormat::E4M3 || L.k.format == KvFormat::E5M2 || L.k.format == KvFormat::FP4;
     L.kls.ready = !needs_cal;
-    L.vls.ready = !(L.v.format == KvFormat::E4M3 || L.v.format == KvFormat::E5M2 || L.v.format == KvFormat::FP4);
+    L.vls.ready =
+        !(L.v.format == KvFormat::E4M3 || L.v.format == KvFormat::E5M2 || L.v.format == KvFormat::FP4);
   }
   block_bytes_ = off;
   staging_seq_bytes_ = stage_off;
   evict_budget_ = kv_evict_budget(spec.evict, capacity);
-  if (spec.budget_bytes > 0) n_blocks_ = spec.budget_bytes / block_bytes_;
-  else if (spec.budget_tokens > 0) n_blocks_ = (spec.budget_tokens + B_ - 1) / B_;
+  if (spec.budget_bytes > 0)
+    n_blocks_ = spec.budget_bytes / block_bytes_;
+  else if (spec.budget_tokens > 0)
+    n_blocks_ = (spec.budget_tokens + B_ - 1) / B_;
   else
     n_blocks_ = checked_size(
         {n_seqs, capacity / B_ + (capacity % B_ != 0)}, "model",
         "a KV cache of " + std::to_string(capacity) + " tokens x " + std::to_string(n_seqs) + " sequences");
   if (n_blocks_ < 1)
-    throw UsageError("model", "KV budget of " + std::to_string(spec.budget_bytes) + " bytes holds no page of " +
-                                  std::to_string(B_) + " tokens (" + std::to_string(block_bytes_) +
-                                  " bytes); raise budget=");
-  if (n_blocks_ > (int64_t(1) << 30) / B_) throw UsageError("model", "KV budget is too large (over 2^30 tokens)");
+    throw UsageError("model", "KV budget of " + std::to_string(spec.budget_bytes) +
+                                  " bytes holds no page of " + std::to_string(B_) + " tokens (" +
+                                  std::to_string(block_bytes_) + " bytes); raise budget=");
+  if (n_blocks_ > (int64_t(1) << 30) / B_)
+    throw UsageError("model", "KV budget is too large (over 2^30 tokens)");
   if (!allocate) return;
   pool_ = aligned_bytes(static_cast<size_t>(n_blocks_ * block_bytes_));
   staging_ = aligned_bytes(static_cast<size_t>(std::max<int64_t>(1, staging_seq_bytes_ * n_seqs_)));
@@ -88,7 +103,8 @@ int64_t PagedKvCache::capacity() const {
 }
 
 void PagedKvCache::set_calibrated_scales(int layer, bool key, const std::vector<float>& s) {
-  if (layer < 0 || layer >= n_layers_) fail("model", "KV scales for layer " + std::to_string(layer) + " out of range");
+  if (layer < 0 || layer >= n_layers_)
+    fail("model", "KV scales for layer " + std::to_string(layer) + " out of range");
   const int64_t H = c_.n_kv_heads;
   if (s.size() != 1 && static_cast<int64_t>(s.size()) != H)
     fail("model", "KV scales need 1 or n_kv_heads (" + std::to_string(H) + ") values");
@@ -96,9 +112,11 @@ void PagedKvCache::set_calibrated_scales(int layer, bool key, const std::vector<
     if (!(x > 0) || !std::isfinite(x)) fail("model", "KV scale must be positive and finite");
   KvLayerScales& ls = key ? layers_[layer].kls : layers_[layer].vls;
   const KvFormat f = key ? layers_[layer].k.format : layers_[layer].v.format;
-  if (f == KvFormat::FP4) ls.s = {s[0]};
-  else ls.s.assign(static_cast<size_t>(H), 0), std::transform(ls.s.begin(), ls.s.end(), ls.s.begin(),
-                                                              [&](float) { return s[0]; });
+  if (f == KvFormat::FP4)
+    ls.s = {s[0]};
+  else
+    ls.s.assign(static_cast<size_t>(H), 0),
+        std::transform(ls.s.begin(), ls.s.end(), ls.s.begin(), [&](float) { return s[0]; });
   if (static_cast<int64_t>(s.size()) == H && f != KvFormat::FP4) ls.s = s;
   ls.ready = true;
   for (auto& S : seqs_)
@@ -184,12 +202,13 @@ void PagedKvCache::copy_prefix(int src, int dst, int64_t n) {
 
 void PagedKvCache::alloc_page(int seq) {
   if (free_.empty()) {
-    fail("model", "KV cache is full: all " + std::to_string(n_blocks_) + " pages of " + std::to_string(B_) +
-                      " tokens (" + mib(pool_bytes()) + ", " + std::to_string(capacity_tokens()) +
-                      " tokens) are in use by " + std::to_string(n_seqs_) + " sequence(s) (sequence " +
-                      std::to_string(seq) + " holds " + std::to_string(seqs_[seq].pages.size()) +
-                      "); raise the budget (--kv-cache ...:budget=N), shorten the context, free sequences, or "
-                      "use --kv-evict");
+    fail("model",
+         "KV cache is full: all " + std::to_string(n_blocks_) + " pages of " + std::to_string(B_) +
+             " tokens (" + mib(pool_bytes()) + ", " + std::to_string(capacity_tokens()) +
+             " tokens) are in use by " + std::to_string(n_seqs_) + " sequence(s) (sequence " +
+             std::to_string(seq) + " holds " + std::to_string(seqs_[seq].pages.size()) +
+             "); raise the budget (--kv-cache ...:budget=N), shorten the context, free sequences, or "
+             "use --kv-evict");
   }
   const int32_t p = free_.back();
   free_.pop_back();
@@ -198,7 +217,8 @@ void PagedKvCache::alloc_page(int seq) {
   for (int64_t l = 0; l < n_layers_; ++l) {
     LayerState& st = S.layers[l];
     page_live_[p * n_layers_ + l] = 0;
-    if (layers_[l].per_channel) st.free_pages.push_back(p);
+    if (layers_[l].per_channel)
+      st.free_pages.push_back(p);
     else
       for (int i = B_ - 1; i >= 0; --i) st.free_slots.push_back(p * B_ + i);  // popped in slot order
   }
@@ -273,7 +293,8 @@ void PagedKvCache::seal(int seq, int layer) {
       Entry& e = st.entries[st.n_sealed + i];
       const int32_t j = -(e.slot + 1);
       const uint16_t *ks = staged_k(seq, layer, j), *vs = staged_v(seq, layer, j);
-      for (int64_t d = 0; d < kv_dim_; ++d) kx[i * kv_dim_ + d] = f16_to_f32(ks[d]), vx[d] = f16_to_f32(vs[d]);
+      for (int64_t d = 0; d < kv_dim_; ++d)
+        kx[i * kv_dim_ + d] = f16_to_f32(ks[d]), vx[d] = f16_to_f32(vs[d]);
       kv_encode_row(L.v, vx.data(), base + L.v_off + i * L.v.row_bytes, st.vls);
       st.free_staging.push_back(j);
       e.slot = p * B_ + i;
@@ -295,8 +316,9 @@ void PagedKvCache::store_one(int layer, int seq, int64_t pos, const float* k, co
   }
   if (evict_budget_ > 0)
     while (static_cast<int64_t>(st.entries.size()) >= evict_budget_)
-      erase_entry(seq, layer,
-                  kv_choose_victim(spec_.evict, static_cast<int64_t>(st.entries.size()), st.score.data(), capacity_));
+      erase_entry(
+          seq, layer,
+          kv_choose_victim(spec_.evict, static_cast<int64_t>(st.entries.size()), st.score.data(), capacity_));
   if (L.staging > 0) {
     if (st.free_staging.empty()) fail("model", "KV staging area overflow (internal)");
     const int32_t j = st.free_staging.back();
@@ -319,7 +341,8 @@ void PagedKvCache::store_one(int layer, int seq, int64_t pos, const float* k, co
 
 void PagedKvCache::store_rows(int layer, int64_t T, const int32_t* seqs, const int64_t* pos, const float* k,
                               const float* v) {
-  if (layer < 0 || layer >= n_layers_) fail("model", "KV store: layer " + std::to_string(layer) + " out of range");
+  if (layer < 0 || layer >= n_layers_)
+    fail("model", "KV store: layer " + std::to_string(layer) + " out of range");
   std::vector<float> kr(k, k + T * kv_dim_), vr(v, v + T * kv_dim_);
   const int64_t H = c_.n_kv_heads;
   if (spec_.rotate) {
@@ -329,8 +352,8 @@ void PagedKvCache::store_rows(int layer, int64_t T, const int32_t* seqs, const i
   LayerInfo& L = layers_[layer];
   for (int64_t t = 0; t < T; ++t) {
     if (seqs[t] < 0 || seqs[t] >= n_seqs_ || pos[t] < 0)
-      fail("model", "KV store: sequence " + std::to_string(seqs[t]) + " / position " + std::to_string(pos[t]) +
-                        " out of range");
+      fail("model", "KV store: sequence " + std::to_string(seqs[t]) + " / position " +
+                        std::to_string(pos[t]) + " out of range");
     if (layer == 0 && pos[t] == 0) reset_seq(seqs[t]);  // a new sequence in this slot
   }
   // Dynamic scales: per sequence, from that sequence's rows in the first batch that stores it.
@@ -362,7 +385,9 @@ std::vector<int64_t> PagedKvCache::positions(int layer, int seq) const {
   return r;
 }
 
-std::vector<float> PagedKvCache::scores(int layer, int seq) const { return seqs_[seq].layers[layer].score; }
+std::vector<float> PagedKvCache::scores(int layer, int seq) const {
+  return seqs_[seq].layers[layer].score;
+}
 
 void PagedKvCache::head_row_ref(int layer, int seq, const Entry& e, bool key, int64_t off, int64_t n,
                                 float* out) const {
@@ -375,8 +400,10 @@ void PagedKvCache::head_row_ref(int layer, int seq, const Entry& e, bool key, in
   const uint8_t* base = page_layer(e.slot / B_, layer);
   const int i = e.slot % B_;
   const LayerState& st = seqs_[seq].layers[layer];
-  if (key) kv_decode_range(L.k, base + i * L.k.row_bytes, base + L.k_extra, st.kls, off, n, out);
-  else kv_decode_range(L.v, base + L.v_off + i * L.v.row_bytes, base + L.v_extra, st.vls, off, n, out);
+  if (key)
+    kv_decode_range(L.k, base + i * L.k.row_bytes, base + L.k_extra, st.kls, off, n, out);
+  else
+    kv_decode_range(L.v, base + L.v_off + i * L.v.row_bytes, base + L.v_extra, st.vls, off, n, out);
 }
 
 void PagedKvCache::read_rows(int layer, int seq, std::vector<float>* k, std::vector<float>* v) const {
@@ -396,8 +423,8 @@ void PagedKvCache::read_rows(int layer, int seq, std::vector<float>* k, std::vec
   }
 }
 
-void PagedKvCache::attend_reference(int layer, int seq, int64_t n_pos, int64_t kvh, const float* q, int n_group,
-                                    float* out) const {
+void PagedKvCache::attend_reference(int layer, int seq, int64_t n_pos, int64_t kvh, const float* q,
+                                    int n_group, float* out) const {
   const auto& ents = seqs_[seq].layers[layer].entries;
   const int64_t hd = head_dim_;
   std::vector<float> K, V;
@@ -410,7 +437,8 @@ void PagedKvCache::attend_reference(int layer, int seq, int64_t n_pos, int64_t k
     double mx = -INFINITY;
     for (size_t j = 0; j < idx.size(); ++j) {
       double d = 0;
-      for (int64_t i = 0; i < hd; ++i) d += static_cast<double>(q[g * hd + i]) * K[idx[j] * kv_dim_ + kvh * hd + i];
+      for (int64_t i = 0; i < hd; ++i)
+        d += static_cast<double>(q[g * hd + i]) * K[idx[j] * kv_dim_ + kvh * hd + i];
       s[j] = d;
       mx = std::max(mx, d);
     }

@@ -4,7 +4,9 @@
 
 namespace lowbit {
 
-bool kv_rotation_supported(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+bool kv_rotation_supported(int64_t n) {
+  return n > 0 && (n & (n - 1)) == 0;
+}
 
 void fwht_normalized(float* x, int64_t n) {
   for (int64_t len = 1; len < n; len <<= 1)

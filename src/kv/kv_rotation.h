@@ -1,7 +1,8 @@
 // Hadamard rotation of KV heads: x <- H x / sqrt(n) per head, with H the Sylvester (Walsh-Hadamard) matrix.
-// The normalised transform is orthonormal and its own inverse, so q.k is unchanged in exact arithmetic when both
-// sides are rotated, and sum_p a_p (H v_p) = H (sum_p a_p v_p) lets the cache rotate the attention output back.
-// Rotation spreads a channel outlier over the whole head before quantization (QuaRot / llama.cpp's KV rotation).
+// The normalised transform is orthonormal and its own inverse, so q.k is unchanged in exact arithmetic when
+// both sides are rotated, and sum_p a_p (H v_p) = H (sum_p a_p v_p) lets the cache rotate the attention
+// output back. Rotation spreads a channel outlier over the whole head before quantization (QuaRot /
+// llama.cpp's KV rotation).
 #pragma once
 #include <cstdint>
 

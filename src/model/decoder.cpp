@@ -16,13 +16,20 @@ namespace lowbit {
 
 const char* act_site_name(ActSite s) {
   switch (s) {
-    case ActSite::AttnIn: return "attn_in";
-    case ActSite::OIn: return "o_in";
-    case ActSite::MlpIn: return "mlp_in";
-    case ActSite::DownIn: return "down_in";
-    case ActSite::KeyOut: return "k";
-    case ActSite::ValueOut: return "v";
-    case ActSite::LayerOut: return "layer_out";
+    case ActSite::AttnIn:
+      return "attn_in";
+    case ActSite::OIn:
+      return "o_in";
+    case ActSite::MlpIn:
+      return "mlp_in";
+    case ActSite::DownIn:
+      return "down_in";
+    case ActSite::KeyOut:
+      return "k";
+    case ActSite::ValueOut:
+      return "v";
+    case ActSite::LayerOut:
+      return "layer_out";
   }
   return "?";
 }
@@ -30,13 +37,15 @@ const char* act_site_name(ActSite s) {
 Decoder::Decoder(const ModelConfig& c, const ModelWeights& w) : c_(c), w_(w), rope_(c, w.rope_freq_factors) {}
 
 namespace {
-void check_finite(const float* x, int64_t T, int64_t n, const std::vector<BatchEntry>& b, const std::string& where) {
+void check_finite(const float* x, int64_t T, int64_t n, const std::vector<BatchEntry>& b,
+                  const std::string& where) {
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < n; ++i)
       if (!std::isfinite(x[t * n + i]))
-        fail("model", std::string(std::isnan(x[t * n + i]) ? "NaN" : "Inf") + " in " + where + " at sequence " +
-                          std::to_string(b[t].seq) + " position " + std::to_string(b[t].pos) + " (element " +
-                          std::to_string(i) + "); the weights or the KV cache format overflow here");
+        fail("model", std::string(std::isnan(x[t * n + i]) ? "NaN" : "Inf") + " in " + where +
+                          " at sequence " + std::to_string(b[t].seq) + " position " +
+                          std::to_string(b[t].pos) + " (element " + std::to_string(i) +
+                          "); the weights or the KV cache format overflow here");
 }
 }  // namespace
 
@@ -72,9 +81,9 @@ void Decoder::run_attention(int layer, const std::vector<BatchEntry>& batch, con
   }
   auto tiled = [&](const std::vector<int64_t>& ix) {
     if (ix.empty() || !kv.tiled_ok()) return false;
-    // Decode (one entry) from kDecodeTiledFrom cached positions on: one query x the group's heads per tile still
-    // scores 16 positions per vector instead of one horizontal dot per (head, position) (Qwen2.5-0.5B Q4_0, 2
-    // threads, 4K context: F16 KV 26.7 -> 37-42 tok/s, INT8 32-39 -> 45-50; docs/kv_cache.md).
+    // Decode (one entry) from kDecodeTiledFrom cached positions on: one query x the group's heads per tile
+    // still scores 16 positions per vector instead of one horizontal dot per (head, position) (Qwen2.5-0.5B
+    // Q4_0, 2 threads, 4K context: F16 KV 26.7 -> 37-42 tok/s, INT8 32-39 -> 45-50; docs/kv_cache.md).
     if (ix.size() == 1) return pos[ix[0]] + 1 >= kDecodeTiledFrom;
     for (size_t i = 1; i < ix.size(); ++i)
       if (pos[ix[i]] <= pos[ix[i - 1]]) return false;
@@ -141,7 +150,8 @@ void Decoder::run_attention(int layer, const std::vector<BatchEntry>& batch, con
   });
 }
 
-void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* logits, const ForwardOptions& o) {
+void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* logits,
+                      const ForwardOptions& o) {
   const int64_t T = static_cast<int64_t>(batch.size());
   if (T == 0) return;
   const int64_t D = c_.dim, Q = c_.q_dim(), KV = c_.kv_dim(), F = c_.ffn_dim, hd = c_.head_dim;
@@ -151,9 +161,10 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
       throw UsageError("model", "token id " + std::to_string(e.token) + " is outside the vocabulary (size " +
                                     std::to_string(c_.vocab_size) + ")");
     if (e.seq < 0 || e.seq >= kv.n_seqs() || e.pos < 0 || e.pos >= kv.capacity())
-      throw UsageError("model", "position " + std::to_string(e.pos) + " of sequence " + std::to_string(e.seq) +
-                                    " does not fit the KV cache (capacity " + std::to_string(kv.capacity()) +
-                                    " tokens x " + std::to_string(kv.n_seqs()) + " sequences)");
+      throw UsageError("model", "position " + std::to_string(e.pos) + " of sequence " +
+                                    std::to_string(e.seq) + " does not fit the KV cache (capacity " +
+                                    std::to_string(kv.capacity()) + " tokens x " +
+                                    std::to_string(kv.n_seqs()) + " sequences)");
   }
   // Activation buffers persist per thread across calls: decode calls forward() once per token, and fresh
   // allocations (page faults on first touch) were a measurable share of a small model's step.
@@ -166,7 +177,8 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
   };
   grow(sc.x, T * D), grow(sc.xn, T * D), grow(sc.q, T * Q), grow(sc.k, T * KV), grow(sc.v, T * KV);
   grow(sc.att, T * Q), grow(sc.tmp, T * D), grow(sc.g, T * F), grow(sc.u, T * F);
-  auto &x = sc.x, &xn = sc.xn, &q = sc.q, &k = sc.k, &v = sc.v, &att = sc.att, &tmp = sc.tmp, &g = sc.g, &u = sc.u;
+  auto &x = sc.x, &xn = sc.xn, &q = sc.q, &k = sc.k, &v = sc.v, &att = sc.att, &tmp = sc.tmp, &g = sc.g,
+       &u = sc.u;
   for (int64_t t = 0; t < T; ++t) weight_row_f32(w_.tok_embed, batch[t].token, x.data() + t * D);
   if (c_.embed_scale) {  // Gemma: the embedding times sqrt(dim), rounded to float as Hugging Face does
     const float s = static_cast<float>(std::sqrt(static_cast<double>(D)));

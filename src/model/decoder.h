@@ -14,9 +14,9 @@ namespace lowbit {
 
 struct BatchEntry {
   int32_t token;
-  int32_t seq;     // sequence slot in the KV cache
-  int64_t pos;     // position in its sequence (0-based); tokens of a sequence appear in order
-  bool logits;     // return logits for this entry
+  int32_t seq;  // sequence slot in the KV cache
+  int64_t pos;  // position in its sequence (0-based); tokens of a sequence appear in order
+  bool logits;  // return logits for this entry
 };
 
 struct ForwardOptions {
@@ -28,10 +28,11 @@ class Decoder {
   Decoder(const ModelConfig& c, const ModelWeights& w);
   const ModelConfig& config() const { return c_; }
 
-  // Runs the batch through all layers, writing K/V into `kv`. Logits of the entries with logits=true are written
-  // to `logits` in batch order: [n_logits, vocab]. Logits are always checked for NaN/Inf: Error("model") names
-  // the first bad position.
-  void forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* logits, const ForwardOptions& o = {});
+  // Runs the batch through all layers, writing K/V into `kv`. Logits of the entries with logits=true are
+  // written to `logits` in batch order: [n_logits, vocab]. Logits are always checked for NaN/Inf:
+  // Error("model") names the first bad position.
+  void forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* logits,
+               const ForwardOptions& o = {});
 
   void set_observer(ActivationObserver* obs) { observer_ = obs; }
 

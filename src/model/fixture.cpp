@@ -26,8 +26,8 @@ using nlohmann::json;
 namespace lowbit {
 namespace {
 
-json llama_cfg(int64_t hidden, int64_t ffn, int64_t layers, int64_t heads, int64_t kv, int64_t vocab, double theta,
-               int64_t max_pos, double eps, bool tied) {
+json llama_cfg(int64_t hidden, int64_t ffn, int64_t layers, int64_t heads, int64_t kv, int64_t vocab,
+               double theta, int64_t max_pos, double eps, bool tied) {
   return {{"architectures", {"LlamaForCausalLM"}},
           {"model_type", "llama"},
           {"hidden_size", hidden},
@@ -76,22 +76,27 @@ std::vector<FixtureShape> make_shapes() {
   auto smol = llama_cfg(576, 1536, 30, 9, 3, 49152, 100000, 8192, 1e-5, true);
   smol["bos_token_id"] = 0;
   smol["eos_token_id"] = 0;
-  v.push_back({"smollm2-135m", "SmolLM2-135M: llama, 30 layers, hidden 576, 9/3 heads, FFN 1536, vocab 49152, tied",
-               smol, "gpt2"});
+  v.push_back({"smollm2-135m",
+               "SmolLM2-135M: llama, 30 layers, hidden 576, 9/3 heads, FFN 1536, vocab 49152, tied", smol,
+               "gpt2"});
   auto qwen = as_qwen2(llama_cfg(896, 4864, 24, 14, 2, 151936, 1000000, 32768, 1e-6, true));
   qwen["bos_token_id"] = 151643;
   qwen["eos_token_id"] = 151643;
-  v.push_back({"qwen2.5-0.5b", "Qwen2.5-0.5B: qwen2, 24 layers, hidden 896, 14/2 heads, FFN 4864, vocab 151936, "
-               "QKV bias, tied", qwen, "qwen2"});
+  v.push_back({"qwen2.5-0.5b",
+               "Qwen2.5-0.5B: qwen2, 24 layers, hidden 896, 14/2 heads, FFN 4864, vocab 151936, "
+               "QKV bias, tied",
+               qwen, "qwen2"});
   auto l1b = with_llama3_rope(llama_cfg(2048, 8192, 16, 32, 8, 128256, 500000, 131072, 1e-5, true));
   l1b["bos_token_id"] = 128000;
   l1b["eos_token_id"] = 128001;
   l1b["head_dim"] = 64;
-  v.push_back({"llama-3.2-1b", "Llama-3.2-1B: llama, 16 layers, hidden 2048, 32/8 heads, FFN 8192, vocab 128256, "
-               "llama3 rope scaling, tied", l1b, "llama3"});
+  v.push_back({"llama-3.2-1b",
+               "Llama-3.2-1B: llama, 16 layers, hidden 2048, 32/8 heads, FFN 8192, vocab 128256, "
+               "llama3 rope scaling, tied",
+               l1b, "llama3"});
   // Tiny variants: one architecture flag each, for reference-forward tests.
-  v.push_back({"tiny-llama", "tiny llama: 2 layers, hidden 64, 4/2 heads, untied", llama_cfg(64, 160, 2, 4, 2, 512,
-               10000, 256, 1e-5, false), "gpt2"});
+  v.push_back({"tiny-llama", "tiny llama: 2 layers, hidden 64, 4/2 heads, untied",
+               llama_cfg(64, 160, 2, 4, 2, 512, 10000, 256, 1e-5, false), "gpt2"});
   v.push_back({"tiny-mqa", "tiny llama with multi-query attention (1 KV head), tied",
                llama_cfg(64, 128, 2, 4, 1, 384, 10000, 256, 1e-5, true), "gpt2"});
   v.push_back({"tiny-llama3", "tiny llama with llama3 rope scaling, 8 heads of 16, GQA 4:1, tied",
@@ -159,9 +164,12 @@ void fill_normal(std::vector<float>& v, uint64_t seed, float stddev) {
 const char* kDefaultText =
     "Once upon a time, in a small village by the sea, there lived an old clockmaker and his daughter. Every "
     "morning the two of them opened the shop at seven, wound every clock on the walls, and listened to the "
-    "ticking fill the room. The daughter liked numbers: 12 hours, 60 minutes, 3600 seconds. She asked her father "
-    "why the clocks never agreed, and he said that time is measured, not known. One day a traveller brought a "
-    "broken watch. \"Can you fix it?\" he asked. \"We can try,\" said the girl, and she opened the case. Inside "
+    "ticking fill the room. The daughter liked numbers: 12 hours, 60 minutes, 3600 seconds. She asked her "
+    "father "
+    "why the clocks never agreed, and he said that time is measured, not known. One day a traveller brought "
+    "a "
+    "broken watch. \"Can you fix it?\" he asked. \"We can try,\" said the girl, and she opened the case. "
+    "Inside "
     "were gears smaller than rice, springs thinner than hair, and a note that read: the weights fit, but the "
     "memory does not. The model was large and the machine was small, so they measured everything twice: the "
     "weights, the cache, the workspace; the speed of the first token and of every token after it. They wrote "
@@ -217,7 +225,7 @@ std::map<std::string, FixtureTensor> fixture_tensors(const ModelConfig& c, bool 
 json fixture_tokenizer_json(int64_t vocab_size, const std::string& pretokenizer, const std::string& text,
                             int32_t bos_id, int32_t eos_id) {
   const auto& bl = bytelevel_encoding();
-  PreTokenizer kind = pretokenizer == "llama3" ? PreTokenizer::Llama3
+  PreTokenizer kind = pretokenizer == "llama3"  ? PreTokenizer::Llama3
                       : pretokenizer == "qwen2" ? PreTokenizer::Qwen2
                                                 : PreTokenizer::Gpt2;
   // Reserve ids: specials at bos/eos (and 0/1/2 when those are free), then byte tokens, then merges.
@@ -236,10 +244,11 @@ json fixture_tokenizer_json(int64_t vocab_size, const std::string& pretokenizer,
     pieces.push_back(bl[b]);
   }
   // Words of the text in byte-level characters, split into current symbols.
-  // BPE training, incremental: words as symbol-id sequences with their counts, pair counts kept up to date, an index
-  // pair -> words that (may) contain it, and a max-heap with lazy deletion. Each merge touches only the words that
-  // contain the pair. Ties go to the lexicographically smallest (left, right) pair, so the merges are exactly those
-  // of the straightforward "count every pair, take the first maximum in (left, right) order" loop.
+  // BPE training, incremental: words as symbol-id sequences with their counts, pair counts kept up to date,
+  // an index pair -> words that (may) contain it, and a max-heap with lazy deletion. Each merge touches only
+  // the words that contain the pair. Ties go to the lexicographically smallest (left, right) pair, so the
+  // merges are exactly those of the straightforward "count every pair, take the first maximum in (left,
+  // right) order" loop.
   std::vector<std::string> sname;
   std::unordered_map<std::string, int32_t> sid;
   auto symbol = [&](const std::string& str) {
@@ -260,7 +269,9 @@ json fixture_tokenizer_json(int64_t vocab_size, const std::string& pretokenizer,
     }
     for (auto& [w, n] : uniq) words.push_back(w), wcount.push_back(n);
   }
-  auto key_of = [](int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); };
+  auto key_of = [](int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  };
   std::unordered_map<uint64_t, int64_t> pc;
   std::unordered_map<uint64_t, std::vector<int32_t>> where;
   for (size_t wi = 0; wi < words.size(); ++wi)
@@ -273,7 +284,8 @@ json fixture_tokenizer_json(int64_t vocab_size, const std::string& pretokenizer,
     int64_t count;
     uint64_t key;
   };
-  auto worse = [&](const Cand& x, const Cand& y) {  // heap order: larger count, then smaller (left, right) strings
+  auto worse = [&](const Cand& x,
+                   const Cand& y) {  // heap order: larger count, then smaller (left, right) strings
     if (x.count != y.count) return x.count < y.count;
     const std::string &xl = sname[x.key >> 32], &yl = sname[y.key >> 32];
     if (xl != yl) return xl > yl;
@@ -283,9 +295,10 @@ json fixture_tokenizer_json(int64_t vocab_size, const std::string& pretokenizer,
   for (auto& [k, n] : pc) heap.push({n, k});
   std::vector<int32_t> stamp(words.size(), -1);
   std::vector<std::pair<std::string, std::string>> merges;
-  const int64_t specials_above = static_cast<int64_t>(std::count_if(specials.begin(), specials.end(), [&](auto& kv) {
-    return kv.first >= static_cast<int32_t>(pieces.size());
-  }));
+  const int64_t specials_above =
+      static_cast<int64_t>(std::count_if(specials.begin(), specials.end(), [&](auto& kv) {
+        return kv.first >= static_cast<int32_t>(pieces.size());
+      }));
   int64_t budget = vocab_size - static_cast<int64_t>(pieces.size()) - specials_above;
   for (int32_t step = 0; budget > 0; ++step) {
     Cand best{0, 0};
@@ -364,8 +377,13 @@ json fixture_tokenizer_json(int64_t vocab_size, const std::string& pretokenizer,
     vocab[pieces[i]] = i;
     bool special = specials.count(static_cast<int32_t>(i)) != 0;
     if (special)
-      added.push_back({{"id", i}, {"content", pieces[i]}, {"single_word", false}, {"lstrip", false},
-                       {"rstrip", false}, {"normalized", false}, {"special", true}});
+      added.push_back({{"id", i},
+                       {"content", pieces[i]},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", false},
+                       {"special", true}});
   }
   json jm = json::array();
   for (auto& [l, r] : merges) jm.push_back(l + " " + r);
@@ -374,15 +392,22 @@ json fixture_tokenizer_json(int64_t vocab_size, const std::string& pretokenizer,
     pre = {{"type", "Sequence"},
            {"pretokenizers",
             {{{"type", "Digits"}, {"individual_digits", true}},
-             {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}}}};
+             {{"type", "ByteLevel"},
+              {"add_prefix_space", false},
+              {"trim_offsets", true},
+              {"use_regex", true}}}}};
   } else {
-    std::string re = pretokenizer == "llama3"
-        ? R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"
-        : R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    std::string re =
+        pretokenizer == "llama3"
+            ? R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"
+            : R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
     pre = {{"type", "Sequence"},
            {"pretokenizers",
             {{{"type", "Split"}, {"pattern", {{"Regex", re}}}, {"behavior", "Isolated"}, {"invert", false}},
-             {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}}}};
+             {{"type", "ByteLevel"},
+              {"add_prefix_space", false},
+              {"trim_offsets", false},
+              {"use_regex", false}}}}};
   }
   return {{"version", "1.0"},
           {"truncation", nullptr},
@@ -390,19 +415,28 @@ json fixture_tokenizer_json(int64_t vocab_size, const std::string& pretokenizer,
           {"added_tokens", added},
           {"normalizer", nullptr},
           {"pre_tokenizer", pre},
-          {"post_processor", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false},
-                              {"use_regex", true}}},
-          {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
-                       {"use_regex", true}}},
-          {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                     {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
-                     {"byte_fallback", false}, {"ignore_merges", false}, {"vocab", vocab}, {"merges", jm}}}};
+          {"post_processor",
+           {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}}},
+          {"decoder",
+           {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", false},
+            {"vocab", vocab},
+            {"merges", jm}}}};
 }
 
 void write_fixture_hf(const FixtureShape& s, const FixtureOptions& o, const std::string& dir) {
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_empty(dir, ec))
-    throw UsageError("fixture", "output directory '" + dir + "' exists and is not empty; choose another --out");
+    throw UsageError("fixture",
+                     "output directory '" + dir + "' exists and is not empty; choose another --out");
   if (o.dtype != "f32" && o.dtype != "f16" && o.dtype != "bf16")
     throw UsageError("fixture", "--dtype must be f32, f16 or bf16 (got '" + o.dtype + "')");
   ModelConfig c = config_from_hf(s.config);
@@ -437,7 +471,8 @@ void write_fixture_hf(const FixtureShape& s, const FixtureOptions& o, const std:
     };
     write_json("config.json", cfg);
     write_json("tokenizer.json", tok);
-    json tcfg = {{"add_bos_token", false}, {"model_max_length", c.max_seq_len},
+    json tcfg = {{"add_bos_token", false},
+                 {"model_max_length", c.max_seq_len},
                  {"tokenizer_class", "PreTrainedTokenizerFast"}};
     for (const auto& a : tok["added_tokens"]) {
       if (a["id"] == c.bos_id) tcfg["bos_token"] = a["content"];
@@ -445,7 +480,9 @@ void write_fixture_hf(const FixtureShape& s, const FixtureOptions& o, const std:
     }
     write_json("tokenizer_config.json", tcfg);
     write_json("generation_config.json", {{"bos_token_id", c.bos_id}, {"eos_token_id", c.eos_id}});
-    write_json("lowbit_fixture.json", {{"shape", s.name}, {"seed", o.seed}, {"dtype", o.dtype},
+    write_json("lowbit_fixture.json", {{"shape", s.name},
+                                       {"seed", o.seed},
+                                       {"dtype", o.dtype},
                                        {"note", "seeded random weights N(0, 0.02); not a trained model"}});
     if (fs::exists(dir, ec)) fs::remove(dir, ec);  // empty directory
     io::publish_dir(tmp, dir, false);

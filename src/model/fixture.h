@@ -1,7 +1,8 @@
-// Seeded random-weight models at real shapes, written in exactly the real file layouts (Hugging Face directory:
-// config.json + model.safetensors + tokenizer.json + tokenizer_config.json + generation_config.json). They stand
-// in for real checkpoints in speed/memory work and in architecture tests; the weights are N(0, 0.02) (norms 1),
-// so the text they generate is noise but every byte is where a real checkpoint has it.
+// Seeded random-weight models at real shapes, written in exactly the real file layouts (Hugging Face
+// directory: config.json + model.safetensors + tokenizer.json + tokenizer_config.json +
+// generation_config.json). They stand in for real checkpoints in speed/memory work and in architecture tests;
+// the weights are N(0, 0.02) (norms 1), so the text they generate is noise but every byte is where a real
+// checkpoint has it.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -14,10 +15,10 @@
 namespace lowbit {
 
 struct FixtureShape {
-  std::string name;           // "qwen2.5-0.5b", "tiny-qwen3", ...
+  std::string name;  // "qwen2.5-0.5b", "tiny-qwen3", ...
   std::string description;
-  nlohmann::json config;      // the Hugging Face config.json
-  std::string pretokenizer;   // gpt2 | llama3 | qwen2 (byte-level BPE tokenizer.json style)
+  nlohmann::json config;            // the Hugging Face config.json
+  std::string pretokenizer;         // gpt2 | llama3 | qwen2 (byte-level BPE tokenizer.json style)
   bool store_lm_head_only = false;  // tied, but the file holds lm_head.weight only (like TinyStories-656K)
 };
 
@@ -38,10 +39,10 @@ struct FixtureTensor {
 };
 std::map<std::string, FixtureTensor> fixture_tensors(const ModelConfig& c, bool lm_head_only, uint64_t seed);
 
-// A byte-level BPE tokenizer.json with `vocab_size` entries: 256 byte tokens, merges learned from `text`, special
-// tokens, and unreachable filler entries up to the size.
-nlohmann::json fixture_tokenizer_json(int64_t vocab_size, const std::string& pretokenizer, const std::string& text,
-                                      int32_t bos_id, int32_t eos_id);
+// A byte-level BPE tokenizer.json with `vocab_size` entries: 256 byte tokens, merges learned from `text`,
+// special tokens, and unreachable filler entries up to the size.
+nlohmann::json fixture_tokenizer_json(int64_t vocab_size, const std::string& pretokenizer,
+                                      const std::string& text, int32_t bos_id, int32_t eos_id);
 
 // Writes the directory (atomically: DIR.tmp then rename). Refuses an existing non-empty DIR.
 void write_fixture_hf(const FixtureShape& s, const FixtureOptions& o, const std::string& dir);

@@ -15,8 +15,9 @@ std::vector<int32_t> generate(const Model& m, const std::vector<int32_t>& prompt
   int64_t want = static_cast<int64_t>(prompt.size()) + std::max(0, o.max_new_tokens);
   int64_t cap = o.ctx > 0 ? o.ctx : std::min<int64_t>(want, c.max_seq_len);
   if (static_cast<int64_t>(prompt.size()) > cap)
-    throw UsageError("model", "the prompt has " + std::to_string(prompt.size()) + " tokens but the context is " +
-                                  std::to_string(cap) + "; shorten the prompt or raise --ctx");
+    throw UsageError("model", "the prompt has " + std::to_string(prompt.size()) +
+                                  " tokens but the context is " + std::to_string(cap) +
+                                  "; shorten the prompt or raise --ctx");
   KvCache kv(c, 1, cap, o.kv_spec);
   Decoder dec(c, m.weights);
   Sampler sampler(o.sampler);

@@ -16,10 +16,10 @@ struct GenerateOptions {
   int max_new_tokens = 32;
   SamplerParams sampler;
   bool stop_at_eos = true;
-  KvCacheSpec kv_spec;  // --kv-cache/--kv-evict (model/kv_formats.h); default F32
+  KvCacheSpec kv_spec;                              // --kv-cache/--kv-evict (model/kv_formats.h); default F32
   std::function<void(const KvCache&)> on_kv_cache;  // called once the cache is allocated (to report its size)
-  int64_t ctx = 0;               // KV capacity; 0 = prompt + max_new_tokens (capped by the model's context)
-  int prefill_chunk = 512;       // tokens per prefill batch
+  int64_t ctx = 0;          // KV capacity; 0 = prompt + max_new_tokens (capped by the model's context)
+  int prefill_chunk = 512;  // tokens per prefill batch
 };
 
 struct GenerateStats {
@@ -32,7 +32,7 @@ struct GenerateStats {
   }
   int64_t kv_bytes_per_token = 0, kv_capacity_tokens = 0, kv_total_bytes = 0;
   double kv_bytes_per_token_exact = 0;
-  std::string kv_format;  // KvCache::describe()
+  std::string kv_format;    // KvCache::describe()
   std::string stop_reason;  // "length", "eos", "context"
 };
 

@@ -40,11 +40,12 @@ std::string gguf_name(const std::string& hf, RoleRef* ref) {
 
 int type_id(const std::string& t) {
   // The types lowbit can write (dense, and the block types the formats library quantizes to).
-  static const std::map<std::string, int> kTypes = {{"f32", 0}, {"f16", 1}, {"bf16", 30}, {"q4_0", 2},
-                                                    {"q8_0", 8}, {"q4_k", 12}};
+  static const std::map<std::string, int> kTypes = {{"f32", 0},  {"f16", 1},  {"bf16", 30},
+                                                    {"q4_0", 2}, {"q8_0", 8}, {"q4_k", 12}};
   auto it = kTypes.find(t);
   if (it == kTypes.end())
-    throw UsageError("model", "unsupported GGUF tensor type '" + t + "'; use f32, f16, bf16, q8_0, q4_0 or q4_k");
+    throw UsageError("model",
+                     "unsupported GGUF tensor type '" + t + "'; use f32, f16, bf16, q8_0, q4_0 or q4_k");
   return it->second;
 }
 
@@ -83,7 +84,8 @@ VocabExtension tokenizer_metadata(io::GgufWriter& w, const json& tj, const Model
     if (tokens[i].empty()) tokens[i] = "[PAD" + std::to_string(i) + "]", types[i] = 5;
   std::vector<std::string> merges;
   for (const auto& mg : m.value("merges", json::array()))
-    merges.push_back(mg.is_string() ? mg.get<std::string>() : mg[0].get<std::string>() + " " + mg[1].get<std::string>());
+    merges.push_back(mg.is_string() ? mg.get<std::string>()
+                                    : mg[0].get<std::string>() + " " + mg[1].get<std::string>());
   const std::string d = json_text(tj);
   int64_t unk = -1;
   if (m.contains("unk_token") && m["unk_token"].is_string()) {
@@ -95,9 +97,9 @@ VocabExtension tokenizer_metadata(io::GgufWriter& w, const json& tj, const Model
     // llama.cpp's pre-tokenizer names: the Llama-3 regex, the Qwen2 regex, GPT-2's regex after individual
     // digits (SmolLM), or plain GPT-2.
     std::string pre = d.find("\\\\p{N}{1,3}") != std::string::npos ? "llama-bpe"
-                      : d.find("Split") != std::string::npos     ? "qwen2"
-                      : d.find("\"Digits\"") != std::string::npos ? "smollm"
-                                                                 : "default";
+                      : d.find("Split") != std::string::npos       ? "qwen2"
+                      : d.find("\"Digits\"") != std::string::npos  ? "smollm"
+                                                                   : "default";
     w.set_string("tokenizer.ggml.pre", pre);
     w.set_array_string("tokenizer.ggml.merges", merges);
   } else {
@@ -149,32 +151,46 @@ VocabExtension tokenizer_metadata(io::GgufWriter& w, const json& tj, const Model
   return ext;
 }
 
-// general.file_type uses llama.cpp's llama_ftype numbering, not ggml tensor type ids (they agree only for F32, F16,
-// Q4_0 and Q4_1): e.g. tensor type Q8_0 = 8 but file type MOSTLY_Q8_0 = 7. A file whose matrices are all Q4_K /
-// Q5_K is the "_S" variant.
+// general.file_type uses llama.cpp's llama_ftype numbering, not ggml tensor type ids (they agree only for
+// F32, F16, Q4_0 and Q4_1): e.g. tensor type Q8_0 = 8 but file type MOSTLY_Q8_0 = 7. A file whose matrices
+// are all Q4_K / Q5_K is the "_S" variant.
 uint32_t llama_file_type(int ggml_type) {
   switch (ggml_type) {
-    case 0: return 0;    // ALL_F32
-    case 1: return 1;    // MOSTLY_F16
-    case 2: return 2;    // MOSTLY_Q4_0
-    case 3: return 3;    // MOSTLY_Q4_1
-    case 6: return 8;    // MOSTLY_Q5_0
-    case 7: return 9;    // MOSTLY_Q5_1
-    case 8: return 7;    // MOSTLY_Q8_0
-    case 10: return 10;  // MOSTLY_Q2_K
-    case 11: return 11;  // MOSTLY_Q3_K_S
-    case 12: return 14;  // MOSTLY_Q4_K_S
-    case 13: return 16;  // MOSTLY_Q5_K_S
-    case 14: return 18;  // MOSTLY_Q6_K
-    case 30: return 32;  // MOSTLY_BF16
-    default: return 0;
+    case 0:
+      return 0;  // ALL_F32
+    case 1:
+      return 1;  // MOSTLY_F16
+    case 2:
+      return 2;  // MOSTLY_Q4_0
+    case 3:
+      return 3;  // MOSTLY_Q4_1
+    case 6:
+      return 8;  // MOSTLY_Q5_0
+    case 7:
+      return 9;  // MOSTLY_Q5_1
+    case 8:
+      return 7;  // MOSTLY_Q8_0
+    case 10:
+      return 10;  // MOSTLY_Q2_K
+    case 11:
+      return 11;  // MOSTLY_Q3_K_S
+    case 12:
+      return 14;  // MOSTLY_Q4_K_S
+    case 13:
+      return 16;  // MOSTLY_Q5_K_S
+    case 14:
+      return 18;  // MOSTLY_Q6_K
+    case 30:
+      return 32;  // MOSTLY_BF16
+    default:
+      return 0;
   }
 }
 
 }  // namespace
 
-void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& hf, const json& tokenizer_json,
-                 const GgufExportOptions& o, const std::string& path) {
+void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& hf,
+                 const json& tokenizer_json, const GgufExportOptions& o, const std::string& path) {
   const int mat_type = type_id(o.type);
   const ArchRow& row = arch_row(c.arch);
   const std::string arch = row.gguf_arch;
@@ -208,7 +224,8 @@ void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& 
   // llama.cpp's llama rows are permuted for its interleaved RoPE; qwen2/qwen3/gemma keep HF order (NEOX
   // rope).
   const bool interleave = row.gguf_rope == RopeStyle::Interleaved;
-  auto add = [&](const std::string& name, const std::vector<int64_t>& shape, std::vector<float> f, bool matrix) {
+  auto add = [&](const std::string& name, const std::vector<int64_t>& shape, std::vector<float> f,
+                 bool matrix) {
     int t = matrix ? mat_type : 0;
     std::vector<uint8_t> bytes;
     if (t == 0) {
@@ -222,12 +239,15 @@ void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& 
       const GgmlTypeInfo* info = ggml_type_info(t);
       const int64_t cols = shape.back(), rows = static_cast<int64_t>(f.size()) / cols;
       if (cols % info->block_elems)
-        throw UsageError("model", "tensor '" + name + "' has rows of " + std::to_string(cols) + " elements, not a "
-                                  "multiple of the " + std::string(info->name) + " block (" +
-                                  std::to_string(info->block_elems) + "); pick another --type");
+        throw UsageError("model", "tensor '" + name + "' has rows of " + std::to_string(cols) +
+                                      " elements, not a "
+                                      "multiple of the " +
+                                      std::string(info->name) + " block (" +
+                                      std::to_string(info->block_elems) + "); pick another --type");
       const int64_t rb = ggml_row_bytes(*info, cols);
       bytes.resize(static_cast<size_t>(rb * rows));
-      for (int64_t r = 0; r < rows; ++r) quantize_row_ggml(t, f.data() + r * cols, bytes.data() + r * rb, cols);
+      for (int64_t r = 0; r < rows; ++r)
+        quantize_row_ggml(t, f.data() + r * cols, bytes.data() + r * rb, cols);
     }
     store.push_back(std::move(bytes));
     w.add_tensor(name, t, shape, store.back().data(), store.back().size());

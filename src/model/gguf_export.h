@@ -13,7 +13,8 @@
 namespace lowbit {
 
 struct GgufExportOptions {
-  std::string type = "f32";  // f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q4_k | q5_k | q6_k ... (matrices)
+  std::string type =
+      "f32";  // f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q4_k | q5_k | q6_k ... (matrices)
   std::string name = "lowbit-export";
 };
 

@@ -23,8 +23,9 @@ std::string detect_model_format(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     if (fs::exists(fs::path(path) / "config.json")) return "hf";
-    fail("model", "directory '" + path + "' has no config.json; give a Hugging Face model directory, a .gguf "
-                  "file or a llama2.c .bin file");
+    fail("model", "directory '" + path +
+                      "' has no config.json; give a Hugging Face model directory, a .gguf "
+                      "file or a llama2.c .bin file");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("model", "cannot open model '" + path + "': no such file or directory");
@@ -63,8 +64,8 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
     auto ck = std::make_shared<io::HfCheckpoint>(io::HfCheckpoint::open(dir));
     m->config = config_from_hf(ck->config);
     apply_lowbit_config_keys(ck->config, &m->config);
-    // The tokenizer first, then its JSON document is released (a 150K-entry tokenizer.json parses into ~300 MB
-    // of DOM): otherwise it would stay resident beside the weights for the model's lifetime.
+    // The tokenizer first, then its JSON document is released (a 150K-entry tokenizer.json parses into ~300
+    // MB of DOM): otherwise it would stay resident beside the weights for the model's lifetime.
     if (!ck->tokenizer.is_null()) {
       m->tokenizer = std::make_shared<Tokenizer>(load_tokenizer_hf(ck->tokenizer, ck->tokenizer_config));
       ck->tokenizer = nullptr;
@@ -77,7 +78,8 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
       m->weights = map_weights(m->config, ck->tensors, false, ck, o.dense, dir);
     if (!m->tokenizer) {
       // Checkpoints exported from llama2.c sources carry the original tokenizer.bin (see lowbit quantize).
-      std::string tp = !o.tokenizer_path.empty() ? o.tokenizer_path : (fs::path(dir) / "tokenizer.bin").string();
+      std::string tp =
+          !o.tokenizer_path.empty() ? o.tokenizer_path : (fs::path(dir) / "tokenizer.bin").string();
       if (fs::exists(tp)) {
         auto td = io::Llama2cTokenizerData::open(tp, static_cast<int32_t>(m->config.vocab_size));
         m->tokenizer = std::make_shared<Tokenizer>(load_tokenizer_llama2c(td));
@@ -121,8 +123,10 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
     prepare_weight(*w);
     if (gguf_file && weight_is_repacked(*w)) gguf_file->release_pages(w->data, w->row_bytes() * w->rows);
   }
-  if (W.tied() && !W.tok_embed.plan) W.tok_embed.plan = W.lm_head.plan;
-  else prepare_weight(W.tok_embed, false);
+  if (W.tied() && !W.tok_embed.plan)
+    W.tok_embed.plan = W.lm_head.plan;
+  else
+    prepare_weight(W.tok_embed, false);
   m->load_seconds = timer.seconds();
   return m;
 }

@@ -20,9 +20,9 @@ struct LoadOptions {
 struct Model {
   ModelConfig config;
   ModelWeights weights;
-  std::shared_ptr<Tokenizer> tokenizer;   // may be null when no tokenizer was found (ids-only use)
-  std::string path;                       // what the user gave
-  std::string format;                     // hf | gguf | llama2c
+  std::shared_ptr<Tokenizer> tokenizer;  // may be null when no tokenizer was found (ids-only use)
+  std::string path;                      // what the user gave
+  std::string format;                    // hf | gguf | llama2c
   std::vector<std::shared_ptr<const void>> keep_alive;  // mapped files
   double load_seconds = 0;
 };

@@ -128,7 +128,8 @@ PackedBytes packed_checkpoint_bytes(const QuantScheme& s, int64_t rows, int64_t 
       b.zeros = scale_grid(s, rows, cols).cells();  // one uint8 per cell
     }
   }
-  if (layout == CkptLayout::PackQuantized || layout == CkptLayout::LowbitPacked) b.metadata = 2 * 8;  // weight_shape
+  if (layout == CkptLayout::PackQuantized || layout == CkptLayout::LowbitPacked)
+    b.metadata = 2 * 8;  // weight_shape
   return b;
 }
 

@@ -21,7 +21,9 @@ void SamplerParams::validate() const {
   if (repeat_last_n < 0) throw UsageError("model", "--repeat-last-n must be >= 0");
 }
 
-Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) { p_.validate(); }
+Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {
+  p_.validate();
+}
 
 int32_t argmax(const float* logits, int64_t n) {
   return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
@@ -36,7 +38,8 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
   l.assign(logits, logits + vocab);
   if (penalty) {
     std::unordered_set<int32_t> seen;
-    for (size_t i = history.size() > static_cast<size_t>(p_.repeat_last_n) ? history.size() - p_.repeat_last_n : 0;
+    for (size_t i = history.size() > static_cast<size_t>(p_.repeat_last_n) ? history.size() - p_.repeat_last_n
+                                                                           : 0;
          i < history.size(); ++i)
       seen.insert(history[i]);
     for (int32_t id : seen)
@@ -48,7 +51,8 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
   std::iota(idx.begin(), idx.end(), 0);
   size_t n = idx.size();
   if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
-    std::partial_sort(idx.begin(), idx.begin() + p_.top_k, idx.end(), [&](int a, int b) { return l[a] > l[b]; });
+    std::partial_sort(idx.begin(), idx.begin() + p_.top_k, idx.end(),
+                      [&](int a, int b) { return l[a] > l[b]; });
     n = p_.top_k;
   } else {
     std::sort(idx.begin(), idx.end(), [&](int a, int b) { return l[a] > l[b]; });

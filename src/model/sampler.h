@@ -7,11 +7,12 @@
 namespace lowbit {
 
 struct SamplerParams {
-  float temperature = 0.0f;   // 0 = greedy (argmax)
-  int top_k = 0;              // 0 = off
-  float top_p = 1.0f;         // 1 = off
-  float min_p = 0.0f;         // 0 = off; keep tokens with p >= min_p * p_max
-  float repeat_penalty = 1.0f;  // 1 = off; divides positive logits / multiplies negative ones of recent tokens
+  float temperature = 0.0f;  // 0 = greedy (argmax)
+  int top_k = 0;             // 0 = off
+  float top_p = 1.0f;        // 1 = off
+  float min_p = 0.0f;        // 0 = off; keep tokens with p >= min_p * p_max
+  float repeat_penalty =
+      1.0f;  // 1 = off; divides positive logits / multiplies negative ones of recent tokens
   int repeat_last_n = 64;
   uint64_t seed = 0;
   // Throws UsageError naming the bad parameter.

@@ -86,7 +86,8 @@ size_t ModelWeights::weight_bytes() const {
   for (auto& L : layers) {
     b += L.wq.nbytes() + L.wk.nbytes() + L.wv.nbytes() + L.wo.nbytes() + L.w_gate.nbytes() + L.w_up.nbytes() +
          L.w_down.nbytes();
-    b += vec(L.attn_norm) + vec(L.ffn_norm) + vec(L.bq) + vec(L.bk) + vec(L.bv) + vec(L.q_norm) + vec(L.k_norm);
+    b += vec(L.attn_norm) + vec(L.ffn_norm) + vec(L.bq) + vec(L.bk) + vec(L.bv) + vec(L.q_norm) +
+         vec(L.k_norm);
   }
   return b;
 }
@@ -141,10 +142,18 @@ struct Mapper {
     }
     WeightKind native;
     switch (v.dtype) {
-      case DType::F32: native = WeightKind::F32; break;
-      case DType::F16: native = WeightKind::F16; break;
-      case DType::BF16: native = WeightKind::BF16; break;
-      default: native = WeightKind::F32; break;  // other dtypes are widened
+      case DType::F32:
+        native = WeightKind::F32;
+        break;
+      case DType::F16:
+        native = WeightKind::F16;
+        break;
+      case DType::BF16:
+        native = WeightKind::BF16;
+        break;
+      default:
+        native = WeightKind::F32;
+        break;  // other dtypes are widened
     }
     WeightKind want = mode == DenseMode::Native ? native
                       : mode == DenseMode::F32  ? WeightKind::F32
@@ -159,15 +168,16 @@ struct Mapper {
     }
     std::vector<float> f(static_cast<size_t>(rows * cols));
     to_f32(v, f.data());
-    return want == WeightKind::F32 ? make_f32_weight(f.data(), rows, cols) : make_half_weight(f.data(), rows, cols, want);
+    return want == WeightKind::F32 ? make_f32_weight(f.data(), rows, cols)
+                                   : make_half_weight(f.data(), rows, cols, want);
   }
 };
 
 }  // namespace
 
-ModelWeights map_weights(const ModelConfig& c, const std::map<std::string, TensorView>& tensors, bool gguf_names,
-                         std::shared_ptr<const void> owner, DenseMode mode, const std::string& source,
-                         const WeightHook& hook) {
+ModelWeights map_weights(const ModelConfig& c, const std::map<std::string, TensorView>& tensors,
+                         bool gguf_names, std::shared_ptr<const void> owner, DenseMode mode,
+                         const std::string& source, const WeightHook& hook) {
   Mapper m{c, tensors, gguf_names, std::move(owner), mode, source, &hook};
   ModelWeights w;
   using enum TensorRole;

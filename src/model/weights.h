@@ -15,29 +15,30 @@
 namespace lowbit {
 
 struct LayerWeights {
-  std::vector<float> attn_norm;  // [dim]
-  std::vector<float> ffn_norm;   // [dim]
-  WeightMatrix wq;               // [n_heads*head_dim, dim]
-  WeightMatrix wk;               // [n_kv_heads*head_dim, dim]
-  WeightMatrix wv;               // [n_kv_heads*head_dim, dim]
-  WeightMatrix wo;               // [dim, n_heads*head_dim]
-  WeightMatrix w_gate;           // [ffn_dim, dim]
-  WeightMatrix w_up;             // [ffn_dim, dim]
-  WeightMatrix w_down;           // [dim, ffn_dim]
-  std::vector<float> bq, bk, bv; // [q_dim], [kv_dim], [kv_dim] when config.qkv_bias
-  std::vector<float> q_norm;     // [head_dim] when config.qk_norm
-  std::vector<float> k_norm;     // [head_dim] when config.qk_norm
+  std::vector<float> attn_norm;   // [dim]
+  std::vector<float> ffn_norm;    // [dim]
+  WeightMatrix wq;                // [n_heads*head_dim, dim]
+  WeightMatrix wk;                // [n_kv_heads*head_dim, dim]
+  WeightMatrix wv;                // [n_kv_heads*head_dim, dim]
+  WeightMatrix wo;                // [dim, n_heads*head_dim]
+  WeightMatrix w_gate;            // [ffn_dim, dim]
+  WeightMatrix w_up;              // [ffn_dim, dim]
+  WeightMatrix w_down;            // [dim, ffn_dim]
+  std::vector<float> bq, bk, bv;  // [q_dim], [kv_dim], [kv_dim] when config.qkv_bias
+  std::vector<float> q_norm;      // [head_dim] when config.qk_norm
+  std::vector<float> k_norm;      // [head_dim] when config.qk_norm
   // Calibrated KV-cache scales (absmax / format max of K after RoPE and of V) from a quantized checkpoint:
   // [1] per tensor or [n_kv_heads] per head; empty when none were calibrated.
   std::vector<float> k_scale, v_scale;
 };
 
 struct ModelWeights {
-  WeightMatrix tok_embed;          // [vocab, dim]
+  WeightMatrix tok_embed;  // [vocab, dim]
   std::vector<LayerWeights> layers;
-  std::vector<float> final_norm;   // [dim]
-  WeightMatrix lm_head;            // [vocab, dim]; shares storage with tok_embed when tied
-  std::vector<float> rope_freq_factors;  // [head_dim/2] divisors from GGUF rope_freqs.weight (llama3), or empty
+  std::vector<float> final_norm;  // [dim]
+  WeightMatrix lm_head;           // [vocab, dim]; shares storage with tok_embed when tied
+  std::vector<float>
+      rope_freq_factors;  // [head_dim/2] divisors from GGUF rope_freqs.weight (llama3), or empty
 
   // The field of a tensor role (arch/arch_table.h; layer ignored for model-level roles): matrix() for
   // RoleKind::Matrix roles, vector() for norms and biases; nullptr for a role of the other kind.
@@ -62,12 +63,12 @@ DenseMode dense_mode_from_string(const std::string& s);  // native|f32|f16|bf16;
 // Maps tensors named with Hugging Face Llama names (see io/llama2c.h) or GGUF names onto ModelWeights.
 // `gguf_names` selects the naming scheme. Missing tensors and shape mismatches give Error("model") naming the
 // tensor, its expected shape and the file. `owner` keeps the mapped files alive.
-// `hook` (optional) is asked first for every 2-D weight: it returns true when it filled `out` itself (quantized
-// checkpoints map their packed tensors this way, see model/quantized_checkpoint.h).
+// `hook` (optional) is asked first for every 2-D weight: it returns true when it filled `out` itself
+// (quantized checkpoints map their packed tensors this way, see model/quantized_checkpoint.h).
 using WeightHook = std::function<bool(const std::string& name, const TensorView& view, WeightMatrix* out)>;
-ModelWeights map_weights(const ModelConfig& c, const std::map<std::string, TensorView>& tensors, bool gguf_names,
-                         std::shared_ptr<const void> owner, DenseMode mode, const std::string& source,
-                         const WeightHook& hook = {});
+ModelWeights map_weights(const ModelConfig& c, const std::map<std::string, TensorView>& tensors,
+                         bool gguf_names, std::shared_ptr<const void> owner, DenseMode mode,
+                         const std::string& source, const WeightHook& hook = {});
 
 // The checkpoint's calibrated FP8 KV scales (layers' k_scale / v_scale) handed to the cache
 // (KvCache::use_checkpoint_scales); returns the number of layer sides that use them.

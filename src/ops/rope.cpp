@@ -19,7 +19,8 @@ Rope::Rope(const ModelConfig& c, const std::vector<float>& freq_factors)
       if (wl > low_wl) {
         f /= s.factor;
       } else if (wl >= high_wl) {
-        double smooth = (s.original_max_position / wl - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        double smooth =
+            (s.original_max_position / wl - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
         f = (1 - smooth) * f / s.factor + smooth * f;
       }
     }

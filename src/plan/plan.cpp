@@ -1,6 +1,6 @@
-// The planner's arithmetic: weight bytes per configuration (from formats/scheme.h's exact storage accounting),
-// KV bytes per token, the engine's activation workspace, and the per-row fit / largest concurrency / largest
-// context searches. Formulas: plan.h and docs/plan.md.
+// The planner's arithmetic: weight bytes per configuration (from formats/scheme.h's exact storage
+// accounting), KV bytes per token, the engine's activation workspace, and the per-row fit / largest
+// concurrency / largest context searches. Formulas: plan.h and docs/plan.md.
 #include <algorithm>
 #include <limits>
 
@@ -15,7 +15,9 @@ namespace {
 using i128 = __int128;
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-int64_t sat(i128 v) { return v > static_cast<i128>(kInt64Max) ? kInt64Max : static_cast<int64_t>(v); }
+int64_t sat(i128 v) {
+  return v > static_cast<i128>(kInt64Max) ? kInt64Max : static_cast<int64_t>(v);
+}
 
 // The linear layers the quantizer targets, per decoder layer: {name, rows (out), cols (in)}.
 struct Linear {
@@ -40,9 +42,10 @@ const std::vector<WeightConfig>& weight_configs() {
   static const std::vector<WeightConfig> v = {
       {"bf16", "BF16 baseline", "", "bf16", "baseline"},
       {"fp8-w", "FP8 weight-only (E4M3, per-channel)", "e4m3fn:channel:f32", "bf16", "weight-only"},
-      {"w8a8-int8", "W8A8 INT8 (per-channel W, per-token A)", "int8:channel:sym:f16", "int8 per-token dynamic",
+      {"w8a8-int8", "W8A8 INT8 (per-channel W, per-token A)", "int8:channel:sym:f16",
+       "int8 per-token dynamic", "w8a8"},
+      {"w8a8-fp8", "W8A8 FP8 (per-channel W, per-token A)", "e4m3fn:channel:f32", "fp8 per-token dynamic",
        "w8a8"},
-      {"w8a8-fp8", "W8A8 FP8 (per-channel W, per-token A)", "e4m3fn:channel:f32", "fp8 per-token dynamic", "w8a8"},
       {"w4a16", "W4A16 INT4 g128 sym", "int4:g128:sym:f16", "bf16", "weight-only"},
       {"w4a16-asym", "W4A16 INT4 g128 asym", "int4:g128:asym:f16", "bf16", "weight-only"},
       {"nf4", "NF4 g64 (f32 absmax)", "nf4:g64:f32", "bf16", "weight-only"},
@@ -74,9 +77,11 @@ const std::vector<KvConfig>& kv_configs() {
       {"bf16", "BF16", 16, 0, 0, 0, "no scales", "bf16"},
       {"fp8", "FP8 E4M3", 8, 0, 0, 0,
        "per-layer static k_scale/v_scale (2 FP32 per layer, constant, not per token)", "e4m3"},
-      {"int8", "INT8", 8, 0, 0, 0, "per-layer static scales (2 FP32 per layer, constant, not per token)", "int8"},
+      {"int8", "INT8", 8, 0, 0, 0, "per-layer static scales (2 FP32 per layer, constant, not per token)",
+       "int8"},
       {"int4", "INT4 g32 + 128-token BF16 window", 4, 32, 4, 128,
-       "per-token groups of 32 along head_dim, f16 scale + f16 zero each (+1 bit/element); the last 128 tokens "
+       "per-token groups of 32 along head_dim, f16 scale + f16 zero each (+1 bit/element); the last 128 "
+       "tokens "
        "of every sequence stay BF16 (KIVI-style residual window)",
        "int4:window128"},
   };
@@ -133,8 +138,9 @@ WeightBytes weight_bytes(const ModelConfig& c, const std::string& scheme) {
   const int64_t emb = V * D * (c.tie_embeddings ? 1 : 2);
   w.unquantized_params = emb + small;
   w.unquantized_names.push_back("model.embed_tokens [" + std::to_string(V) + ", " + std::to_string(D) + "]");
-  w.unquantized_names.push_back(c.tie_embeddings ? "lm_head (tied to embed_tokens, stored once)"
-                                                 : "lm_head [" + std::to_string(V) + ", " + std::to_string(D) + "]");
+  w.unquantized_names.push_back(c.tie_embeddings
+                                    ? "lm_head (tied to embed_tokens, stored once)"
+                                    : "lm_head [" + std::to_string(V) + ", " + std::to_string(D) + "]");
   std::string smalls = "norms";
   if (c.qkv_bias) smalls += ", q/k/v biases";
   if (c.qk_norm) smalls += ", q/k norms";
@@ -217,7 +223,8 @@ Plan make_plan(const PlanModel& m, const PlanRequest& r) {
   const ModelConfig& mc = m.config;
   if (mc.n_heads > (1 << 16) || mc.q_dim() > (int64_t(1) << 22) || mc.kv_dim() > (int64_t(1) << 22))
     throw UsageError("plan", "model config has implausible attention sizes (" + std::to_string(mc.n_heads) +
-                                 " heads x " + std::to_string(mc.head_dim) + "); the config is probably corrupt");
+                                 " heads x " + std::to_string(mc.head_dim) +
+                                 "); the config is probably corrupt");
 
   Plan p;
   p.model = m;
@@ -267,7 +274,8 @@ Plan make_plan(const PlanModel& m, const PlanRequest& r) {
         row.weight_id = ws[wi]->id;
         row.kv_id = kv->id;
         row.weights = wb[wi];
-        if (r.device.is_cpu) {  // lowbit's own engine: its exact allocation (pages, per-token scales, staging)
+        if (r.device
+                .is_cpu) {  // lowbit's own engine: its exact allocation (pages, per-token scales, staging)
           const KvFootprint f = engine_kv_footprint(c, *kv);
           row.kv_per_token = (f.block_bytes + f.block_tokens - 1) / f.block_tokens;
           row.kv_total = f.bytes(r.concurrency, cp.tokens);
@@ -287,8 +295,10 @@ Plan make_plan(const PlanModel& m, const PlanRequest& r) {
           int64_t lo = 1, hi = kMaxConcurrency;
           while (lo < hi) {
             int64_t mid = lo + (hi - lo + 1) / 2;
-            if (fits(cp.tokens, mid)) lo = mid;
-            else hi = mid - 1;
+            if (fits(cp.tokens, mid))
+              lo = mid;
+            else
+              hi = mid - 1;
           }
           row.max_concurrency = lo;
         }
@@ -296,8 +306,10 @@ Plan make_plan(const PlanModel& m, const PlanRequest& r) {
           int64_t lo = 1, hi = kMaxTokens;
           while (lo < hi) {
             int64_t mid = lo + (hi - lo + 1) / 2;
-            if (fits(mid, r.concurrency)) lo = mid;
-            else hi = mid - 1;
+            if (fits(mid, r.concurrency))
+              lo = mid;
+            else
+              hi = mid - 1;
           }
           row.max_tokens = lo;
           row.max_tokens_capped = lo == kMaxTokens;

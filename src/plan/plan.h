@@ -1,12 +1,14 @@
-// Memory planner (`lowbit plan`): where the bytes of a deployment go (weights / KV cache / workspace) for every
-// W/A/KV configuration, what fits a device or budget, and which configuration to try first (and why).
+// Memory planner (`lowbit plan`): where the bytes of a deployment go (weights / KV cache / workspace) for
+// every W/A/KV configuration, what fits a device or budget, and which configuration to try first (and why).
 //
 // Arithmetic, all in bytes, exact integers (formulas in docs/plan.md):
 //   weights    = sum over the quantized linear matrices of the bytes lowbit's checkpoint stores for them
-//                (model/quantized_checkpoint.h packed_checkpoint_bytes: codes with int32 packing / row padding,
-//                scales incl. second-level ones, zero points, the 16-byte weight_shape tensor of packed layouts;
-//                equal to a `lowbit quantize` checkpoint's tensor bytes, tested in tests/plan/test_plan_checkpoint)
-//              + 2 bytes per parameter of every tensor left in 16 bits (embeddings, lm_head, norms, biases, and any
+//                (model/quantized_checkpoint.h packed_checkpoint_bytes: codes with int32 packing / row
+//                padding, scales incl. second-level ones, zero points, the 16-byte weight_shape tensor of
+//                packed layouts; equal to a `lowbit quantize` checkpoint's tensor bytes, tested in
+//                tests/plan/test_plan_checkpoint)
+//              + 2 bytes per parameter of every tensor left in 16 bits (embeddings, lm_head, norms, biases,
+//              and any
 //                matrix the scheme cannot be applied to, e.g. a row shorter than the group)
 //   KV/token   = 2 (K,V) x layers x kv_heads x (ceil(head_dim x bits / 8) + groups_per_head x scale_bytes)
 //   KV         = concurrency x (tokens x KV/token + residual window extra), tokens = ctx + output
@@ -27,13 +29,13 @@ namespace lowbit::plan {
 
 // ---------------------------------------------------------------- configurations (plan.cpp)
 
-// One weight/activation precision candidate. Linear layers (q,k,v,o,gate,up,down) are quantized with `scheme`;
-// everything else stays 16-bit as in the quantizer's default ignore list.
+// One weight/activation precision candidate. Linear layers (q,k,v,o,gate,up,down) are quantized with
+// `scheme`; everything else stays 16-bit as in the quantizer's default ignore list.
 struct WeightConfig {
-  std::string id;           // "bf16", "fp8-w", "w8a8-int8", "w8a8-fp8", "w4a16", "w4a16-asym", "nf4", "nf4-dq",
-                            // "mxfp4", "nvfp4", "stored" (a checkpoint's bytes as stored)
-  std::string label;        // "W4A16 INT4 g128 sym"
-  std::string scheme;       // formats/scheme.h string for the linear layers; "" = 16-bit (BF16)
+  std::string id;      // "bf16", "fp8-w", "w8a8-int8", "w8a8-fp8", "w4a16", "w4a16-asym", "nf4", "nf4-dq",
+                       // "mxfp4", "nvfp4", "stored" (a checkpoint's bytes as stored)
+  std::string label;   // "W4A16 INT4 g128 sym"
+  std::string scheme;  // formats/scheme.h string for the linear layers; "" = 16-bit (BF16)
   std::string activations;  // "bf16", "int8 per-token dynamic", ...
   std::string family;       // baseline | weight-only | w8a8 | fp4 | stored
 };
@@ -42,14 +44,14 @@ const WeightConfig& weight_config(std::string_view id);  // UsageError when unkn
 
 // One KV-cache element format.
 struct KvConfig {
-  std::string id;               // "bf16", "fp8", "int8", "int4"
-  std::string label;            // "INT4 g32 + f16 scale, 128-token BF16 window"
-  int elem_bits = 16;           // bits per stored K/V element
-  int group = 0;                // elements (along head_dim) sharing one per-token scale; 0 = per-layer static scale
-  int scale_bytes = 0;          // bytes per group scale (+ zero point)
+  std::string id;       // "bf16", "fp8", "int8", "int4"
+  std::string label;    // "INT4 g32 + f16 scale, 128-token BF16 window"
+  int elem_bits = 16;   // bits per stored K/V element
+  int group = 0;        // elements (along head_dim) sharing one per-token scale; 0 = per-layer static scale
+  int scale_bytes = 0;  // bytes per group scale (+ zero point)
   int64_t residual_window = 0;  // most recent tokens kept in BF16 per sequence (KIVI-style)
   std::string scale_note;       // how its scales are stored, stated in reports
-  std::string engine_spec;      // the lowbit engine's --kv-cache spec for it (device "cpu" plans use its layout)
+  std::string engine_spec;  // the lowbit engine's --kv-cache spec for it (device "cpu" plans use its layout)
 };
 const std::vector<KvConfig>& kv_configs();
 const KvConfig& kv_config(std::string_view id);  // UsageError when unknown
@@ -67,23 +69,24 @@ KvFootprint engine_kv_footprint(const ModelConfig& c, const KvConfig& kv);
 int64_t kv_bytes_per_sequence(const ModelConfig& c, const KvConfig& kv, int64_t tokens);
 
 struct WeightBytes {
-  int64_t elements = 0;      // quantized element codes (bytes)
-  int64_t scales = 0;        // scales incl. second-level (NF4 double quant, NVFP4 tensor scale)
-  int64_t zeros = 0;         // zero points (asymmetric INT)
-  int64_t unquantized = 0;   // 16-bit tensors: embeddings, lm_head, norms, biases, skipped matrices
+  int64_t elements = 0;     // quantized element codes (bytes)
+  int64_t scales = 0;       // scales incl. second-level (NF4 double quant, NVFP4 tensor scale)
+  int64_t zeros = 0;        // zero points (asymmetric INT)
+  int64_t unquantized = 0;  // 16-bit tensors: embeddings, lm_head, norms, biases, skipped matrices
   int64_t quantized_params = 0, unquantized_params = 0;
   std::vector<std::string> unquantized_names;  // "model.embed_tokens (16-bit)", "lm_head (16-bit)", ...
   std::vector<std::string> notes;              // e.g. "down_proj kept 16-bit: group 128 > row 64"
-  int64_t metadata = 0;      // per-matrix shape tensors of packed layouts (16 bytes each)
+  int64_t metadata = 0;                        // per-matrix shape tensors of packed layouts (16 bytes each)
   int64_t total() const { return elements + scales + zeros + metadata + unquantized; }
 };
 // scheme "" = every tensor 16-bit (= 2 x n_params()).
 WeightBytes weight_bytes(const ModelConfig& c, const std::string& scheme);
 
 // The engine's activation buffers for one forward pass (model/decoder.cpp, float32):
-//   hidden     = T x (3 dim + 2 q_dim + 2 kv_dim + 2 ffn) x 4,  T = max(min(prefill_chunk, tokens), concurrency)
-//   attention  = attn_workers x (n_heads / n_kv_heads) x tokens x 4   (score rows, one per worker)
-//   logits     = concurrency x (vocab + dim) x 4                      (last-position logits of each sequence)
+//   hidden     = T x (3 dim + 2 q_dim + 2 kv_dim + 2 ffn) x 4,  T = max(min(prefill_chunk, tokens),
+//   concurrency) attention  = attn_workers x (n_heads / n_kv_heads) x tokens x 4   (score rows, one per
+//   worker) logits     = concurrency x (vocab + dim) x 4                      (last-position logits of each
+//   sequence)
 struct Workspace {
   int64_t hidden = 0, attention = 0, logits = 0;
   int64_t batch_tokens = 0;  // T
@@ -95,19 +98,19 @@ Workspace workspace_bytes(const ModelConfig& c, int64_t tokens, int64_t concurre
 // ---------------------------------------------------------------- devices (plan_devices.cpp)
 
 struct Device {
-  std::string id;                  // "l4", "h100", "cpu", "budget"
-  std::string name;                // "NVIDIA L4 (24 GB)"
-  int64_t memory_bytes = 0;        // what the device has (nvidia-smi memory.total; cpu: MemTotal)
-  int64_t reserve_bytes = 0;       // held back for the runtime (CUDA context, library workspaces)
-  double compute_capability = 0;   // 0 for cpu / budget
+  std::string id;                 // "l4", "h100", "cpu", "budget"
+  std::string name;               // "NVIDIA L4 (24 GB)"
+  int64_t memory_bytes = 0;       // what the device has (nvidia-smi memory.total; cpu: MemTotal)
+  int64_t reserve_bytes = 0;      // held back for the runtime (CUDA context, library workspaces)
+  double compute_capability = 0;  // 0 for cpu / budget
   bool is_cpu = false, is_budget = false;
-  bool budget_override = false;    // --device X --budget B: X's capabilities, B's memory (no reserve)
-  bool bf16 = true;                // fast BF16 matmul
-  bool int8 = true;                // INT8 tensor cores / VNNI / AMX-INT8
-  bool fp8 = false;                // FP8 tensor cores (cc >= 8.9)
-  bool fp4 = false;                // FP4 tensor cores (Blackwell, cc >= 10.0)
-  int attn_workers = 1;            // attention score rows alive at once (cpu: threads)
-  std::string features;            // cpu: feature summary; gpu: "sm_89"
+  bool budget_override = false;  // --device X --budget B: X's capabilities, B's memory (no reserve)
+  bool bf16 = true;              // fast BF16 matmul
+  bool int8 = true;              // INT8 tensor cores / VNNI / AMX-INT8
+  bool fp8 = false;              // FP8 tensor cores (cc >= 8.9)
+  bool fp4 = false;              // FP4 tensor cores (Blackwell, cc >= 10.0)
+  int attn_workers = 1;          // attention score rows alive at once (cpu: threads)
+  std::string features;          // cpu: feature summary; gpu: "sm_89"
   int64_t usable() const { return memory_bytes - reserve_bytes; }
 };
 const std::vector<Device>& device_presets();  // GPUs; "cpu" is built on demand
@@ -117,7 +120,8 @@ Device device_by_name(std::string_view name);
 // A plain memory budget (no reserve, capabilities unknown: treated as a generic GPU with BF16/INT8).
 Device budget_device(int64_t bytes);
 // "24GiB", "24 GB", "512MiB", "1.5e9", "80G" -> bytes. Units: B, K/KB, KiB, M/MB, MiB, G/GB, GiB, T/TB, TiB
-// (case-insensitive; K/M/G/T alone are binary). UsageError for non-numbers, <= 0, NaN/Inf, unknown units, > 1 PiB.
+// (case-insensitive; K/M/G/T alone are binary). UsageError for non-numbers, <= 0, NaN/Inf, unknown units, > 1
+// PiB.
 int64_t parse_bytes(std::string_view s);
 
 // How a configuration runs on a device.
@@ -131,8 +135,8 @@ Support kv_support(const Device& d, const KvConfig& kv);
 // ---------------------------------------------------------------- models (plan_presets.cpp, plan_input.cpp)
 
 struct ModelPreset {
-  std::string id;       // "llama-3-8b"
-  std::string hf_id;    // "meta-llama/Meta-Llama-3-8B"
+  std::string id;     // "llama-3-8b"
+  std::string hf_id;  // "meta-llama/Meta-Llama-3-8B"
   ModelConfig config;
 };
 const std::vector<ModelPreset>& model_presets();
@@ -144,11 +148,11 @@ std::vector<std::string> suggest_names(std::string_view name, const std::vector<
 
 struct PlanModel {
   ModelConfig config;
-  std::string name;                   // what --model/--preset said
-  std::string compare_model;          // what to pass to `lowbit compare --model` (HF id for presets)
-  std::string source;                 // preset | hf | hf-config | hf-quantized | gguf | llama2c
+  std::string name;                     // what --model/--preset said
+  std::string compare_model;            // what to pass to `lowbit compare --model` (HF id for presets)
+  std::string source;                   // preset | hf | hf-config | hf-quantized | gguf | llama2c
   std::optional<int64_t> stored_bytes;  // tensor bytes as stored (quantized HF checkpoints, GGUF)
-  std::string stored_desc;            // "compressed-tensors W4A16 (safetensors headers)"
+  std::string stored_desc;              // "compressed-tensors W4A16 (safetensors headers)"
 };
 // A preset name (preset=true), or a path: HF directory, config.json, .gguf, llama2.c .bin (header only).
 // Any unreadable or inconsistent model is a UsageError naming the path and what to do.
@@ -159,13 +163,13 @@ ModelConfig config_from_llama2c_header(const uint8_t* bytes, size_t n, const std
 // ---------------------------------------------------------------- the plan (plan.cpp, plan_recommend.cpp)
 
 struct PlanRequest {
-  std::vector<int64_t> ctx{4096};     // context lengths (prompt tokens) to plan for
-  int64_t concurrency = 1;            // sequences served at once
-  int64_t output = 0;                 // generated tokens per sequence; they occupy the KV cache too
+  std::vector<int64_t> ctx{4096};  // context lengths (prompt tokens) to plan for
+  int64_t concurrency = 1;         // sequences served at once
+  int64_t output = 0;              // generated tokens per sequence; they occupy the KV cache too
   Device device = budget_device(int64_t(24) << 30);
-  int prefill_chunk = 512;            // engine default (model/generate.h)
-  std::vector<std::string> weights;   // weight config ids to plan (empty = all)
-  std::vector<std::string> kv;        // kv config ids (empty = all)
+  int prefill_chunk = 512;           // engine default (model/generate.h)
+  std::vector<std::string> weights;  // weight config ids to plan (empty = all)
+  std::vector<std::string> kv;       // kv config ids (empty = all)
 };
 
 struct Row {
@@ -174,24 +178,24 @@ struct Row {
   int64_t kv_per_token = 0;
   int64_t kv_total = 0;
   Workspace workspace;
-  int64_t total = 0;                  // weights + kv + workspace + reserve
+  int64_t total = 0;  // weights + kv + workspace + reserve
   bool fits = false;
-  int64_t max_concurrency = 0;        // largest concurrency that fits at these tokens/sequence
-  int64_t max_tokens = 0;             // largest tokens/sequence that fits at this concurrency (0 = none)
-  bool max_tokens_capped = false;     // search hit the cap (kMaxTokens)
+  int64_t max_concurrency = 0;     // largest concurrency that fits at these tokens/sequence
+  int64_t max_tokens = 0;          // largest tokens/sequence that fits at this concurrency (0 = none)
+  bool max_tokens_capped = false;  // search hit the cap (kMaxTokens)
   Support weight_support, kv_support;
 };
 
 struct Recommendation {
-  std::string weight_id, kv_id;       // empty when nothing fits
-  std::string bottleneck;             // "kv" | "weights" | "none"
+  std::string weight_id, kv_id;  // empty when nothing fits
+  std::string bottleneck;        // "kv" | "weights" | "none"
   bool fits = false;
   std::vector<std::string> reasons;
   std::vector<std::string> commands;  // `lowbit compare ...` lines to run next
 };
 
 struct CtxPlan {
-  int64_t ctx = 0, tokens = 0;        // tokens = ctx + output
+  int64_t ctx = 0, tokens = 0;  // tokens = ctx + output
   std::vector<Row> rows;
   Recommendation rec;
   const Row* find(std::string_view w, std::string_view kv) const;
@@ -217,10 +221,10 @@ Recommendation recommend(const Plan& p, const CtxPlan& cp);
 // ---------------------------------------------------------------- reports (plan_report.cpp, plan_chart.cpp)
 
 nlohmann::json plan_to_json(const Plan& p);
-std::string plan_table(const Plan& p);        // readable text for stdout
-std::string plan_chart_svg(const Plan& p);    // total memory vs context, budget line, legend
-std::string plan_chart_html(const Plan& p);   // the SVG + the recommendation in one self-contained page
+std::string plan_table(const Plan& p);       // readable text for stdout
+std::string plan_chart_svg(const Plan& p);   // total memory vs context, budget line, legend
+std::string plan_chart_html(const Plan& p);  // the SVG + the recommendation in one self-contained page
 
-std::string fmt_bytes(double bytes);          // "1.25 GiB"
+std::string fmt_bytes(double bytes);  // "1.25 GiB"
 
 }  // namespace lowbit::plan

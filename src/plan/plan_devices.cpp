@@ -1,6 +1,6 @@
-// Device presets for `lowbit plan --device`, memory budgets (`--budget 24GiB`) and which formats each device runs
-// natively. GPU memory is nvidia-smi's memory.total; a GPU preset holds back 1 GiB for the CUDA context and
-// library workspaces (cuBLAS, attention), which no serving stack can give to weights or KV.
+// Device presets for `lowbit plan --device`, memory budgets (`--budget 24GiB`) and which formats each device
+// runs natively. GPU memory is nvidia-smi's memory.total; a GPU preset holds back 1 GiB for the CUDA context
+// and library workspaces (cuBLAS, attention), which no serving stack can give to weights or KV.
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -36,7 +36,8 @@ Device gpu(const char* id, const char* name, int64_t mib, double cc) {
 std::string lower_alnum(std::string_view s) {
   std::string o;
   for (char c : s)
-    if (std::isalnum(static_cast<unsigned char>(c))) o += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      o += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return o;
 }
 
@@ -79,9 +80,18 @@ Device device_by_name(std::string_view name) {
     const char* id;
   };
   static const Alias aliases[] = {
-      {"l4", "l4"},          {"nvidial4", "l4"},        {"4090", "rtx4090"},       {"rtx4090", "rtx4090"},
-      {"a100", "a100-80gb"}, {"a10040gb", "a100-40gb"}, {"a10040", "a100-40gb"},   {"a10080gb", "a100-80gb"},
-      {"a10080", "a100-80gb"}, {"h100", "h100"},        {"h10080gb", "h100"},      {"h200", "h200"},
+      {"l4", "l4"},
+      {"nvidial4", "l4"},
+      {"4090", "rtx4090"},
+      {"rtx4090", "rtx4090"},
+      {"a100", "a100-80gb"},
+      {"a10040gb", "a100-40gb"},
+      {"a10040", "a100-40gb"},
+      {"a10080gb", "a100-80gb"},
+      {"a10080", "a100-80gb"},
+      {"h100", "h100"},
+      {"h10080gb", "h100"},
+      {"h200", "h200"},
       {"b200", "b200"},
   };
   for (const auto& a : aliases)
@@ -133,18 +143,29 @@ int64_t parse_bytes(std::string_view text) {
   if (!std::isfinite(v)) return bad("not a finite number");
   std::string unit;
   for (const char* p = end; *p; ++p)
-    if (!std::isspace(static_cast<unsigned char>(*p))) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(*p)));
+    if (!std::isspace(static_cast<unsigned char>(*p)))
+      unit += static_cast<char>(std::tolower(static_cast<unsigned char>(*p)));
   double mul = 0;
-  if (unit.empty() || unit == "b") mul = 1;
-  else if (unit == "kb") mul = 1e3;
-  else if (unit == "k" || unit == "kib") mul = 1024.0;
-  else if (unit == "mb") mul = 1e6;
-  else if (unit == "m" || unit == "mib") mul = 1024.0 * 1024;
-  else if (unit == "gb") mul = 1e9;
-  else if (unit == "g" || unit == "gib") mul = 1024.0 * 1024 * 1024;
-  else if (unit == "tb") mul = 1e12;
-  else if (unit == "t" || unit == "tib") mul = 1024.0 * 1024 * 1024 * 1024;
-  else return bad("unknown unit '" + unit + "'; use B, KB, KiB, MB, MiB, GB, GiB, TB or TiB");
+  if (unit.empty() || unit == "b")
+    mul = 1;
+  else if (unit == "kb")
+    mul = 1e3;
+  else if (unit == "k" || unit == "kib")
+    mul = 1024.0;
+  else if (unit == "mb")
+    mul = 1e6;
+  else if (unit == "m" || unit == "mib")
+    mul = 1024.0 * 1024;
+  else if (unit == "gb")
+    mul = 1e9;
+  else if (unit == "g" || unit == "gib")
+    mul = 1024.0 * 1024 * 1024;
+  else if (unit == "tb")
+    mul = 1e12;
+  else if (unit == "t" || unit == "tib")
+    mul = 1024.0 * 1024 * 1024 * 1024;
+  else
+    return bad("unknown unit '" + unit + "'; use B, KB, KiB, MB, MiB, GB, GiB, TB or TiB");
   const double bytes = v * mul;
   if (!(bytes >= 1)) return bad("must be at least 1 byte");
   if (bytes > 1125899906842624.0) return bad("larger than 1 PiB; no single device has that");
@@ -155,8 +176,9 @@ Support weight_support(const Device& d, const WeightConfig& w) {
   const std::string& id = w.id;
   if (id == "bf16") {
     if (d.bf16) return {"native", "BF16 matmul"};
-    return {d.is_cpu ? "emulated" : "dequant", d.is_cpu ? "no AVX512-BF16/AMX: BF16 widened to FP32 in registers"
-                                                        : "no BF16 tensor cores (pre-Ampere): use FP16"};
+    return {d.is_cpu ? "emulated" : "dequant", d.is_cpu
+                                                   ? "no AVX512-BF16/AMX: BF16 widened to FP32 in registers"
+                                                   : "no BF16 tensor cores (pre-Ampere): use FP16"};
   }
   if (id == "stored") return {"native", "as stored in the checkpoint"};
   if (id == "w8a8-int8") {
@@ -171,7 +193,8 @@ Support weight_support(const Device& d, const WeightConfig& w) {
   }
   if (w.family == "fp4") {
     if (d.fp4) return {"native", "FP4 tensor cores (Blackwell)"};
-    return {"dequant", "no FP4 tensor cores (needs Blackwell): weight-only, widened to 16-bit for the matmul"};
+    return {"dequant",
+            "no FP4 tensor cores (needs Blackwell): weight-only, widened to 16-bit for the matmul"};
   }
   // Weight-only formats: the matmul runs in 16 bits after widening the weights.
   if (id == "fp8-w" && d.fp8) return {"native", "FP8 weights; FP8 tensor cores available"};
@@ -184,7 +207,8 @@ Support kv_support(const Device& d, const KvConfig& kv) {
     if (d.fp8) return {"native", "FP8 attention possible (compute capability >= 8.9)"};
     return {"dequant", "stored FP8, widened inside attention"};
   }
-  if (kv.id == "int4") return {"dequant", "widened inside attention; without a fused kernel it can be slower"};
+  if (kv.id == "int4")
+    return {"dequant", "widened inside attention; without a fused kernel it can be slower"};
   return {"dequant", "stored 8-bit, widened inside attention"};
 }
 

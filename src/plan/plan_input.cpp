@@ -1,6 +1,7 @@
-// Model input for the planner: a preset, an HF directory or bare config.json, a GGUF file, a llama2.c .bin (only
-// its 28-byte header is read) or a quantized HF checkpoint (its stored tensor bytes come from the safetensors
-// headers). Every failure is a UsageError: the user pointed the planner at something it cannot plan.
+// Model input for the planner: a preset, an HF directory or bare config.json, a GGUF file, a llama2.c .bin
+// (only its 28-byte header is read) or a quantized HF checkpoint (its stored tensor bytes come from the
+// safetensors headers). Every failure is a UsageError: the user pointed the planner at something it cannot
+// plan.
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -107,7 +108,8 @@ PlanModel load_plan_model(const std::string& arg, bool preset) {
   }
   if (fs::is_directory(path, ec)) {
     const fs::path cfg = path / "config.json";
-    if (!fs::exists(cfg, ec)) bad_model(arg, "directory has no config.json; pass a Hugging Face model directory");
+    if (!fs::exists(cfg, ec))
+      bad_model(arg, "directory has no config.json; pass a Hugging Face model directory");
     const nlohmann::json j = read_json(cfg.string());
     m.config = config_or_usage(cfg.string(), j);
     m.source = "hf";
@@ -117,7 +119,8 @@ PlanModel load_plan_model(const std::string& arg, bool preset) {
       if (e.path().extension() == ".safetensors") has_weights = true;
     if (quantized) {
       m.source = "hf-quantized";
-      if (!has_weights) bad_model(arg, "config.json has quantization_config but the directory holds no .safetensors");
+      if (!has_weights)
+        bad_model(arg, "config.json has quantization_config but the directory holds no .safetensors");
       try {
         const io::HfCheckpoint ck = io::HfCheckpoint::open(arg);
         int64_t bytes = 0;

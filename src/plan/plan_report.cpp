@@ -8,7 +8,9 @@
 namespace lowbit::plan {
 namespace {
 
-std::string fb(int64_t b) { return fmt_bytes(static_cast<double>(b)); }
+std::string fb(int64_t b) {
+  return fmt_bytes(static_cast<double>(b));
+}
 
 std::string tokens_str(int64_t t, bool capped) {
   if (capped) return ">=" + std::to_string(t >> 20) + "M";
@@ -72,8 +74,9 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["formulas"] = {
       {"kv_bytes_per_token", "2 x layers x kv_heads x (ceil(head_dim x bits / 8) + groups x scale_bytes)"},
       {"kv_bytes", "concurrency x (tokens x kv_bytes_per_token + min(tokens, window) x (bf16 - quantized))"},
-      {"workspace", "4 x [T x (3 dim + 2 q_dim + 2 kv_dim + 2 ffn) + workers x (heads/kv_heads) x tokens + "
-                    "concurrency x (vocab + dim)], T = max(min(prefill_chunk, tokens), concurrency)"},
+      {"workspace",
+       "4 x [T x (3 dim + 2 q_dim + 2 kv_dim + 2 ffn) + workers x (heads/kv_heads) x tokens + "
+       "concurrency x (vocab + dim)], T = max(min(prefill_chunk, tokens), concurrency)"},
       {"total", "weights + kv + workspace + device reserve"}};
   nlohmann::json kvs = nlohmann::json::array();
   for (const auto& k : kv_configs())
@@ -146,27 +149,33 @@ std::string plan_table(const Plan& p) {
   char buf[512];
   const ModelConfig& c = p.model.config;
   const Device& d = p.req.device;
-  std::snprintf(buf, sizeof buf,
-                "model:  %s (%s; %s, %.2f B params, %lld layers, %lld/%lld heads x %lld, ffn %lld, vocab %lld%s%s, "
-                "max ctx %lld)\n",
-                p.model.name.c_str(), p.model.source == "preset" ? p.model.compare_model.c_str() : p.model.source.c_str(),
-                c.arch.c_str(), c.n_params() / 1e9, (long long)c.n_layers, (long long)c.n_heads,
-                (long long)c.n_kv_heads, (long long)c.head_dim, (long long)c.ffn_dim, (long long)c.vocab_size,
-                c.tie_embeddings ? ", tied" : "", c.qkv_bias ? ", qkv bias" : "", (long long)c.max_seq_len);
+  std::snprintf(
+      buf, sizeof buf,
+      "model:  %s (%s; %s, %.2f B params, %lld layers, %lld/%lld heads x %lld, ffn %lld, vocab %lld%s%s, "
+      "max ctx %lld)\n",
+      p.model.name.c_str(),
+      p.model.source == "preset" ? p.model.compare_model.c_str() : p.model.source.c_str(), c.arch.c_str(),
+      c.n_params() / 1e9, (long long)c.n_layers, (long long)c.n_heads, (long long)c.n_kv_heads,
+      (long long)c.head_dim, (long long)c.ffn_dim, (long long)c.vocab_size, c.tie_embeddings ? ", tied" : "",
+      c.qkv_bias ? ", qkv bias" : "", (long long)c.max_seq_len);
   out += buf;
-  std::snprintf(buf, sizeof buf, "device: %s: %s%s; fast:%s (%s)\n", d.name.c_str(), fb(d.memory_bytes).c_str(),
+  std::snprintf(buf, sizeof buf, "device: %s: %s%s; fast:%s (%s)\n", d.name.c_str(),
+                fb(d.memory_bytes).c_str(),
                 d.reserve_bytes ? (", " + fb(d.reserve_bytes) + " reserved for the runtime").c_str() : "",
                 caps(d).c_str(), d.features.c_str());
   out += buf;
-  if (p.model.stored_bytes) out += "stored: " + fb(*p.model.stored_bytes) + " (" + p.model.stored_desc + ")\n";
+  if (p.model.stored_bytes)
+    out += "stored: " + fb(*p.model.stored_bytes) + " (" + p.model.stored_desc + ")\n";
 
   for (const auto& cp : p.per_ctx) {
-    std::snprintf(buf, sizeof buf, "\nctx %lld + output %lld = %lld tokens/sequence x %lld sequences (budget %s)\n",
-                  (long long)cp.ctx, (long long)p.req.output, (long long)cp.tokens, (long long)p.req.concurrency,
-                  fb(d.memory_bytes).c_str());
+    std::snprintf(buf, sizeof buf,
+                  "\nctx %lld + output %lld = %lld tokens/sequence x %lld sequences (budget %s)\n",
+                  (long long)cp.ctx, (long long)p.req.output, (long long)cp.tokens,
+                  (long long)p.req.concurrency, fb(d.memory_bytes).c_str());
     out += buf;
     std::snprintf(buf, sizeof buf, "%-38s %-6s %11s %10s %11s %10s %11s %-4s %8s %9s %s\n", "weights", "KV",
-                  "W bytes", "KV/token", "KV total", "workspace", "total", "fits", "max conc", "max ctx", "weights run");
+                  "W bytes", "KV/token", "KV total", "workspace", "total", "fits", "max conc", "max ctx",
+                  "weights run");
     out += buf;
     std::string last_w;
     for (const auto& r : cp.rows) {
@@ -178,17 +187,19 @@ std::string plan_table(const Plan& p) {
       std::snprintf(buf, sizeof buf, "%-38s %-6s %11s %10s %11s %10s %11s %-4s %8lld %9s %s%s\n", wl.c_str(),
                     r.kv_id.c_str(), fb(r.weights.total()).c_str(), fb(r.kv_per_token).c_str(),
                     fb(r.kv_total).c_str(), fb(r.workspace.total()).c_str(), fb(r.total).c_str(),
-                    r.fits ? "yes" : "no", (long long)r.max_concurrency, mt.c_str(), r.weight_support.level.c_str(),
-                    is_rec ? "  <- recommended" : "");
+                    r.fits ? "yes" : "no", (long long)r.max_concurrency, mt.c_str(),
+                    r.weight_support.level.c_str(), is_rec ? "  <- recommended" : "");
       out += buf;
     }
     const Recommendation& rec = cp.rec;
     if (rec.fits)
-      out += "\nrecommendation: " + weight_config(rec.weight_id).label + " + KV " + kv_config(rec.kv_id).label + "\n";
+      out += "\nrecommendation: " + weight_config(rec.weight_id).label + " + KV " +
+             kv_config(rec.kv_id).label + "\n";
     else
       out += "\nrecommendation: nothing fits as asked; closest is " +
-             (rec.weight_id.empty() ? std::string("-")
-                                    : weight_config(rec.weight_id).label + " + KV " + kv_config(rec.kv_id).label) +
+             (rec.weight_id.empty()
+                  ? std::string("-")
+                  : weight_config(rec.weight_id).label + " + KV " + kv_config(rec.kv_id).label) +
              "\n";
     for (const auto& s : rec.reasons) out += "  - " + s + "\n";
     out += "next:\n";
@@ -213,9 +224,11 @@ std::string plan_table(const Plan& p) {
   }
   for (const auto& k : kv_configs())
     if (k.id != "bf16") out += "  KV " + k.id + ": " + k.scale_note + "\n";
-  out += "  workspace = engine float32 buffers: T x (3 dim + 2 q_dim + 2 kv_dim + 2 ffn) + attention score rows + "
-         "logits (concurrency x vocab); T = max(min(" + std::to_string(p.req.prefill_chunk) +
-         ", tokens), concurrency)\n";
+  out +=
+      "  workspace = engine float32 buffers: T x (3 dim + 2 q_dim + 2 kv_dim + 2 ffn) + attention score rows "
+      "+ "
+      "logits (concurrency x vocab); T = max(min(" +
+      std::to_string(p.req.prefill_chunk) + ", tokens), concurrency)\n";
   out += "  max ctx counts prompt + output tokens per sequence; * = beyond the model's trained context (" +
          std::to_string(c.max_seq_len) + ")\n";
   return out;

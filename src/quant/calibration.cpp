@@ -57,9 +57,10 @@ CalibData load_calibration(const CalibSpec& spec, const Tokenizer& tok, int64_t 
   // instead of quantizing on noise.
   constexpr int64_t kMinCalibTokens = 64;
   if (d.text_tokens < kMinCalibTokens)
-    throw UsageError("quant", "calibration file '" + spec.file + "' has only " + std::to_string(d.text_tokens) +
-                                  " tokens; calibration needs at least " + std::to_string(kMinCalibTokens) +
-                                  " (the recipe asks for " + std::to_string(spec.samples) + " windows of " +
+    throw UsageError("quant", "calibration file '" + spec.file + "' has only " +
+                                  std::to_string(d.text_tokens) + " tokens; calibration needs at least " +
+                                  std::to_string(kMinCalibTokens) + " (the recipe asks for " +
+                                  std::to_string(spec.samples) + " windows of " +
                                   std::to_string(spec.length) + "); give a longer text with --calib");
   int64_t len = std::min<int64_t>(spec.length, max_ctx);
   if (len < spec.length && warnings)
@@ -208,8 +209,8 @@ std::vector<LayerStats> collect_stats(const Model& m, const CalibData& d, int fi
   dec.set_observer(&obs);
   const int n = static_cast<int>(d.seqs.size());
   std::vector<float> logits(static_cast<size_t>(m.config.vocab_size));
-  // One KV cache for all batches: every batch rewrites positions [0, len) of its sequences before attending to
-  // them, so nothing stale is ever read, and the memory is allocated once.
+  // One KV cache for all batches: every batch rewrites positions [0, len) of its sequences before attending
+  // to them, so nothing stale is ever read, and the memory is allocated once.
   int64_t cap = 1;
   for (const auto& seq : d.seqs) cap = std::max<int64_t>(cap, static_cast<int64_t>(seq.size()));
   KvCache kv(m.config, std::max(1, std::min(batch_seqs, n)), cap, KvDtype::F32);

@@ -63,7 +63,8 @@ struct TensorSet {
     store.push_back(std::move(bytes));
     list.push_back({name, dt, std::move(shape), store.back().data(), store.back().size()});
   }
-  // Norm weights and biases in `dt` (the source checkpoint's dtype, as llm-compressor keeps them): F32, F16, BF16.
+  // Norm weights and biases in `dt` (the source checkpoint's dtype, as llm-compressor keeps them): F32, F16,
+  // BF16.
   void add_vector(const std::string& name, const std::vector<float>& v, DType dt) {
     if (dt == DType::F32) return add_floats(name, v);
     std::vector<uint8_t> b(v.size() * 2);
@@ -276,8 +277,8 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
     TensorSet ts;
     for (auto& [n, w] : mats) add_matrix(ts, hf_module_name(n), *w);
     const ModelConfig& c = m.config;
-    // 16-bit sources keep their small tensors 16-bit (their values are exactly representable; AWQ-folded norms
-    // round once, as in llm-compressor's output); F32 sources keep F32.
+    // 16-bit sources keep their small tensors 16-bit (their values are exactly representable; AWQ-folded
+    // norms round once, as in llm-compressor's output); F32 sources keep F32.
     const WeightKind ek = m.weights.tok_embed.kind;
     const DType vdt = ek == WeightKind::BF16 ? DType::BF16 : ek == WeightKind::F16 ? DType::F16 : DType::F32;
     // Norms, biases and calibrated KV scales by the tensor-role table. Norms go back into the HF convention

@@ -13,10 +13,25 @@
 
 namespace lowbit {
 
-// Element storage types found in checkpoints. GGML_BLOCK means llama.cpp block-quantized data whose ggml type id
-// is carried in TensorView::ggml_type (see formats for the block layouts).
+// Element storage types found in checkpoints. GGML_BLOCK means llama.cpp block-quantized data whose ggml type
+// id is carried in TensorView::ggml_type (see formats for the block layouts).
 enum class DType : uint8_t {
-  F32, F16, BF16, F64, I8, U8, I16, U16, I32, U32, I64, U64, BOOL, F8_E4M3, F8_E5M2, GGML_BLOCK
+  F32,
+  F16,
+  BF16,
+  F64,
+  I8,
+  U8,
+  I16,
+  U16,
+  I32,
+  U32,
+  I64,
+  U64,
+  BOOL,
+  F8_E4M3,
+  F8_E5M2,
+  GGML_BLOCK
 };
 
 // Bytes per element, 0 for GGML_BLOCK (block sizes come from the formats table).
@@ -31,9 +46,9 @@ std::string shape_str(const std::vector<int64_t>& shape);  // "[896, 4864]"
 
 struct TensorView {
   DType dtype = DType::F32;
-  int ggml_type = -1;            // ggml type id when dtype == GGML_BLOCK
-  std::vector<int64_t> shape;    // row-major, outermost first
-  const uint8_t* data = nullptr; // nbytes of payload, owned elsewhere
+  int ggml_type = -1;             // ggml type id when dtype == GGML_BLOCK
+  std::vector<int64_t> shape;     // row-major, outermost first
+  const uint8_t* data = nullptr;  // nbytes of payload, owned elsewhere
   size_t nbytes = 0;
   int64_t numel() const { return shape_numel(shape); }
 };

@@ -201,9 +201,9 @@ void Tokenizer::add_special_text(std::string text, int32_t id, bool special, boo
   const auto idx = static_cast<uint32_t>(specials_.size());
   special_pos_.emplace(text, idx);
   specials_.push_back(SpecialText{std::move(text), id, special, lstrip, rstrip});
-  // Each first-byte bucket is kept longest first (stable), so that at one position the longest registered text
-  // wins ("<|im_end|>" over "<|im"). Inserting in place keeps loading a vocabulary with many added tokens
-  // linear per bucket instead of re-sorting everything on every insert.
+  // Each first-byte bucket is kept longest first (stable), so that at one position the longest registered
+  // text wins ("<|im_end|>" over "<|im"). Inserting in place keeps loading a vocabulary with many added
+  // tokens linear per bucket instead of re-sorting everything on every insert.
   auto& bucket = special_index_[static_cast<uint8_t>(specials_[idx].text[0])];
   const size_t len = specials_[idx].text.size();
   auto at = std::upper_bound(bucket.begin(), bucket.end(), len,

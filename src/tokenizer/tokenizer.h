@@ -171,7 +171,8 @@ class Tokenizer {
   std::array<int32_t, 256> byte_token_{};  // <0xXX> token (SPM) or byte-level character token; -1 if absent
   std::vector<SpecialText> specials_;      // in registration order
   std::unordered_map<std::string, uint32_t> special_pos_;  // text -> index into specials_
-  std::array<std::vector<uint32_t>, 256> special_index_;  // first byte -> indices into specials_, longest first
+  std::array<std::vector<uint32_t>, 256>
+      special_index_;  // first byte -> indices into specials_, longest first
   int32_t bos_id_ = -1, eos_id_ = -1, unk_id_ = -1, pad_id_ = -1;
   bool add_bos_default_ = true;
   std::vector<int32_t> eog_ids_;

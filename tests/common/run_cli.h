@@ -1,5 +1,5 @@
-// Runs the built `lowbit` binary for end-to-end tests: exit code and stdout (stderr discarded, or merged into the
-// output with merge_stderr). The binary is LOWBIT_BINARY_DIR/apps/lowbit/lowbit; its CMake target is a
+// Runs the built `lowbit` binary for end-to-end tests: exit code and stdout (stderr discarded, or merged into
+// the output with merge_stderr). The binary is LOWBIT_BINARY_DIR/apps/lowbit/lowbit; its CMake target is a
 // dependency of every test that includes this.
 #pragma once
 #include <sys/wait.h>

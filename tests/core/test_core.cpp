@@ -36,7 +36,7 @@ TEST(Half, F16RoundsToNearestEvenAtMidpoints) {
   EXPECT_EQ(f32_to_f16(one + 1.5f * ulp), 0x3c02);
   EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);  // overflow to Inf
   EXPECT_EQ(f32_to_f16(65519.0f), 0x7bff);
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);       // half of min subnormal: ties to even (0)
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);  // half of min subnormal: ties to even (0)
   EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);
   EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
 }
@@ -60,8 +60,8 @@ TEST(Parallel, CoversRangeOnce) {
   for (int v : hit) EXPECT_EQ(v, 1);
 }
 
-// Guided chunks: the first is a quarter of the range for two threads, they shrink as the range drains, none is
-// below n / 32 or `grain` (but the range's last), and they tile [0, n).
+// Guided chunks: the first is a quarter of the range for two threads, they shrink as the range drains, none
+// is below n / 32 or `grain` (but the range's last), and they tile [0, n).
 TEST(Parallel, GuidedChunksShrinkToAFloor) {
   const int saved = num_threads();
   set_num_threads(2);
@@ -109,7 +109,8 @@ TEST(Parallel, PoolIsReusableNestsSeriallyAndPropagatesExceptions) {
   set_num_threads(2);
   EXPECT_THROW(parallel_for(64, 1,
                             [&](int64_t b, int64_t) {
-                              if (b >= 32) throw Error("core", "late chunk failed");  // a later chunk: any thread
+                              if (b >= 32)
+                                throw Error("core", "late chunk failed");  // a later chunk: any thread
                             }),
                Error);
   std::atomic<int64_t> sum{0};  // the pool still works after the exception
@@ -124,12 +125,12 @@ TEST(Memory, HugePageTunables) {
   EXPECT_EQ(huge_page_tunables(nullptr, nullptr, "always"), "glibc.malloc.hugetlb=1");
   EXPECT_EQ(huge_page_tunables("1", "glibc.malloc.arena_max=2", "madvise"),
             "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1");
-  EXPECT_EQ(huge_page_tunables("0", nullptr, "madvise"), "");                          // opted out
-  EXPECT_EQ(huge_page_tunables(nullptr, nullptr, "never"), "");                        // THP off
-  EXPECT_EQ(huge_page_tunables(nullptr, nullptr, ""), "");                             // no THP interface
-  EXPECT_EQ(huge_page_tunables(nullptr, "glibc.malloc.hugetlb=1", "madvise"), "");     // already re-executed
-  EXPECT_EQ(huge_page_tunables(nullptr, "glibc.malloc.hugetlb=0", "madvise"), "");     // the user's choice
-  EXPECT_THROW(huge_page_tunables("off", nullptr, "madvise"), UsageError);              // not 0 or 1
+  EXPECT_EQ(huge_page_tunables("0", nullptr, "madvise"), "");                       // opted out
+  EXPECT_EQ(huge_page_tunables(nullptr, nullptr, "never"), "");                     // THP off
+  EXPECT_EQ(huge_page_tunables(nullptr, nullptr, ""), "");                          // no THP interface
+  EXPECT_EQ(huge_page_tunables(nullptr, "glibc.malloc.hugetlb=1", "madvise"), "");  // already re-executed
+  EXPECT_EQ(huge_page_tunables(nullptr, "glibc.malloc.hugetlb=0", "madvise"), "");  // the user's choice
+  EXPECT_THROW(huge_page_tunables("off", nullptr, "madvise"), UsageError);          // not 0 or 1
 }
 
 TEST(Error, CarriesModulePrefix) {

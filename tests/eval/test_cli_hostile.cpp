@@ -53,7 +53,7 @@ TEST(HostileCli, ContextPastTheModelIsRefused) {
   EXPECT_EQ(j["config"]["rope_scaling"], "linear");
   for (const char* bad : {"linear:0.5", "linear:", "yarn:2", "linear:nan", "linear:1e9"})
     EXPECT_EQ(run_cli(run + "--rope-scaling " + bad).rc, 2) << bad;
-  EXPECT_EQ(run_cli("bench -m " + kModel + " -p 600 -n 0 -r 1").rc, 2);  // past the 512-token context
+  EXPECT_EQ(run_cli("bench -m " + kModel + " -p 600 -n 0 -r 1").rc, 2);         // past the 512-token context
   EXPECT_EQ(run_cli("bench -m " + kModel + " -p 8 -n 0 -r 1000000000").rc, 2);  // ran for hours
   EXPECT_EQ(run_cli("eval batch -m " + kModel + " --text " + kText + " --len -1").rc, 2);
 }

@@ -1,6 +1,7 @@
-// `lowbit compare` end to end on the real stories260K model, with small settings: a baseline and two variants,
-// one of which violates a threshold. Checks the three report files, the failed threshold with its deciding
-// number, exit code 3, and that a rerun resumes (every finished step is reused, the numbers are identical).
+// `lowbit compare` end to end on the real stories260K model, with small settings: a baseline and two
+// variants, one of which violates a threshold. Checks the three report files, the failed threshold with its
+// deciding number, exit code 3, and that a rerun resumes (every finished step is reused, the numbers are
+// identical).
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -22,7 +23,9 @@ const std::string kShared = LOWBIT_SHARED_DIR;
 const std::string& kLowbit = lowbit::testing_cli::lowbit_exe();
 
 using Result = lowbit::testing_cli::CliResult;
-Result run(const std::string& args) { return lowbit::testing_cli::run_cli(args); }
+Result run(const std::string& args) {
+  return lowbit::testing_cli::run_cli(args);
+}
 
 json read_json(const fs::path& p) {
   std::ifstream f(p);

@@ -23,7 +23,9 @@ const std::string kText = kShared + "/data/tinystories/tinystories_train_head.tx
 using Result = lowbit::testing_cli::CliResult;
 
 // Every eval run here is quiet: no progress bar.
-Result run(const std::string& args) { return lowbit::testing_cli::run_cli(args + " --no-progress"); }
+Result run(const std::string& args) {
+  return lowbit::testing_cli::run_cli(args + " --no-progress");
+}
 
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("lowbit_cli_" + std::to_string(::getpid()) + "_" + name))
@@ -93,10 +95,11 @@ TEST(EvalCli, ExitCodes) {
   EXPECT_EQ(run("eval batch -m " + kModel + " --text " + kText + " --seqs 2 --len 32").rc, 0);
 }
 
-// KV-cache specs reach eval: the cache's exact bytes per token are reported, eviction switches to decode-style
-// steps, and a bad spec is a usage error (exit 2).
+// KV-cache specs reach eval: the cache's exact bytes per token are reported, eviction switches to
+// decode-style steps, and a bad spec is a usage error (exit 2).
 TEST(EvalCli, KvCacheSpecsAndEviction) {
-  Result r = run("eval ppl -m " + kModel + " --text " + kText + " --ctx 64 --chunks 2 --kv-cache int8 --json");
+  Result r =
+      run("eval ppl -m " + kModel + " --text " + kText + " --ctx 64 --chunks 2 --kv-cache int8 --json");
   ASSERT_EQ(r.rc, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   // stories260K: 5 layers x 4 kv heads x 8 dims; INT8 row = 32 codes + 4 F16 scales, for K and V.
@@ -119,10 +122,12 @@ static nlohmann::json info_json_with(const char* name, const char* value) {
   return nlohmann::json::parse(r.out);
 }
 
-// `lowbit info` names the kernel tier, and LOWBIT_ISA lowers it (avx512 = FP32 activations in every weight-only
-// kernel, the A/B switch of docs/kernels.md).
+// `lowbit info` names the kernel tier, and LOWBIT_ISA lowers it (avx512 = FP32 activations in every
+// weight-only kernel, the A/B switch of docs/kernels.md).
 TEST(InfoCli, KernelTierFollowsLowbitIsa) {
-  auto tier = [](const char* isa) { return info_json_with("LOWBIT_ISA", isa).at("kernel_isa").get<std::string>(); };
+  auto tier = [](const char* isa) {
+    return info_json_with("LOWBIT_ISA", isa).at("kernel_isa").get<std::string>();
+  };
   const std::string best = tier(nullptr);
   EXPECT_TRUE(best == "generic" || best == "avx2" || best == "avx512" || best == "avx512bf16" ||
               best == "amx")
@@ -145,8 +150,8 @@ TEST(InfoCli, KernelTierFollowsLowbitIsa) {
   EXPECT_NE(bad.out.find("[core] LOWBIT_ISA=avx512bf is not an ISA tier"), std::string::npos) << bad.out;
 }
 
-// lowbit re-executes itself with glibc's malloc advising transparent huge pages (when the kernel's THP mode allows
-// it), reports it in `info`, and LOWBIT_HUGEPAGES=0 turns it off.
+// lowbit re-executes itself with glibc's malloc advising transparent huge pages (when the kernel's THP mode
+// allows it), reports it in `info`, and LOWBIT_HUGEPAGES=0 turns it off.
 TEST(InfoCli, HugePagesFollowLowbitHugepages) {
   const auto on = info_json_with("LOWBIT_HUGEPAGES", nullptr);
   const std::string mode = on.at("thp_mode").get<std::string>();
@@ -160,8 +165,9 @@ TEST(InfoCli, HugePagesFollowLowbitHugepages) {
   EXPECT_NE(bad.out.find("[core] LOWBIT_HUGEPAGES=off is not 0 or 1"), std::string::npos) << bad.out;
 }
 
-// `lowbit bench --json`: each counted decode repetition is compared with the read bandwidth probed right after
-// it (fraction_of_bound is the mean of those ratios), and a fixed --bw replaces the probe. Bad flags exit 2.
+// `lowbit bench --json`: each counted decode repetition is compared with the read bandwidth probed right
+// after it (fraction_of_bound is the mean of those ratios), and a fixed --bw replaces the probe. Bad flags
+// exit 2.
 TEST(BenchCli, DecodeBoundPerRepetition) {
   const auto r = lowbit::testing_cli::run_cli("bench -m " + kModel + " -p 8 -n 4 -r 2 -t 1 --json");
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -183,11 +189,12 @@ TEST(BenchCli, DecodeBoundPerRepetition) {
   const double want = k["tokens_per_second"].get<double>() * k["bytes_per_token"].get<double>() / 1e10;
   EXPECT_NEAR(k["fraction_of_bound"].get<double>(), want, 1e-9 * want);
 
-  // The bound divides by what a decode reads: a dense model reads all it holds (+ the KV cache); int4:g32 reads its
-  // codes and the decoded scale table, not the stored f16 cells as well.
+  // The bound divides by what a decode reads: a dense model reads all it holds (+ the KV cache); int4:g32
+  // reads its codes and the decoded scale table, not the stored f16 cells as well.
   const auto dense = nlohmann::json::parse(f.out);
   EXPECT_GE(dense["decode"]["bytes_per_token"].get<double>(), dense["size_bytes"].get<double>());
-  const auto q = lowbit::testing_cli::run_cli("bench -m " + kModel + " --quantize int4:g32 -p 0 -n 4 -r 1 -t 1 --bw 10 --json");
+  const auto q = lowbit::testing_cli::run_cli("bench -m " + kModel +
+                                              " --quantize int4:g32 -p 0 -n 4 -r 1 -t 1 --bw 10 --json");
   ASSERT_EQ(q.rc, 0) << q.out;
   const auto qj = nlohmann::json::parse(q.out);
   EXPECT_LT(qj["decode"]["bytes_per_token"].get<double>(), qj["size_bytes"].get<double>());
@@ -196,8 +203,8 @@ TEST(BenchCli, DecodeBoundPerRepetition) {
   EXPECT_EQ(lowbit::testing_cli::run_cli("bench -n 4").rc, 2);  // no model
 }
 
-// `lowbit run` names the unfused kernel (rows dequantized, then multiplied) as a slow fallback, in --json and with a
-// warning, and does not when every matrix has a fused kernel.
+// `lowbit run` names the unfused kernel (rows dequantized, then multiplied) as a slow fallback, in --json and
+// with a warning, and does not when every matrix has a fused kernel.
 TEST(RunCli, ReportsUnfusedKernelsAsSlowFallback) {
   const std::string base = "run -m " + kModel + " -p Once -n 2 --seed 1";
   auto r = lowbit::testing_cli::run_cli(base + " --quantize int3:g48 --json");

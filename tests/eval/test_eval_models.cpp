@@ -259,8 +259,9 @@ TEST(BadInput, ClearErrors) {
 
 }  // namespace
 
-// Dynamic FP8 / FP4 KV scales belong to each sequence (from its own first stored rows), so a sequence gives the
-// same logits alone and inside a mixed batch; before, the first batch of the layer set one scale for everyone.
+// Dynamic FP8 / FP4 KV scales belong to each sequence (from its own first stored rows), so a sequence gives
+// the same logits alone and inside a mixed batch; before, the first batch of the layer set one scale for
+// everyone.
 TEST(BatchConsistency, DynamicKvScalesArePerSequence) {
   auto m = load_model(kKjv, {DenseMode::F32});
   auto ids = m->tokenizer->encode(read_text_file(kKjvText), true);

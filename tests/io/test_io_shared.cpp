@@ -1,11 +1,11 @@
 // Integration: the real checkpoints, tokenizers and GGUF vocabularies in LOWBIT_SHARED_DIR.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "io/gguf.h"
@@ -138,7 +138,8 @@ TEST(IoShared, GgufVocabRewriteRoundTrip) {
   auto g = GgufFile::open(kShared + "/data/tokenizer-tests/ggml-vocab-llama-spm.gguf");
   GgufWriter w;
   for (const std::string& k : g.kv_order) w.set_value(k, g.kv.at(k));
-  const auto out = std::filesystem::temp_directory_path() / ("lowbit_io_rewrite_" + std::to_string(::getpid()));
+  const auto out =
+      std::filesystem::temp_directory_path() / ("lowbit_io_rewrite_" + std::to_string(::getpid()));
   w.write(out.string());
   auto h = GgufFile::open(out.string());
   std::filesystem::remove(out);

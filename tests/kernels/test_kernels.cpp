@@ -11,8 +11,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -48,9 +48,12 @@ struct Case {
 WeightMatrix make_weight(const Case& c, int64_t rows, int64_t cols, uint32_t seed) {
   auto w = random_matrix(rows, cols, seed);
   WeightMatrix m;
-  if (c.weight == "f32") m = make_f32_weight(w.data(), rows, cols);
-  else if (c.weight == "f16") m = make_half_weight(w.data(), rows, cols, WeightKind::F16);
-  else if (c.weight == "bf16") m = make_half_weight(w.data(), rows, cols, WeightKind::BF16);
+  if (c.weight == "f32")
+    m = make_f32_weight(w.data(), rows, cols);
+  else if (c.weight == "f16")
+    m = make_half_weight(w.data(), rows, cols, WeightKind::F16);
+  else if (c.weight == "bf16")
+    m = make_half_weight(w.data(), rows, cols, WeightKind::BF16);
   else if (c.weight.rfind("ggml:", 0) == 0) {
     // Zero-copy GGUF weight (WeightKind::Ggml) from the llama.cpp-compatible row quantizer.
     const FormatInfo& fi = format_by_name(c.weight.substr(5));
@@ -58,7 +61,8 @@ WeightMatrix make_weight(const Case& c, int64_t rows, int64_t cols, uint32_t see
     validate(s, rows, cols);
     auto q = std::make_shared<QuantizedMatrix>(quantize_matrix(w.data(), rows, cols, s));
     m = make_ggml_weight(q, q->codes.data(), fi.ggml_type, rows, cols);
-    prepare_weight(m);  // its own plan, as load_model gives every weight (the Q8_0/Q4_0 prefill tile needs one)
+    prepare_weight(
+        m);  // its own plan, as load_model gives every weight (the Q8_0/Q4_0 prefill tile needs one)
   } else {
     QuantScheme s = parse_scheme(c.weight);
     validate(s, rows, cols);
@@ -143,8 +147,9 @@ TEST_P(MatmulVsReference, WithinTolerance) {
       for (int64_t i = 0; i < cols; ++i) mag += std::fabs(static_cast<double>(row[i]) * xe[t * cols + i]);
       const double err = std::fabs(static_cast<double>(y[t * rows + r]) - ref[t * rows + r]);
       if (!(err <= 2e-5 * mag + 1e-6) && bad++ < 5)
-        ADD_FAILURE() << kname << " row " << r << " token " << t << ": got " << y[t * rows + r] << ", reference "
-                      << ref[t * rows + r] << " (|err| " << err << ", bound " << 2e-5 * mag + 1e-6 << ")";
+        ADD_FAILURE() << kname << " row " << r << " token " << t << ": got " << y[t * rows + r]
+                      << ", reference " << ref[t * rows + r] << " (|err| " << err << ", bound "
+                      << 2e-5 * mag + 1e-6 << ")";
     }
   }
   EXPECT_EQ(bad, 0) << kname;
@@ -168,10 +173,11 @@ std::vector<Case> weight_cases() {
 
 std::vector<Case> act_cases() {
   std::vector<Case> v;
-  for (const char* s : {"int8:channel", "int8:g32", "int8:g128:asym", "int8:g64:asym", "int4:g128", "int4:g32",
-                        "int4:g32:asym", "int4:g64", "int4:channel", "int4:g48", "nf4:g64", "f32", "ggml:q4_0",
-                        // one scale group per row: per-channel zero points, one tensor scale
-                        "int8:channel:asym", "int4:channel:asym", "int8:tensor"})
+  for (const char* s :
+       {"int8:channel", "int8:g32", "int8:g128:asym", "int8:g64:asym", "int4:g128", "int4:g32",
+        "int4:g32:asym", "int4:g64", "int4:channel", "int4:g48", "nf4:g64", "f32", "ggml:q4_0",
+        // one scale group per row: per-channel zero points, one tensor scale
+        "int8:channel:asym", "int4:channel:asym", "int8:tensor"})
     for (const char* a : {"int8", "int8s"}) v.push_back({s, a});
   for (const char* s : {"e4m3:channel", "f16", "int4:g128"})
     for (const char* a : {"e4m3fn", "e5m2"}) v.push_back({s, a});
@@ -187,32 +193,37 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   return s;
 }
 
-// 37 / 7 rows: row tiles of 4 (T = 1, 2) and 2 (T = 3) leave remainders; 200 / 333 columns: ragged last group and
-// a partial last 128-element chunk (333: odd, so the last code byte is half padding).
+// 37 / 7 rows: row tiles of 4 (T = 1, 2) and 2 (T = 3) leave remainders; 200 / 333 columns: ragged last group
+// and a partial last 128-element chunk (333: odd, so the last code byte is half padding).
 const std::vector<std::pair<int64_t, int64_t>> kShapes = {{37, 256}, {16, 200}, {24, 896}, {7, 333}};
 
 INSTANTIATE_TEST_SUITE_P(Formats, MatmulVsReference,
-                         ::testing::Combine(::testing::ValuesIn(available_isas()), ::testing::ValuesIn(weight_cases()),
-                                            ::testing::ValuesIn(kShapes), ::testing::Values(1, 2, 3, 17, 64)),
+                         ::testing::Combine(::testing::ValuesIn(available_isas()),
+                                            ::testing::ValuesIn(weight_cases()), ::testing::ValuesIn(kShapes),
+                                            ::testing::Values(1, 2, 3, 17, 64)),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Activations, MatmulVsReference,
-                         ::testing::Combine(::testing::ValuesIn(available_isas()), ::testing::ValuesIn(act_cases()),
-                                            ::testing::ValuesIn(kShapes), ::testing::Values(1, 3, 17)),
+                         ::testing::Combine(::testing::ValuesIn(available_isas()),
+                                            ::testing::ValuesIn(act_cases()), ::testing::ValuesIn(kShapes),
+                                            ::testing::Values(1, 3, 17)),
                          param_name);
-// Long rows: decode (T = 1) reads rows of more than 1 KiB of codes one after another (row_seq / byte_rows_seq on the
-// Avx512Bf16 tier), T = 2 keeps the row tile. 2200 columns: 1100 bytes of 4-bit codes, 18 chunks of 128 (the last
-// partial), a ragged last group; 9 rows: two groups of four and one row alone. 2304 columns (whole 256-element
-// super-blocks) and 2336 (73 Q4_0 blocks: the one-row Q4_0 kernel's four-block steps and a last block alone) for the
-// GGUF types; INT8 activations (W8A8 VNNI, GGUF Q8 blocks) on the same rows.
-const auto kLongRows = ::testing::Values(std::pair<int64_t, int64_t>{9, 2200}, std::pair<int64_t, int64_t>{6, 2304},
-                                         std::pair<int64_t, int64_t>{5, 2336});
+// Long rows: decode (T = 1) reads rows of more than 1 KiB of codes one after another (row_seq / byte_rows_seq
+// on the Avx512Bf16 tier), T = 2 keeps the row tile. 2200 columns: 1100 bytes of 4-bit codes, 18 chunks of
+// 128 (the last partial), a ragged last group; 9 rows: two groups of four and one row alone. 2304 columns
+// (whole 256-element super-blocks) and 2336 (73 Q4_0 blocks: the one-row Q4_0 kernel's four-block steps and a
+// last block alone) for the GGUF types; INT8 activations (W8A8 VNNI, GGUF Q8 blocks) on the same rows.
+const auto kLongRows =
+    ::testing::Values(std::pair<int64_t, int64_t>{9, 2200}, std::pair<int64_t, int64_t>{6, 2304},
+                      std::pair<int64_t, int64_t>{5, 2336});
 INSTANTIATE_TEST_SUITE_P(LongRows, MatmulVsReference,
-                         ::testing::Combine(::testing::ValuesIn(available_isas()), ::testing::ValuesIn(weight_cases()),
-                                            kLongRows, ::testing::Values(1, 2)),
+                         ::testing::Combine(::testing::ValuesIn(available_isas()),
+                                            ::testing::ValuesIn(weight_cases()), kLongRows,
+                                            ::testing::Values(1, 2)),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(LongRowsActivations, MatmulVsReference,
-                         ::testing::Combine(::testing::ValuesIn(available_isas()), ::testing::ValuesIn(act_cases()),
-                                            kLongRows, ::testing::Values(1)),
+                         ::testing::Combine(::testing::ValuesIn(available_isas()),
+                                            ::testing::ValuesIn(act_cases()), kLongRows,
+                                            ::testing::Values(1)),
                          param_name);
 // INT2 / INT3 on nib16 (codes widened to 4 bits in registers) and FP6 on byte16 (widened to bytes per block):
 // rows of more than 1 KiB of codes (the one-row stream: INT3 4608 columns = 1728 bytes, INT2 = 1152), a row
@@ -233,7 +244,8 @@ INSTANTIATE_TEST_SUITE_P(LowBitRows, MatmulVsReference,
 // token counts that leave a partial tile.
 INSTANTIATE_TEST_SUITE_P(W8A8Tile, MatmulVsReference,
                          ::testing::Combine(::testing::ValuesIn(available_isas()),
-                                            ::testing::Values(Case{"int8:channel", "int8"}, Case{"int8:channel", "int8s"}),
+                                            ::testing::Values(Case{"int8:channel", "int8"},
+                                                              Case{"int8:channel", "int8s"}),
                                             ::testing::Values(std::pair<int64_t, int64_t>{21, 133},
                                                               std::pair<int64_t, int64_t>{48, 64}),
                                             ::testing::Values(4, 9, 64)),
@@ -261,10 +273,14 @@ TEST(KernelNames, FastPathsSelected) {
   EXPECT_EQ(name("ggml:q4_0"), "q4_0.q8vnni16.avx512");  // load-time 16-row pack
   EXPECT_EQ(name("ggml:q8_0"), "q8_0.q8vnni16.avx512");
   {  // types lowbit reads but does not write (random blocks) are packed at load too
-    for (auto [t, kname] : {std::pair{"iq4_nl", "iq4_nl"}, {"ggml_mxfp4", "mxfp4"}, {"q4_1", "q4_1"},
-                            {"q5_0", "q5_0"}, {"q5_1", "q5_1"}}) {
+    for (auto [t, kname] : {std::pair{"iq4_nl", "iq4_nl"},
+                            {"ggml_mxfp4", "mxfp4"},
+                            {"q4_1", "q4_1"},
+                            {"q5_0", "q5_0"},
+                            {"q5_1", "q5_1"}}) {
       const FormatInfo& fi = format_by_name(t);
-      auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(16 * 256 / 32 * fi.block_bytes), 1);
+      auto buf =
+          std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(16 * 256 / 32 * fi.block_bytes), 1);
       WeightMatrix g = make_ggml_weight(buf, buf->data(), fi.ggml_type, 16, 256);
       prepare_weight(g);
       EXPECT_EQ(matmul_kernel_name(g), std::string(kname) + ".q8vnni16.avx512");
@@ -280,7 +296,7 @@ TEST(KernelNames, FastPathsSelected) {
       EXPECT_EQ(matmul_kernel_name(rows), std::string(t) + ".q8vnni+q8vnni16.avx512");
     }
   }
-  EXPECT_EQ(name("ggml:q4_k"), "q4_k.q8vnni16.avx512");  // load-time KPack
+  EXPECT_EQ(name("ggml:q4_k"), "q4_k.q8vnni16.avx512");    // load-time KPack
   EXPECT_EQ(name("q4_k"), "q4_k.q8vnni+q8vnni16.avx512");  // online: rows, prefill on a per-call KPack
   // Online Q8_0 / Q4_0 (rows, no load-time pack): decode by row, prefill on a per-call pack.
   EXPECT_EQ(name("q8_0"), "q8_0.q8vnni+q8vnni16.avx512");
@@ -301,7 +317,8 @@ TEST(KernelNames, Bf16KernelsSelected) {
   EXPECT_EQ(name("int4:g128"), "int4:g128:sym:f16.nib16+bf16tile.avx512bf16");
   for (const char* s : {"int4:g32:asym", "nf4:g64", "nvfp4", "mxfp4", "e2m1:g32", "int4:channel"})
     EXPECT_NE(name(s).find(".nib16+bf16tile.avx512bf16"), std::string::npos) << s;
-  for (const char* s : {"e4m3:channel", "e5m2:channel", "int8:channel", "int8:g128:asym", "int8:g32", "mxfp8"})
+  for (const char* s :
+       {"e4m3:channel", "e5m2:channel", "int8:channel", "int8:g128:asym", "int8:g32", "mxfp8"})
     EXPECT_NE(name(s).find(".byte16+bf16tile.avx512bf16"), std::string::npos) << s;
   // g48: not a lane group for the decode kernel, but whole pairs for the tile.
   EXPECT_EQ(name("int4:g48"), "int4:g48:sym:f16.nib+bf16tile.avx512bf16");
@@ -333,9 +350,9 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
     std::vector<int> f16_offsets;
     bool e8m0 = false;  // ggml MXFP4: byte 0 is an E8M0 exponent (near 2^0, and the denormal scales 0 and 1)
   };
-  const std::vector<T> types = {{"q4_1", {0, 2}}, {"q5_0", {0}},    {"q5_1", {0, 2}}, {"iq4_nl", {0}},
-                                {"q4_k", {0, 2}}, {"q5_k", {0, 2}}, {"q6_k", {208}},  {"q2_k", {80, 82}},
-                                {"q3_k", {108}},  {"ggml_mxfp4", {}, true}};
+  const std::vector<T> types = {
+      {"q4_1", {0, 2}}, {"q5_0", {0}},   {"q5_1", {0, 2}},   {"iq4_nl", {0}}, {"q4_k", {0, 2}},
+      {"q5_k", {0, 2}}, {"q6_k", {208}}, {"q2_k", {80, 82}}, {"q3_k", {108}}, {"ggml_mxfp4", {}, true}};
   const int64_t rows = 9, cols = 768, maxtok = 17;  // 17: two full 8-token tiles and one token
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> ud(0.001f, 0.01f);
@@ -355,9 +372,11 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
     if (t.e8m0)
       for (int64_t k = 0; k < nblk; ++k)
         (*buf)[static_cast<size_t>(k * fi.block_bytes)] =
-            static_cast<uint8_t>(k == 1 ? 0 : k == 2 ? 1 : 117 + static_cast<int>(rng() % 12));
-    // With the load-time pack where the type has one (QBlkPack / KPack: decode and prefill on it), and without
-    // (the row-at-a-time kernels, as an unpacked weight such as an untied embedding runs).
+            static_cast<uint8_t>(k == 1   ? 0
+                                 : k == 2 ? 1
+                                          : 117 + static_cast<int>(rng() % 12));
+    // With the load-time pack where the type has one (QBlkPack / KPack: decode and prefill on it), and
+    // without (the row-at-a-time kernels, as an unpacked weight such as an untied embedding runs).
     for (bool repack : {true, false}) {
       WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
       prepare_weight(w, repack);
@@ -374,7 +393,8 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
             weight_row_f32(w, r, row.data());
             for (int64_t tk = 0; tk < ntok; ++tk) {
               double mag = 0;
-              for (int64_t i = 0; i < cols; ++i) mag += std::fabs(static_cast<double>(row[i]) * xe[tk * cols + i]);
+              for (int64_t i = 0; i < cols; ++i)
+                mag += std::fabs(static_cast<double>(row[i]) * xe[tk * cols + i]);
               EXPECT_NEAR(y[tk * rows + r], ref[tk * rows + r], 2e-5 * mag + 1e-6)
                   << t.name << " " << matmul_kernel_name(w) << " T " << ntok << " row " << r;
             }
@@ -386,9 +406,9 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
   }
 }
 
-// The row helpers (attention's widen / axpy, the MLP's silu_mul): every binary16 / bfloat16 bit pattern widens exactly as the scalar reference (NaN
-// stays NaN of the same sign), and
-// axpy matches y + a*x to float rounding, on every tier and for lengths that leave a tail.
+// The row helpers (attention's widen / axpy, the MLP's silu_mul): every binary16 / bfloat16 bit pattern
+// widens exactly as the scalar reference (NaN stays NaN of the same sign), and axpy matches y + a*x to float
+// rounding, on every tier and for lengths that leave a tail.
 TEST(RowHelpers, MatchScalarOnEveryIsa) {
   std::vector<uint16_t> all(65536);
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
@@ -401,15 +421,17 @@ TEST(RowHelpers, MatchScalarOnEveryIsa) {
       widen_bf16(all.data(), b.data(), n);
       for (int64_t i = 0; i < n; ++i) {
         const float rf = f16_to_f32(all[i]), rb = bf16_to_f32(all[i]);
-        if (std::isnan(rf))  // the conversion instruction quiets signalling NaNs; the scalar keeps the payload
-          ASSERT_TRUE(std::isnan(f[i]) && std::signbit(f[i]) == std::signbit(rf)) << isa_name(isa) << " " << i;
+        if (std::isnan(
+                rf))  // the conversion instruction quiets signalling NaNs; the scalar keeps the payload
+          ASSERT_TRUE(std::isnan(f[i]) && std::signbit(f[i]) == std::signbit(rf))
+              << isa_name(isa) << " " << i;
         else
           ASSERT_EQ(std::memcmp(&f[i], &rf, 4), 0) << isa_name(isa) << " f16 0x" << std::hex << i;
         ASSERT_EQ(std::memcmp(&b[i], &rb, 4), 0) << isa_name(isa) << " bf16 0x" << std::hex << i;
       }
     }
-    // FP8 rows: every E4M3FN / E5M2 code, scaled, equal to the formats library's decode times the scale (NaN codes
-    // NaN); lengths that leave a tail.
+    // FP8 rows: every E4M3FN / E5M2 code, scaled, equal to the formats library's decode times the scale (NaN
+    // codes NaN); lengths that leave a tail.
     std::vector<uint8_t> codes(256);
     for (int i = 0; i < 256; ++i) codes[i] = static_cast<uint8_t>(i);
     for (bool e4m3 : {true, false})
@@ -419,8 +441,11 @@ TEST(RowHelpers, MatchScalarOnEveryIsa) {
         widen_fp8(codes.data(), e4m3, 0.37f, out.data(), n);
         for (int64_t i = 0; i < n; ++i) {
           const float want = fi.decode(static_cast<uint32_t>(i)) * 0.37f;
-          if (std::isnan(want)) ASSERT_TRUE(std::isnan(out[i])) << isa_name(isa) << " code " << i;
-          else ASSERT_EQ(std::memcmp(&out[i], &want, 4), 0) << isa_name(isa) << (e4m3 ? " e4m3 " : " e5m2 ") << i;
+          if (std::isnan(want))
+            ASSERT_TRUE(std::isnan(out[i])) << isa_name(isa) << " code " << i;
+          else
+            ASSERT_EQ(std::memcmp(&out[i], &want, 4), 0)
+                << isa_name(isa) << (e4m3 ? " e4m3 " : " e5m2 ") << i;
         }
       }
     for (int64_t n : {1, 15, 16, 17, 64, 100}) {
@@ -429,7 +454,8 @@ TEST(RowHelpers, MatchScalarOnEveryIsa) {
       ref = y;
       for (int64_t i = 0; i < n; ++i) ref[i] += 0.75f * x[i];
       axpy_f32(0.75f, x.data(), y.data(), n);
-      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], ref[i], 1e-6f * (1 + std::fabs(ref[i]))) << n << " " << i;
+      for (int64_t i = 0; i < n; ++i)
+        EXPECT_NEAR(y[i], ref[i], 1e-6f * (1 + std::fabs(ref[i]))) << n << " " << i;
     }
     // silu(g) * u against libm (the generic tier is the reference): the whole float range that matters, the
     // saturated ends, and NaN; lengths that leave a tail.
@@ -443,8 +469,11 @@ TEST(RowHelpers, MatchScalarOnEveryIsa) {
       for (int64_t i = 0; i < n; ++i) want[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
       silu_mul_f32(g.data(), u.data(), n);
       for (int64_t i = 0; i < n; ++i) {
-        if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(g[i])) << isa_name(isa) << " " << i;
-        else EXPECT_NEAR(g[i], want[i], 1e-6f * (std::fabs(want[i]) + 1e-30f)) << isa_name(isa) << " " << n << " " << i;
+        if (std::isnan(want[i]))
+          EXPECT_TRUE(std::isnan(g[i])) << isa_name(isa) << " " << i;
+        else
+          EXPECT_NEAR(g[i], want[i], 1e-6f * (std::fabs(want[i]) + 1e-30f))
+              << isa_name(isa) << " " << n << " " << i;
       }
     }
   }
@@ -467,13 +496,15 @@ TEST(KernelPlan, Byte16TableCountedInNbytes) {
   EXPECT_EQ(w.nbytes(), w.q->storage_bytes() + 64 * 4 + 256 * 4 + (bf16 ? sizeof(kern::Byte16Lut) : 0));
 }
 
-// What a decode reads (the bench's bandwidth bound): codes + the decoded tables, not the stored scale cells they
-// were decoded from; a GGUF weight with a load-time pack reads the pack; an online Q4_0 weight its blocks.
+// What a decode reads (the bench's bandwidth bound): codes + the decoded tables, not the stored scale cells
+// they were decoded from; a GGUF weight with a load-time pack reads the pack; an online Q4_0 weight its
+// blocks.
 TEST(KernelPlan, DecodeBytesCountWhatTheKernelReads) {
-  // NF4: double-quantized cells decoded into an FP32 table, which is what the kernels read (stored f16 / E8M0 /
-  // E4M3 cells: next test).
+  // NF4: double-quantized cells decoded into an FP32 table, which is what the kernels read (stored f16 / E8M0
+  // / E4M3 cells: next test).
   WeightMatrix mx = make_weight({"nf4:g64", ""}, 64, 256, 4);
-  const size_t tables = (mx.plan->scales.size() + mx.plan->zeros.size() + mx.plan->lut.size()) * sizeof(float);
+  const size_t tables =
+      (mx.plan->scales.size() + mx.plan->zeros.size() + mx.plan->lut.size()) * sizeof(float);
   EXPECT_EQ(mx.plan->scales.size(), 64u * 4u);
   EXPECT_EQ(mx.plan->scales_f16, nullptr);
   EXPECT_EQ(mx.plan->scales_e8m0, nullptr);
@@ -491,13 +522,13 @@ TEST(KernelPlan, DecodeBytesCountWhatTheKernelReads) {
   }
 }
 
-// nib16 decode from the stored binary16 / uint8 cells gives the same bits as from the plan's FP32 tables, and is
-// used exactly where the cells decode exactly (f16 scales; not NF4's double quantization, not NVFP4).
+// nib16 decode from the stored binary16 / uint8 cells gives the same bits as from the plan's FP32 tables, and
+// is used exactly where the cells decode exactly (f16 scales; not NF4's double quantization, not NVFP4).
 TEST(KernelPlan, StoredCellsDecodeLikeTheFloatTables) {
   if (best_isa() < Isa::Avx512Bf16) GTEST_SKIP() << "no AVX512_BF16 + VBMI here";
   set_kernel_isa(Isa::Avx512Bf16);
-  for (const char* f : {"int4:g32", "int4:g32:asym", "int4:g128:asym", "int4:channel", "e2m1:g32", "int4:g64:asym",
-                        "mxfp4", "nvfp4"}) {
+  for (const char* f : {"int4:g32", "int4:g32:asym", "int4:g128:asym", "int4:channel", "e2m1:g32",
+                        "int4:g64:asym", "mxfp4", "nvfp4"}) {
     for (int64_t cols : {256, 896, 200}) {
       const bool e8m0 = std::string(f) == "mxfp4", e4m3 = std::string(f) == "nvfp4";
       if ((e8m0 || e4m3) && cols % 32) continue;
@@ -519,19 +550,22 @@ TEST(KernelPlan, StoredCellsDecodeLikeTheFloatTables) {
         for (auto& v : x) v = nd(rng);
         matmul(w, x.data(), T, a.data());
         matmul(wt, x.data(), T, b.data());
-        // NVFP4's cells are e4m3 / 2^8 with 2^8 / global applied once per output: one rounding more than the table.
+        // NVFP4's cells are e4m3 / 2^8 with 2^8 / global applied once per output: one rounding more than the
+        // table.
         float scale = 0.0f;  // tolerance relative to the outputs' magnitude (sums cancel: not per element)
         for (float v : b) scale = std::max(scale, std::fabs(v));
         for (size_t i = 0; i < a.size(); ++i) {
-          if (e4m3) ASSERT_NEAR(a[i], b[i], 1e-5f * scale) << f << " cols " << cols << " T " << T;
-          else ASSERT_EQ(f32_bits(a[i]), f32_bits(b[i])) << f << " cols " << cols << " T " << T;
+          if (e4m3)
+            ASSERT_NEAR(a[i], b[i], 1e-5f * scale) << f << " cols " << cols << " T " << T;
+          else
+            ASSERT_EQ(f32_bits(a[i]), f32_bits(b[i])) << f << " cols " << cols << " T " << T;
         }
       }
-      // What a decode reads: codes + 2 (f16) or 1 (E8M0) bytes per scale cell (+ 1 per zero point), not the 4-byte
-      // tables.
+      // What a decode reads: codes + 2 (f16) or 1 (E8M0) bytes per scale cell (+ 1 per zero point), not the
+      // 4-byte tables.
       const size_t ncells = w.plan->scales.size();
-      EXPECT_EQ(w.decode_bytes(), w.q->codes.size() + ncells * (e8m0 || e4m3 ? 1 : 2) + (w.plan->asym ? ncells : 0) +
-                                      w.plan->lut.size() * 4)
+      EXPECT_EQ(w.decode_bytes(), w.q->codes.size() + ncells * (e8m0 || e4m3 ? 1 : 2) +
+                                      (w.plan->asym ? ncells : 0) + w.plan->lut.size() * 4)
           << f;
     }
   }
@@ -540,13 +574,15 @@ TEST(KernelPlan, StoredCellsDecodeLikeTheFloatTables) {
 }
 
 // Special scale cells (an E8M0 0 = 2^-127 or 255 = NaN, a negative or NaN E4M3 cell) are outside the kernels'
-// short cell decode: such a matrix keeps the FP32 tables, and still multiplies as its reference (a NaN cell's row NaN).
+// short cell decode: such a matrix keeps the FP32 tables, and still multiplies as its reference (a NaN cell's
+// row NaN).
 TEST(KernelPlan, SpecialScaleCellsKeepTheTables) {
   for (const char* f : {"mxfp4", "nvfp4"}) {
     const bool e8m0 = std::string(f) == "mxfp4";
     for (uint8_t special : e8m0 ? std::vector<uint8_t>{0, 255} : std::vector<uint8_t>{0xB8, 0x7F}) {
       const WeightMatrix base = make_weight({f, ""}, 9, 256, 5);
-      ASSERT_NE(e8m0 ? static_cast<const void*>(base.plan->scales_e8m0) : base.plan->scales_e4m3, nullptr) << f;
+      ASSERT_NE(e8m0 ? static_cast<const void*>(base.plan->scales_e8m0) : base.plan->scales_e4m3, nullptr)
+          << f;
       auto q = std::make_shared<QuantizedMatrix>(*base.q);
       const size_t cell = q->scales.size() / 2;  // a cell of row 4
       q->scales[cell] = special;
@@ -566,7 +602,8 @@ TEST(KernelPlan, SpecialScaleCellsKeepTheTables) {
             continue;
           }
           // BF16 activations on the Avx512Bf16 tier: within their rounding of the reference.
-          EXPECT_NEAR(y[r], ref[r], 1e-2f * (std::fabs(ref[r]) + 1.0f)) << f << " " << isa_name(isa) << " row " << r;
+          EXPECT_NEAR(y[r], ref[r], 1e-2f * (std::fabs(ref[r]) + 1.0f))
+              << f << " " << isa_name(isa) << " row " << r;
         }
       }
       set_kernel_isa(best_isa());
@@ -577,9 +614,9 @@ TEST(KernelPlan, SpecialScaleCellsKeepTheTables) {
   }
 }
 
-// The vectorized per-token INT8 activation quantizer against the scalar definition, bit for bit: codes and scale
-// (NaN scale when an input is NaN), with NaN, infinities, signed zeros, rounding ties (x = k + 0.5 with scale 1),
-// ragged lengths, and inputs with no finite non-zero value (scale 0).
+// The vectorized per-token INT8 activation quantizer against the scalar definition, bit for bit: codes and
+// scale (NaN scale when an input is NaN), with NaN, infinities, signed zeros, rounding ties (x = k + 0.5 with
+// scale 1), ragged lengths, and inputs with no finite non-zero value (scale 0).
 TEST(ActivationInt8, VectorMatchesScalarBitForBit) {
   if (best_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
@@ -592,7 +629,7 @@ TEST(ActivationInt8, VectorMatchesScalarBitForBit) {
     inputs.push_back(x);
     std::vector<float> ties(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) ties[i] = static_cast<float>(i % 254) - 126.5f;  // k + 0.5
-    ties[0] = 127.0f;                                                                 // amax 127: scale 1
+    ties[0] = 127.0f;                                                                // amax 127: scale 1
     inputs.push_back(ties);
     std::vector<float> special = x;
     const float sp[] = {nan, inf, -inf, 0.0f, -0.0f, 1e-30f, -1e30f};
@@ -636,9 +673,16 @@ TEST(Bf16LaneLayout, MatchesDefinitionBitExact) {
   if (best_isa() < Isa::Avx512Bf16) GTEST_SKIP() << "no AVX512_BF16 + VBMI here";
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 3.0f);
-  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), 1e-40f, -3e-39f, 0.0f, -0.0f,
-                            1.00390625f /* tie: 1 + 2^-8 */, 1.01171875f /* tie, odd */, 3.4e38f};
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            1e-40f,
+                            -3e-39f,
+                            0.0f,
+                            -0.0f,
+                            1.00390625f /* tie: 1 + 2^-8 */,
+                            1.01171875f /* tie, odd */,
+                            3.4e38f};
   struct L {
     int64_t chunk;
     void (*fn)(const float*, int64_t, int64_t, uint16_t*, float*);
@@ -655,7 +699,8 @@ TEST(Bf16LaneLayout, MatchesDefinitionBitExact) {
       std::vector<uint16_t> got(static_cast<size_t>(pad), 0xABCD), want(static_cast<size_t>(pad), 0);
       for (int64_t i = 0; i < cols; ++i) want[i - i % l.chunk + l.dst(i % l.chunk)] = f32_to_bf16(x[i]);
       l.fn(x.data(), cols, cols, got.data(), nullptr);
-      for (int64_t i = 0; i < pad; ++i) ASSERT_EQ(got[i], want[i]) << "chunk " << l.chunk << " cols " << cols << " @" << i;
+      for (int64_t i = 0; i < pad; ++i)
+        ASSERT_EQ(got[i], want[i]) << "chunk " << l.chunk << " cols " << cols << " @" << i;
     }
 }
 

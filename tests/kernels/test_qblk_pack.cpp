@@ -7,9 +7,9 @@
 
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <utility>
-#include <random>
 #include <vector>
 
 #include "core/half.h"
@@ -108,8 +108,8 @@ TEST(KPack, RowsEqualTheGgufDecoderBitForBit) {
         dequantize_row_ggml(fi.ggml_type, buf->data() + r * row_bytes, want.data(), cols);
         kpack_row_f32(*pk, r, got.data());
         for (int64_t c = 0; c < cols; ++c)
-          ASSERT_EQ(f32_bits(got[c]), f32_bits(want[c])) << name << " " << rows << "x" << cols << " row " << r
-                                                         << " col " << c;
+          ASSERT_EQ(f32_bits(got[c]), f32_bits(want[c]))
+              << name << " " << rows << "x" << cols << " row " << r << " col " << c;
       }
     }
   }

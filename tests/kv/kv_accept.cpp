@@ -105,21 +105,42 @@ void quality_table(const std::string& name, const std::string& model, const std:
   ASSERT_FALSE(wins.empty());
   const std::string half = std::to_string(ctx / 2), quarter = std::to_string(ctx / 4);
   const std::vector<std::pair<std::string, std::string>> cfgs = {
-      {"f32", ""}, {"bf16", ""}, {"e4m3", ""}, {"e4m3:head", ""}, {"e4m3:token", ""}, {"e5m2", ""},
-      {"int8", ""}, {"int8+rot", ""}, {"fp4", ""}, {"fp4+rot", ""},
-      {"int4", ""}, {"int4+rot", ""}, {"int4:window32", ""}, {"int4:window32+rot", ""}, {"int4:asym", ""},
-      {"int4:pertoken", ""}, {"int4:prerope", ""}, {"int4:keep:0,-1", ""},
-      {"int2:asym", ""}, {"int2:asym+rot", ""}, {"int2:asym:window32+rot", ""}, {"int2:asym:window128+rot", ""},
+      {"f32", ""},
+      {"bf16", ""},
+      {"e4m3", ""},
+      {"e4m3:head", ""},
+      {"e4m3:token", ""},
+      {"e5m2", ""},
+      {"int8", ""},
+      {"int8+rot", ""},
+      {"fp4", ""},
+      {"fp4+rot", ""},
+      {"int4", ""},
+      {"int4+rot", ""},
+      {"int4:window32", ""},
+      {"int4:window32+rot", ""},
+      {"int4:asym", ""},
+      {"int4:pertoken", ""},
+      {"int4:prerope", ""},
+      {"int4:keep:0,-1", ""},
+      {"int2:asym", ""},
+      {"int2:asym+rot", ""},
+      {"int2:asym:window32+rot", ""},
+      {"int2:asym:window128+rot", ""},
       {"f16:paged", "streaming:4+" + std::to_string(ctx / 2 - 4)},
       {"f16:paged", "streaming:4+" + std::to_string(ctx / 4 - 4)},
-      {"f16:paged", "h2o:50%"}, {"f16:paged", "h2o:25%"},
-      {"int4:window32+rot", "h2o:25%"}, {"int8", "h2o:25%"}, {"int4:window32+rot", "streaming:4+" + std::to_string(ctx / 4 - 4)},
+      {"f16:paged", "h2o:50%"},
+      {"f16:paged", "h2o:25%"},
+      {"int4:window32+rot", "h2o:25%"},
+      {"int8", "h2o:25%"},
+      {"int4:window32+rot", "streaming:4+" + std::to_string(ctx / 4 - 4)},
   };
   const Run base = run_windows(*m, wins, parse_kv_spec("f16"), nullptr);
   const double base_ppl = std::exp(base.nll / base.n);
-  std::printf("\n### %s (ctx %lld, %zu windows, %lld scored tokens; baseline F16 KV PPL %.4f)\n\n", name.c_str(),
-              (long long)ctx, wins.size(), (long long)base.n, base_ppl);
-  std::printf("| KV cache | evict | bytes/token | PPL | dPPL | KLD | top-1 |\n|---|---|---|---|---|---|---|\n");
+  std::printf("\n### %s (ctx %lld, %zu windows, %lld scored tokens; baseline F16 KV PPL %.4f)\n\n",
+              name.c_str(), (long long)ctx, wins.size(), (long long)base.n, base_ppl);
+  std::printf(
+      "| KV cache | evict | bytes/token | PPL | dPPL | KLD | top-1 |\n|---|---|---|---|---|---|---|\n");
   const char* only = std::getenv("KV_ACCEPT_ONLY");  // substring filter for re-measuring a few rows
   std::map<std::string, double> kld;                 // mean KLD by "format|evict"
   for (const auto& [f, e] : cfgs) {
@@ -128,9 +149,9 @@ void quality_table(const std::string& name, const std::string& model, const std:
     const Run r = run_windows(*m, wins, s, &base);
     const double ppl = std::exp(r.nll / r.n);
     KvCache probe(m->config, 1, ctx, s);
-    std::printf("| %s | %s | %.1f | %.4f | %+.4f | %.5f | %.2f%% |%s\n", f.c_str(), e.empty() ? "-" : e.c_str(),
-                probe.bytes_per_token_exact(), ppl, ppl - base_ppl, r.kld / r.n, 100.0 * r.top1 / r.n,
-                r.finite ? "" : " NON-FINITE");
+    std::printf("| %s | %s | %.1f | %.4f | %+.4f | %.5f | %.2f%% |%s\n", f.c_str(),
+                e.empty() ? "-" : e.c_str(), probe.bytes_per_token_exact(), ppl, ppl - base_ppl, r.kld / r.n,
+                100.0 * r.top1 / r.n, r.finite ? "" : " NON-FINITE");
     EXPECT_TRUE(r.finite) << f;
     kld[f + "|" + e] = r.kld / r.n;
     std::fflush(stdout);
@@ -158,8 +179,8 @@ TEST(KvAccept, QualityStories260K) {
 }
 
 TEST(KvAccept, QualityKjvBrown6M) {
-  quality_table("kjv-brown-6M", kShared + "/models/kjv-brown-6M/model.bin", kShared + "/data/kjv-brown/val.txt",
-                256, 3);
+  quality_table("kjv-brown-6M", kShared + "/models/kjv-brown-6M/model.bin",
+                kShared + "/data/kjv-brown/val.txt", 256, 3);
 }
 
 TEST(KvAccept, DecodeAttentionSpeed) {
@@ -167,8 +188,11 @@ TEST(KvAccept, DecodeAttentionSpeed) {
   c.n_layers = 24, c.n_heads = 14, c.n_kv_heads = 2, c.head_dim = 64, c.dim = 896, c.ffn_dim = 4864;
   c.vocab_size = 32000, c.max_seq_len = 32768;
   const int64_t D = c.kv_dim(), hd = c.head_dim, ng = c.n_heads / c.n_kv_heads;
-  std::printf("\n### Decode attention, Qwen2.5-0.5B shape (24 layers x 2 KV heads x 64), one query token\n\n");
-  std::printf("| KV cache | context | bytes/token | ms per token (attention, all layers) | vs f16 |\n|---|---|---|---|---|\n");
+  std::printf(
+      "\n### Decode attention, Qwen2.5-0.5B shape (24 layers x 2 KV heads x 64), one query token\n\n");
+  std::printf(
+      "| KV cache | context | bytes/token | ms per token (attention, all layers) | vs f16 "
+      "|\n|---|---|---|---|---|\n");
   for (int64_t n : {int64_t(4096), int64_t(16384)}) {
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0, 1);
@@ -180,7 +204,8 @@ TEST(KvAccept, DecodeAttentionSpeed) {
     std::vector<int64_t> pos(n);
     for (int64_t i = 0; i < n; ++i) pos[i] = i;
     double f16_ms = 0;
-    for (const char* f : {"f16", "f16:paged", "bf16", "e4m3", "int8", "int4", "int4:window128", "int2", "fp4"}) {
+    for (const char* f :
+         {"f16", "f16:paged", "bf16", "e4m3", "int8", "int4", "int4:window128", "int2", "fp4"}) {
       KvCache kv(c, 1, n, parse_kv_spec(f));
       for (int l = 0; l < c.n_layers; ++l) kv.store_rows(l, n, seqs.data(), pos.data(), k.data(), v.data());
       double best = 1e30;
@@ -189,7 +214,8 @@ TEST(KvAccept, DecodeAttentionSpeed) {
         for (int l = 0; l < c.n_layers; ++l)
           for (int64_t h = 0; h < c.n_kv_heads; ++h)
             kv.attend(l, 0, n, h, q.data(), static_cast<int>(ng), out.data(), scratch.data());
-        best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        best = std::min(
+            best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       }
       if (std::string(f) == "f16") f16_ms = best;
       for (float x : out) EXPECT_TRUE(std::isfinite(x)) << f;

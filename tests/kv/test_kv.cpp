@@ -1,6 +1,6 @@
-// Paged, quantized KV cache: spec parsing, per-format round-trip bounds, attention from quantized pages against
-// the scalar reference and against F32 attention, rotation invariance, paging/budget errors, eviction, the
-// bytes-per-token formula, and which store (kv/kv_store.h) KvCache picks for a spec.
+// Paged, quantized KV cache: spec parsing, per-format round-trip bounds, attention from quantized pages
+// against the scalar reference and against F32 attention, rotation invariance, paging/budget errors,
+// eviction, the bytes-per-token formula, and which store (kv/kv_store.h) KvCache picks for a spec.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -43,8 +43,7 @@ void store_all(KvCache& kv, const ModelConfig& c, const Data& d, int64_t n, int 
   std::vector<int32_t> seqs(n, seq);
   std::vector<int64_t> pos(n);
   for (int64_t t = 0; t < n; ++t) pos[t] = t;
-  for (int l = 0; l < c.n_layers; ++l)
-    kv.store_rows(l, n, seqs.data(), pos.data(), d.k.data(), d.v.data());
+  for (int l = 0; l < c.n_layers; ++l) kv.store_rows(l, n, seqs.data(), pos.data(), d.k.data(), d.v.data());
 }
 
 // F32 attention over rows [0, n) of head kvh.
@@ -84,13 +83,25 @@ struct FormatCase {
 };
 
 const FormatCase kCases[] = {
-    {"f32:paged", 0, 1e-5},          {"f16:paged", 1e-3, 2e-3},     {"bf16:paged", 8e-3, 1e-2},
-    {"e4m3", 0.07, 0.08},            {"e4m3:head", 0.07, 0.15},     {"e4m3:token", 0.07, 0.08},
-    {"e5m2", 0.13, 0.15},            {"int8", 0.005, 0.02},         {"int4", 0.16, 0.25},
-    {"int4:asym", 0.16, 0.25},       {"int4:pertoken", 0.16, 0.25}, {"int4:window32", 0.16, 0.25},
-    {"int4+rot", 0.2, 0.4},         {"int2:asym", 0.7, 0.8},       {"fp4", 0.25, 0.35},
+    {"f32:paged", 0, 1e-5},
+    {"f16:paged", 1e-3, 2e-3},
+    {"bf16:paged", 8e-3, 1e-2},
+    {"e4m3", 0.07, 0.08},
+    {"e4m3:head", 0.07, 0.15},
+    {"e4m3:token", 0.07, 0.08},
+    {"e5m2", 0.13, 0.15},
+    {"int8", 0.005, 0.02},
+    {"int4", 0.16, 0.25},
+    {"int4:asym", 0.16, 0.25},
+    {"int4:pertoken", 0.16, 0.25},
+    {"int4:window32", 0.16, 0.25},
+    {"int4+rot", 0.2, 0.4},
+    {"int2:asym", 0.7, 0.8},
+    {"fp4", 0.25, 0.35},
     {"int2", 0.7, 1.0},
-    {"int4:prerope", 0.16, 0.35},    {"int8:keep:0", 0.005, 0.02},  {"e4m3:scale=0.1", 0.07, 0.15},
+    {"int4:prerope", 0.16, 0.35},
+    {"int8:keep:0", 0.005, 0.02},
+    {"e4m3:scale=0.1", 0.07, 0.15},
 };
 
 class KvFormatTest : public ::testing::TestWithParam<std::tuple<FormatCase, int>> {};
@@ -124,11 +135,13 @@ TEST_P(KvFormatTest, RoundTripAndAttention) {
     for (int64_t t = 0; t < n; ++t) {
       double km = 0, vm = 0, ke = 0, ve = 0;
       for (int64_t i = 0; i < D; ++i) {
-        km = std::max(km, double(std::fabs(post.k[t * D + i]))), vm = std::max(vm, double(std::fabs(d.v[t * D + i])));
+        km = std::max(km, double(std::fabs(post.k[t * D + i]))),
+        vm = std::max(vm, double(std::fabs(d.v[t * D + i])));
         ke = std::max(ke, double(std::fabs(K[t * D + i] - post.k[t * D + i])));
         ve = std::max(ve, double(std::fabs(V[t * D + i] - d.v[t * D + i])));
       }
-      // Per-channel keys share a scale over the block: bound by the block's channel range, approximated by 2x.
+      // Per-channel keys share a scale over the block: bound by the block's channel range, approximated by
+      // 2x.
       const double kt = pc.layout(l, true).per_channel ? 2 * tol : tol;
       ASSERT_LE(ke, kt * km + 1e-6) << fc.spec << " layer " << l << " token " << t;
       ASSERT_LE(ve, tol * vm + 1e-6) << fc.spec << " layer " << l << " token " << t;
@@ -154,7 +167,8 @@ TEST_P(KvFormatTest, RoundTripAndAttention) {
   EXPECT_LE(worst, fc.attn_tol) << fc.spec << " vs f32";
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, KvFormatTest, ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Values(0, 1)));
+INSTANTIATE_TEST_SUITE_P(Formats, KvFormatTest,
+                         ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Values(0, 1)));
 
 TEST(KvRotation, LeavesF32AttentionUnchanged) {
   const ModelConfig c = make_config(1, 4, 2, 32);
@@ -312,7 +326,8 @@ TEST(KvEvict, StreamingKeepsSinksAndWindow) {
     Data d = make_data(c, 100, 2);
     for (int64_t t = 0; t < 100; ++t) {
       std::vector<int32_t> sq{0};
-      for (int l = 0; l < 2; ++l) kv.store_rows(l, 1, sq.data(), &t, d.k.data() + t * 64, d.v.data() + t * 64);
+      for (int l = 0; l < 2; ++l)
+        kv.store_rows(l, 1, sq.data(), &t, d.k.data() + t * 64, d.v.data() + t * 64);
     }
     std::vector<int64_t> want{0, 1, 2, 3};
     for (int64_t t = 88; t < 100; ++t) want.push_back(t);
@@ -346,8 +361,10 @@ TEST(KvEvict, H2OKeepsHeavyHitters) {
       EXPECT_LE(static_cast<int64_t>(p.positions(0, 0).size()), 16);
     }
     auto pos = p.positions(0, 0);
-    for (int64_t h : {5, 17, 30}) EXPECT_NE(std::find(pos.begin(), pos.end(), h), pos.end()) << f << " lost " << h;
-    for (int64_t t = 56; t < 60; ++t) EXPECT_NE(std::find(pos.begin(), pos.end(), t), pos.end()) << f << " recent";
+    for (int64_t h : {5, 17, 30})
+      EXPECT_NE(std::find(pos.begin(), pos.end(), h), pos.end()) << f << " lost " << h;
+    for (int64_t t = 56; t < 60; ++t)
+      EXPECT_NE(std::find(pos.begin(), pos.end(), t), pos.end()) << f << " recent";
     // The victim rule itself: lowest score outside the recent window.
     KvEvictSpec e = parse_kv_evict("h2o:6:recent2");
     const float sc[] = {5, 1, 3, 0.5f, 0.1f, 0.2f};
@@ -369,8 +386,8 @@ TEST(KvCheckpointScales, AppliedToFp8TensorAndHeadLayersOnly) {
     const char* spec;
     int sides;
   };
-  for (const Case& k : {Case{"e4m3", 4}, Case{"e5m2:head", 4}, Case{"e4m3:token", 0}, Case{"e4m3:scale=0.1", 0},
-                        Case{"e4m3+rot", 0}, Case{"int8", 0}, Case{"f16", 0}}) {
+  for (const Case& k : {Case{"e4m3", 4}, Case{"e5m2:head", 4}, Case{"e4m3:token", 0},
+                        Case{"e4m3:scale=0.1", 0}, Case{"e4m3+rot", 0}, Case{"int8", 0}, Case{"f16", 0}}) {
     KvCache kv(c, 1, 32, parse_kv_spec(k.spec));
     EXPECT_EQ(use_checkpoint_kv_scales(kv, w), k.sides) << k.spec;
     EXPECT_EQ(use_checkpoint_kv_scales(kv, w), k.sides) << k.spec << " (second call is a no-op)";

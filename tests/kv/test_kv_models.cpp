@@ -16,7 +16,8 @@ using namespace lowbit;
 namespace {
 const std::string kStories = std::string(LOWBIT_SHARED_DIR) + "/models/stories260K/stories260K.bin";
 
-std::vector<int32_t> greedy(const Model& m, const std::vector<int32_t>& prompt, int n, const KvCacheSpec* spec) {
+std::vector<int32_t> greedy(const Model& m, const std::vector<int32_t>& prompt, int n,
+                            const KvCacheSpec* spec) {
   KvCache kv = spec ? KvCache(m.config, 1, 128, *spec) : KvCache(m.config, 1, 128, KvDtype::F32);
   Decoder dec(m.config, m.weights);
   std::vector<float> logits(m.config.vocab_size);
@@ -45,8 +46,8 @@ TEST(KvModels, GreedyMatchesF32OnStories260K) {
     int first_diff = -1;
     for (int i = 0; i < 16 && first_diff < 0; ++i)
       if (got[i] != ref[i]) first_diff = i;
-    std::printf("kv %-12s greedy-16 %s (first divergence at %d)\n", f, first_diff < 0 ? "matches F32" : "diverges",
-                first_diff);
+    std::printf("kv %-12s greedy-16 %s (first divergence at %d)\n", f,
+                first_diff < 0 ? "matches F32" : "diverges", first_diff);
     // F16/BF16/INT8/E4M3 must keep the story; the pre-RoPE F32 path must be exact.
     EXPECT_EQ(first_diff, -1) << f;
   }
@@ -87,10 +88,11 @@ TEST(KvModels, TwoSequencePrefillMatchesTokenByToken) {
   // Formats whose stored rows do not depend on how tokens are batched: per-channel INT4 keys are sealed from
   // F16 staging once a block fills, so a query of a batch can see its block already quantized where the same
   // token fed alone saw it in F16 (a batching effect, not attention's); int4:window32 keeps these prompts in
-  // staging. Plain int8 is left out for a similar reason: decode (T = 1) and prefill run different matmul kernels
-  // (one row at a time vs a 4-row tile, so different float summation orders), and a ~1e-6 difference in a key can
-  // move one INT8 code across a rounding boundary (max |logit diff| 0.03 here); the tiled attention itself is
-  // compared with per-token attention on identical stored rows for int8 in test_kv_tiled.cpp.
+  // staging. Plain int8 is left out for a similar reason: decode (T = 1) and prefill run different matmul
+  // kernels (one row at a time vs a 4-row tile, so different float summation orders), and a ~1e-6 difference
+  // in a key can move one INT8 code across a rounding boundary (max |logit diff| 0.03 here); the tiled
+  // attention itself is compared with per-token attention on identical stored rows for int8 in
+  // test_kv_tiled.cpp.
   for (const char* f : {"f32", "f16", "int8+rot", "int8:prerope", "int4:window32"}) {
     const KvCacheSpec s = parse_kv_spec(f);
     Decoder dec(m->config, m->weights);

@@ -113,14 +113,30 @@ void check_tiled(const ModelConfig& c, const std::string& spec_text, int64_t p0,
     }
 }
 
-const char* const kSpecs[] = {"f32",         "f16",           "bf16",
-                              "f32:paged",   "f16:paged",     "bf16:paged",
-                              "int8",        "int8+rot",      "int8:prerope",
-                              "int4",        "int4+rot",      "int4:prerope",
-                              "int4:asym",   "int4:window32", "int2:asym",
-                              "e4m3",        "e4m3:token",    "fp4",
-                              "f32:prerope", "int4:pertoken", "int8:prerope+rot",
-                              "int4:window32+rot", "int2:asym:window32+rot", "int4:window128+rot"};
+const char* const kSpecs[] = {"f32",
+                              "f16",
+                              "bf16",
+                              "f32:paged",
+                              "f16:paged",
+                              "bf16:paged",
+                              "int8",
+                              "int8+rot",
+                              "int8:prerope",
+                              "int4",
+                              "int4+rot",
+                              "int4:prerope",
+                              "int4:asym",
+                              "int4:window32",
+                              "int2:asym",
+                              "e4m3",
+                              "e4m3:token",
+                              "fp4",
+                              "f32:prerope",
+                              "int4:pertoken",
+                              "int8:prerope+rot",
+                              "int4:window32+rot",
+                              "int2:asym:window32+rot",
+                              "int4:window128+rot"};
 
 bool spec_fits(const ModelConfig& c, const std::string& s) {
   if (s.find("rot") != std::string::npos && !kv_rotation_supported(c.head_dim)) return false;
@@ -172,7 +188,8 @@ TEST(KvTiled, ContinuedPrefillAndGqaShapes) {
 // positions): one query per block, 200 earlier tokens.
 TEST(KvTiled, SingleQueryBlocksForDecode) {
   IsaGuard guard;
-  const char* const specs[] = {"f32", "f16", "bf16:paged", "int8", "int8+rot", "int4:prerope", "e4m3", "int4:window32"};
+  const char* const specs[] = {"f32",      "f16",          "bf16:paged", "int8",
+                               "int8+rot", "int4:prerope", "e4m3",       "int4:window32"};
   for (Isa isa : available_isas()) {
     set_kernel_isa(isa);
     for (const ModelConfig& c : {make_config(1, 7, 1, 64), make_config(2, 4, 2, 32)})

@@ -1,6 +1,7 @@
-// Architecture variants: random tiny fixtures (every flag: QKV bias, q/k norm, llama3 rope scaling, tied/untied,
-// lm_head-only, GQA ratios, MQA) match an independent numpy reference forward pass to 1e-4 relative; HF -> GGUF
-// F32 conversion gives identical logits; fixtures are written in the real layouts and are reproducible.
+// Architecture variants: random tiny fixtures (every flag: QKV bias, q/k norm, llama3 rope scaling,
+// tied/untied, lm_head-only, GQA ratios, MQA) match an independent numpy reference forward pass to 1e-4
+// relative; HF -> GGUF F32 conversion gives identical logits; fixtures are written in the real layouts and
+// are reproducible.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -40,7 +41,8 @@ std::vector<float> engine_logits(const Model& m, const std::vector<int32_t>& ids
   KvCache kv(m.config, 1, static_cast<int64_t>(ids.size()), KvDtype::F32);
   Decoder dec(m.config, m.weights);
   std::vector<BatchEntry> b;
-  for (size_t i = 0; i < ids.size(); ++i) b.push_back({ids[i], 0, static_cast<int64_t>(i), i + 1 == ids.size()});
+  for (size_t i = 0; i < ids.size(); ++i)
+    b.push_back({ids[i], 0, static_cast<int64_t>(i), i + 1 == ids.size()});
   std::vector<float> out(m.config.vocab_size);
   dec.forward(b, kv, out.data());
   return out;
@@ -123,11 +125,11 @@ INSTANTIATE_TEST_SUITE_P(Arch, GgufConversion,
                            return s;
                          });
 
-// GGUF Q4_0 / Q8_0 / Q4_K models on AVX-512 serve their products from the load-time packs (kernels' QBlkPack /
-// KPack) and the loader drops the packed tensors' file pages: decode logits equal those of the same model with
-// plans rebuilt without the pack (the row-at-a-time kernels round activations to the same Q8 blocks), a tied
-// embedding shares lm_head's plan, and embedding rows read after the page drop still equal the file's bytes
-// decoded.
+// GGUF Q4_0 / Q8_0 / Q4_K models on AVX-512 serve their products from the load-time packs (kernels' QBlkPack
+// / KPack) and the loader drops the packed tensors' file pages: decode logits equal those of the same model
+// with plans rebuilt without the pack (the row-at-a-time kernels round activations to the same Q8 blocks), a
+// tied embedding shares lm_head's plan, and embedding rows read after the page drop still equal the file's
+// bytes decoded.
 TEST(GgufPack, PackedModelMatchesRowKernelsAndKeepsEmbeddingRows) {
   if (best_isa() < Isa::Avx512) GTEST_SKIP() << "the pack is only built for the AVX-512 kernels";
   FixtureOptions o;
@@ -166,7 +168,8 @@ TEST(GgufPack, PackedModelMatchesRowKernelsAndKeepsEmbeddingRows) {
     for (size_t i = 0; i < ids.size(); ++i) {
       da.forward({{ids[i], 0, static_cast<int64_t>(i), true}}, ka, la.data());
       db.forward({{ids[i], 0, static_cast<int64_t>(i), true}}, kb, lb.data());
-      for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(la[v], lb[v], 1e-4f * (1 + std::abs(lb[v]))) << type << " " << v;
+      for (int64_t v = 0; v < V; ++v)
+        ASSERT_NEAR(la[v], lb[v], 1e-4f * (1 + std::abs(lb[v]))) << type << " " << v;
     }
     // Embedding rows after the page drop: the file's bytes, decoded.
     auto g = io::GgufFile::open(gguf);
@@ -183,8 +186,8 @@ TEST(GgufPack, PackedModelMatchesRowKernelsAndKeepsEmbeddingRows) {
   }
 }
 
-// general.file_type follows llama.cpp's llama_ftype numbering (llama-bench labels files with it), and quantized
-// files carry general.quantization_version = 2.
+// general.file_type follows llama.cpp's llama_ftype numbering (llama-bench labels files with it), and
+// quantized files carry general.quantization_version = 2.
 TEST(GgufExport, FileTypeUsesLlamaNumbering) {
   const std::string dir = tmpdir("ftype");
   FixtureOptions o;
@@ -192,7 +195,8 @@ TEST(GgufExport, FileTypeUsesLlamaNumbering) {
   o.dtype = "f32";
   write_fixture_hf(fixture_shape("tiny-llama"), o, dir);
   auto ck = io::HfCheckpoint::open(dir);
-  const std::pair<const char*, int64_t> cases[] = {{"f32", 0}, {"f16", 1}, {"q4_0", 2}, {"q8_0", 7}, {"bf16", 32}};
+  const std::pair<const char*, int64_t> cases[] = {
+      {"f32", 0}, {"f16", 1}, {"q4_0", 2}, {"q8_0", 7}, {"bf16", 32}};
   for (const auto& [type, ftype] : cases) {
     const std::string gguf = dir + "." + type + ".gguf";
     GgufExportOptions eo;
@@ -283,7 +287,7 @@ TEST(Fixture, ReproducibleAndRealLayout) {
     EXPECT_TRUE(fs::exists(fs::path(a) / f)) << f;
   auto ck = io::HfCheckpoint::open(a);
   EXPECT_EQ(ck.tensors.at("model.layers.0.self_attn.q_proj.bias").dtype, DType::BF16);
-  EXPECT_EQ(ck.tensors.count("lm_head.weight"), 0u);  // tied
+  EXPECT_EQ(ck.tensors.count("lm_head.weight"), 0u);                              // tied
   EXPECT_THROW(write_fixture_hf(fixture_shape("tiny-qwen2"), o, a), UsageError);  // exists
   EXPECT_THROW(fixture_shape("gpt-5"), UsageError);
   fs::remove_all(a);
@@ -299,10 +303,11 @@ TEST(Fixture, RealShapeParameterCounts) {
 
 }  // namespace
 
-// The BPE trainer: most frequent pair first, ties to the smallest (left, right) pair, counts updated after each
-// merge (the second merge sees the pairs the first one created), stops when no pair occurs twice.
+// The BPE trainer: most frequent pair first, ties to the smallest (left, right) pair, counts updated after
+// each merge (the second merge sees the pairs the first one created), stops when no pair occurs twice.
 TEST(FixtureTokenizer, BpeMergesFollowCountsAndTieRule) {
-  // "ab" x4 and "cd" x4 tie at 4 -> "a b" first (smaller); then "cd" x4; then "ab" "cd" adjacent in "abcd" x3.
+  // "ab" x4 and "cd" x4 tie at 4 -> "a b" first (smaller); then "cd" x4; then "ab" "cd" adjacent in "abcd"
+  // x3.
   const std::string text = "abcd abcd abcd ab cd";
   auto j = fixture_tokenizer_json(300, "gpt2", text, 0, 0);
   const auto& merges = j["model"]["merges"];

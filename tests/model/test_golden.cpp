@@ -29,13 +29,13 @@ const Golden kStories{kShared + "/models/stories260K/stories260K.bin",
 const Golden kTiny{kShared + "/models/tinystories-656K",
                    {1, 80, 147, 201, 282, 57},
                    {{313, 17.3808f}, {8, 13.7726f}, {1773, 13.7435f}, {404, 12.6918f}, {547, 11.3585f}},
-                   {313, 598, 303, 1049, 1468, 267, 628, 333, 94, 1210, 263, 251, 604, 94, 1030, 94,
-                    1030, 94, 436, 220, 1053, 615, 303, 328, 552, 319, 1269, 163, 1945, 897, 645, 1188}};
+                   {313,  598, 303, 1049, 1468, 267, 628, 333, 94,  1210, 263,  251, 604,  94,  1030, 94,
+                    1030, 94,  436, 220,  1053, 615, 303, 328, 552, 319,  1269, 163, 1945, 897, 645,  1188}};
 const Golden kKjv{kShared + "/models/kjv-brown-6M/model.bin",
                   {1, 350, 342, 604, 290, 794},
                   {{4032, 9.6612f}, {337, 7.6644f}, {414, 7.6551f}, {287, 7.5364f}, {406, 7.1918f}},
-                  {4032, 316, 508, 262, 580, 4045, 4020, 621, 343, 646, 4032, 300, 453, 4032, 313, 412,
-                   1440, 262, 580, 4045, 4020, 621, 4032, 274, 412, 360, 1056, 342, 4032, 912, 1093, 262}};
+                  {4032, 316, 508, 262,  580,  4045, 4020, 621, 343, 646, 4032, 300, 453,  4032, 313,  412,
+                   1440, 262, 580, 4045, 4020, 621,  4032, 274, 412, 360, 1056, 342, 4032, 912,  1093, 262}};
 
 class GoldenTest : public ::testing::TestWithParam<Golden> {};
 
@@ -51,7 +51,8 @@ TEST_P(GoldenTest, TopFiveLogits) {
   dec.forward(b, kv, logits.data());
   std::vector<int> idx(logits.size());
   std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + 5, idx.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  std::partial_sort(idx.begin(), idx.begin() + 5, idx.end(),
+                    [&](int a, int b) { return logits[a] > logits[b]; });
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(idx[i], g.top5[i].first) << "rank " << i;
     EXPECT_NEAR(logits[g.top5[i].first], g.top5[i].second, 1e-3) << "token " << g.top5[i].first;
@@ -102,7 +103,8 @@ TEST_P(GoldenTest, MixedBatchMatchesAlone) {
   size_t n = std::max(g.prompt.size(), other.size());
   for (size_t i = 0; i < n; ++i) {
     if (i < other.size()) b2.push_back({other[i], 1, static_cast<int64_t>(i), false});
-    if (i < g.prompt.size()) b2.push_back({g.prompt[i], 0, static_cast<int64_t>(i), i + 1 == g.prompt.size()});
+    if (i < g.prompt.size())
+      b2.push_back({g.prompt[i], 0, static_cast<int64_t>(i), i + 1 == g.prompt.size()});
   }
   dec.forward(b2, kv2, mixed.data());
   for (int64_t i = 0; i < V; ++i) ASSERT_NEAR(alone[i], mixed[i], 1e-4) << i;
@@ -110,7 +112,7 @@ TEST_P(GoldenTest, MixedBatchMatchesAlone) {
 
 INSTANTIATE_TEST_SUITE_P(RealModels, GoldenTest, ::testing::Values(kStories, kTiny, kKjv),
                          [](const auto& info) {
-                           return info.index == 0 ? std::string("stories260K")
+                           return info.index == 0   ? std::string("stories260K")
                                   : info.index == 1 ? std::string("tinystories656K")
                                                     : std::string("kjv_brown_6M");
                          });

@@ -1,10 +1,11 @@
-// Memory planner: the seed's KV arithmetic, agreement with the engine's KV allocation, weight bytes against hand
-// computations, presets against published parameter counts, the searches, the recommendation path, inputs
-// (config.json, llama2.c header, quantized checkpoint, GGUF), bad input, reports and the CLI's exit codes.
+// Memory planner: the seed's KV arithmetic, agreement with the engine's KV allocation, weight bytes against
+// hand computations, presets against published parameter counts, the searches, the recommendation path,
+// inputs (config.json, llama2.c header, quantized checkpoint, GGUF), bad input, reports and the CLI's exit
+// codes.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -26,7 +27,8 @@ class Scratch {
  public:
   Scratch() {
     static std::atomic<int> n{0};
-    path_ = fs::temp_directory_path() / ("lowbit_plan_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    path_ =
+        fs::temp_directory_path() / ("lowbit_plan_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -41,7 +43,9 @@ class Scratch {
   fs::path path_;
 };
 
-void write_text(const std::string& path, const std::string& s) { std::ofstream(path, std::ios::binary) << s; }
+void write_text(const std::string& path, const std::string& s) {
+  std::ofstream(path, std::ios::binary) << s;
+}
 
 // The seed article's example: LLaMA-7B-like, 40 layers, 32 heads x 128, MHA.
 ModelConfig seed_config() {
@@ -70,7 +74,9 @@ ModelConfig small_config() {
   return c;
 }
 
-PlanModel preset_model(const std::string& id) { return load_plan_model(id, true); }
+PlanModel preset_model(const std::string& id) {
+  return load_plan_model(id, true);
+}
 
 PlanRequest request(int64_t ctx, int64_t conc, const std::string& device) {
   PlanRequest r;
@@ -108,7 +114,8 @@ TEST(PlanKv, Int4CountsGroupScalesAndResidualWindow) {
   const int64_t bf16 = 2 * 40 * 32 * 128 * 2;
   // Tokens inside the 128-token window cost BF16.
   EXPECT_EQ(kv_bytes_per_sequence(c, kv_config("int4"), 100), 100 * bf16);
-  EXPECT_EQ(kv_bytes_per_sequence(c, kv_config("int4"), 2048), 2048 * (2 * 40 * 32 * 80) + 128 * (bf16 - 2 * 40 * 32 * 80));
+  EXPECT_EQ(kv_bytes_per_sequence(c, kv_config("int4"), 2048),
+            2048 * (2 * 40 * 32 * 80) + 128 * (bf16 - 2 * 40 * 32 * 80));
 }
 
 TEST(PlanKv, MatchesEngineAllocationForEveryDtype) {
@@ -123,8 +130,9 @@ TEST(PlanKv, MatchesEngineAllocationForEveryDtype) {
   }
 }
 
-// Plans for lowbit's own engine (device "cpu") use the engine's layout for every KV configuration: the planned KV
-// bytes equal what a KvCache of that spec allocates (pages rounded to 16 tokens, per-token scales, F16 staging).
+// Plans for lowbit's own engine (device "cpu") use the engine's layout for every KV configuration: the
+// planned KV bytes equal what a KvCache of that spec allocates (pages rounded to 16 tokens, per-token scales,
+// F16 staging).
 TEST(PlanKv, CpuPlansEqualTheEngineAllocationForEveryKvConfig) {
   PlanRequest r = request(200, 3, "cpu");
   for (const ModelConfig& c : {small_config(), seed_config()}) {
@@ -138,7 +146,8 @@ TEST(PlanKv, CpuPlansEqualTheEngineAllocationForEveryKvConfig) {
       KvCache kv(c, 3, p.per_ctx[0].tokens, parse_kv_spec(kvc.engine_spec));
       EXPECT_EQ(row->kv_total, kv.total_bytes()) << kvc.id << " (" << kvc.engine_spec << ")";
       EXPECT_EQ(row->kv_per_token, static_cast<int64_t>(std::ceil(kv.bytes_per_token_exact()))) << kvc.id;
-      EXPECT_EQ(kv_footprint(c, parse_kv_spec(kvc.engine_spec)).bytes(3, p.per_ctx[0].tokens), kv.total_bytes());
+      EXPECT_EQ(kv_footprint(c, parse_kv_spec(kvc.engine_spec)).bytes(3, p.per_ctx[0].tokens),
+                kv.total_bytes());
     }
   }
   // FP8 in the engine is exactly half of BF16 per token (per-tensor scales live outside the pages).
@@ -153,7 +162,8 @@ TEST(PlanWeights, Bf16IsTwoBytesPerParameter) {
   const ModelConfig c = model_preset("llama-3.2-1b").config;
   EXPECT_EQ(c.n_params(), 1235814400);
   EXPECT_EQ(weight_bytes(c, "").total(), 2 * int64_t(1235814400));
-  for (const auto& p : model_presets()) EXPECT_EQ(weight_bytes(p.config, "").total(), 2 * p.config.n_params()) << p.id;
+  for (const auto& p : model_presets())
+    EXPECT_EQ(weight_bytes(p.config, "").total(), 2 * p.config.n_params()) << p.id;
 }
 
 TEST(PlanWeights, W4A16G128MatchesHandComputation) {
@@ -166,10 +176,10 @@ TEST(PlanWeights, W4A16G128MatchesHandComputation) {
   const M ms[] = {{256, 256}, {128, 256}, {128, 256}, {256, 256}, {768, 256}, {768, 256}, {256, 768}};
   int64_t elems = 0, scales = 0;
   for (auto m : ms) {
-    elems += m.r * m.k / 2;             // 4 bits each
-    scales += m.r * (m.k / 128) * 2;    // one f16 scale per 128 inputs of a row
+    elems += m.r * m.k / 2;           // 4 bits each
+    scales += m.r * (m.k / 128) * 2;  // one f16 scale per 128 inputs of a row
   }
-  elems *= 2, scales *= 2;              // 2 layers
+  elems *= 2, scales *= 2;                                       // 2 layers
   const int64_t unq = 2 * (2 * 1000 * 256 + 2 * 2 * 256 + 256);  // embed + lm_head + norms, 16-bit
   const WeightBytes w = weight_bytes(c, weight_config("w4a16").scheme);
   EXPECT_EQ(w.elements, elems);
@@ -191,12 +201,12 @@ TEST(PlanWeights, OtherSchemesCountScalesExactly) {
   const int64_t rows = 2 * (256 + 128 + 128 + 256 + 768 + 768 + 256);
   auto w = [&](const char* id) { return weight_bytes(c, weight_config(id).scheme); };
   EXPECT_EQ(w("fp8-w").elements, qparams);
-  EXPECT_EQ(w("fp8-w").scales, rows * 4);            // one f32 per output channel
-  EXPECT_EQ(w("w8a8-int8").scales, rows * 2);        // one f16 per output channel
+  EXPECT_EQ(w("fp8-w").scales, rows * 4);      // one f32 per output channel
+  EXPECT_EQ(w("w8a8-int8").scales, rows * 2);  // one f16 per output channel
   EXPECT_EQ(w("mxfp4").elements, qparams / 2);
-  EXPECT_EQ(w("mxfp4").scales, qparams / 32);        // one E8M0 byte per 32
+  EXPECT_EQ(w("mxfp4").scales, qparams / 32);              // one E8M0 byte per 32
   EXPECT_EQ(w("nvfp4").scales, qparams / 16 + 7 * 2 * 4);  // E4M3 per 16 + one FP32 per matrix
-  EXPECT_EQ(w("nf4").scales, qparams / 64 * 4);      // f32 absmax per 64
+  EXPECT_EQ(w("nf4").scales, qparams / 64 * 4);            // f32 absmax per 64
   EXPECT_LT(w("nf4-dq").scales, w("nf4").scales / 3);
   for (const auto& wc : weight_configs())
     if (!wc.scheme.empty()) {
@@ -297,7 +307,8 @@ TEST(PlanMake, RowsCrossEveryWeightWithEveryKvAndSearchesAreTight) {
     EXPECT_EQ(cp.rows.size(), weight_configs().size() * kv_configs().size());
     for (const auto& row : cp.rows) {
       const auto& kv = kv_config(row.kv_id);
-      EXPECT_EQ(row.total, row.weights.total() + row.kv_total + row.workspace.total() + r.device.reserve_bytes);
+      EXPECT_EQ(row.total,
+                row.weights.total() + row.kv_total + row.workspace.total() + r.device.reserve_bytes);
       EXPECT_EQ(row.fits, row.total <= r.device.memory_bytes);
       EXPECT_EQ(row.kv_total, 16 * kv_bytes_per_sequence(m.config, kv, cp.tokens));
       const int64_t budget = r.device.memory_bytes;
@@ -364,7 +375,8 @@ TEST(PlanRecommend, KvDominatesQuantizesKvFirst) {
   EXPECT_EQ(rec.weight_id, "bf16");
   EXPECT_EQ(rec.kv_id, "int4");
   ASSERT_FALSE(rec.commands.empty());
-  EXPECT_EQ(rec.commands[0].rfind("lowbit compare --model meta-llama/Meta-Llama-3-8B --preset kv-first", 0), 0u)
+  EXPECT_EQ(rec.commands[0].rfind("lowbit compare --model meta-llama/Meta-Llama-3-8B --preset kv-first", 0),
+            0u)
       << rec.commands[0];
 }
 
@@ -386,8 +398,7 @@ TEST(PlanRecommend, WeightsDominateQuantizesWeightsFirst) {
   EXPECT_EQ(rec.bottleneck, "weights");
   EXPECT_EQ(rec.weight_id, "fp8-w");
   EXPECT_EQ(rec.kv_id, "bf16");
-  EXPECT_NE(rec.commands[0].find("--preset weights-first --ctx 2048 --concurrency 1"),
-            std::string::npos)
+  EXPECT_NE(rec.commands[0].find("--preset weights-first --ctx 2048 --concurrency 1"), std::string::npos)
       << rec.commands[0];
 }
 
@@ -444,12 +455,14 @@ TEST(PlanInput, Llama2cHeaderOnly) {
   EXPECT_EQ(c.n_kv_heads, 4);
   EXPECT_EQ(c.head_dim, 8);
   EXPECT_TRUE(c.tie_embeddings);
-  EXPECT_NE(error_of([&] { config_from_llama2c_header(reinterpret_cast<const uint8_t*>(h), 20, "x.bin"); })
-                .find("28-byte"),
+  EXPECT_NE(error_of([&] {
+              config_from_llama2c_header(reinterpret_cast<const uint8_t*>(h), 20, "x.bin");
+            }).find("28-byte"),
             std::string::npos);
   const int32_t bad[7] = {64, 172, 0, 8, 4, 512, 512};
-  EXPECT_NE(error_of([&] { config_from_llama2c_header(reinterpret_cast<const uint8_t*>(bad), 28, "x.bin"); })
-                .find("non-positive"),
+  EXPECT_NE(error_of([&] {
+              config_from_llama2c_header(reinterpret_cast<const uint8_t*>(bad), 28, "x.bin");
+            }).find("non-positive"),
             std::string::npos);
 }
 
@@ -494,7 +507,8 @@ TEST(PlanInput, GgufConfigAndStoredBytes) {
   ASSERT_TRUE(m.stored_bytes.has_value());
   EXPECT_EQ(*m.stored_bytes, 1000 * 256 * 4);
   write_text(s.file("junk.gguf"), "GGUF but not really");
-  EXPECT_NE(error_of([&] { load_plan_model(s.file("junk.gguf"), false); }).find("cannot plan"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_plan_model(s.file("junk.gguf"), false); }).find("cannot plan"),
+            std::string::npos);
 }
 
 // ------------------------------------------------------------------ reports
@@ -508,7 +522,8 @@ TEST(PlanReport, JsonTableAndChart) {
   EXPECT_EQ(j["contexts"][0]["rows"].size(), 40u);
   EXPECT_EQ(j["weight_configs"].size(), 10u);
   EXPECT_EQ(j["kv_configs"][3]["id"], "int4");
-  EXPECT_EQ(j["contexts"][1]["rows"][0]["kv_bytes"].get<int64_t>(), int64_t(16) * 8192 * 2 * 32 * 8 * 128 * 2);
+  EXPECT_EQ(j["contexts"][1]["rows"][0]["kv_bytes"].get<int64_t>(),
+            int64_t(16) * 8192 * 2 * 32 * 8 * 128 * 2);
   const std::string t = plan_table(p);
   EXPECT_NE(t.find("W4A16 INT4 g128 sym"), std::string::npos);
   EXPECT_NE(t.find("recommendation:"), std::string::npos);
@@ -531,7 +546,8 @@ TEST(PlanReport, JsonTableAndChart) {
 // ------------------------------------------------------------------ CLI
 
 int run_cli(const std::string& args) {
-  const std::string cmd = std::string(LOWBIT_BINARY_DIR) + "/apps/lowbit/lowbit plan " + args + " >/dev/null 2>&1";
+  const std::string cmd =
+      std::string(LOWBIT_BINARY_DIR) + "/apps/lowbit/lowbit plan " + args + " >/dev/null 2>&1";
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }

@@ -30,7 +30,8 @@ class PlanVsCheckpoint : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(PlanVsCheckpoint, PlannedWeightBytesEqualStoredBytes) {
   const std::string shape = GetParam();
-  const fs::path dir = fs::temp_directory_path() / ("lowbit_plan_ck_" + shape + "_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("lowbit_plan_ck_" + shape + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string src = (dir / "src").string();
@@ -43,19 +44,20 @@ TEST_P(PlanVsCheckpoint, PlannedWeightBytesEqualStoredBytes) {
     const std::string ck = (dir / wc.id).string();
     const WeightBytes planned = weight_bytes(m.config, wc.scheme);
     if (!planned.notes.empty()) {
-      // The plan keeps matrices the scheme does not fit in 16 bits (and says so); the quantizer refuses such a
-      // bare scheme and names the matrices instead of silently changing the recipe.
+      // The plan keeps matrices the scheme does not fit in 16 bits (and says so); the quantizer refuses such
+      // a bare scheme and names the matrices instead of silently changing the recipe.
       EXPECT_EQ(sh("quantize -m " + src + " -r " + wc.scheme + " -o " + ck + " -q", &out), 2) << wc.id << out;
       EXPECT_NE(out.find("does not fit"), std::string::npos) << out;
       ++compared;
       continue;
     }
-    ASSERT_EQ(sh("quantize -m " + src + " -r " + wc.scheme + " -o " + ck + " -q", &out), 0) << wc.id << "\n" << out;
+    ASSERT_EQ(sh("quantize -m " + src + " -r " + wc.scheme + " -o " + ck + " -q", &out), 0) << wc.id << "\n"
+                                                                                            << out;
     const PlanModel q = load_plan_model(ck, false);
     ASSERT_TRUE(q.stored_bytes.has_value()) << wc.id;
     EXPECT_EQ(planned.total(), *q.stored_bytes)
-        << shape << " " << wc.id << " (" << wc.scheme << "): planned elements " << planned.elements << " scales "
-        << planned.scales << " zeros " << planned.zeros << " 16-bit " << planned.unquantized;
+        << shape << " " << wc.id << " (" << wc.scheme << "): planned elements " << planned.elements
+        << " scales " << planned.scales << " zeros " << planned.zeros << " 16-bit " << planned.unquantized;
     ++compared;
   }
   EXPECT_EQ(compared, static_cast<int>(weight_configs().size()) - 1);

@@ -10,7 +10,9 @@
 namespace lowbit::plan {
 namespace {
 
-std::string shared(const std::string& rel) { return std::string(LOWBIT_SHARED_DIR) + "/" + rel; }
+std::string shared(const std::string& rel) {
+  return std::string(LOWBIT_SHARED_DIR) + "/" + rel;
+}
 
 TEST(PlanShared, Stories260KHeader) {
   const PlanModel m = load_plan_model(shared("models/stories260K/stories260K.bin"), false);
@@ -22,7 +24,8 @@ TEST(PlanShared, Stories260KHeader) {
   EXPECT_EQ(m.config.n_kv_heads, 4);
   EXPECT_EQ(m.config.vocab_size, 512);
   EXPECT_TRUE(m.config.tie_embeddings);
-  EXPECT_EQ(kv_bytes_per_token(m.config, KvDtype::F32), KvCache(m.config, 1, 1, KvDtype::F32).bytes_per_token());
+  EXPECT_EQ(kv_bytes_per_token(m.config, KvDtype::F32),
+            KvCache(m.config, 1, 1, KvDtype::F32).bytes_per_token());
 }
 
 TEST(PlanShared, KjvBrownParamsAndPlan) {

@@ -96,13 +96,13 @@ TEST(QuantModels, GptqAndAwqLowerOutputErrorThanRtnOnStories260k) {
   EXPECT_LT(awq, rtn);
 }
 
-
-// A calibration text with too few tokens is refused with a message that names the file and the count, instead of
-// quantizing on statistics of a handful of tokens.
+// A calibration text with too few tokens is refused with a message that names the file and the count, instead
+// of quantizing on statistics of a handful of tokens.
 TEST(QuantModels, CalibrationTextTooShortIsAnError) {
   ASSERT_TRUE(fs::exists(kStories)) << kStories << " not found under the shared folder";
   auto m = load_model(kStories);
-  const fs::path p = fs::temp_directory_path() / ("lowbit_short_calib_" + std::to_string(::getpid()) + ".txt");
+  const fs::path p =
+      fs::temp_directory_path() / ("lowbit_short_calib_" + std::to_string(::getpid()) + ".txt");
   std::ofstream(p) << "Once upon a time.";
   CalibSpec spec{p.string(), 8, 128, 0};
   try {

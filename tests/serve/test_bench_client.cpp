@@ -225,7 +225,7 @@ TEST(BenchParse, PrometheusAndUrls) {
   EXPECT_THROW(split_url("http://"), lowbit::UsageError);
 }
 
-// ---------------------------------------------------------------------------------------------------------------
+// -----------------------------------------------------------------------------------------------------------
 // A mock OpenAI-compatible server. /v1/completions streams kChunks text chunks: the first after kFirstMs, the
 // others kGapMs apart, then a usage chunk (completion_tokens = kChunks * 2: as if each chunk held two tokens)
 // and [DONE]. Other routes fail in one known way each.
