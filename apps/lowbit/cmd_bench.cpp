@@ -148,16 +148,17 @@ void print_model_json(const BenchArgs& a, const lowbit::ModelConfig& c, const Mo
   if (a.p > 0)
     j["prefill"] = {{"test", "pp" + std::to_string(a.p)}, {"tokens_per_second", r.sp.mean}, {"sd", r.sp.sd}};
   if (a.n > 0)
-    j["decode"] = {{"test", "tg" + std::to_string(a.n) + (a.depth > 0 ? " @ d" + std::to_string(a.depth) : "")},
-                   {"tokens_per_second", r.sg.mean},
-                   {"sd", r.sg.sd},
-                   {"bytes_per_token", r.bytes_per_token},
-                   {"read_bandwidth_bytes_per_second", r.sb.mean},
-                   {"read_bandwidth_sd", r.sb.sd},
-                   {"read_bandwidth_per_repetition", r.bws},
-                   {"bound_tokens_per_second", r.bound},
-                   {"fraction_of_bound", r.sf.mean},
-                   {"fraction_of_bound_sd", r.sf.sd}};
+    j["decode"] = {
+        {"test", "tg" + std::to_string(a.n) + (a.depth > 0 ? " @ d" + std::to_string(a.depth) : "")},
+        {"tokens_per_second", r.sg.mean},
+        {"sd", r.sg.sd},
+        {"bytes_per_token", r.bytes_per_token},
+        {"read_bandwidth_bytes_per_second", r.sb.mean},
+        {"read_bandwidth_sd", r.sb.sd},
+        {"read_bandwidth_per_repetition", r.bws},
+        {"bound_tokens_per_second", r.bound},
+        {"fraction_of_bound", r.sf.mean},
+        {"fraction_of_bound_sd", r.sf.sd}};
   std::cout << lowbit::json_text(j, 2) << "\n";
 }
 
