@@ -113,21 +113,6 @@ T get_as(const json& j, const std::string& key, const std::string& where) {
   }
 }
 
-std::string glob_to_regex(const std::string& g) {
-  std::string r;
-  for (char c : g) {
-    if (c == '*')
-      r += ".*";
-    else if (c == '?')
-      r += '.';
-    else if (std::string("\\^$.|+()[]{}").find(c) != std::string::npos)
-      r += std::string("\\") + c;
-    else
-      r += c;
-  }
-  return r;
-}
-
 }  // namespace
 
 const char* algorithm_name(Algorithm a) {
@@ -557,15 +542,102 @@ Recipe parse_recipe_arg(const std::string& arg) {
   return out;
 }
 
-bool pattern_matches(const std::string& pattern, const std::string& name) {
-  if (pattern.rfind("re:", 0) == 0) {
-    try {
-      return std::regex_match(name, std::regex(pattern.substr(3)));
-    } catch (const std::regex_error&) {
-      usage("pattern '" + pattern + "' is not a valid regular expression");
+namespace {
+
+// Glob match ('*' any run, '?' one character) in O(|pattern| x |name|): the classic two-pointer walk that
+// backtracks only to the last '*'. (As a std::regex, "****...x" made ".*.*.*...x", whose backtracking grows
+// as name length ^ star count.)
+bool glob_match(const std::string& g, const std::string& s) {
+  size_t p = 0, i = 0, star = std::string::npos, mark = 0;
+  while (i < s.size()) {
+    if (p < g.size() && (g[p] == '?' || g[p] == s[i])) {
+      ++p, ++i;
+    } else if (p < g.size() && g[p] == '*') {
+      star = p++, mark = i;
+    } else if (star != std::string::npos) {
+      p = star + 1, i = ++mark;
+    } else {
+      return false;
     }
   }
-  return std::regex_match(name, std::regex(glob_to_regex(pattern)));
+  while (p < g.size() && g[p] == '*') ++p;
+  return p == g.size();
+}
+
+// libstdc++'s std::regex backtracks without bound: a quantifier on a quantified atom (".?*", "(a+)*") or on
+// an alternation ("(a|ab)*") can take seconds to hours on a 20-character name (found by fuzz_recipe).
+// Python's re, which llm-compressor's "re:" patterns are written for, refuses "multiple repeat" too. Returns
+// what is wrong, or "" for a pattern of the safe shape: quantifiers on single atoms and on groups without
+// quantifiers or '|'.
+std::string unsafe_regex_shape(const std::string& re) {
+  if (re.size() > 256) return "longer than 256 characters";
+  struct Group {
+    bool quant = false, alt = false;
+  };
+  std::vector<Group> stack(1);
+  // What the previous token was: 0 nothing / an opening, 1 an atom, 2 a group just closed, 3 a quantifier.
+  int prev = 0;
+  Group closed;
+  for (size_t i = 0; i < re.size(); ++i) {
+    const char c = re[i];
+    const bool quant = c == '*' || c == '+' || c == '?' || c == '{';
+    if (quant) {
+      if (c == '?' && prev == 3 && i > 0 && re[i - 1] != '?') continue;  // lazy suffix: "*?", "+?", "}?"
+      if (prev == 3) return "a quantifier follows another quantifier (\"" + re.substr(i - 1, 2) + "\")";
+      if (prev == 2 && (closed.quant || closed.alt))
+        return "a quantified group contains a quantifier or '|'; quantify single characters or classes only";
+      if (c == '{') {
+        const size_t e = re.find('}', i);
+        if (e == std::string::npos) return "'{' without '}'";
+        i = e;
+      }
+      stack.back().quant = true;
+      prev = 3;
+      continue;
+    }
+    if (c == '\\') {
+      ++i;  // the escaped character is one atom
+      prev = 1;
+    } else if (c == '[') {
+      size_t j = i + 1;
+      if (j < re.size() && re[j] == '^') ++j;
+      if (j < re.size() && re[j] == ']') ++j;
+      while (j < re.size() && re[j] != ']') j += re[j] == '\\' ? 2 : 1;
+      if (j >= re.size()) return "'[' without ']'";
+      i = j;
+      prev = 1;
+    } else if (c == '(') {
+      stack.emplace_back();
+      prev = 0;
+    } else if (c == ')') {
+      if (stack.size() == 1) return "')' without '('";
+      closed = stack.back();
+      stack.pop_back();
+      stack.back().quant |= closed.quant;
+      stack.back().alt |= closed.alt;
+      prev = 2;
+    } else if (c == '|') {
+      stack.back().alt = true;
+      prev = 0;
+    } else {
+      prev = 1;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+bool pattern_matches(const std::string& pattern, const std::string& name) {
+  if (pattern.rfind("re:", 0) != 0) return glob_match(pattern, name);
+  const std::string re = pattern.substr(3);
+  if (const std::string why = unsafe_regex_shape(re); !why.empty())
+    usage("pattern '" + pattern + "': " + why + " (such regular expressions can take hours to match)");
+  try {
+    return std::regex_match(name, std::regex(re));
+  } catch (const std::regex_error&) {
+    usage("pattern '" + pattern + "' is not a valid regular expression");
+  }
 }
 
 std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> matrix_shapes(const ModelConfig& c) {

@@ -210,6 +210,22 @@ TEST(Recipe, PlanChecksShapesOverridesAndIgnores) {
   EXPECT_TRUE(pattern_matches("*.w_down", "layers.3.w_down"));
   EXPECT_FALSE(pattern_matches("*.w_down", "layers.3.w_up"));
   EXPECT_TRUE(pattern_matches("re:model\\.layers\\.\\d+\\.mlp\\..*", "model.layers.12.mlp.down_proj"));
+
+  // Globs match in linear time (a long run of stars was exponential as a std::regex); regular expressions
+  // whose backtracking has no bound in libstdc++ are refused with the reason (found by fuzz_recipe:
+  // "re:.?*embed.*").
+  EXPECT_TRUE(pattern_matches(std::string(40, '*') + "w_down", "layers.10.w_down"));
+  EXPECT_FALSE(
+      pattern_matches(std::string(40, '*') + "x", "layers.10.w_downaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"));
+  EXPECT_TRUE(pattern_matches("layers.?.w_*", "layers.3.w_up"));
+  EXPECT_FALSE(pattern_matches("layers.?.w_*", "layers.13.w_up"));
+  EXPECT_TRUE(pattern_matches("*", ""));
+  for (const char* bad : {"re:.?*embed.*", "re:(a+)*b", "re:(a|ab)*c", "re:a**", "re:(x{2,3})+", "re:[a-"})
+    EXPECT_THROW(pattern_matches(bad, "layers.1.embed"), UsageError) << bad;
+  for (const char* ok :
+       {"re:.*(q|k|v)_proj", "re:layers\\.[0-9]+\\.w_(up|down)", "re:.*?embed.*", "re:a{2}b+?"})
+    EXPECT_NO_THROW(pattern_matches(ok, "layers.1.w_up")) << ok;
+  EXPECT_TRUE(pattern_matches("re:layers\\.[0-9]+\\.w_(up|down)", "layers.12.w_down"));
 }
 
 TEST(Recipe, ActivationAndKvFormatsAreChecked) {
