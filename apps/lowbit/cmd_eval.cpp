@@ -370,8 +370,7 @@ void do_batch(const EvalArgs& a) {
                   r.max_abs_mixed, r.worst_seq, (long long)r.worst_pos);
       std::printf(
           "alone vs pieces of 1..7    max |Δlogit| %.3g (informational: decode and prefill kernels, dynamic "
-          "KV "
-          "scales and per-page INT4 keys depend on the call shape)\n",
+          "KV scales and per-page INT4 keys depend on the call shape)\n",
           r.max_abs_split);
       std::printf("%s (tolerance %.3g)\n", r.pass ? "PASS" : "FAIL", r.tolerance);
     }

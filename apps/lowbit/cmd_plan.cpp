@@ -94,14 +94,11 @@ void setup(CLI::App& cmd) {
   cmd.add_flag("--json", a.json, "Print the plan as one JSON object instead of tables");
   cmd.add_flag("--list-presets", a.list, "List the model presets, devices and configurations, then exit");
   cmd.footer(
-      "Every configuration is crossed with every KV format: BF16, FP8 weight-only, W8A8 INT8/FP8, W4A16 INT4 "
-      "g128\n"
-      "sym/asym, NF4 (+double quant), MXFP4, NVFP4 x KV BF16/FP8/INT8/INT4. Embeddings, lm_head and norms "
-      "stay\n"
-      "16-bit. The recommendation follows: KV dominates -> quantize KV first; weights dominate -> FP8 "
-      "weight-only\n"
-      "or W4A16; high concurrency -> W8A8 where the hardware has it; FP4 hardware -> NVFP4/MXFP4 "
-      "separately.\n"
+      "Every configuration is crossed with every KV format: BF16, FP8 weight-only, W8A8 INT8/FP8,\n"
+      "W4A16 INT4 g128 sym/asym, NF4 (+double quant), MXFP4, NVFP4 x KV BF16/FP8/INT8/INT4.\n"
+      "Embeddings, lm_head and norms stay 16-bit. The recommendation follows: KV dominates -> quantize\n"
+      "KV first; weights dominate -> FP8 weight-only or W4A16; high concurrency -> W8A8 where the\n"
+      "hardware has it; FP4 hardware -> NVFP4/MXFP4 separately.\n"
       "Formulas: docs/plan.md.\n"
       "Example: lowbit plan --preset llama-3-8b --ctx 8192 --concurrency 16 --device l4");
   cmd.callback([] {

@@ -211,8 +211,7 @@ void setup(CLI::App& cmd) {
       ->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--prefill-chunk", a.prefill_chunk,
                  "Prompts are cut into chunks of this many tokens at fixed offsets; shared prompt prefixes "
-                 "are reused in "
-                 "whole chunks (default 64)")
+                 "are reused in whole chunks (default 64)")
       ->check(CLI::Range(1, 1 << 20));
   cmd.add_flag("--no-prefix-cache", a.no_prefix_cache, "Do not reuse the KV of shared prompt prefixes");
   cmd.add_option(

@@ -61,8 +61,8 @@ int main(int argc, char** argv) {
   }
   CLI::App app{
       "lowbit: put an LLM in low precision and measure what it costs.\n"
-      "Plan memory, quantize (RTN/GPTQ/AWQ/SmoothQuant), run, evaluate and compare variants on one CPU "
-      "engine.\n"
+      "Plan memory, quantize (RTN/GPTQ/AWQ/SmoothQuant), run, evaluate and compare variants\n"
+      "on one CPU engine.\n"
       "Example: lowbit formats   |   lowbit run --model ../shared/models/stories260K/stories260K.bin "
       "--prompt \"Once\""};
   app.require_subcommand(0, 1);

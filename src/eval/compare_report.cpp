@@ -227,8 +227,8 @@ std::string markdown_report(const json& s, const json& results, const std::strin
       << fmt(r["greedy_match"], "%.3f") << " | " << fmt(r["batch_max_delta"], "%.2e") << " |\n";
   o << "\n## Memory and speed\n\n"
     << "| variant | weights MiB | KV B/token | peak RSS MiB | load s | TTFT ms | prefill tok/s | decode "
-       "tok/s | "
-       "decode × baseline | decode % of bound |\n|---|---|---|---|---|---|---|---|---|---|\n";
+       "tok/s | decode × baseline | decode % of bound |\n"
+       "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : s)
     o << "| " << r["name"].get<std::string>() << " | " << mib(r["weight_bytes"]) << " | "
       << fmt(r["kv_bytes_per_token"], "%.0f") << " | " << mib(r["peak_rss_bytes"]) << " | "
@@ -240,8 +240,8 @@ std::string markdown_report(const json& s, const json& results, const std::strin
                  : json(),
              "%.0f")
       << " |\n";
-  o << "\n## Throughput under concurrency\n\n| variant | concurrency | gen tok/s | TTFT mean ms | queue mean "
-       "ms |\n"
+  o << "\n## Throughput under concurrency\n\n"
+    << "| variant | concurrency | gen tok/s | TTFT mean ms | queue mean ms |\n"
     << "|---|---|---|---|---|\n";
   for (const auto& r : s)
     for (const auto& l : r["throughput"])
@@ -335,8 +335,7 @@ std::string pareto_chart(const json& s) {
   o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
     << "' font-family='sans-serif' "
     << "font-size='12'><text x='10' y='20' font-size='14' font-weight='bold'>Quality against size: mean KLD "
-       "vs "
-       "bits per weight (lower left is better; line = Pareto front)</text>";
+       "vs bits per weight (lower left is better; line = Pareto front)</text>";
   if (pts.empty()) {
     o << "<text x='" << W / 2 << "' y='" << H / 2
       << "' text-anchor='middle'>no variant has both numbers</text></svg>";

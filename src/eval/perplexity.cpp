@@ -84,9 +84,8 @@ EvalRun evaluate(const Model& m, const EvalText& text, const PplOptions& o, cons
   if (baseline) {
     if (baseline->size() != n_rows)
       throw Error("eval", "the baseline holds " + std::to_string(baseline->size()) +
-                              " scored tokens but this run "
-                              "scores " +
-                              std::to_string(n_rows) + "; it was made with other windows");
+                              " scored tokens but this run scores " + std::to_string(n_rows) +
+                              "; it was made with other windows");
     for (int64_t w = 0, r = 0; w < n_windows; ++w)
       for (int64_t j = score_from; j < ctx - 1; ++j, ++r)
         if (baseline->rows[static_cast<size_t>(r)].target !=

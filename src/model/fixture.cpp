@@ -165,15 +165,13 @@ const char* kDefaultText =
     "Once upon a time, in a small village by the sea, there lived an old clockmaker and his daughter. Every "
     "morning the two of them opened the shop at seven, wound every clock on the walls, and listened to the "
     "ticking fill the room. The daughter liked numbers: 12 hours, 60 minutes, 3600 seconds. She asked her "
-    "father "
-    "why the clocks never agreed, and he said that time is measured, not known. One day a traveller brought "
-    "a "
-    "broken watch. \"Can you fix it?\" he asked. \"We can try,\" said the girl, and she opened the case. "
-    "Inside "
-    "were gears smaller than rice, springs thinner than hair, and a note that read: the weights fit, but the "
-    "memory does not. The model was large and the machine was small, so they measured everything twice: the "
-    "weights, the cache, the workspace; the speed of the first token and of every token after it. They wrote "
-    "the numbers in a table and compared them with the baseline, changing one thing at a time.\n";
+    "father why the clocks never agreed, and he said that time is measured, not known. One day a traveller "
+    "brought a broken watch. \"Can you fix it?\" he asked. \"We can try,\" said the girl, and she opened the "
+    "case. Inside were gears smaller than rice, springs thinner than hair, and a note that read: the weights "
+    "fit, but the memory does not. The model was large and the machine was small, so they measured "
+    "everything twice: the weights, the cache, the workspace; the speed of the first token and of every "
+    "token after it. They wrote the numbers in a table and compared them with the baseline, changing one "
+    "thing at a time.\n";
 
 }  // namespace
 

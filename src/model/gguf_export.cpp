@@ -240,10 +240,9 @@ void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& 
       const int64_t cols = shape.back(), rows = static_cast<int64_t>(f.size()) / cols;
       if (cols % info->block_elems)
         throw UsageError("model", "tensor '" + name + "' has rows of " + std::to_string(cols) +
-                                      " elements, not a "
-                                      "multiple of the " +
-                                      std::string(info->name) + " block (" +
-                                      std::to_string(info->block_elems) + "); pick another --type");
+                                      " elements, not a multiple of the " + std::string(info->name) +
+                                      " block (" + std::to_string(info->block_elems) +
+                                      "); pick another --type");
       const int64_t rb = ggml_row_bytes(*info, cols);
       bytes.resize(static_cast<size_t>(rb * rows));
       for (int64_t r = 0; r < rows; ++r)

@@ -81,8 +81,7 @@ const std::vector<KvConfig>& kv_configs() {
        "int8"},
       {"int4", "INT4 g32 + 128-token BF16 window", 4, 32, 4, 128,
        "per-token groups of 32 along head_dim, f16 scale + f16 zero each (+1 bit/element); the last 128 "
-       "tokens "
-       "of every sequence stay BF16 (KIVI-style residual window)",
+       "tokens of every sequence stay BF16 (KIVI-style residual window)",
        "int4:window128"},
   };
   return v;
@@ -274,8 +273,8 @@ Plan make_plan(const PlanModel& m, const PlanRequest& r) {
         row.weight_id = ws[wi]->id;
         row.kv_id = kv->id;
         row.weights = wb[wi];
-        if (r.device
-                .is_cpu) {  // lowbit's own engine: its exact allocation (pages, per-token scales, staging)
+        // lowbit's own engine: its exact allocation (pages, per-token scales, staging)
+        if (r.device.is_cpu) {
           const KvFootprint f = engine_kv_footprint(c, *kv);
           row.kv_per_token = (f.block_bytes + f.block_tokens - 1) / f.block_tokens;
           row.kv_total = f.bytes(r.concurrency, cp.tokens);

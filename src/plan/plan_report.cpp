@@ -226,8 +226,7 @@ std::string plan_table(const Plan& p) {
     if (k.id != "bf16") out += "  KV " + k.id + ": " + k.scale_note + "\n";
   out +=
       "  workspace = engine float32 buffers: T x (3 dim + 2 q_dim + 2 kv_dim + 2 ffn) + attention score rows "
-      "+ "
-      "logits (concurrency x vocab); T = max(min(" +
+      "+ logits (concurrency x vocab); T = max(min(" +
       std::to_string(p.req.prefill_chunk) + ", tokens), concurrency)\n";
   out += "  max ctx counts prompt + output tokens per sequence; * = beyond the model's trained context (" +
          std::to_string(c.max_seq_len) + ")\n";

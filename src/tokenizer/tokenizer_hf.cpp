@@ -108,8 +108,7 @@ void configure_spm(const json& tj, TokenizerOptions& opts) {
   }
   if (!known_shape) {
     bad("BPE without a ByteLevel pre-tokenizer needs SentencePiece-style normalization (Prepend/Replace "
-        "\"▁\" or "
-        "Metaspace); this tokenizer has neither and is not supported");
+        "\"▁\" or Metaspace); this tokenizer has neither and is not supported");
   }
   opts.strip_decoded_prefix = opts.prefix != PrefixMode::Never;
 }

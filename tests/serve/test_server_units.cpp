@@ -59,10 +59,11 @@ TEST(ChatTemplate, Rendering) {
       "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
       "<|im_start|>user\nU2<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(render_chat(ChatFormat::Llama3, m),
-            "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user<|end_header_id|"
-            ">\n\nU1"
-            "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nA1<|eot_id|><|start_header_id|>user"
-            "<|end_header_id|>\n\nU2<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+            "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nU1<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nA1<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nU2<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
   EXPECT_EQ(render_chat(ChatFormat::Llama2, m),
             "[INST] <<SYS>>\nS\n<</SYS>>\n\nU1 [/INST] A1 </s><s>[INST] U2 [/INST]");
   EXPECT_EQ(render_chat(ChatFormat::Plain, m), "system: S\nuser: U1\nassistant: A1\nuser: U2\nassistant:");
