@@ -124,11 +124,10 @@ struct ModelBenchResult {
   std::string wname;
   size_t wbytes = 0;
   uint64_t peak = 0, huge = 0;
+  nlohmann::json online, kv, kernels;  // online quantization, KV cache and kernel reports (JSON only)
 };
 
-// `extra`: the fields only the caller knows (online quantization, KV cache, kernels).
-void print_model_json(const BenchArgs& a, const lowbit::ModelConfig& c, const ModelBenchResult& r,
-                      nlohmann::json extra) {
+void print_model_json(const BenchArgs& a, const lowbit::ModelConfig& c, const ModelBenchResult& r) {
   using namespace lowbit;
   nlohmann::json j = {{"model", a.model},
                       {"weights", r.wname},
@@ -140,11 +139,11 @@ void print_model_json(const BenchArgs& a, const lowbit::ModelConfig& c, const Mo
                       {"peak_rss_bytes", r.peak},
                       {"huge_page_bytes", r.huge},
                       {"kv_cache", a.kv.text()},
-                      {"online_quantization", extra["online_quantization"]},
-                      {"kv", extra["kv"]},
+                      {"online_quantization", r.online},
+                      {"kv", r.kv},
                       {"depth", a.depth},
                       {"repetitions", a.reps},
-                      {"kernels", extra["kernels"]}};
+                      {"kernels", r.kernels}};
   if (a.p > 0)
     j["prefill"] = {{"test", "pp" + std::to_string(a.p)}, {"tokens_per_second", r.sp.mean}, {"sd", r.sp.sd}};
   if (a.n > 0)
@@ -297,10 +296,10 @@ void run_model(const BenchArgs& a) {
   res.peak = peak;
   res.huge = huge;
   if (a.json) {
-    nlohmann::json j = {{"online_quantization", online},
-                        {"kv", app::kv_cache_json(kv1)},
-                        {"kernels", app::kernel_report(*m).to_json()["by_kernel"]}};
-    print_model_json(a, c, res, std::move(j));
+    res.online = online;
+    res.kv = app::kv_cache_json(kv1);
+    res.kernels = app::kernel_report(*m).to_json()["by_kernel"];
+    print_model_json(a, c, res);
   } else {
     print_model_table(a, c, res, kv1.describe());
   }
@@ -380,10 +379,9 @@ void setup_serve(CLI::App& bench) {
       "         lowbit bench serve --url http://127.0.0.1:8080 -n 64 -c 4 --input-len 32 --output-len 32\n"
       "         lowbit bench serve --url http://127.0.0.1:8080 --request-rate 2 --prompts prompts.jsonl "
       "--json\n"
-      "Percentiles interpolate linearly between closest ranks (numpy's default, as vLLM's benchmark). Exit "
-      "code 3\n"
-      "when any request failed (the report is still printed), 1 when the server cannot be reached to list "
-      "models.");
+      "Percentiles interpolate linearly between closest ranks (numpy's default, as vLLM's benchmark).\n"
+      "Exit code 3 when any request failed (the report is still printed), 1 when the server cannot be\n"
+      "reached to list models.");
   s->callback([] { run_serve_bench(f); });
 }
 
