@@ -6,11 +6,11 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/hadamard.h"  // fwht_normalized: the one Walsh-Hadamard transform of the tree
+
 namespace lowbit {
 
 bool kv_rotation_supported(int64_t head_dim);  // power of two
-// In-place normalised fast Walsh-Hadamard transform of n = 2^k floats.
-void fwht_normalized(float* x, int64_t n);
 // Rotates n_heads consecutive heads of head_dim in place.
 void rotate_heads(float* x, int64_t n_heads, int64_t head_dim);
 
