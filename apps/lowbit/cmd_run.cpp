@@ -27,7 +27,7 @@ struct RunArgs {
   float temp = 0.0f, top_p = 1.0f, min_p = 0.0f, repeat_penalty = 1.0f;
   int top_k = 0;
   uint64_t seed = 0;
-  bool json = false, kernels = false, no_bos = false, ignore_eos = false;
+  bool json = false, kernels = false, no_bos = false, ignore_eos = false, no_parse_special = false;
 };
 
 void setup(CLI::App& cmd) {
@@ -55,6 +55,10 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer.bin (default: found next to the model)");
   lowbit::app::add_threads_option(&cmd, a.threads);
   cmd.add_flag("--no-bos", a.no_bos, "Do not prepend the BOS token");
+  cmd.add_flag(
+      "--no-parse-special", a.no_parse_special,
+      "Tokenize special-token text in the prompt (\"<|im_end|>\", \"</s>\") as plain text instead of as "
+      "the special token (the default, as lowbit serve, llama.cpp and Hugging Face tokenizers do)");
   cmd.add_flag("--ignore-eos", a.ignore_eos, "Keep generating after the end-of-sequence token");
   cmd.add_flag("--kernels", a.kernels, "List the kernel that served each weight matrix");
   cmd.add_flag("--json", a.json, "Print one JSON object (text, token ids, timings) instead of streaming");
@@ -91,7 +95,7 @@ void setup(CLI::App& cmd) {
     go.kv_spec = a.kv.spec();
     if (!a.json) go.on_kv_cache = [](const KvCache& kv) { app::print_kv_cache(kv); };
     go.stop_at_eos = !a.ignore_eos;
-    auto prompt = tok.encode(a.prompt, !a.no_bos && tok.bos_id() >= 0);
+    auto prompt = tok.encode(a.prompt, !a.no_bos && tok.bos_id() >= 0, !a.no_parse_special);
     auto kr = app::kernel_report(*m);
     if (!a.json) {
       std::fprintf(stderr, "model: %s (%s, %s, %lld params, weights %s), loaded in %.3f s\n", a.model.c_str(),

@@ -104,8 +104,8 @@ std::optional<PrometheusText> fetch_metrics(const std::string& base, const std::
 
 // What one request's stream has said so far.
 struct StreamState {
-  StreamState(RequestRecord& rec, Clock::time_point start) : r(rec), t0(start) {}
-  RequestRecord& r;
+  StreamState(BenchRecord& rec, Clock::time_point start) : r(rec), t0(start) {}
+  BenchRecord& r;
   Clock::time_point t0, last{};
   bool done = false;
   std::string error;  // an {"error": ...} event, or a chunk that is not JSON
@@ -150,7 +150,7 @@ struct SendLimits {
   Clock::time_point run_start, run_deadline;  // run_deadline: --max-duration (time_point::max() when none)
 };
 
-void classify_result(RequestRecord& r, const StreamState& st, bool sent, httplib::Error err, int status,
+void classify_result(BenchRecord& r, const StreamState& st, bool sent, httplib::Error err, int status,
                      Cancel cancel, const std::string& err_body, double timeout_s) {
   auto fail = [&](std::string kind, std::string message) {
     r.failure = {std::move(kind), std::move(message), status};
@@ -177,9 +177,9 @@ void classify_result(RequestRecord& r, const StreamState& st, bool sent, httplib
     r.ok = true;
 }
 
-RequestRecord send_one(httplib::Client& cli, const std::string& path, const std::string& body,
-                       const SendLimits& lim) {
-  RequestRecord r;
+BenchRecord send_one(httplib::Client& cli, const std::string& path, const std::string& body,
+                     const SendLimits& lim) {
+  BenchRecord r;
   r.sent = true;
   const Clock::time_point t0 = Clock::now();
   r.send_s = secs(t0 - lim.run_start);
@@ -254,7 +254,7 @@ struct RunState {
 
 void worker(const std::string& base, const std::string& path, const BenchServeOptions& o,
             const std::vector<std::string>& bodies, const std::vector<double>& arrivals,
-            const SendLimits& lim, std::vector<RequestRecord>& records, RunState& rs) {
+            const SendLimits& lim, std::vector<BenchRecord>& records, RunState& rs) {
   std::optional<httplib::Client> cli;
   try {
     cli.emplace(make_client(base, o, o.timeout_s));
@@ -268,7 +268,7 @@ void worker(const std::string& base, const std::string& path, const BenchServeOp
     std::this_thread::sleep_until(at);
     if (Clock::now() >= lim.run_deadline) break;
     ++rs.in_flight;
-    RequestRecord r;
+    BenchRecord r;
     if (cli) {
       r = send_one(*cli, path, bodies[static_cast<size_t>(i)], lim);
     } else {
@@ -328,7 +328,7 @@ BenchRun run_bench_serve(BenchServeOptions o) {
                  n, o.url.c_str(), o.endpoint.c_str(), o.model.c_str(), workers);
   const auto before = fetch_metrics(base, prefix, o);
 
-  std::vector<RequestRecord> records(static_cast<size_t>(n));
+  std::vector<BenchRecord> records(static_cast<size_t>(n));
   RunState rs;
   rs.workers_left = workers;
   const Clock::time_point start = Clock::now();

@@ -52,7 +52,7 @@ struct BenchFailure {
 };
 
 // One request as measured. Times are seconds; send_s from the start of the run, the others from the send.
-struct RequestRecord {
+struct BenchRecord {
   bool sent = false;       // false: --max-duration ended the run first
   bool cancelled = false;  // in flight when --max-duration ended the run (neither ok nor failed)
   bool ok = false;
@@ -148,7 +148,7 @@ struct BenchSummary {
   std::map<std::string, double> server_counters;  // /metrics counters: increase over the run (empty: none)
   bool server_metrics = false;
 };
-BenchSummary summarize(const std::vector<RequestRecord>& records, double duration_s);
+BenchSummary summarize(const std::vector<BenchRecord>& records, double duration_s);
 nlohmann::json summary_json(const BenchSummary& s);
 std::string summary_text(const BenchSummary& s);
 
@@ -156,7 +156,7 @@ std::string summary_text(const BenchSummary& s);
 // the server cannot be reached to list its models; request failures are counted, not thrown.
 struct BenchRun {
   BenchSummary summary;
-  std::vector<RequestRecord> records;
+  std::vector<BenchRecord> records;
 };
 BenchRun run_bench_serve(BenchServeOptions o);
 

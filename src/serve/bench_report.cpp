@@ -30,12 +30,12 @@ LatencyStats latency_stats(const std::vector<double>& values) {
   return s;
 }
 
-BenchSummary summarize(const std::vector<RequestRecord>& records, double duration_s) {
+BenchSummary summarize(const std::vector<BenchRecord>& records, double duration_s) {
   BenchSummary s;
   s.requests = static_cast<int64_t>(records.size());
   s.duration_s = duration_s;
   std::vector<double> ttft, tpot, itl, e2e;
-  for (const RequestRecord& r : records) {
+  for (const BenchRecord& r : records) {
     if (!r.sent) {
       ++s.not_sent;
       continue;

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/json_text.h"
+#include "serve/client_watch.h"
 #include "serve/generation.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,9 +30,31 @@ namespace {
 std::optional<ApiError> ended_without_answer(const DriveResult& d) {
   if (d.finish_reason == "error")
     return ApiError(500, "[serve] the engine failed while generating: " + d.error, "", "engine_error");
+  if (d.client_gone)  // nobody reads this answer; the access log and the metrics see the status
+    return ApiError(499, "The client closed the connection; its request was cancelled", "", "client_closed");
   if (d.finish_reason == "abort")
     return ApiError(503, "The server is shutting down; the request was aborted", "", "shutting_down");
   return std::nullopt;
+}
+
+// A token's piece for /tokenize with_pieces: the text when it is whole UTF-8, otherwise its bytes as numbers
+// (a piece may hold part of a character), as llama-server answers.
+json piece_json(const std::string& piece) {
+  size_t i = 0;
+  const auto* b = reinterpret_cast<const unsigned char*>(piece.data());
+  while (i < piece.size()) {
+    const unsigned c = b[i];
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > piece.size()) break;
+    size_t k = 1;
+    while (k < n && (b[i + k] & 0xC0) == 0x80) ++k;
+    if (k < n) break;
+    i += n;
+  }
+  if (i == piece.size()) return piece;
+  json bytes = json::array();
+  for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+  return bytes;
 }
 
 // httplib serves each connection on one pool thread for the connection's whole life (keep-alive included),
@@ -289,15 +312,18 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
   std::string text;
   std::vector<TokenEvent> events;
   RequestRecord rec;
-  // httplib does not tell a handler that its client left; the request runs to its end (max_tokens bounds it).
+  // httplib does not tell a handler that its client left: ClientWatch peeks the connection between tokens
+  // and while the request waits, so a client that gave up stops its sequence (as a stream's failed write
+  // does).
+  ClientWatch client(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
   const DriveResult d = drive_request(
       *r, ta,
       [&](const std::string& t, const TokenEvent* e) {
         text += t;
         if (e && g.logprobs >= 0) events.push_back(*e);
-        return true;
+        return client.alive();
       },
-      [] { return true; }, 3600, &rec);
+      [&] { return client.alive(); }, 0.25, &rec);
   metrics_.record(rec);
   if (auto e = ended_without_answer(d)) throw *e;
   int64_t offset = 0;
@@ -373,16 +399,30 @@ void HttpServer::handle_tokenize(const httplib::Request& req, httplib::Response&
     if (body.contains(k)) text = &body[k];
   if (!text || !text->is_string())
     throw ApiError(400, "'content' (or 'prompt') must be a string: {\"content\": \"text\"}", "content");
-  bool add_special = true;
-  for (const char* k : {"add_special", "add_special_tokens"})
-    if (body.contains(k)) {
-      if (!body[k].is_boolean()) throw ApiError(400, std::string("'") + k + "' must be a boolean", k);
-      add_special = body[k].get<bool>();
-    }
+  auto flag = [&](std::initializer_list<const char*> keys, bool dflt) {
+    for (const char* k : keys)
+      if (body.contains(k) && !body[k].is_null()) {
+        if (!body[k].is_boolean()) throw ApiError(400, std::string("'") + k + "' must be a boolean", k);
+        dflt = body[k].get<bool>();
+      }
+    return dflt;
+  };
+  const bool add_special = flag({"add_special", "add_special_tokens"}, true);
+  // Special-token text ("<|im_end|>") is one token, as in a completion prompt (and in llama-server / vLLM).
+  const bool parse_special = flag({"parse_special"}, true);
+  const bool with_pieces = flag({"with_pieces"}, false);
   const Tokenizer& tok = *model_.tokenizer;
-  const auto ids = tok.encode(text->get<std::string>(), add_special && prompt_adds_bos(tok));
+  const auto ids = tok.encode(text->get<std::string>(), add_special && prompt_adds_bos(tok), parse_special);
+  json tokens = ids;
+  if (with_pieces) {  // llama-server's shape: [{"id": 15, "piece": " upon"}]; a piece may be partial UTF-8
+    tokens = json::array();
+    for (int32_t id : ids) {
+      const std::string piece = tok.decode_token(id, /*render_special=*/true);
+      tokens.push_back({{"id", id}, {"piece", piece_json(piece)}});
+    }
+  }
   res.set_content(
-      json_text({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine_.max_model_len()}}),
+      json_text({{"tokens", tokens}, {"count", ids.size()}, {"max_model_len", engine_.max_model_len()}}),
       "application/json");
 }
 

@@ -135,7 +135,8 @@ std::vector<int32_t> token_list(const json& a, const ApiContext& ctx, const char
 std::vector<int32_t> completion_prompt(const json& body, const ApiContext& ctx) {
   const json* p = field(body, "prompt");
   if (!p) bad("prompt", "is required");
-  if (p->is_string()) return ctx.tok->encode(p->get<std::string>(), prompt_adds_bos(*ctx.tok));
+  if (p->is_string())
+    return ctx.tok->encode(p->get<std::string>(), prompt_adds_bos(*ctx.tok), /*parse_special=*/true);
   if (!p->is_array()) bad("prompt", "must be a string, a list of token ids or a list with one string");
   if (p->empty()) bad("prompt", "is empty");
   if ((*p)[0].is_number()) return token_list(*p, ctx, "prompt");
@@ -144,7 +145,8 @@ std::vector<int32_t> completion_prompt(const json& body, const ApiContext& ctx) 
     bad("prompt", "holds " + std::to_string(p->size()) +
                       " prompts; lowbit serve answers one prompt per request (send one request each)");
   const json& one = (*p)[0];
-  if (one.is_string()) return ctx.tok->encode(one.get<std::string>(), prompt_adds_bos(*ctx.tok));
+  if (one.is_string())
+    return ctx.tok->encode(one.get<std::string>(), prompt_adds_bos(*ctx.tok), /*parse_special=*/true);
   if (one.is_array()) return token_list(one, ctx, "prompt");
   bad("prompt", "must be a string, a list of token ids or a list with one string");
 }

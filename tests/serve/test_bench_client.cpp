@@ -105,7 +105,7 @@ TEST(BenchStats, PercentileInterpolatesLinearly) {
 }
 
 TEST(BenchStats, SummaryCountsTokensAndFailures) {
-  std::vector<RequestRecord> rs(5);
+  std::vector<BenchRecord> rs(5);
   for (int i = 0; i < 2; ++i) {
     rs[i].sent = rs[i].ok = true;
     rs[i].ttft_s = 0.1;

@@ -246,6 +246,28 @@ TEST_F(Server, TokenizeDetokenizeRoundTrip) {
     const Reply p = post(s(), "/tokenize", json{{"prompt", text}, {"add_special", false}});
     EXPECT_EQ(p.json()["count"].get<size_t>(), tok["tokens"].size() - 1);
   }
+  // Special-token text is the special token (as in a completion prompt), unless parse_special is false.
+  const json sp = post(s(), "/tokenize", json{{"content", "Once</s>"}, {"add_special", false}}).json();
+  EXPECT_EQ(sp["tokens"].back(), 2) << sp.dump();
+  const json plain =
+      post(s(), "/tokenize", json{{"content", "Once</s>"}, {"add_special", false}, {"parse_special", false}})
+          .json();
+  EXPECT_GT(plain["count"].get<size_t>(), sp["count"].get<size_t>());
+  for (const auto& id : plain["tokens"]) EXPECT_NE(id, 2) << plain.dump();
+  const json pieces =
+      post(s(), "/tokenize", json{{"content", "Once upon</s>"}, {"with_pieces", true}}).json();
+  ASSERT_EQ(pieces["tokens"].size(), pieces["count"].get<size_t>()) << pieces.dump();
+  std::string joined;
+  for (size_t i = 1; i + 1 < pieces["tokens"].size(); ++i)
+    joined += pieces["tokens"][i]["piece"].get<std::string>();
+  EXPECT_EQ(pieces["tokens"][0]["id"], 1);
+  EXPECT_EQ(pieces["tokens"].back()["id"], 2);
+  EXPECT_EQ(joined, " Once upon") << pieces.dump() << " (SentencePiece writes the leading space as a piece)";
+  const json usage =
+      post(s(), "/v1/completions", json{{"model", kModelName}, {"prompt", "Once</s>"}, {"max_tokens", 1}})
+          .json()["usage"];
+  EXPECT_EQ(usage["prompt_tokens"], sp["count"].get<int>() + 1) << "BOS + the special token parsed";
+  EXPECT_EQ(post(s(), "/tokenize", json{{"content", "x"}, {"parse_special", 1}}).status, 400);
   EXPECT_EQ(post(s(), "/detokenize", json{{"tokens", {1, -1}}}).status, 400);
   EXPECT_EQ(post(s(), "/detokenize", json{{"tokens", {100000}}}).status, 400);
   EXPECT_EQ(post(s(), "/detokenize", json{{"tokens", "1 2"}}).status, 400);

@@ -172,9 +172,10 @@ TEST(ServerLoad, ClientsThatReadNothingDoNotBlockOthers) {
   EXPECT_EQ(get(s, "/health").status, 200);
 }
 
-// A client that leaves mid-stream cancels its engine request. stories260K generates its whole context in a
-// fraction of a second, so this uses a 135M-parameter fixture (tens of tokens per second on 2 cores).
-TEST(ServerLifecycle, ClientThatLeavesMidStreamCancelsItsRequest) {
+// A client that leaves mid-stream, or gives up waiting for a non-streamed answer, cancels its engine request.
+// stories260K generates its whole context in a fraction of a second, so this uses a 135M-parameter fixture
+// (tens of tokens per second on 2 cores).
+TEST(ServerLifecycle, ClientsThatLeaveCancelTheirRequests) {
   const std::string fx = ::testing::TempDir() + "lowbit_serve_fx135_" + std::to_string(::getpid()) + ".gguf";
   std::filesystem::remove(fx);
   const auto made = lowbit::testing_cli::run_cli(
@@ -206,6 +207,23 @@ TEST(ServerLifecycle, ClientThatLeavesMidStreamCancelsItsRequest) {
   }
   EXPECT_EQ(aborted, 1) << s.log();
   EXPECT_LT(generated, 3000);
+  EXPECT_EQ(metric(get(s, "/metrics").body, "lowbit_requests_running"), 0);
+
+  // A non-streaming client that gives up (its read timeout closes the connection) cancels its request too:
+  // nothing is written to it before the end, so the server notices by looking at the connection.
+  auto c2 = s.client();
+  c2.set_read_timeout(0, 400000);
+  const auto gone = c2.Post("/v1/completions", completion("Hello", 3000, false).dump(), "application/json");
+  EXPECT_FALSE(gone) << "the request should have outlived the client's 0.4 s timeout";
+  const double generated_before = generated;
+  for (int i = 0; i < 200 && aborted < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::string m = get(s, "/metrics").body;
+    aborted = metric(m, "lowbit_engine_requests_total{outcome=\"aborted\"}");
+    generated = metric(m, "lowbit_generation_tokens_total");
+  }
+  EXPECT_EQ(aborted, 2) << s.log();
+  EXPECT_LT(generated - generated_before, 3000);
   EXPECT_EQ(metric(get(s, "/metrics").body, "lowbit_requests_running"), 0);
   // The server goes on.
   const Reply r = post(s, "/v1/completions", completion("Hello", 4).dump());
