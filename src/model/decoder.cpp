@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "kernels/hadamard.h"
 #include "kernels/matmul.h"
 #include "ops/activation.h"
 #include "ops/norm.h"
@@ -34,7 +35,12 @@ const char* act_site_name(ActSite s) {
   return "?";
 }
 
-Decoder::Decoder(const ModelConfig& c, const ModelWeights& w) : c_(c), w_(w), rope_(c, w.rope_freq_factors) {}
+Decoder::Decoder(const ModelConfig& c, const ModelWeights& w) : c_(c), w_(w), rope_(c, w.rope_freq_factors) {
+  if (w.down_rotation.valid() && w.down_rotation.n != c.ffn_dim)
+    fail("model", "the online down_proj rotation has order " + std::to_string(w.down_rotation.n) +
+                      " but the model's FFN width is " + std::to_string(c.ffn_dim) +
+                      "; the rotated checkpoint is inconsistent, quantize it again");
+}
 
 namespace {
 void check_finite(const float* x, int64_t T, int64_t n, const std::vector<BatchEntry>& b,
@@ -235,6 +241,8 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
     matmul(L.w_gate, xn.data(), T, g.data());
     matmul(L.w_up, xn.data(), T, u.data());
     glu_f32(c_.act, g.data(), u.data(), T * F);
+    // Online R4 (rotated models): every forward path (prefill, decode, batched) passes through here.
+    if (w_.down_rotation.valid()) hadamard_transform(w_.down_rotation, g.data(), T);
     if (observer_) observer_->observe(static_cast<int>(l), ActSite::DownIn, g.data(), T, F);
     matmul(L.w_down, g.data(), T, tmp.data());
     for (int64_t i = 0; i < T * D; ++i) x[i] += tmp[i];

@@ -410,6 +410,41 @@ FormatId act_format_from_args(const json& a, const std::string& where) {
 
 }  // namespace
 
+namespace {
+
+// The online R4 of a rotated checkpoint, from config.json's lowbit_rotation.r4 and its stored factor.
+void load_down_rotation(const io::HfCheckpoint& ck, const ModelConfig& c, ModelWeights* w) {
+  if (!ck.config.contains("lowbit_rotation")) return;
+  const json& rot = ck.config["lowbit_rotation"];
+  const std::string src = ck.dir + "/config.json";
+  if (!rot.is_object() || !rot.contains("r4") || rot["r4"].is_null()) return;
+  const json& r4 = rot["r4"];
+  int64_t n = 0, m = 0;
+  std::string how;
+  try {
+    n = r4.at("order").get<int64_t>(), m = r4.at("factor").get<int64_t>();
+    how = r4.value("construction", std::string("given"));
+  } catch (const json::exception& e) {
+    bad(src + ": lowbit_rotation.r4 is malformed (" + e.what() + "); quantize the model again");
+  }
+  if (n != c.ffn_dim || m < 1 || n % m != 0)
+    bad(src + ": lowbit_rotation.r4 has order " + std::to_string(n) + " and factor " + std::to_string(m) +
+        ", which do not fit the FFN width " + std::to_string(c.ffn_dim));
+  std::vector<float> hm{1.0f};
+  if (m > 1) {
+    const TensorView& t = need(ck.tensors, kDownRotationTensor, DType::F32, m * m, ck.dir);
+    hm.resize(static_cast<size_t>(m * m));
+    std::memcpy(hm.data(), t.data, t.nbytes);
+  }
+  try {
+    w->down_rotation = hadamard_with_factor(n, std::move(hm), how);
+  } catch (const Error& e) {
+    bad(src + ": the stored R4 factor is unusable: " + e.what());
+  }
+}
+
+}  // namespace
+
 ModelWeights load_quantized_weights(const io::HfCheckpoint& ck, const ModelConfig& c,
                                     std::shared_ptr<const void> owner, DenseMode mode) {
   const json& qc = ck.config["quantization_config"];
@@ -524,6 +559,7 @@ ModelWeights load_quantized_weights(const io::HfCheckpoint& ck, const ModelConfi
     return true;
   };
   ModelWeights w = map_weights(c, tensors, false, std::move(owner), mode, ck.dir, hook);
+  load_down_rotation(ck, c, &w);
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".self_attn.";
     for (int kv = 0; kv < 2; ++kv) {

@@ -81,6 +81,12 @@ bool is_quantized_config(const nlohmann::json& config);
 ModelWeights load_quantized_weights(const io::HfCheckpoint& ck, const ModelConfig& c,
                                     std::shared_ptr<const void> owner, DenseMode mode);
 
+// Rotated checkpoints (quant/rotate.h): config.json["lowbit_rotation"] records the rotation; its "r4" entry
+// ({"order": ffn_dim, "factor": m, "construction": ...}) makes the loader set ModelWeights::down_rotation,
+// with H_m read from this tensor (F32 [m, m], present when m > 1): nothing is recomputed or looked up at
+// load.
+inline constexpr const char* kDownRotationTensor = "lowbit_rotation.down_hadamard";
+
 // lowbit extension keys in config.json for models exported from non-HF sources: "lowbit_rope_style"
 // ("interleaved" | "half") keeps llama2.c / GGUF q/k row order without permuting rows.
 void apply_lowbit_config_keys(const nlohmann::json& config, ModelConfig* c);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "arch/config.h"
+#include "kernels/hadamard.h"
 #include "kernels/weight.h"
 #include "kv/kv_cache.h"
 #include "tensor/tensor.h"
@@ -39,6 +40,9 @@ struct ModelWeights {
   WeightMatrix lm_head;           // [vocab, dim]; shares storage with tok_embed when tied
   std::vector<float>
       rope_freq_factors;  // [head_dim/2] divisors from GGUF rope_freqs.weight (llama3), or empty
+  // Online R4 of a rotated model (quant/rotate.h): when valid (order ffn_dim), every layer's down_proj input
+  // is Hadamard-transformed before the product; w_down holds W_down H^T, so the product is unchanged.
+  Hadamard down_rotation;
 
   // The field of a tensor role (arch/arch_table.h; layer ignored for model-level roles): matrix() for
   // RoleKind::Matrix roles, vector() for norms and biases; nullptr for a role of the other kind.

@@ -302,6 +302,9 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
       if (!L.k_scale.empty()) ts.add_floats(p + "self_attn.k_scale", L.k_scale);
       if (!L.v_scale.empty()) ts.add_floats(p + "self_attn.v_scale", L.v_scale);
     }
+    // Rotated models: the online R4's factor travels with the checkpoint (no factor file needed at load).
+    const Hadamard& r4 = m.weights.down_rotation;
+    if (r4.valid() && r4.m > 1) ts.add_floats(kDownRotationTensor, r4.hm, {r4.m, r4.m});
     if (!m.weights.rope_freq_factors.empty())
       fail("quant",
            "this model uses GGUF rope_freqs factors, which an HF checkpoint cannot carry; quantize the "
@@ -309,6 +312,16 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
     // ---- config ----
     json cfg = hf_config(m, tied);
     cfg["quantization_config"] = quantization_config(m, rep, mats);
+    if (!rep.rotation.is_null() || r4.valid()) {
+      json rot = rep.rotation.is_null() ? json::object() : rep.rotation;
+      rot["r4"] = r4.valid() ? json{{"kind", "hadamard"},
+                                    {"order", r4.n},
+                                    {"factor", r4.m},
+                                    {"construction", r4.construction},
+                                    {"online", true}}
+                             : json(nullptr);
+      cfg["lowbit_rotation"] = rot;
+    }
     files.write_json("config.json", cfg);
     // ---- safetensors (sharded above o.shard_bytes) ----
     std::sort(ts.list.begin(), ts.list.end(), [](auto& a, auto& b) { return a.name < b.name; });

@@ -20,6 +20,7 @@
 #include "model/quantized_checkpoint.h"
 #include "quant/awq.h"
 #include "quant/gptq.h"
+#include "quant/rotate.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lowbit::quant {
@@ -234,6 +235,10 @@ void process_layer(Ctx& cx, int l, LayerStats* st) {
                                    {ActSite::DownIn, {6}, 5, nullptr, F, "down"}};
     for (const G& g : groups) {
       if (!any_q(g.ks)) continue;
+      if (g.prev == 5 && m.weights.down_rotation.valid()) {
+        info["awq"][g.name] = "skipped: the online Hadamard of the rotated model mixes up_proj's channels";
+        continue;
+      }
       if (g.prev == 2 && !o_foldable) {
         info["awq"][g.name] =
             "skipped: o_proj scales cannot be folded into v_proj with grouped-query attention";
@@ -357,6 +362,7 @@ nlohmann::json QuantReport::to_json() const {
           {"warnings", warnings},
           {"requantized", requantized},
           {"tied_embeddings", tied_embeddings},
+          {"rotation", rotation},
           {"summary",
            {{"quantized_tensors", nq},
             {"tensors", static_cast<int64_t>(tensors.size())},
@@ -417,6 +423,15 @@ std::string QuantReport::summary_table() const {
                 "bits per weight: %.4f over quantized matrices, %.4f over all weight matrices\n",
                 bpw_quantized(), bpw_all());
   os << buf;
+  if (!rotation.is_null()) {
+    auto kind = [&](const char* r) {
+      return rotation[r].is_null() ? std::string("off") : rotation[r]["kind"].get<std::string>();
+    };
+    os << "rotation " << rotation["method"].get<std::string>() << " (seed " << rotation["seed"].dump()
+       << "): norms folded, R1 " << kind("r1") << ", R2 " << kind("r2") << ", R4 "
+       << (rotation["r4"].is_null() ? "off" : "online hadamard")
+       << (rotation["untied_embeddings"].get<bool>() ? ", tied embeddings untied" : "") << "\n";
+  }
   for (auto& w : warnings) os << "warning: " << w << "\n";
   return os.str();
 }
@@ -461,6 +476,15 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
         "requantized: " + std::to_string(already.size()) +
         " matrices were already quantized; the new quantization starts from their dequantized "
         "values, so its error adds to the original quantization error");
+  }
+  // Rotation first: calibration statistics, GPTQ and AWQ then see the rotated weights. Rotated matrices
+  // become F32; those the recipe leaves unquantized go back to their source dtype below.
+  std::map<std::string, WeightKind> source_kind;
+  if (r.rotation.enabled()) {
+    for (auto& [name, w] : mats) source_kind[name] = w->kind;
+    rep.rotation = rotate_model(m, r.rotation);
+    named = m.weights.named_matrices();
+    mats = std::map<std::string, WeightMatrix*>(named.begin(), named.end());
   }
   if (r.needs_calibration() && !o.calib)
     throw UsageError("quant", "recipe '" + r.name + "' (" + std::string(r.smoothquant ? "smoothquant+" : "") +
@@ -533,6 +557,20 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
     }
     prog.finish();
   }
+  // Rotated matrices left unquantized return to their source dtype (the rotation worked in F32).
+  if (r.unquantized_dtype == "source")
+    for (auto& p : plans) {
+      WeightMatrix* wm = mats.at(p.name);
+      auto it = source_kind.find(p.name);
+      if (p.quantize || it == source_kind.end() || wm->kind != WeightKind::F32) continue;
+      if (it->second != WeightKind::F16 && it->second != WeightKind::BF16) continue;
+      auto f = to_float(*wm);
+      *wm = make_half_weight(f.data(), wm->rows, wm->cols, it->second);
+      TensorReport& tr = report_of(rep, p.name);
+      tr.scheme = dense_name(*wm);
+      tr.bpw = dense_bits(*wm);
+      tr.bytes = static_cast<int64_t>(wm->nbytes());
+    }
   // Dense tensors in the dtype the recipe asks for.
   if (r.unquantized_dtype != "source") {
     DenseMode mode = dense_mode_from_string(r.unquantized_dtype);

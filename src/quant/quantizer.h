@@ -2,6 +2,7 @@
 // then quant/checkpoint_writer.h writes it) and `lowbit run --quantize` (online).
 //
 // Order of work per decoder layer:
+//   0. the recipe's rotation (quant/rotate.h), on the dense weights before anything else
 //   1. statistics of the layer's inputs from calibration (GPTQ/AWQ: layer by layer, the forward stopping
 //   after the
 //      layer, so earlier layers are already quantized and only one layer's Gram matrices are alive at a time;
@@ -61,6 +62,7 @@ struct QuantReport {
   nlohmann::json calibration;  // CalibData::to_json() or null
   bool requantized = false;
   bool tied_embeddings = false;  // lm_head shares tok_embed's storage (counted once)
+  nlohmann::json rotation;       // quant/rotate.h's record when the recipe rotates the model, else null
   double seconds = 0;
   uint64_t peak_rss_bytes = 0;
 

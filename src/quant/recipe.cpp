@@ -263,10 +263,48 @@ nlohmann::json Recipe::to_json() const {
   j["awq"] = {{"grid", awq_grid}, {"clip", awq_clip}};
   j["smoothquant"] = {{"alpha", smoothquant_alpha}};
   j["unquantized_dtype"] = unquantized_dtype;
-  j["rotation"] = rotation ? json("requested") : json(nullptr);
+  j["rotation"] = rotation.enabled() ? json{{"method", rotation.method}, {"seed", rotation.seed},
+                                            {"r1", rotation.r1},         {"r2", rotation.r2},
+                                            {"r4", rotation.r4},         {"factors", rotation.factors}}
+                                     : json(nullptr);
   if (!notes.empty()) j["notes"] = notes;
   return j;
 }
+
+namespace {
+
+std::string rotation_method(const std::string& m, const std::string& where) {
+  const std::string l = lower(m);
+  if (l == "quarot") return l;
+  if (l == "none" || l.empty()) return "";
+  if (l == "spinquant" || l == "duquant")
+    usage(where + ": rotation '" + m + "' is not built yet; use quarot (random Hadamard, no training)");
+  usage(where + ": unknown rotation '" + m + "'; use quarot or none");
+}
+
+RotationSpec rotation_from_json(const json& j, const std::string& where) {
+  RotationSpec s;
+  if (j.is_null() || (j.is_boolean() && !j.get<bool>())) return s;
+  if (j.is_boolean()) {
+    s.method = "quarot";
+  } else if (j.is_string()) {
+    s.method = rotation_method(j.get<std::string>(), where);
+  } else {
+    check_keys(j, {"method", "seed", "r1", "r2", "r4", "factors"}, where);
+    s.method =
+        rotation_method(j.contains("method") ? get_as<std::string>(j, "method", where) : "quarot", where);
+    if (j.contains("seed")) s.seed = get_as<uint64_t>(j, "seed", where);
+    if (j.contains("r1")) s.r1 = get_as<bool>(j, "r1", where);
+    if (j.contains("r2")) s.r2 = get_as<bool>(j, "r2", where);
+    if (j.contains("r4")) s.r4 = get_as<bool>(j, "r4", where);
+    if (j.contains("factors")) s.factors = get_as<std::string>(j, "factors", where);
+    if (s.enabled() && !s.r1 && !s.r2 && !s.r4)
+      usage(where + ": r1, r2 and r4 are all off; drop \"rotation\" or turn one on");
+  }
+  return s;
+}
+
+}  // namespace
 
 Recipe recipe_from_json(const json& j, const std::string& where) {
   check_keys(j,
@@ -395,8 +433,7 @@ Recipe recipe_from_json(const json& j, const std::string& where) {
   }
   if (j.contains("unquantized_dtype"))
     r.unquantized_dtype = get_as<std::string>(j, "unquantized_dtype", where);
-  if (j.contains("rotation"))
-    r.rotation = !j["rotation"].is_null() && !(j["rotation"].is_boolean() && !j["rotation"].get<bool>());
+  if (j.contains("rotation")) r.rotation = rotation_from_json(j["rotation"], where + ".rotation");
   if (j.contains("notes") && j["notes"].is_array())
     for (auto& n : j["notes"])
       if (n.is_string()) r.notes.push_back(n.get<std::string>());
@@ -422,7 +459,8 @@ Recipe parse_recipe_arg(const std::string& arg) {
   if (arg.empty())
     usage("empty --recipe; give a preset (W4A16, W8A8, FP8, NF4, ...), a scheme or a .json file");
   bool looks_file = arg.size() > 5 && arg.compare(arg.size() - 5, 5, ".json") == 0;
-  if (looks_file || arg.find('/') != std::string::npos) {
+  // A path in the head is a file; a path in a key's value (calib=, rotate_factors=) is not.
+  if (looks_file || arg.substr(0, arg.find(',')).find('/') != std::string::npos) {
     std::ifstream in(arg);
     if (!in) usage("cannot open recipe file '" + arg + "'; give an existing .json file or a preset name");
     json j;
@@ -522,10 +560,24 @@ Recipe parse_recipe_arg(const std::string& arg) {
       r->ignore.push_back({v, {}, "ignored by the recipe"});
     else if (k == "dtype")
       r->unquantized_dtype = v;
+    else if (k == "rotate")
+      r->rotation.method = rotation_method(v, "--recipe '" + arg + "': rotate");
+    else if (k == "rotate_seed")
+      r->rotation.seed = static_cast<uint64_t>(integer("rotate_seed", 0, 9007199254740992.0));
+    else if (k == "rotate_r1")
+      r->rotation.r1 = flag("rotate_r1");
+    else if (k == "rotate_r2")
+      r->rotation.r2 = flag("rotate_r2");
+    else if (k == "rotate_r4")
+      r->rotation.r4 = flag("rotate_r4");
+    else if (k == "rotate_factors")
+      r->rotation.factors = v;
     else
       usage("--recipe '" + arg + "': unknown key '" + k +
             "'; known: algo, scheme, group, act, act_static, kv, kv_strategy, alpha, samples, length, seed, "
-            "calib, act_order, damp, clip, ignore, dtype");
+            "calib, act_order, damp, clip, ignore, dtype, rotate, rotate_seed, rotate_r1, rotate_r2, "
+            "rotate_r4, "
+            "rotate_factors");
   }
   if (group_override) {
     if (r->weights.gran != Granularity::Group)
@@ -666,7 +718,7 @@ std::vector<TensorPlan> plan_recipe(const Recipe& r, const ModelConfig& c,
           "' cannot serve activations: lowbit kernels quantize activations to int8 or an FP8 format "
           "(e4m3fn, e5m2); use act=int8 or act=e4m3, or drop activation quantization (A16)");
     const int wb = r.weights.elem_info().bits;
-    if (wb <= 4 && format_info(f).bits <= 4 && !r.rotation)
+    if (wb <= 4 && format_info(f).bits <= 4 && !r.rotation.enabled())
       warn.push_back(
           "W4A4 without rotation: 4-bit activations collapse on outlier channels (SmoothQuant W4A4KV4 "
           "PPL 83 vs QuaRot 6.1 on LLaMA-2-7B); add a Hadamard rotation");
@@ -682,7 +734,10 @@ std::vector<TensorPlan> plan_recipe(const Recipe& r, const ModelConfig& c,
     warn.push_back(
         "smoothquant without activation quantization only moves scale into the weights; it helps "
         "W8A8-style recipes");
-  if (r.rotation) warn.push_back("rotation requested but not implemented yet; the recipe runs without it");
+  if (r.rotation.enabled() && r.rotation.r4 && r.algorithm == Algorithm::Awq)
+    warn.push_back(
+        "rotation with R4 and AWQ: the up -> down scale fold is skipped (the online Hadamard between them "
+        "mixes channels); AWQ still folds into the norms and v -> o");
 
   std::vector<TensorPlan> plans;
   std::map<std::string, int> ragged;  // role -> count

@@ -6,7 +6,7 @@
 //   parts int4:g32:sym:f16                                               a bare QuantScheme (weight-only)
 // each optionally followed by ",key=value" refinements: algo=gptq, scheme=int4:g32, group=32, act=int8,
 // act_static=1, kv=e4m3, kv_strategy=head, alpha=0.5, samples=32, length=256, seed=0, calib=FILE,
-// ignore=PATTERN.
+// ignore=PATTERN, rotate=quarot, rotate_seed=0, rotate_r1=1, rotate_r2=1, rotate_r4=1, rotate_factors=FILE.
 //
 // JSON form (every key optional except that some scheme must result; unknown keys are named in the error):
 //   { "name": "...", "preset": "W4A16", "scheme": "int4:g32:sym:f16", "algorithm": "gptq",
@@ -17,7 +17,9 @@
 //     "calibration": {"file": "...", "samples": 32, "length": 256, "seed": 0},
 //     "gptq": {"block_size": 128, "damp": 0.01, "act_order": true},
 //     "awq": {"grid": 20, "clip": true}, "smoothquant": {"alpha": 0.5},
-//     "unquantized_dtype": "source"|"f32"|"f16"|"bf16", "rotation": null }
+//     "unquantized_dtype": "source"|"f32"|"f16"|"bf16",
+//     "rotation": null | "quarot" | {"method": "quarot", "seed": 0, "r1": true, "r2": true, "r4": true,
+//                                    "factors": "hadamards.safetensors"} }
 // Patterns match a matrix's lowbit name ("layers.3.wq", "lm_head", "tok_embed") or its Hugging Face module
 // name
 // ("model.layers.3.self_attn.q_proj"); "re:" prefix = regular expression (compressed-tensors style),
@@ -56,6 +58,16 @@ struct CalibSpec {
   uint64_t seed = 0;  // window start positions
 };
 
+// QuaRot-style rotation of the dense model before quantization (quant/rotate.h): RMSNorm scales folded into
+// the linears, then R1 (residual stream), R2 (per head, V and O) and R4 (down_proj input, online).
+struct RotationSpec {
+  std::string method;  // "" = none; "quarot"
+  uint64_t seed = 0;   // random signs of R1's Hadamard (or the Gaussian of its QR fallback)
+  bool r1 = true, r2 = true, r4 = true;
+  std::string factors;  // safetensors file of extra Hadamard factors by order (orders no construction gives)
+  bool enabled() const { return !method.empty(); }
+};
+
 struct TensorRule {
   std::string pattern;  // glob, or "re:REGEX"
   QuantScheme scheme;   // overrides only
@@ -79,7 +91,7 @@ struct Recipe {
   std::vector<TensorRule> overrides;
   std::vector<TensorRule> ignore;            // default: tok_embed and lm_head
   std::string unquantized_dtype = "source";  // source | f32 | f16 | bf16
-  bool rotation = false;           // reserved: rotations are not implemented; recorded so W4A4 can warn
+  RotationSpec rotation;
   std::vector<std::string> notes;  // what the shorthand left unstated and how it was filled in
 
   bool needs_calibration() const;  // algorithm / smoothquant / static activations / KV scales / imatrix

@@ -238,5 +238,46 @@ TEST(Recipe, ActivationAndKvFormatsAreChecked) {
   EXPECT_NE(msg.find("KV"), std::string::npos) << msg;
 }
 
+TEST(Recipe, RotationShorthandJsonRoundTripAndErrors) {
+  Recipe r =
+      parse_recipe_arg("W4A16,rotate=quarot,rotate_seed=7,rotate_r2=0,rotate_factors=/x/h.safetensors");
+  EXPECT_EQ(r.rotation.method, "quarot");
+  EXPECT_EQ(r.rotation.seed, 7u);
+  EXPECT_TRUE(r.rotation.r1 && !r.rotation.r2 && r.rotation.r4);
+  EXPECT_EQ(r.rotation.factors, "/x/h.safetensors");
+  const json j = r.to_json();
+  EXPECT_EQ(j["rotation"]["method"], "quarot");
+  Recipe back = recipe_from_json(j);
+  EXPECT_EQ(back.to_json(), j);
+  EXPECT_FALSE(parse_recipe_arg("W4A16").rotation.enabled());
+  EXPECT_TRUE(parse_recipe_arg("W4A16").to_json()["rotation"].is_null());
+  // JSON forms: a name, true, an object; unknown keys and unbuilt methods are named.
+  EXPECT_EQ(recipe_from_json(json::parse(R"({"preset": "W4A16", "rotation": "quarot"})")).rotation.method,
+            "quarot");
+  EXPECT_EQ(recipe_from_json(json::parse(R"({"preset": "W4A16", "rotation": true})")).rotation.method,
+            "quarot");
+  Recipe o = recipe_from_json(json::parse(R"({"preset": "W8A8", "rotation": {"seed": 3, "r4": false}})"));
+  EXPECT_EQ(o.rotation.method, "quarot");
+  EXPECT_EQ(o.rotation.seed, 3u);
+  EXPECT_FALSE(o.rotation.r4);
+  auto msg = usage_message([] {
+    recipe_from_json(json::parse(R"({"preset": "W4A16", "rotation": {"method": "quarot", "angle": 1}})"));
+  });
+  EXPECT_NE(msg.find("angle"), std::string::npos) << msg;
+  msg = usage_message([] { parse_recipe_arg("W4A16,rotate=spinquant"); });
+  EXPECT_NE(msg.find("not built yet"), std::string::npos) << msg;
+  msg = usage_message([] { parse_recipe_arg("W4A16,rotate=givens"); });
+  EXPECT_NE(msg.find("unknown rotation"), std::string::npos) << msg;
+  msg = usage_message([] { parse_recipe_arg("W4A16,rotate=quarot,rotate_r1=0,rotate_r2=0,rotate_r4=0"); });
+  EXPECT_NE(msg.find("all off"), std::string::npos) << msg;
+  msg = usage_message([] { parse_recipe_arg("W4A16,rotate_seed=-1"); });
+  EXPECT_NE(msg.find("rotate_seed"), std::string::npos) << msg;
+  // Rotation is implemented: the planner no longer warns that it is not.
+  std::vector<std::string> warn;
+  r.weights.group_size = 32;
+  plan_recipe(r, small_config(64, 128), &warn);
+  for (auto& w : warn) EXPECT_EQ(w.find("not implemented"), std::string::npos) << w;
+}
+
 }  // namespace
 }  // namespace lowbit::quant
