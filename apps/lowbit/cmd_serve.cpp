@@ -135,6 +135,7 @@ void run_serve(const ServeArgs& a) {
   so.max_threads = a.max_http_threads;
   const auto chat = serve::choose_chat_template(serve::read_model_chat_template(a.model), a.chat_template);
   so.chat = chat.format;
+  so.chat_jinja = chat.jinja;
 
   LoadOptions lo;
   lo.dense = dense_mode_from_string(a.dtype);
@@ -155,8 +156,8 @@ void run_serve(const ServeArgs& a) {
   Engine engine(*m, eo);
   app::print_kv_cache(engine.kv());
   print_memory_plan(*m, engine);
-  std::fprintf(stderr, "%schat template: %s (%s)\n", chat.warn ? "WARNING: " : "",
-               serve::chat_format_name(chat.format), chat.reason.c_str());
+  std::fprintf(stderr, "%schat template: %s (%s)\n", chat.warn ? "WARNING: " : "", chat.name(),
+               chat.reason.c_str());
   std::fprintf(stderr,
                "engine: %d sequence slots, max model length %lld, %d tokens per step, prefill chunks of %d, "
                "queue %d, prefix cache %s, %d threads%s\n",
@@ -221,8 +222,8 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--max-body", a.max_body, "Largest request body, e.g. 8MiB (default); larger ones get 413");
   cmd.add_option(
       "--chat-template", a.chat_template,
-      "chatml, llama3, llama2 or plain (default: the family of the model's own chat_template, else "
-      "plain)");
+      "chatml, llama3, llama2, plain or jinja:FILE (default: the model's own chat_template, interpreted; "
+      "plain when it has none)");
   cmd.add_option(
       "--served-model-name", a.served_name,
       "Model name clients send and /v1/models lists (default: the model's file or directory name)");

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -28,9 +29,10 @@ const char* chat_format_name(ChatFormat f) {
 ChatFormat chat_format_from_string(const std::string& name) {
   for (ChatFormat f : {ChatFormat::ChatML, ChatFormat::Llama3, ChatFormat::Llama2, ChatFormat::Plain})
     if (name == chat_format_name(f)) return f;
-  throw UsageError("serve", "--chat-template '" + name +
-                                "' is not a built-in template; use chatml, llama3, llama2 or plain "
-                                "(example: --chat-template chatml)");
+  throw UsageError("serve",
+                   "--chat-template '" + name +
+                       "' is not a built-in template; use chatml, llama3, llama2, plain or jinja:FILE "
+                       "(example: --chat-template chatml)");
 }
 
 std::optional<ChatFormat> detect_chat_family(std::string_view jinja) {
@@ -77,36 +79,88 @@ std::string read_model_chat_template(const std::string& model_path) {
   }
 }
 
+namespace {
+
+ChatTemplateChoice jinja_from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw UsageError("serve",
+                     "--chat-template jinja:" + path + ": cannot read the file; give a Jinja template file");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ChatTemplateChoice c;
+  try {
+    c.jinja = std::make_shared<const JinjaTemplate>(text);
+  } catch (const JinjaError& e) {
+    throw UsageError("serve", "--chat-template jinja:" + path + ": " + e.what() + "; fix the template");
+  }
+  c.reason = "--chat-template jinja:" + path + " (Jinja, interpreted by lowbit)";
+  return c;
+}
+
+}  // namespace
+
 ChatTemplateChoice choose_chat_template(const std::string& model_jinja, const std::string& flag) {
+  if (flag.rfind("jinja:", 0) == 0) return jinja_from_file(flag.substr(6));
   ChatTemplateChoice c;
   const auto family = detect_chat_family(model_jinja);
   if (!flag.empty()) {
     c.format = chat_format_from_string(flag);
     c.reason = std::string("--chat-template ") + chat_format_name(c.format);
-    if (family && *family != c.format)
-      c.reason += std::string(" (overrides the model's own template, which looks like ") +
-                  chat_format_name(*family) + ")";
+    if (!model_jinja.empty())
+      c.reason += family && *family != c.format
+                      ? std::string(" (overrides the model's own template, which looks like ") +
+                            chat_format_name(*family) + ")"
+                      : " (overrides the model's own template)";
     return c;
+  }
+  std::string parse_error;
+  if (!model_jinja.empty()) {
+    try {
+      c.jinja = std::make_shared<const JinjaTemplate>(model_jinja);
+      c.format = family.value_or(ChatFormat::Plain);  // unused while jinja is set; kept for reports
+      c.reason = "the model's chat_template (Jinja), interpreted by lowbit";
+      return c;
+    } catch (const JinjaError& e) {
+      parse_error = e.what();
+    }
   }
   if (family) {
     c.format = *family;
-    c.reason = std::string("the model's chat_template is the ") + chat_format_name(*family) +
-               " family; rendered by lowbit's built-in " + chat_format_name(*family) + " template";
+    c.warn = true;
+    c.reason = "the model's chat_template does not parse (" + parse_error + "); it is the " +
+               chat_format_name(*family) + " family, rendered by lowbit's built-in " +
+               chat_format_name(*family) + " template";
     return c;
   }
   c.format = ChatFormat::Plain;
   if (model_jinja.empty()) {
     c.reason =
         "the model has no chat_template; using plain (\"role: content\" lines, then \"assistant:\"); "
-        "choose another with --chat-template chatml|llama3|llama2";
+        "choose another with --chat-template chatml|llama3|llama2|jinja:FILE";
   } else {
     c.warn = true;
     c.reason =
-        "the model's chat_template is not one lowbit recognises (ChatML, Llama-3, Llama-2/Mistral) and "
-        "lowbit does not interpret Jinja; using plain (\"role: content\" lines). Pass --chat-template "
-        "chatml|llama3|llama2 if one of them matches the model";
+        "the model's chat_template does not parse (" + parse_error +
+        ") and is none of the families lowbit knows (ChatML, Llama-3, Llama-2/Mistral); using plain "
+        "(\"role: content\" lines). Pass --chat-template chatml|llama3|llama2|jinja:FILE if one of them "
+        "matches the model";
   }
   return c;
+}
+
+std::string render_chat_jinja(const JinjaTemplate& t, const std::vector<ChatMessage>& messages,
+                              const std::string& bos_token, const std::string& eos_token) {
+  nlohmann::ordered_json ctx = {{"messages", nlohmann::ordered_json::array()},
+                                {"add_generation_prompt", true},
+                                {"bos_token", bos_token},
+                                {"eos_token", eos_token}};
+  for (const auto& m : messages) ctx["messages"].push_back({{"role", m.role}, {"content", m.content}});
+  return t.render(ctx);
+}
+
+bool jinja_prompt_needs_bos(const std::string& text, const std::string& bos_token, bool tokenizer_adds_bos) {
+  if (!tokenizer_adds_bos) return false;
+  return bos_token.empty() || text.compare(0, bos_token.size(), bos_token) != 0;
 }
 
 namespace {

@@ -160,6 +160,7 @@ HttpServer::HttpServer(Engine& engine, const Model& model, ServerOptions o)
   ctx_.max_model_len = engine_.max_model_len();
   ctx_.served_name = o_.served_name;
   ctx_.chat = o_.chat;
+  ctx_.chat_jinja = o_.chat_jinja;
   routes();
 }
 

@@ -26,6 +26,8 @@ struct ServerOptions {
   std::string served_name;     // the model name clients send and /v1/models lists
   int64_t max_body = 8 << 20;  // request bodies above this: 413
   ChatFormat chat = ChatFormat::Plain;
+  // When set, the chat template (instead of `chat`).
+  std::shared_ptr<const JinjaTemplate> chat_jinja;
   int min_threads = 40;       // connection threads kept ready
   int max_threads = 2048;     // connection threads at most (idle keep-alive connections hold one each)
   int read_timeout_s = 30;    // a client that stalls sending a request

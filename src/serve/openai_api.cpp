@@ -183,7 +183,18 @@ std::vector<int32_t> chat_prompt(const json& body, const ApiContext& ctx) {
       bad(param + ".role", "must be system, developer, user, assistant or tool (got '" + role + "')");
     msgs.push_back({role, message_content(m, i)});
   }
-  return ctx.tok->encode(render_chat(ctx.chat, msgs), prompt_adds_bos(*ctx.tok), /*parse_special=*/true);
+  if (!ctx.chat_jinja)
+    return ctx.tok->encode(render_chat(ctx.chat, msgs), prompt_adds_bos(*ctx.tok), /*parse_special=*/true);
+  const Tokenizer& tok = *ctx.tok;
+  const std::string bos = tok.bos_id() >= 0 ? tok.piece(tok.bos_id()) : "";
+  std::string text;
+  try {
+    text = render_chat_jinja(*ctx.chat_jinja, msgs, bos, tok.eos_id() >= 0 ? tok.piece(tok.eos_id()) : "");
+  } catch (const JinjaError& e) {
+    // raise_exception (e.g. roles out of order) or a bound: the request's fault, not the server's
+    throw ApiError(400, e.what(), "messages");
+  }
+  return tok.encode(text, jinja_prompt_needs_bos(text, bos, prompt_adds_bos(tok)), /*parse_special=*/true);
 }
 
 void check_model(const json& body, const ApiContext& ctx) {

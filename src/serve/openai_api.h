@@ -35,6 +35,7 @@ struct ApiContext {
   int64_t max_model_len = 0;
   std::string served_name;
   ChatFormat chat = ChatFormat::Plain;
+  std::shared_ptr<const JinjaTemplate> chat_jinja;  // the interpreted template; renders instead of `chat`
 };
 
 // A parsed generation request.

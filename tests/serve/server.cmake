@@ -9,3 +9,7 @@ lowbit_test(test_server_openai SOURCES test_server_openai.cpp LIBS ${LOWBIT_SERV
 add_dependencies(test_server_openai lowbit)
 # The server's pieces without HTTP: chat templates, request parsing, UTF-8 and stop-string text assembly.
 lowbit_test(test_server_units SOURCES test_server_units.cpp LIBS lowbit_serve LABELS integration)
+# The Jinja chat-template interpreter against Python's jinja2 (tests/reference/render_jinja.py, Debian's
+# python3-jinja2), its bounds, and lowbit serve rendering a model's own template.
+lowbit_test(test_jinja SOURCES test_jinja.cpp LIBS lowbit_serve LABELS integration)
+add_dependencies(test_jinja lowbit)

@@ -45,10 +45,12 @@ TEST(ChatTemplate, ChoiceFlagWinsThenModelThenPlain) {
   const auto none = choose_chat_template("", "");
   EXPECT_EQ(none.format, ChatFormat::Plain);
   EXPECT_FALSE(none.warn);
-  const auto unknown = choose_chat_template("{{ '<start_of_turn>' }}", "");
-  EXPECT_EQ(unknown.format, ChatFormat::Plain);
-  EXPECT_TRUE(unknown.warn);
-  EXPECT_NE(unknown.reason.find("plain"), std::string::npos);
+  const auto unknown = choose_chat_template("{{ '<start_of_turn>' }}", "");  // interpreted (test_jinja)
+  EXPECT_TRUE(unknown.jinja);
+  const auto broken = choose_chat_template("{{ '<start_of_turn>' ", "");
+  EXPECT_EQ(broken.format, ChatFormat::Plain);
+  EXPECT_TRUE(broken.warn);
+  EXPECT_NE(broken.reason.find("plain"), std::string::npos);
   EXPECT_THROW(choose_chat_template("", "jinja"), UsageError);
 }
 
