@@ -10,7 +10,7 @@ Everything goes through the CLI: `lowbit eval ppl --save-baseline` (float32), `l
 `lowbit inspect --json` (bits per weight), `lowbit eval kld --json`.
 
 Usage: scripts/quant_acceptance.py [--lowbit build/apps/lowbit/lowbit] [--shared ../shared] [--chunks 24]
-                                   [--model kjv|stories260K] [--out out/quant_acceptance]
+                                   [--model kjv|stories260K] [--out out/quant_acceptance] [--set ptq|rotations]
 Prints one markdown table per model; keeps checkpoints and JSON under --out.
 """
 import argparse
@@ -39,6 +39,14 @@ RECIPES += [
     ("W8A8 (int8 per-token dynamic act.)", "W8A8"),
     ("W8A8 + SmoothQuant", "W8A8,algo=smoothquant+rtn"),
 ]
+
+# --set rotations: the same recipes with and without a QuaRot rotation (docs/quant.md, "Rotations").
+ROTATION_RECIPES = []
+for label, recipe in (("W4A16 RTN", "W4A16"), ("W4A16 GPTQ", "W4A16,algo=gptq"),
+                      ("int4 per-channel RTN", "int4:channel:sym"), ("int4 per-channel GPTQ", "int4:channel:sym,algo=gptq"),
+                      ("W8A8 RTN", "W8A8")):
+    ROTATION_RECIPES.append((label, recipe))
+    ROTATION_RECIPES.append((label + " + QuaRot", recipe + ",rotate=quarot"))
 
 
 def run(cmd, ok=(0,)):
@@ -72,7 +80,10 @@ def main():
     ap.add_argument("--chunks", type=int, default=24, help="evaluation windows of 256 tokens per text")
     ap.add_argument("--model", action="append", choices=sorted(MODELS))
     ap.add_argument("--out", default="out/quant_acceptance")
+    ap.add_argument("--set", choices=("ptq", "rotations"), default="ptq",
+                    help="ptq: the PTQ table; rotations: recipes with and without rotate=quarot")
     a = ap.parse_args()
+    recipes = ROTATION_RECIPES if a.set == "rotations" else RECIPES
     os.makedirs(a.out, exist_ok=True)
     texts = split_texts(a.shared, a.out)
     LB = a.lowbit
@@ -93,11 +104,14 @@ def main():
         print("| recipe (`--recipe`) | bpw | TinyStories PPL | ΔPPL | KLD | top-1 | WikiText PPL | ΔPPL | KLD | top-1 "
               "| quantize s |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for label, recipe in RECIPES:
+        for label, recipe in recipes:
             ck = os.path.join(a.out, "ck", name + "." + "".join(c if c.isalnum() else "_" for c in recipe))
             shutil.rmtree(ck, ignore_errors=True)
             t0 = time.time()
-            run([LB, "quantize", "-m", model, "-r", recipe, "-c", texts[calib_key + "_calib"], "--samples", "32",
+            # Orders without a construction (stories260K's FFN 172) take their Hadamard from the shared table.
+            rcmd = recipe + (",rotate_factors=" + os.path.join(a.shared, "data/hadamard/hadamards.safetensors")
+                             if "rotate=" in recipe else "")
+            run([LB, "quantize", "-m", model, "-r", rcmd, "-c", texts[calib_key + "_calib"], "--samples", "32",
                  "--length", "256", "-o", ck, "-q"])
             qs = time.time() - t0
             ins = json.loads(run([LB, "inspect", ck, "--json"]).stdout)
