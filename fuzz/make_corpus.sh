@@ -65,6 +65,11 @@ printf '\5data: {"choices":[{"text":" a","index":0,"finish_reason":null}]}\r\n\r
 printf '\1data: {"choices":[{"delta":{"role":"assistant"}}]}\n\ndata: {"choices":[{"delta":{"content":"hi"},"finish_reason":"stop"}],"usage":{"completion_tokens":1}}\n\ndata: {"error":{"message":"x"}}\n\ndata: [DONE]\n\n\0llamacpp:prompt_tokens_total 10\nllamacpp:tokens_predicted_total 5\n' \
   >"$SEEDS/sse/llama"
 
+# Chat templates in the styles models ship (ChatML/Qwen, Llama-3, Llama-2 with raise_exception, Gemma with
+# namespace(), DeepSeek with selectattr, a macro), as in tests/serve/test_jinja.cpp.
+mkdir -p "$SEEDS/jinja"
+cp fuzz/corpus/jinja/* "$SEEDS/jinja/" 2>/dev/null || true
+
 for t in "${TARGETS[@]}"; do
   dst="fuzz/corpus/$t"
   max_len="$(scripts/ci_fuzz.sh --max-len "$t")"

@@ -10,13 +10,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ALL=(safetensors gguf llama2c llama2c_tokenizer tokenizer_json gguf_model hf_checkpoint quantized_checkpoint
-     baseline recipe kv_spec openai_request sse)
+     baseline recipe kv_spec openai_request sse jinja)
 # Longest input per target: enough for the seeds (a cut-down quantized checkpoint is the biggest), small enough
 # that each execution stays fast.
 max_len() {
   case "$1" in
     quantized_checkpoint) echo 65536 ;;
-    recipe | kv_spec | openai_request | sse) echo 4096 ;;
+    recipe | kv_spec | openai_request | sse | jinja) echo 4096 ;;
     *) echo 32768 ;;
   esac
 }

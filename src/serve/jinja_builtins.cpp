@@ -583,13 +583,19 @@ Value range(const CallArgs& a) {
     if (a.pos.size() == 3) step = a.pos[2].i;
   }
   if (step == 0) fail_here("range: the step must not be zero");
-  const long double n = step > 0 ? (static_cast<long double>(stop) - start + step - 1) / step
-                                 : (static_cast<long double>(start) - stop - step - 1) / -step;
+  const long double st = static_cast<long double>(step);
+  const long double n = step > 0 ? (static_cast<long double>(stop) - start + st - 1) / st
+                                 : (static_cast<long double>(start) - stop - st - 1) / -st;
   const int64_t limit = tl_budget ? tl_budget->lim.max_iterations : INT64_MAX;
   if (n > static_cast<long double>(limit))
     fail_here("range of over " + std::to_string(limit) + " numbers (the loop iteration bound)");
   ValueList out;
-  for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) out.push_back(Value::integer(start + i * step));
+  const int64_t count = n > 0 ? static_cast<int64_t>(n) : 0;
+  int64_t x = start;  // stepping (not start + i * step) never leaves [start, stop]: no overflow
+  for (int64_t i = 0; i < count; ++i) {
+    out.push_back(Value::integer(x));
+    if (i + 1 < count) x += step;
+  }
   return list_value(std::move(out));
 }
 
@@ -608,10 +614,10 @@ bool call_global(const std::string& name, const CallArgs& a, Value* out) {
     for (const auto& [k, v] : a.kw) d->set(k, v);
     charge_alloc(d->items.size() * 32);
     if (name == "dict") {
-      *out = Value::with(Value::T::Dict);
-      out->d = std::move(d);
+      *out = Value::dict(std::move(*d));
     } else {
       *out = Value::with(Value::T::Namespace);
+      if (tl_budget) tl_budget->namespaces.push_back(d);
       out->ns = std::move(d);
     }
   } else if (name == "raise_exception") {

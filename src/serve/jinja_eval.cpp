@@ -623,8 +623,17 @@ std::string JinjaTemplate::render(const nlohmann::ordered_json& context, const J
   tl_budget = &budget;
   struct Restore {
     Budget* saved;
-    ~Restore() { tl_budget = saved; }
-  } restore{saved};
+    Budget& mine;
+    ~Restore() {
+      tl_budget = saved;
+      for (auto& w : mine.namespaces)
+        if (auto ns = w.lock()) {
+          auto items = std::move(ns->items);  // destroyed after the namespace is emptied
+          ns->items.clear();
+          ns->index.clear();
+        }
+    }
+  } restore{saved, budget};
   Dict ctx;
   if (context.is_object())
     for (const auto& [k, v] : context.items()) ctx.set(k, from_json(v));

@@ -15,6 +15,11 @@ namespace lowbit::serve::jinja {
 
 struct Stmt;
 struct Value;
+[[noreturn]] void fail_here(const std::string& what);  // at the expression being evaluated
+// Lists and dicts nest at most this deep: deeper chains (built in a loop) would overflow the stack when
+// compared, printed or destroyed.
+constexpr int kMaxValueDepth = 256;
+int check_depth(int child_depth);  // child_depth + 1, or a JinjaError past kMaxValueDepth
 using ValueList = std::vector<Value>;
 // A dict keeps insertion order (Python's dict, and the order tojson and items() show).
 struct Dict {
@@ -31,6 +36,7 @@ struct Value {
   T t = T::Undefined;
   bool b = false;
   bool tuple = false;  // a List that Python would show as a tuple: (a, b) from items() or a literal
+  uint16_t depth = 0;  // List / Dict: how deep they nest
   int64_t i = 0;
   double f = 0;
   std::shared_ptr<const std::string> s;  // Str; Undefined: the name, for the error message
@@ -62,11 +68,17 @@ struct Value {
   }
   static Value list(ValueList v) {
     Value x = with(T::List);
+    int d = 0;
+    for (const Value& e : v) d = e.depth > d ? e.depth : d;
+    x.depth = static_cast<uint16_t>(check_depth(d));
     x.l = std::make_shared<const ValueList>(std::move(v));
     return x;
   }
   static Value dict(Dict v) {
     Value x = with(T::Dict);
+    int d = 0;
+    for (const auto& e : v.items) d = e.second.depth > d ? e.second.depth : d;
+    x.depth = static_cast<uint16_t>(check_depth(d));
     x.d = std::make_shared<const Dict>(std::move(v));
     return x;
   }
@@ -171,6 +183,9 @@ struct Budget {
   int64_t iterations = 0, steps = 0;
   size_t allocated = 0;
   int line = 1, col = 1;  // the expression being evaluated: where errors from deep inside are reported
+  // The namespaces this render made: emptied at its end, since one may hold itself (ns.x = [ns]) and a
+  // shared_ptr cycle would never be freed.
+  std::vector<std::weak_ptr<Dict>> namespaces;
 };
 // The render in progress on this thread; null outside a render (then nothing is bounded).
 extern thread_local Budget* tl_budget;
@@ -181,7 +196,6 @@ void charge_alloc(size_t bytes);
 
 // ---- value operations (jinja_value.cpp) ----
 [[noreturn]] void fail(const std::string& what, int line, int col);
-[[noreturn]] void fail_here(const std::string& what);  // at the expression being evaluated
 bool truthy(const Value& v);
 bool equal(const Value& a, const Value& b);
 // Python's str(): the text {{ v }} prints. repr(): how it looks inside a list or dict.

@@ -28,6 +28,12 @@ void fail_here(const std::string& what) {
   fail(what, tl_budget ? tl_budget->line : 1, tl_budget ? tl_budget->col : 1);
 }
 
+int check_depth(int child_depth) {
+  if (child_depth + 1 > kMaxValueDepth)
+    fail_here("lists and dicts nest deeper than " + std::to_string(kMaxValueDepth) + " levels");
+  return child_depth + 1;
+}
+
 void charge_steps(int64_t n) {
   Budget* b = tl_budget;
   if (!b) return;

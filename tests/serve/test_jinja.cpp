@@ -406,6 +406,11 @@ TEST(Jinja, HostileTemplatesAreBounded) {
        "ns.l }}",
        "bound"},
       {"{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}", "nesting deeper than"},
+      {"{% set ns = namespace(l=[]) %}{% for i in range(5000) %}{% set ns.l = [ns.l] %}{% endfor %}",
+       "nest deeper than 256"},
+      {"{{ range(-9223372036854775807, 9223372036854775807, 4611686018427387904) | list }}"
+       "{{ range(0, -9223372036854775807 - 1, -9223372036854775807 - 1) | list }}{{ nope }}{{ nope.x }}",
+       "'nope' is undefined"},
       {"{{ " + std::string(2000, '[') + std::string(2000, ']') + " }}", "nesting deeper than"},
       {"{{ " + std::string(5000, '-') + "1 }}", "nesting deeper than"},
       {"{{ x" + std::string(5000, '|') + " }}", "expected a filter name"},
@@ -433,6 +438,11 @@ TEST(Jinja, StrftimeNowAndUndefined) {
   const std::time_t now = std::time(nullptr);
   std::strftime(year, sizeof year, "%Y", std::localtime(&now));
   EXPECT_EQ(lowbit_render("{{ strftime_now('%Y') }}", ojson::object()).text, year);
+  // A namespace that holds itself is freed when the render ends (the sanitizer build checks for leaks).
+  EXPECT_EQ(
+      lowbit_render("{% set ns = namespace() %}{% set ns.me = [ns] %}{% set ns.x = ns %}ok", ojson::object())
+          .text,
+      "ok");
   EXPECT_EQ(lowbit_render("[{{ missing }}]{% if missing %}x{% endif %}{% for m in missing %}y{% endfor %}",
                           ojson::object())
                 .text,
