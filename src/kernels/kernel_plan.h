@@ -361,6 +361,8 @@ void qx_layout_avx512(int bits, const int8_t* natural, int64_t cols, int8_t* q, 
 // codes for a given scale s > 0 (static activation scales).
 void quantize_activation_int8_avx512(const float* x, int64_t n, int8_t* codes, float* scale);
 void int8_act_codes_avx512(const float* x, int64_t n, float s, int8_t* codes);
+// quantize_activation_int4 (kernels/matmul.h) bit for bit, vectorized.
+void quantize_activation_int4_avx512(const float* x, int64_t n, float clip, int8_t* codes, float* scale);
 // out[i] = rows[i] . x for nr rows (row i's codes, scale cells s[i], zero cells z[i], null for symmetric),
 // four rows at a time, the tail one by one.
 void vnni_rows_avx512(int bits, int nr, const uint8_t* const* rows, int64_t cols, int64_t group,

@@ -83,11 +83,13 @@ bool pack_tile_ok(const WeightMatrix& w, const KernelPlan& p) {
 KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, int64_t T) {
   if (isa < Isa::Avx512) return {Kernel::Deq, ActRounding::None};
   const bool prefill = T >= kPrefillTokens;
-  // INT4 / INT8 codes with INT8 activations: integer products. Prefill: W8A8 per-channel on AMX tiles (from
+  // INT4 / INT8 codes with INT8 or INT4 activations (W4A4: the 4-bit codes are widened to bytes and run on
+  // the same integer kernels, exact in int32): integer products. Prefill: W8A8 per-channel on AMX tiles (from
   // kAmxTokens, where the tier or the emulator has them) or the VNNI register tile, other INT codes on the
   // same tile over per-call decoded blocks, anything else dequantized into the FP32 tile (x still through the
   // activation route).
-  if (w.act_format == FormatId::INT8 && p.int_codes && p.vnni_ok) {
+  const bool int_act = w.act_format == FormatId::INT8 || w.act_format == FormatId::INT4;
+  if (int_act && p.int_codes && p.vnni_ok) {
     if (!prefill) return {Kernel::VnniGemv, ActRounding::None};
     if (w8a8_per_channel(w, p)) {
       if (T >= kAmxTokens && isa >= Isa::Amx) return {Kernel::AmxTile, ActRounding::None};
@@ -193,6 +195,8 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
   std::string name = w.format_name();
   if (w.act_format == FormatId::INT8)
     name += "+a8";
+  else if (w.act_format == FormatId::INT4)
+    name += "+a4";
   else if (w.act_format != FormatId::F32)
     name += std::string("+a_") + format_info(w.act_format).name;
   // "<decode>[+<prefill>].<tier>": decode at one token, prefill at a long prompt (AMX from kAmxTokens on).

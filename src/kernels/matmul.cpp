@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/error.h"
@@ -70,6 +71,35 @@ void quantize_activation_int8(const WeightMatrix& w, const float* x, int8_t* cod
   quantize_activation_row(FormatId::INT8, x, n, 0, reinterpret_cast<uint8_t*>(codes), scale);
 }
 
+void quantize_activation_int4(const float* x, int64_t n, float clip, int8_t* codes, float* scale) {
+  float amax = 0.0f;
+  bool has_nan = false;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i]))
+      has_nan = true;
+    else if (std::isfinite(x[i]))
+      amax = std::fmax(amax, std::fabs(x[i]));
+  }
+  const float s = amax * clip / 7.0f;
+  *scale = has_nan ? std::numeric_limits<float>::quiet_NaN() : s;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    float qv = 0.0f;
+    if (std::isnan(v) || !(s > 0))
+      qv = std::isinf(v) ? (v > 0 ? 7.0f : -7.0f) : 0.0f;
+    else
+      qv = std::clamp(std::nearbyint(v / s), -7.0f, 7.0f);  // +-Inf / s -> +-Inf -> clamped
+    codes[i] = static_cast<int8_t>(qv);
+  }
+}
+
+void quantize_activation_codes(const WeightMatrix& w, const float* x, int8_t* codes, float* scale) {
+  if (w.act_format != FormatId::INT4) return quantize_activation_int8(w, x, codes, scale);
+  if (kernel_isa() >= Isa::Avx512)
+    return kern::quantize_activation_int4_avx512(x, w.cols, w.act_clip, codes, scale);
+  quantize_activation_int4(x, w.cols, w.act_clip, codes, scale);
+}
+
 void quantize_activations(const WeightMatrix& w, const float* x, int64_t T, float* xq) {
   const int64_t n = w.cols;
   if (w.act_format == FormatId::F32) {
@@ -80,9 +110,9 @@ void quantize_activations(const WeightMatrix& w, const float* x, int64_t T, floa
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x + t * n;
     float* ot = xq + t * n;
-    if (w.act_format == FormatId::INT8) {
+    if (w.act_format == FormatId::INT8 || w.act_format == FormatId::INT4) {
       float s = 0;
-      quantize_activation_int8(w, xt, reinterpret_cast<int8_t*>(codes.data()), &s);
+      quantize_activation_codes(w, xt, reinterpret_cast<int8_t*>(codes.data()), &s);
       for (int64_t i = 0; i < n; ++i) ot[i] = static_cast<float>(static_cast<int8_t>(codes[i])) * s;
     } else if (w.act_static_scale > 0) {
       const FormatInfo& fi = format_info(w.act_format);
@@ -129,6 +159,36 @@ void matmul_reference(const WeightMatrix& w, const float* x, int64_t T, float* y
       }
     }
   });
+}
+
+void matmul_int_reference(const WeightMatrix& w, const float* x, int64_t T, float* y) {
+  const KernelPlan& p = kernel_plan(w);
+  if (w.kind != WeightKind::Quant || !p.int_codes || p.lut.empty() ||
+      (w.act_format != FormatId::INT8 && w.act_format != FormatId::INT4))
+    fail("kernels", "matmul_int_reference needs INT4 / INT8 weight codes with INT8 / INT4 activations, not " +
+                        matmul_kernel_name(w));
+  const int64_t cols = w.cols, ng = p.gcols;
+  std::vector<int8_t> xq(static_cast<size_t>(T * cols));
+  std::vector<float> sx(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) quantize_activation_codes(w, x + t * cols, xq.data() + t * cols, &sx[t]);
+  std::vector<int64_t> acc(static_cast<size_t>(ng));
+  std::vector<int32_t> wv(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const float* s = p.scale_row(r);
+    const float* z = p.zero_row(r);
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t g = std::min(c / p.group, ng - 1);
+      wv[c] = static_cast<int32_t>(p.lut[w.q->code(r, c)] - (z ? z[g] : 0.0f));
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      std::fill(acc.begin(), acc.end(), 0);
+      const int8_t* xt = xq.data() + t * cols;
+      for (int64_t c = 0; c < cols; ++c) acc[std::min(c / p.group, ng - 1)] += int64_t{wv[c]} * xt[c];
+      double out = 0;
+      for (int64_t g = 0; g < ng; ++g) out += static_cast<double>(acc[g]) * s[g] * sx[t];
+      y[t * w.rows + r] = static_cast<float>(out);
+    }
+  }
 }
 
 // ---- dispatch ----
@@ -417,7 +477,7 @@ void run_vnni512(const WeightMatrix& w, const KernelPlan& p, const float* x, int
   ls.resize(static_cast<size_t>(T * nch * 16));
   sx.resize(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
-    quantize_activation_int8(w, x + t * cols, nat.data(), &sx[t]);
+    quantize_activation_codes(w, x + t * cols, nat.data(), &sx[t]);
     kern::qx_layout_avx512(bits, nat.data(), cols, qx.data() + t * pad, ls.data() + t * nch * 16);
   }
   const int8_t* qxp = qx.data();
@@ -444,7 +504,7 @@ void run_vnni_tile512(const WeightMatrix& w, const KernelPlan& p, const Int8Tile
   xu.assign(static_cast<size_t>(T * xs), 128);  // padding columns hold x = 0
   sx.resize(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
-    quantize_activation_int8(w, x + t * cols, nat.data(), &sx[t]);
+    quantize_activation_codes(w, x + t * cols, nat.data(), &sx[t]);
     uint8_t* dst = xu.data() + t * xs;
     for (int64_t c = 0; c < cols; ++c) dst[c] = static_cast<uint8_t>(nat[c] ^ 0x80);  // x + 128
   }
@@ -469,7 +529,7 @@ void run_vnni_block512(const WeightMatrix& w, const KernelPlan& p, const float* 
   sx.resize(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
     int8_t* q = xq.data() + t * xs;
-    quantize_activation_int8(w, x + t * cols, q, &sx[t]);
+    quantize_activation_codes(w, x + t * cols, q, &sx[t]);
     for (int64_t c = 0; c < cols; ++c) xg[static_cast<size_t>(t * ng + c / grp)] += q[c];
   }
   const int zoff = p.asym ? 0 : static_cast<int>(-p.lut[0]);
@@ -493,7 +553,7 @@ void run_amx_w8a8(const WeightMatrix& w, const KernelPlan& p, const AmxInt8Pack&
   thread_local std::vector<float> sx;
   xq.assign(static_cast<size_t>(tp * pk.kp), 0);  // padding tokens and columns hold x = 0
   sx.resize(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) quantize_activation_int8(w, x + t * cols, xq.data() + t * pk.kp, &sx[t]);
+  for (int64_t t = 0; t < T; ++t) quantize_activation_codes(w, x + t * cols, xq.data() + t * pk.kp, &sx[t]);
   const int8_t* xp = xq.data();
   const float* sxp = sx.data();
   for_row_blocks(

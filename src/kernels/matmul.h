@@ -10,6 +10,10 @@
 //   multiplied
 //                  as integers (AVX-512 VNNI) where the weight codes are INT4/INT8; otherwise emulated
 //                  exactly.
+//   INT4           x is quantized per token to codes in [-7, 7] (symmetric, scale act_clip * absmax / 7;
+//                  quantize_activation_int4) and multiplied as integers on the same VNNI kernels as INT8
+//                  (codes widened to bytes; "+a4" in the kernel name) where the weight codes are INT4/INT8;
+//                  otherwise (other weight formats, tiers below AVX-512) emulated exactly.
 //   E4M3FN / E5M2 / FNUZ   x is quantized per token to FP8 and dequantized, then a float product (exact
 //   emulation).
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q2_K .. Q6_K weights on AVX-512 additionally quantize activations
@@ -82,6 +86,20 @@ std::string matmul_kernel_name(const WeightMatrix& w);
 void quantize_activations(const WeightMatrix& w, const float* x, int64_t T, float* xq);
 // INT8 route, one token: codes[cols] and the scale used (dynamic absmax/127 or w.act_static_scale).
 void quantize_activation_int8(const WeightMatrix& w, const float* x, int8_t* codes, float* scale);
+// INT4 route, one token, the definition (scalar): amax = max |x_i| over the finite x_i, s = amax * clip / 7,
+// codes = clamp(nearbyint(x / s), -7, 7). As the INT8 route: a NaN input makes the scale NaN and its code 0;
+// +-Inf saturates to +-7; no finite non-zero value gives s = 0 and codes 0 (+-7 for infinities). Codes are
+// symmetric (-8 is never used) so that code and value tables of the weights' symmetric INT4 match.
+void quantize_activation_int4(const float* x, int64_t n, float clip, int8_t* codes, float* scale);
+// The integer activation routes (INT8, INT4) of w, one token, with the current ISA tier (bit-identical to
+// the scalar definitions).
+void quantize_activation_codes(const WeightMatrix& w, const float* x, int8_t* codes, float* scale);
+// Integer reference of the integer-activation products (INT8 / INT4 activations x symmetric or asymmetric
+// INT4 / INT8 weight codes, any group): per token and scale group the exact int64 sum of
+// (weight code - zero point) * activation code, then y = sum over groups of double(sum) * weight scale *
+// activation scale. The W4A4 / W8A8 kernels' oracle: their integer sums are these, bit for bit; their float
+// results differ only by the order of the final float scaling (docs/kernels.md).
+void matmul_int_reference(const WeightMatrix& w, const float* x, int64_t T, float* y);
 // llama.cpp-style Q8 blocks of 32 (n multiple of 32): d[b] = absmax/127, q = RNE(x/d) (0 when d == 0).
 void quantize_q8_blocks(const float* x, int64_t n, int8_t* q, float* d);
 // True when matmul(w, ., T, .) rounds activations to Q8 blocks (the GGUF types above on AVX-512: decode, and

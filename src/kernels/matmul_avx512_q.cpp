@@ -321,8 +321,10 @@ int64_t qx_chunks(int bits, int64_t cols) {
 // (quantize_activation_row: nearbyint(x / s) clamped to +-127, NaN -> 0, +-inf -> +-127), so bit-identical to
 // them (tested). The decode quantizes one token per call on the calling thread: per 4864 columns ~26 us
 // through libm's fmax / nearbyint, ~13 % of a W8A8 ffn_down call in cache (perf).
-void int8_act_codes_avx512(const float* x, int64_t n, float s, int8_t* codes) {
-  const __m512 sv = _mm512_set1_ps(s), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+namespace {
+// Codes nearbyint(x / s) clamped to +-qmax (127: INT8, 7: INT4), NaN -> 0.
+void int_act_codes(const float* x, int64_t n, float s, float qmax, int8_t* codes) {
+  const __m512 sv = _mm512_set1_ps(s), lo = _mm512_set1_ps(-qmax), hi = _mm512_set1_ps(qmax);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = mask16(n - i);
     const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
@@ -333,7 +335,8 @@ void int8_act_codes_avx512(const float* x, int64_t n, float s, int8_t* codes) {
   }
 }
 
-void quantize_activation_int8_avx512(const float* x, int64_t n, int8_t* codes, float* scale) {
+// max |x_i| over the finite x_i; *nan: whether some x_i is NaN.
+float finite_absmax(const float* x, int64_t n, bool* has_nan) {
   const __m512i abs_bits = _mm512_set1_epi32(0x7FFFFFFF), inf_bits = _mm512_set1_epi32(0x7F800000);
   __m512 amax = _mm512_setzero_ps();
   __mmask16 nan = 0;
@@ -344,11 +347,36 @@ void quantize_activation_int8_avx512(const float* x, int64_t n, int8_t* codes, f
     amax =
         _mm512_mask_max_ps(amax, _mm512_mask_cmplt_epi32_mask(m, a, inf_bits), amax, _mm512_castsi512_ps(a));
   }
-  const float s = _mm512_reduce_max_ps(amax) / 127.0f;
-  *scale = nan ? std::numeric_limits<float>::quiet_NaN() : s;
-  if (s > 0) return int8_act_codes_avx512(x, n, s, codes);
+  *has_nan = nan != 0;
+  return _mm512_reduce_max_ps(amax);
+}
+
+// The per-token codes for scale s (see quantize_activation_row / quantize_activation_int4).
+void act_codes_for_scale(const float* x, int64_t n, float s, float qmax, int8_t* codes) {
+  if (s > 0) return int_act_codes(x, n, s, qmax, codes);
+  const auto q = static_cast<int8_t>(qmax);
   for (int64_t i = 0; i < n; ++i)  // no finite non-zero value: infinities saturate, the rest is 0
-    codes[i] = static_cast<int8_t>(std::isinf(x[i]) ? (x[i] > 0 ? 127 : -127) : 0);
+    codes[i] = std::isinf(x[i]) ? (x[i] > 0 ? q : static_cast<int8_t>(-q)) : int8_t{0};
+}
+}  // namespace
+
+void int8_act_codes_avx512(const float* x, int64_t n, float s, int8_t* codes) {
+  int_act_codes(x, n, s, 127.0f, codes);
+}
+
+void quantize_activation_int8_avx512(const float* x, int64_t n, int8_t* codes, float* scale) {
+  bool nan = false;
+  const float s = finite_absmax(x, n, &nan) / 127.0f;
+  *scale = nan ? std::numeric_limits<float>::quiet_NaN() : s;
+  act_codes_for_scale(x, n, s, 127.0f, codes);
+}
+
+// The same float operations as quantize_activation_int4 (amax * clip / 7, then nearbyint(x / s) clamped).
+void quantize_activation_int4_avx512(const float* x, int64_t n, float clip, int8_t* codes, float* scale) {
+  bool nan = false;
+  const float s = finite_absmax(x, n, &nan) * clip / 7.0f;
+  *scale = nan ? std::numeric_limits<float>::quiet_NaN() : s;
+  act_codes_for_scale(x, n, s, 7.0f, codes);
 }
 
 void qx_layout_avx512(int bits, const int8_t* nat, int64_t cols, int8_t* q, int32_t* lanesum) {

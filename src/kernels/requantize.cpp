@@ -19,6 +19,7 @@ WeightMatrix requantize_weight_rtn(const WeightMatrix& w, const QuantScheme& s) 
       make_quant_weight(std::make_shared<QuantizedMatrix>(quantize_matrix(f.data(), w.rows, w.cols, s)));
   out.act_format = w.act_format;
   out.act_static_scale = w.act_static_scale;
+  out.act_clip = w.act_clip;
   return out;
 }
 

@@ -32,6 +32,9 @@ struct WeightMatrix {
   // (INT8 symmetric, or an FP8 format), emulating exactly what a W8A8 engine computes. F32 = weight-only.
   FormatId act_format = FormatId::F32;
   float act_static_scale = 0.0f;  // > 0: one calibrated per-tensor scale instead of dynamic per-token scales
+  // INT4 route: the per-token scale is act_clip * absmax / 7 (values beyond the clipped range saturate at
+  // +-7; QuaRot clips activations at 0.9). 1 = no clipping; the other routes ignore it.
+  float act_clip = 1.0f;
   // Kernel side tables (decoded scales, code LUT), built by make_quant_weight / prepare_weight, or lazily
   // (and cached process-wide) by the first matmul when absent.
   std::shared_ptr<const KernelPlan> plan;

@@ -42,7 +42,8 @@ std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
 
 struct Case {
   std::string weight;  // scheme string, or "ggml:<type>", or "f32"/"f16"/"bf16"
-  std::string act;     // "" (weight-only), "int8", "int8s" (static scale), "e4m3fn", "e5m2"
+  std::string
+      act;  // "" (weight-only), "int8", "int8s" (static scale), "int4", "int4c" (clip 0.9), "e4m3fn", "e5m2"
 };
 
 WeightMatrix make_weight(const Case& c, int64_t rows, int64_t cols, uint32_t seed) {
@@ -72,6 +73,11 @@ WeightMatrix make_weight(const Case& c, int64_t rows, int64_t cols, uint32_t see
   if (c.act == "int8s") {
     m.act_format = FormatId::INT8;
     m.act_static_scale = 0.9f / 127.0f;  // clips the largest activations on purpose
+  }
+  if (c.act == "int4") m.act_format = FormatId::INT4;
+  if (c.act == "int4c") {  // QuaRot's activation clipping
+    m.act_format = FormatId::INT4;
+    m.act_clip = 0.9f;
   }
   if (c.act == "e4m3fn") m.act_format = FormatId::E4M3FN;
   if (c.act == "e5m2") m.act_format = FormatId::E5M2;
@@ -181,6 +187,10 @@ std::vector<Case> act_cases() {
     for (const char* a : {"int8", "int8s"}) v.push_back({s, a});
   for (const char* s : {"e4m3:channel", "f16", "int4:g128"})
     for (const char* a : {"e4m3fn", "e5m2"}) v.push_back({s, a});
+  // W4A4 (and W8A4): the integer kernels with 4-bit activation codes; NF4 / F32 weights emulate the route.
+  for (const char* s : {"int4:channel", "int4:g128", "int4:g32", "int4:g32:asym", "int4:g48", "int4:g64",
+                        "int4:channel:asym", "int8:channel", "int8:g32", "nf4:g64", "f32"})
+    for (const char* a : {"int4", "int4c"}) v.push_back({s, a});
   return v;
 }
 
@@ -270,6 +280,10 @@ TEST(KernelNames, FastPathsSelected) {
   EXPECT_EQ(name("int4:g32:asym", FormatId::INT8), "int4:g32:asym:f16+a8.vnni+vnniblock.avx512");
   EXPECT_NE(name("int4:g128", FormatId::INT8).find("+a8.vnni+vnniblock.avx512"), std::string::npos);
   EXPECT_NE(name("int8:tensor", FormatId::INT8).find("+a8.vnni+vnniblock.avx512"), std::string::npos);
+  // W4A4: 4-bit activation codes on the same integer kernels.
+  EXPECT_EQ(name("int4:channel", FormatId::INT4), "int4:channel:sym:f16+a4.vnni+vnniblock.avx512");
+  EXPECT_EQ(name("int4:g128", FormatId::INT4), "int4:g128:sym:f16+a4.vnni+vnniblock.avx512");
+  EXPECT_EQ(name("int8:channel", FormatId::INT4), "int8:channel:sym:f16+a4.vnni+vnnitile.avx512");
   EXPECT_EQ(name("ggml:q4_0"), "q4_0.q8vnni16.avx512");  // load-time 16-row pack
   EXPECT_EQ(name("ggml:q8_0"), "q8_0.q8vnni16.avx512");
   {  // types lowbit reads but does not write (random blocks) are packed at load too
@@ -305,6 +319,7 @@ TEST(KernelNames, FastPathsSelected) {
   EXPECT_EQ(name("int3:g64"), "int3:g64:sym:f16.deq.avx512");  // INT2 / INT3 fuse on the avx512bf16 tier only
   set_kernel_isa(Isa::Generic);
   EXPECT_EQ(name("int4:g128"), "int4:g128:sym:f16.deq.generic");
+  EXPECT_EQ(name("int4:channel", FormatId::INT4), "int4:channel:sym:f16+a4.deq.generic");  // the fallback
   set_kernel_isa(best_isa());
 }
 
