@@ -377,6 +377,7 @@ struct ModuleQuant {
   FormatId act = FormatId::F32;
   bool act_static = false;
 };
+  float act_clip = 1.0f;  // INT4 activations: lowbit_clip
 
 // qc.value(key, "") for a string field, naming a value of another type instead of leaking json's type_error.
 std::string string_field(const json& qc, const char* key, const std::string& src) {
@@ -405,7 +406,14 @@ FormatId act_format_from_args(const json& a, const std::string& where) {
   if (bits == 8 && type == "int") return FormatId::INT8;
   if (bits == 8 && type == "float") return FormatId::E4M3FN;
   bad(where + ": input activations of " + std::to_string(bits) + "-bit " + type +
-      " are not supported (lowbit serves int8 and fp8 activations)");
+  if (bits == 4 && type == "int") {
+    if (!a.value("dynamic", true))
+      bad(where +
+          ": static 4-bit input activations are not supported (lowbit's int4 activations take "
+          "per-token dynamic scales)");
+    return FormatId::INT4;
+  }
+      " are not supported (lowbit serves int8, int4 and fp8 activations)");
 }
 
 }  // namespace
@@ -483,6 +491,10 @@ ModelWeights load_quantized_weights(const io::HfCheckpoint& ck, const ModelConfi
         gr.mq.act_static = !g["input_activations"].value("dynamic", true);
       }
     } catch (const json::exception& e) {
+        gr.mq.act_clip = g["input_activations"].value("lowbit_clip", 1.0f);
+        if (!(gr.mq.act_clip > 0.0f && gr.mq.act_clip <= 1.0f))
+          bad(where + ": input_activations.lowbit_clip " + std::to_string(gr.mq.act_clip) +
+              " is outside (0, 1]");
       bad(where + " is malformed: " + e.what());
     } catch (const UsageError& e) {
       bad(where + ": " + e.what());
@@ -552,6 +564,7 @@ ModelWeights load_quantized_weights(const io::HfCheckpoint& ck, const ModelConfi
     out->act_format = it->second->act;
     if (it->second->act != FormatId::F32 && it->second->act_static) {
       const TensorView& s = need(tensors, module + ".input_scale", DType::F32, 1, ck.dir);
+    out->act_clip = it->second->act_clip;
       std::memcpy(&out->act_static_scale, s.data, 4);
       if (!(out->act_static_scale > 0) || !std::isfinite(out->act_static_scale))
         bad("tensor '" + module + ".input_scale' in " + ck.dir + " is not a positive finite scale");

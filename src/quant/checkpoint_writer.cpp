@@ -158,6 +158,7 @@ json quantization_config(const Model& m, const QuantReport& rep,
   struct Group {
     QuantScheme s;
     FormatId act;
+    float clip;
     bool st;
     std::vector<std::string> modules;
   };
@@ -172,11 +173,13 @@ json quantization_config(const Model& m, const QuantReport& rep,
     }
     if (name == lowbit_tensor_name(TensorRole::TokEmbed, -1)) embed_quantized = true;
     const bool st = w->act_format != FormatId::F32 && w->act_static_scale > 0;
-    const std::string key =
-        to_string(w->q->scheme) + "|" + format_info(w->act_format).name + "|" + (st ? "s" : "d");
+    const std::string key = to_string(w->q->scheme) + "|" + format_info(w->act_format).name + "|" +
+                            (st ? "s" : "d") +
+                            (w->act_format == FormatId::INT4 ? "|" + std::to_string(w->act_clip) : "");
     auto& g = groups[key];
     g.s = w->q->scheme;
     g.act = w->act_format;
+    g.clip = w->act_clip;
     g.st = st;
     g.modules.push_back(hf);
   }
@@ -198,6 +201,8 @@ json quantization_config(const Model& m, const QuantReport& rep,
              {"symmetric", true},       {"strategy", g.st ? "tensor" : "token"},
              {"dynamic", !g.st},        {"observer", g.st ? json("minmax") : json(nullptr)},
              {"lowbit_format", fi.name}};
+      // INT4 activations: the clipping ratio of the per-token absmax (not a compressed-tensors field).
+      if (g.act == FormatId::INT4) act["lowbit_clip"] = short_decimal(g.clip);
     }
     const std::string layout = layout_name(checkpoint_layout(g.s, 2));
     layouts.insert(layout);

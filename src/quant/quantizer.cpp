@@ -147,7 +147,9 @@ WeightMatrix quantize_one(Ctx& cx, const TensorPlan& p, const std::vector<float>
   }
   WeightMatrix out = make_quant_weight(std::make_shared<QuantizedMatrix>(std::move(q)));
   out.act_format = p.act.format;
+  out.act_clip = p.act.clip;
   tr->act_format = p.act.format;
+  tr->act_clip = p.act.clip;
   if (p.act.enabled() && !p.act.dynamic) {
     if (!ss)
       throw UsageError("quant", "static activation scales for " + p.name +
@@ -331,6 +333,7 @@ nlohmann::json TensorReport::to_json() const {
                    {"dynamic", !act_static},
                    {"static_scale", act_static ? json(act_scale) : json(nullptr)},
                    {"scale_source", act_static ? "calibrated absmax / format max" : "per token"}};
+    if (act_format == FormatId::INT4) j["activations"]["clip"] = short_decimal(act_clip);
   }
   return j;
 }

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -49,7 +51,7 @@ FormatId act_format_from_name(const std::string& s, const std::string& where) {
   std::string l = lower(s);
   if (l == "none" || l == "f16" || l == "bf16" || l == "f32" || l == "16" || l.empty()) return FormatId::F32;
   const FormatInfo* fi = find_format(l);
-  if (!fi) usage(where + ": unknown activation format '" + s + "'; use int8, e4m3 (fp8), e5m2 or none");
+  if (!fi) usage(where + ": unknown activation format '" + s + "'; use int8, int4, e4m3 (fp8), e5m2 or none");
   return fi->id;
 }
 
@@ -241,6 +243,16 @@ std::optional<Recipe> parse_wakv(const std::string& s_in) {
   return r;
 }
 
+double short_decimal(float f) {
+  for (int digits = 1; digits < 9; ++digits) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(f));
+    const double d = std::strtod(buf, nullptr);
+    if (static_cast<float>(d) == f) return d;
+  }
+  return static_cast<double>(f);
+}
+
 nlohmann::json Recipe::to_json() const {
   json j;
   j["name"] = name;
@@ -248,6 +260,9 @@ nlohmann::json Recipe::to_json() const {
   j["algorithm"] = (smoothquant ? std::string("smoothquant+") : std::string()) + algorithm_name(algorithm);
   j["activations"] = act.enabled() ? json{{"format", format_info(act.format).name}, {"dynamic", act.dynamic}}
                                    : json(nullptr);
+  // The clip goes out whenever it is set, so that plan_recipe can refuse it on a format it does not apply to.
+  if (!act.enabled() && act.clip != 1.0f) j["activations"] = {{"format", "none"}, {"dynamic", act.dynamic}};
+  if (act.format == FormatId::INT4 || act.clip != 1.0f) j["activations"]["clip"] = short_decimal(act.clip);
   j["kv_cache"] = kv.enabled() ? json{{"format", format_info(kv.format).name},
                                       {"strategy", kv.per_head ? "head" : "tensor"}}
                                : json(nullptr);
@@ -344,11 +359,12 @@ Recipe recipe_from_json(const json& j, const std::string& where) {
     } else if (a.is_string()) {
       r.act = {act_format_from_name(a.get<std::string>(), where + ".activations"), true};
     } else {
-      check_keys(a, {"format", "dynamic"}, where + ".activations");
+      check_keys(a, {"format", "dynamic", "clip"}, where + ".activations");
       if (a.contains("format"))
         r.act.format = act_format_from_name(get_as<std::string>(a, "format", where + ".activations"),
                                             where + ".activations");
       if (a.contains("dynamic")) r.act.dynamic = get_as<bool>(a, "dynamic", where + ".activations");
+      if (a.contains("clip")) r.act.clip = get_as<float>(a, "clip", where + ".activations");
     }
   }
   if (j.contains("kv_cache")) {
@@ -533,7 +549,9 @@ Recipe parse_recipe_arg(const std::string& arg) {
     else if (k == "group")
       group_override = static_cast<int>(integer("group", 1, 1 << 20));
     else if (k == "act")
-      r->act = {act_format_from_name(v, "--recipe act"), r->act.dynamic};
+      r->act.format = act_format_from_name(v, "--recipe act");
+    else if (k == "act_clip")
+      r->act.clip = static_cast<float>(num("act_clip"));
     else if (k == "act_static")
       r->act.dynamic = !flag("act_static");
     else if (k == "kv")
@@ -574,7 +592,8 @@ Recipe parse_recipe_arg(const std::string& arg) {
       r->rotation.factors = v;
     else
       usage("--recipe '" + arg + "': unknown key '" + k +
-            "'; known: algo, scheme, group, act, act_static, kv, kv_strategy, alpha, samples, length, seed, "
+            "'; known: algo, scheme, group, act, act_clip, act_static, kv, kv_strategy, alpha, samples, "
+            "length, seed, "
             "calib, act_order, damp, clip, ignore, dtype, rotate, rotate_seed, rotate_r1, rotate_r2, "
             "rotate_r4, "
             "rotate_factors");
@@ -712,17 +731,27 @@ std::vector<TensorPlan> plan_recipe(const Recipe& r, const ModelConfig& c,
   // Activation route checks (model independent).
   if (r.act.enabled()) {
     const FormatId f = r.act.format;
-    if (f != FormatId::INT8 && !is_fp8(f))
+    if (f != FormatId::INT8 && f != FormatId::INT4 && !is_fp8(f))
       errors.push_back(
           std::string("activation format '") + format_info(f).name +
-          "' cannot serve activations: lowbit kernels quantize activations to int8 or an FP8 format "
-          "(e4m3fn, e5m2); use act=int8 or act=e4m3, or drop activation quantization (A16)");
+          "' cannot serve activations: lowbit kernels quantize activations to int8, int4 or an FP8 format "
+          "(e4m3fn, e5m2); use act=int8, act=int4 or act=e4m3, or drop activation quantization (A16)");
+    if (f == FormatId::INT4 && !r.act.dynamic)
+      errors.push_back(
+          "int4 activations are dynamic only (per-token scales); drop act_static / \"dynamic\": false");
+    if (!(r.act.clip > 0.0f && r.act.clip <= 1.0f))
+      errors.push_back("activation clip " + std::to_string(r.act.clip) +
+                       " is outside (0, 1]; it scales the per-token absmax (QuaRot uses 0.9)");
+    else if (r.act.clip != 1.0f && f != FormatId::INT4)
+      errors.push_back(std::string("activation clip applies to int4 activations, not ") +
+                       format_info(f).name + "; drop act_clip or use act=int4");
     const int wb = r.weights.elem_info().bits;
     if (wb <= 4 && format_info(f).bits <= 4 && !r.rotation.enabled())
       warn.push_back(
           "W4A4 without rotation: 4-bit activations collapse on outlier channels (SmoothQuant W4A4KV4 "
           "PPL 83 vs QuaRot 6.1 on LLaMA-2-7B); add a Hadamard rotation");
-  }
+  } else if (r.act.clip != 1.0f)
+    errors.push_back("act_clip without activation quantization; add act=int4 or drop act_clip");
   if (r.kv.enabled()) {
     const FormatId f = r.kv.format;
     if (f != FormatId::INT8 && f != FormatId::INT4 && !is_fp8(f))

@@ -35,6 +35,7 @@ void expect_same_weights(Model& a, Model& b, const std::string& what) {
     ASSERT_EQ(x.kind, y.kind) << what << " " << na[i].first;
     EXPECT_EQ(x.act_format, y.act_format) << what << " " << na[i].first;
     EXPECT_EQ(x.act_static_scale, y.act_static_scale) << what << " " << na[i].first;
+    EXPECT_EQ(x.act_clip, y.act_clip) << what << " " << na[i].first;
     if (x.kind == WeightKind::Quant) {
       EXPECT_EQ(to_string(x.q->scheme), to_string(y.q->scheme)) << what << " " << na[i].first;
       EXPECT_EQ(x.q->codes, y.q->codes) << what << " " << na[i].first;
@@ -100,7 +101,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"e4m3:block32x32:f32", true}, Case{"e5m2:channel:bf16", false},
                       Case{"nvfp4", false}, Case{"mxfp4", false}, Case{"mxfp8", false},
                       Case{"e2m1:g32:f16", false}, Case{"int4:g32:e8m0", false}, Case{"q4_0", false},
-                      Case{"int4:g32:sym,algo=gptq,kv=int8,kv_strategy=head", true}),
+                      Case{"int4:g32:sym,algo=gptq,kv=int8,kv_strategy=head", true},
+                      // W4A4: int4 per-token activations (with QuaRot's clip), the int4 KV scales
+                      Case{"int4:channel:sym,act=int4", false}, Case{"W4A4KV4,group=32,act_clip=0.9", true}),
     [](const ::testing::TestParamInfo<Case>& info) {
       std::string n = std::string(info.param.recipe) + (info.param.gqa ? "_gqa" : "");
       for (auto& ch : n)

@@ -101,11 +101,24 @@ TEST(Recipe, WakvNotationReportsWhatItLeavesOpen) {
             std::string::npos);
 }
 
-TEST(Recipe, W4A4IsRejectedForActivationsAndWarnsAboutRotation) {
+TEST(Recipe, W4A4PlansAndWarnsAboutRotation) {
   auto r = *parse_wakv("W4A4KV4");
+  EXPECT_EQ(r.act.format, FormatId::INT4);
+  EXPECT_TRUE(r.act.dynamic);
+  EXPECT_EQ(r.act.clip, 1.0f);
+  r.weights.group_size = 32;
   std::vector<std::string> warn;
-  std::string msg = usage_message([&] { plan_recipe(r, small_config(64, 128), &warn); });
-  EXPECT_NE(msg.find("cannot serve activations"), std::string::npos) << msg;
+  const auto plans = plan_recipe(r, small_config(64, 128), &warn);
+  bool rot_warned = false;
+  for (auto& w : warn) rot_warned |= w.find("W4A4 without rotation") != std::string::npos;
+  EXPECT_TRUE(rot_warned);
+  for (auto& p : plans)
+    if (p.quantize && p.name != "tok_embed") EXPECT_EQ(p.act.format, FormatId::INT4) << p.name;
+  // With a rotation the warning goes.
+  r.rotation.method = "quarot";
+  warn.clear();
+  plan_recipe(r, small_config(64, 128), &warn);
+  for (auto& w : warn) EXPECT_EQ(w.find("W4A4 without rotation"), std::string::npos) << w;
   // Int8 activations with 4-bit weights are fine; the rotation warning is for 4-bit activations only.
   Recipe ok = *preset_recipe("W4A8");
   ok.weights.group_size = 32;
@@ -277,6 +290,43 @@ TEST(Recipe, RotationShorthandJsonRoundTripAndErrors) {
   r.weights.group_size = 32;
   plan_recipe(r, small_config(64, 128), &warn);
   for (auto& w : warn) EXPECT_EQ(w.find("not implemented"), std::string::npos) << w;
+}
+
+TEST(Recipe, Int4ActivationsShorthandJsonRoundTripAndErrors) {
+  Recipe r = parse_recipe_arg("int4:channel:sym,act=int4,act_clip=0.9");
+  EXPECT_EQ(r.act.format, FormatId::INT4);
+  EXPECT_EQ(r.act.clip, 0.9f);
+  const json j = r.to_json();
+  EXPECT_EQ(j["activations"]["format"], "int4");
+  EXPECT_EQ(j["activations"]["dynamic"], true);
+  EXPECT_NEAR(j["activations"]["clip"].get<double>(), 0.9, 1e-7);
+  Recipe back = recipe_from_json(j);
+  EXPECT_EQ(back.act.clip, 0.9f);
+  EXPECT_EQ(back.to_json(), j);
+  // The clip survives a later act= (order of refinements does not matter).
+  EXPECT_EQ(parse_recipe_arg("W4A16,act_clip=0.8,act=int4").act.clip, 0.8f);
+  Recipe o = recipe_from_json(json::parse(
+      R"({"scheme": "int4:g32:sym", "activations": {"format": "int4", "dynamic": true, "clip": 0.9}})"));
+  EXPECT_EQ(o.act.format, FormatId::INT4);
+  EXPECT_EQ(o.act.clip, 0.9f);
+  EXPECT_FALSE(parse_recipe_arg("W8A8").to_json()["activations"].contains("clip"));
+  // Errors: unknown key, static int4, clip outside (0, 1], clip on another format or without activations.
+  auto msg = usage_message([] {
+    recipe_from_json(json::parse(R"({"scheme": "int4:g32", "activations": {"format": "int4", "clipp": 1}})"));
+  });
+  EXPECT_NE(msg.find("clipp"), std::string::npos) << msg;
+  const ModelConfig c = small_config(64, 128);
+  auto plan_error = [&](const std::string& arg) {
+    Recipe x = parse_recipe_arg(arg);
+    return usage_message([&] { plan_recipe(x, c, nullptr); });
+  };
+  EXPECT_NE(plan_error("int4:g32,act=int4,act_static=1").find("dynamic only"), std::string::npos);
+  EXPECT_NE(plan_error("int4:g32,act=int4,act_clip=0").find("outside (0, 1]"), std::string::npos);
+  EXPECT_NE(plan_error("int4:g32,act=int4,act_clip=1.5").find("outside (0, 1]"), std::string::npos);
+  EXPECT_NE(plan_error("int4:g32,act=int8,act_clip=0.9").find("applies to int4"), std::string::npos);
+  EXPECT_NE(plan_error("int4:g32,act_clip=0.9").find("without activation quantization"), std::string::npos);
+  msg = usage_message([] { parse_recipe_arg("int4:g32,act=int4,act_clip=x"); });
+  EXPECT_NE(msg.find("act_clip"), std::string::npos) << msg;
 }
 
 }  // namespace
