@@ -37,6 +37,16 @@ void check_shard_name(const std::string& shard, const fs::path& index) {
   }
 }
 
+// AutoGPTQ's quantize_config "model_file_base_name" when it is a plain file name, else "".
+std::string gptq_basename(const json& config) {
+  const json& qc = config.contains("quantization_config") ? config["quantization_config"] : json();
+  if (!qc.is_object() || !qc.contains("model_file_base_name") || !qc["model_file_base_name"].is_string())
+    return "";
+  const std::string b = qc["model_file_base_name"].get<std::string>();
+  return b.find('/') == std::string::npos && b.find('\\') == std::string::npos && b != "." && b != ".." ? b
+                                                                                                        : "";
+}
+
 }  // namespace
 
 HfCheckpoint HfCheckpoint::open(const std::string& path) {
@@ -63,6 +73,16 @@ HfCheckpoint HfCheckpoint::open(const std::string& path) {
   }
   ck.config = read_json(config);
   if (!ck.config.is_object()) fail("io", "'" + config.string() + "' must hold a JSON object");
+  // AutoGPTQ checkpoints may describe their quantization only in quantize_config.json (older releases wrote
+  // no quantization_config into config.json): it is read as config.json's quantization_config, quant_method
+  // "gptq" unless it names another.
+  if (!ck.config.contains("quantization_config") && fs::exists(p / "quantize_config.json", ec)) {
+    json qc = read_json(p / "quantize_config.json");
+    if (!qc.is_object())
+      fail("io", "'" + (p / "quantize_config.json").string() + "' must hold a JSON object");
+    if (!qc.contains("quant_method")) qc["quant_method"] = "gptq";
+    ck.config["quantization_config"] = qc;
+  }
   ck.tokenizer = read_optional_json(p / "tokenizer.json");
   ck.tokenizer_config = read_optional_json(p / "tokenizer_config.json");
   ck.generation_config = read_optional_json(p / "generation_config.json");
@@ -115,6 +135,9 @@ HfCheckpoint HfCheckpoint::open(const std::string& path) {
                        "' but that shard does not contain it; the index and shards do not match");
       }
     }
+  } else if (const fs::path base = p / (gptq_basename(ck.config) + ".safetensors");
+             base.filename() != ".safetensors" && fs::exists(base, ec)) {
+    add_shard(base);  // AutoGPTQ's model_basename (e.g. gptq_model-4bit-128g.safetensors)
   } else {
     fail("io", "'" + ck.dir + "' has neither model.safetensors nor model.safetensors.index.json");
   }

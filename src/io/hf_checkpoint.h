@@ -12,7 +12,8 @@ namespace lowbit::io {
 
 struct HfCheckpoint {
   std::string dir;
-  nlohmann::json config;             // config.json (required)
+  nlohmann::json config;             // config.json (required); quantize_config.json (AutoGPTQ) becomes its
+                                     // quantization_config when it has none
   nlohmann::json tokenizer;          // tokenizer.json, or null when absent
   nlohmann::json tokenizer_config;   // tokenizer_config.json, or null
   nlohmann::json generation_config;  // generation_config.json, or null

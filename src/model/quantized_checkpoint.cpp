@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "model/hub_layouts.h"
 
 namespace lowbit {
 namespace {
@@ -376,8 +377,8 @@ struct ModuleQuant {
   QuantScheme scheme;
   FormatId act = FormatId::F32;
   bool act_static = false;
-};
   float act_clip = 1.0f;  // INT4 activations: lowbit_clip
+};
 
 // qc.value(key, "") for a string field, naming a value of another type instead of leaking json's type_error.
 std::string string_field(const json& qc, const char* key, const std::string& src) {
@@ -405,7 +406,6 @@ FormatId act_format_from_args(const json& a, const std::string& where) {
   const std::string type = a.value("type", std::string("int"));
   if (bits == 8 && type == "int") return FormatId::INT8;
   if (bits == 8 && type == "float") return FormatId::E4M3FN;
-  bad(where + ": input activations of " + std::to_string(bits) + "-bit " + type +
   if (bits == 4 && type == "int") {
     if (!a.value("dynamic", true))
       bad(where +
@@ -413,6 +413,7 @@ FormatId act_format_from_args(const json& a, const std::string& where) {
           "per-token dynamic scales)");
     return FormatId::INT4;
   }
+  bad(where + ": input activations of " + std::to_string(bits) + "-bit " + type +
       " are not supported (lowbit serves int8, int4 and fp8 activations)");
 }
 
@@ -458,10 +459,11 @@ ModelWeights load_quantized_weights(const io::HfCheckpoint& ck, const ModelConfi
   const json& qc = ck.config["quantization_config"];
   const std::string src = ck.dir + "/config.json";
   const std::string method = string_field(qc, "quant_method", src);
+  if (is_hub_quant_method(method)) return load_hub_quantized_weights(ck, c, std::move(owner), mode);
   if (method != "compressed-tensors")
     bad(src + ": quant_method '" + method +
-        "' is not supported; lowbit loads compressed-tensors checkpoints "
-        "(convert GPTQ/AWQ checkpoints with llm-compressor, or quantize the 16-bit model with lowbit "
+        "' is not supported; lowbit loads compressed-tensors, GPTQ (AutoGPTQ/GPTQModel) and AWQ (AutoAWQ "
+        "GEMM) checkpoints (convert others with llm-compressor, or quantize the 16-bit model with lowbit "
         "quantize)");
   const std::string global_format = string_field(qc, "format", src);
   std::vector<std::string> ignore;
@@ -489,12 +491,12 @@ ModelWeights load_quantized_weights(const io::HfCheckpoint& ck, const ModelConfi
       if (g.contains("input_activations") && !g["input_activations"].is_null()) {
         gr.mq.act = act_format_from_args(g["input_activations"], where);
         gr.mq.act_static = !g["input_activations"].value("dynamic", true);
-      }
-    } catch (const json::exception& e) {
         gr.mq.act_clip = g["input_activations"].value("lowbit_clip", 1.0f);
         if (!(gr.mq.act_clip > 0.0f && gr.mq.act_clip <= 1.0f))
           bad(where + ": input_activations.lowbit_clip " + std::to_string(gr.mq.act_clip) +
               " is outside (0, 1]");
+      }
+    } catch (const json::exception& e) {
       bad(where + " is malformed: " + e.what());
     } catch (const UsageError& e) {
       bad(where + ": " + e.what());
@@ -562,9 +564,9 @@ ModelWeights load_quantized_weights(const io::HfCheckpoint& ck, const ModelConfi
         unpack_quantized(tensors, module, it->second->scheme, shape.first, shape.second, ck.dir));
     *out = make_quant_weight(q);
     out->act_format = it->second->act;
+    out->act_clip = it->second->act_clip;
     if (it->second->act != FormatId::F32 && it->second->act_static) {
       const TensorView& s = need(tensors, module + ".input_scale", DType::F32, 1, ck.dir);
-    out->act_clip = it->second->act_clip;
       std::memcpy(&out->act_static_scale, s.data, 4);
       if (!(out->act_static_scale > 0) || !std::isfinite(out->act_static_scale))
         bad("tensor '" + module + ".input_scale' in " + ck.dir + " is not a positive finite scale");

@@ -77,7 +77,8 @@ bool is_quantized_config(const nlohmann::json& config);
 
 // Maps a quantized checkpoint onto ModelWeights: quantized modules become WeightKind::Quant (with their
 // activation route and static scale), everything else goes through map_weights, and k_scale/v_scale are read.
-// Throws Error("model") for unsupported quant methods (gptq/awq/bitsandbytes layouts) with what to do.
+// quant_method "gptq" / "awq" go to load_hub_quantized_weights (model/hub_layouts.h). Throws
+// Error("model") for other quant methods (bitsandbytes, ...) with what to do.
 ModelWeights load_quantized_weights(const io::HfCheckpoint& ck, const ModelConfig& c,
                                     std::shared_ptr<const void> owner, DenseMode mode);
 

@@ -60,7 +60,11 @@ json inspect_checkpoint(const std::string& path) {
       bpw = w->q->bits_per_weight();
       t["quantized"] = true;
       t["scheme"] = to_string(w->q->scheme);
-      t["layout"] = layout_name(checkpoint_layout(w->q->scheme, w->cols));
+      // GPTQ / AWQ imports run as lowbit INT schemes but are stored in their own layout.
+      const std::string method = qc.is_object() ? qc.value("quant_method", std::string()) : std::string();
+      t["layout"] = method == "gptq" || method == "awq"
+                        ? method
+                        : std::string(layout_name(checkpoint_layout(w->q->scheme, w->cols)));
       t["scale_grid"] = {w->q->grid.rows, w->q->grid.cols};
       auto sc = w->q->decoded_scales();
       if (!sc.empty()) {
@@ -149,9 +153,22 @@ std::string inspect_table(const json& r, bool per_tensor) {
   os << buf;
   if (!r["quantization_config"].is_null()) {
     const json& q = r["quantization_config"];
-    os << "quantization_config: " << q.value("quant_method", "?") << ", format " << q.value("format", "?")
-       << ", " << q["config_groups"].size() << " group(s)";
-    if (!q["kv_cache_scheme"].is_null()) os << ", kv_cache_scheme " << json_text(q["kv_cache_scheme"]);
+    const std::string method = q.value("quant_method", "?");
+    if (method == "gptq" || method == "awq") {  // one scheme for all decoder linears, no config groups
+      os << "quantization_config: " << method << ", bits " << json_text(q.value("bits", json()))
+         << ", group_size " << json_text(q.value("group_size", json()));
+      if (method == "gptq")
+        os << ", sym " << json_text(q.value("sym", json())) << ", desc_act "
+           << json_text(q.value("desc_act", json())) << ", checkpoint_format "
+           << q.value("checkpoint_format", std::string("gptq"));
+      else
+        os << ", version " << q.value("version", std::string("gemm"));
+    } else {
+      os << "quantization_config: " << method << ", format " << q.value("format", "?") << ", "
+         << q["config_groups"].size() << " group(s)";
+    }
+    if (q.contains("kv_cache_scheme") && !q["kv_cache_scheme"].is_null())
+      os << ", kv_cache_scheme " << json_text(q["kv_cache_scheme"]);
     os << "\n";
   }
   // Per format summary, then per tensor.

@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""Independent NumPy decoder of quantized Hugging Face checkpoints, written from the published layouts and
+sharing no code with lowbit:
+
+  compressed-tensors "pack-quantized" (compressed_tensors/compressors/quantized_compressors/pack_quantized.py):
+    weight_packed int32 [out, ceil(in / pf)], value k of a word at bits [k*b, (k+1)*b), offset-binary
+    (q + 2^(b-1)); weight_zero_point int32 packed the same way along dim 0 (asymmetric only); weight_scale
+    [out, groups]; w = (q - zp) * scale with the group of column c = c // group_size.
+  GPTQ (AutoGPTQ qlinear_cuda_old / GPTQModel): qweight int32 [in / pf, out] packed along the input dim, qzeros
+    int32 [groups, out / pf] packed along the output dim (checkpoint_format "gptq": stored zero - 1, readers add
+    1; "gptq_v2": stored as is), scales [groups, out], g_idx [in]; W^T[i, j] = scales[g, j] * (q[i, j] - z[g, j]),
+    g = g_idx[i].
+  AWQ (AutoAWQ GEMM): qweight int32 [in, out / 8] and qzeros [groups, out / 8], slot k of a word holding column
+    8*j + [0, 2, 4, 6, 1, 3, 5, 7][k]; scales [groups, out]; W^T[i, j] = scales[i // gs, j] * (q - z).
+
+Usage: dequant_checkpoint.py CHECKPOINT_DIR OUT.safetensors -- writes every quantized module's dequantized
+weight as F32 [out, in] under its module name.
+"""
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": None, "I32": np.int32, "I64": np.int64,
+          "U8": np.uint8, "I8": np.int8}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = info["data_offsets"]
+        raw = data[base + b:base + e]
+        dt = info["dtype"]
+        if dt == "BF16":
+            arr = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            arr = np.frombuffer(raw, dtype=DTYPES[dt])
+        out[name] = arr.reshape(info["shape"])
+    return out
+
+
+def write_safetensors(path, tensors):
+    header, blobs, off = {}, [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name], dtype=np.float32)
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        blobs.append(a.tobytes())
+        off += a.nbytes
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def unpack_rows(packed, bits, n):
+    """int32 words -> unsigned b-bit values along the last axis (value k of a word at bits k*b)."""
+    pf = 32 // bits
+    w = packed.astype(np.int64) & 0xFFFFFFFF
+    shifts = np.arange(pf, dtype=np.int64) * bits
+    vals = (w[..., None] >> shifts) & ((1 << bits) - 1)
+    return vals.reshape(*packed.shape[:-1], packed.shape[-1] * pf)[..., :n]
+
+
+def ct_module(t, m, weights_args):
+    bits = weights_args["num_bits"]
+    rows, cols = [int(x) for x in t[m + ".weight_shape"]]
+    q = unpack_rows(t[m + ".weight_packed"], bits, cols) - (1 << (bits - 1))
+    scale = t[m + ".weight_scale"].astype(np.float32)
+    zp = np.zeros_like(scale)
+    if m + ".weight_zero_point" in t:  # packed along dim 0: transpose, unpack along the last axis, back
+        z = unpack_rows(t[m + ".weight_zero_point"].T, bits, scale.shape[0]).T
+        zp = (z - (1 << (bits - 1))).astype(np.float32)
+    strategy = weights_args["strategy"]
+    if strategy == "group":
+        gs = weights_args["group_size"]
+        g = np.arange(cols) // gs
+        return (q - zp[:, g]) * scale[:, g]
+    if strategy == "channel":
+        return (q - zp[:, :1]) * scale[:, :1]
+    if strategy == "tensor":
+        return (q - zp.reshape(-1)[0]) * scale.reshape(-1)[0]
+    raise SystemExit("unsupported strategy " + strategy)
+
+
+def gptq_module(t, m, qc):
+    bits = qc["bits"]
+    pf = 32 // bits
+    qweight, qzeros, scales = t[m + ".qweight"], t[m + ".qzeros"], t[m + ".scales"].astype(np.float32)
+    n_in, n_out = qweight.shape[0] * pf, qweight.shape[1]
+    q = unpack_rows(qweight.T, bits, n_in).T  # [in, out]
+    z = unpack_rows(qzeros, bits, n_out)  # [groups, out]
+    if qc.get("checkpoint_format", "gptq") == "gptq":
+        z = z + 1
+    g_idx = t[m + ".g_idx"] if m + ".g_idx" in t else np.arange(n_in) // qc["group_size"]
+    return ((q - z[g_idx]) * scales[g_idx]).T
+
+
+def awq_module(t, m, qc):
+    order = [0, 2, 4, 6, 1, 3, 5, 7]
+    inverse = np.argsort(order)  # slot of column offset o within a word
+    qweight, qzeros, scales = t[m + ".qweight"], t[m + ".qzeros"], t[m + ".scales"].astype(np.float32)
+
+    def unpack(words):
+        v = unpack_rows(words, 4, words.shape[-1] * 8).reshape(words.shape[0], -1, 8)
+        return v[:, :, inverse].reshape(words.shape[0], -1)
+
+    q, z = unpack(qweight), unpack(qzeros)  # [in, out], [groups, out]
+    g = np.arange(q.shape[0]) // qc["group_size"]
+    return ((q - z[g]) * scales[g]).T
+
+
+def main():
+    ckpt, out = sys.argv[1], sys.argv[2]
+    cfg = json.load(open(os.path.join(ckpt, "config.json")))
+    qc = cfg["quantization_config"]
+    t = read_safetensors(os.path.join(ckpt, "model.safetensors"))
+    result = {}
+    method = qc["quant_method"]
+    if method == "compressed-tensors":
+        groups = list(qc["config_groups"].values())
+        for name in t:
+            if not name.endswith(".weight_packed"):
+                continue
+            m = name[: -len(".weight_packed")]
+            for g in groups:  # lowbit's checkpoints name their modules or target "Linear"
+                if g.get("format", qc.get("format")) == "pack-quantized" and (m in g["targets"] or "Linear" in g["targets"]):
+                    result[m] = ct_module(t, m, g["weights"])
+                    break
+    elif method in ("gptq", "awq"):
+        for name in t:
+            if name.endswith(".qweight"):
+                m = name[: -len(".qweight")]
+                result[m] = gptq_module(t, m, qc) if method == "gptq" else awq_module(t, m, qc)
+    else:
+        raise SystemExit("unsupported quant_method " + method)
+    write_safetensors(out, result)
+    print(len(result), "modules")
+
+
+if __name__ == "__main__":
+    main()
