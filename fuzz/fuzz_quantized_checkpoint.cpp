@@ -2,7 +2,9 @@
 // memory. Input layout: <config.json> NUL <safetensors bytes>. A config with a quantization_config goes
 // through config_from_hf, apply_lowbit_config_keys and load_quantized_weights (scheme_from_ct_args per config
 // group, unpack_quantized per quantized module); each config group's "weights" args also go through
-// scheme_from_ct_args directly. Only lowbit::Error may escape.
+// scheme_from_ct_args directly. quant_method gptq / awq configs go through hub_quant_config and
+// unpack_hub_matrix (model/hub_layouts.h; make_corpus.sh adds GPTQ and AWQ seeds). Only lowbit::Error may
+// escape.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>

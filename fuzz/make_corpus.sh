@@ -41,6 +41,12 @@ for recipe in W4A16,group=32 int3:g32:asym:f16 NVFP4 nf4:g64; do
   "$LB" quantize -m "$SEEDS/hf" --recipe "$recipe" -o "$SEEDS/q-$name" -q >/dev/null
   python3 fuzz/cut_checkpoint.py "$SEEDS/q-$name" "$SEEDS/quantized_checkpoint/$name"
 done
+# The same INT4 checkpoint in the GPTQ and AWQ layouts (quant_method gptq / awq: model/hub_layouts.h).
+"$LB" quantize -m "$SEEDS/hf" --recipe int4:g32:asym -o "$SEEDS/q-int4asym" -q >/dev/null
+for to in gptq awq; do
+  "$LB" export -m "$SEEDS/q-int4asym" --to "$to" -o "$SEEDS/q-$to" >/dev/null
+  python3 fuzz/cut_checkpoint.py "$SEEDS/q-$to" "$SEEDS/quantized_checkpoint/$to-int4-g32-asym"
+done
 # Fixture config.json files (every architecture flag) as HF-directory seeds with the small synthetic shard.
 for shape in tiny-llama tiny-qwen2 tiny-qwen3 tiny-mistral tiny-llama3; do
   "$LB" fixture --shape "$shape" --format hf --out "$SEEDS/hf-$shape" >/dev/null
