@@ -47,6 +47,21 @@ for label, recipe in (("W4A16 RTN", "W4A16"), ("W4A16 GPTQ", "W4A16,algo=gptq"),
                       ("W8A8 RTN", "W8A8")):
     ROTATION_RECIPES.append((label, recipe))
     ROTATION_RECIPES.append((label + " + QuaRot", recipe + ",rotate=quarot"))
+# W4A4KV4: 4-bit weights (int4 g128 sym), per-token int4 activations, int4 KV cache (evaluated with
+# --kv-cache int4; under QuaRot with the cache's Hadamard rotation of q/k, R3: int4+rot). act_clip=0.9 is
+# QuaRot's activation clipping ratio.
+for label, recipe in (("W4A4KV4 RTN", "W4A4KV4"), ("W4A4KV4 QuaRot+RTN", "W4A4KV4,rotate=quarot"),
+                      ("W4A4KV4 QuaRot+RTN clip 0.9", "W4A4KV4,rotate=quarot,act_clip=0.9"),
+                      ("W4A4KV4 QuaRot+GPTQ", "W4A4KV4,rotate=quarot,algo=gptq"),
+                      ("W4A4KV4 QuaRot+GPTQ clip 0.9", "W4A4KV4,rotate=quarot,algo=gptq,act_clip=0.9")):
+    ROTATION_RECIPES.append((label, recipe))
+
+
+def kv_args(recipe):
+    """The run-time KV cache a recipe's KV width asks for (the checkpoint records it; eval takes it as a flag)."""
+    if "KV4" not in recipe.split(",")[0]:
+        return []
+    return ["--kv-cache", "int4+rot" if "rotate=" in recipe else "int4"]
 
 
 def run(cmd, ok=(0,)):
@@ -119,7 +134,7 @@ def main():
             cells = []
             for ev in ("stories_eval", "wiki_eval"):
                 p = run([LB, "eval", "kld", "--baseline", base[ev][0], "-m", ck, "--text", texts[ev], "--dtype", "f32",
-                         "--json", "--no-progress"], ok=(0, 3))
+                         "--json", "--no-progress"] + kv_args(recipe), ok=(0, 3))
                 if p.returncode == 3:
                     cells += ["NaN/Inf", "", "", ""]
                     continue
