@@ -156,41 +156,49 @@ void Decoder::run_attention(int layer, const std::vector<BatchEntry>& batch, con
   });
 }
 
-void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* logits,
-                      const ForwardOptions& o) {
-  const int64_t T = static_cast<int64_t>(batch.size());
-  if (T == 0) return;
-  const int64_t D = c_.dim, Q = c_.q_dim(), KV = c_.kv_dim(), F = c_.ffn_dim, hd = c_.head_dim;
-  use_checkpoint_kv_scales(kv, w_);  // calibrated FP8 KV scales of a quantized checkpoint (once per cache)
-  for (const auto& e : batch) {
-    if (e.token < 0 || e.token >= c_.vocab_size)
-      throw UsageError("model", "token id " + std::to_string(e.token) + " is outside the vocabulary (size " +
-                                    std::to_string(c_.vocab_size) + ")");
+void Decoder::embed(const std::vector<BatchEntry>& batch, float* x) const {
+  const int64_t D = c_.dim, T = static_cast<int64_t>(batch.size());
+  for (int64_t t = 0; t < T; ++t) {
+    if (batch[t].token < 0 || batch[t].token >= c_.vocab_size)
+      throw UsageError("model", "token id " + std::to_string(batch[t].token) +
+                                    " is outside the vocabulary (size " + std::to_string(c_.vocab_size) +
+                                    ")");
+    weight_row_f32(w_.tok_embed, batch[t].token, x + t * D);
+  }
+  if (c_.embed_scale) {  // Gemma: the embedding times sqrt(dim), rounded to float as Hugging Face does
+    const float s = static_cast<float>(std::sqrt(static_cast<double>(D)));
+    for (int64_t i = 0; i < T * D; ++i) x[i] *= s;
+  }
+}
+
+void Decoder::forward_layers(const std::vector<BatchEntry>& batch, KvCache& kv, float* x, int first,
+                             int last) {
+  if (batch.empty()) return;
+  if (first < 0 || last >= c_.n_layers || first > last)
+    fail("model", "forward_layers: layer range [" + std::to_string(first) + ", " + std::to_string(last) +
+                      "] is outside the model's " + std::to_string(c_.n_layers) + " layers");
+  for (const auto& e : batch)
     if (e.seq < 0 || e.seq >= kv.n_seqs() || e.pos < 0 || e.pos >= kv.capacity())
       throw UsageError("model", "position " + std::to_string(e.pos) + " of sequence " +
-                                    std::to_string(e.seq) + " does not fit the KV cache (capacity " +
-                                    std::to_string(kv.capacity()) + " tokens x " +
-                                    std::to_string(kv.n_seqs()) + " sequences)");
-  }
-  // Activation buffers persist per thread across calls: decode calls forward() once per token, and fresh
-  // allocations (page faults on first touch) were a measurable share of a small model's step.
+                                    std::to_string(e.seq) + " does not fit the KV cache");
+  use_checkpoint_kv_scales(kv, w_);
+  run_layers(batch, kv, x, first, last, {});
+}
+
+void Decoder::run_layers(const std::vector<BatchEntry>& batch, KvCache& kv, float* x, int first, int last,
+                         const ForwardOptions& o) {
+  const int64_t T = static_cast<int64_t>(batch.size());
+  const int64_t D = c_.dim, Q = c_.q_dim(), KV = c_.kv_dim(), F = c_.ffn_dim, hd = c_.head_dim;
   struct Scratch {
-    std::vector<float> x, xn, q, k, v, att, tmp, g, u;
+    std::vector<float> xn, q, k, v, att, tmp, g, u;
   };
   thread_local Scratch sc;
   auto grow = [](std::vector<float>& b, int64_t n) {
     if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
   };
-  grow(sc.x, T * D), grow(sc.xn, T * D), grow(sc.q, T * Q), grow(sc.k, T * KV), grow(sc.v, T * KV);
+  grow(sc.xn, T * D), grow(sc.q, T * Q), grow(sc.k, T * KV), grow(sc.v, T * KV);
   grow(sc.att, T * Q), grow(sc.tmp, T * D), grow(sc.g, T * F), grow(sc.u, T * F);
-  auto &x = sc.x, &xn = sc.xn, &q = sc.q, &k = sc.k, &v = sc.v, &att = sc.att, &tmp = sc.tmp, &g = sc.g,
-       &u = sc.u;
-  for (int64_t t = 0; t < T; ++t) weight_row_f32(w_.tok_embed, batch[t].token, x.data() + t * D);
-  if (c_.embed_scale) {  // Gemma: the embedding times sqrt(dim), rounded to float as Hugging Face does
-    const float s = static_cast<float>(std::sqrt(static_cast<double>(D)));
-    for (int64_t i = 0; i < T * D; ++i) x[i] *= s;
-  }
-
+  auto &xn = sc.xn, &q = sc.q, &k = sc.k, &v = sc.v, &att = sc.att, &tmp = sc.tmp, &g = sc.g, &u = sc.u;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   // KV cache inputs: per-row sequence/position, and (for caches that keep keys before RoPE) un-rotated keys.
   kv.bind_rope(&rope_);
@@ -199,9 +207,9 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
   std::vector<int64_t> kv_pos(T);
   for (int64_t t = 0; t < T; ++t) kv_seq[t] = batch[t].seq, kv_pos[t] = batch[t].pos;
   std::vector<float> k_pre(kv_pre_rope ? T * KV : 0);
-  for (int64_t l = 0; l < c_.n_layers; ++l) {
+  for (int64_t l = first; l <= last; ++l) {
     const LayerWeights& L = w_.layers[l];
-    rms_norm(x.data(), L.attn_norm.data(), xn.data(), T, D, c_.norm_eps);
+    rms_norm(x, L.attn_norm.data(), xn.data(), T, D, c_.norm_eps);
     if (observer_) observer_->observe(static_cast<int>(l), ActSite::AttnIn, xn.data(), T, D);
     matmul(L.wq, xn.data(), T, q.data());
     matmul(L.wk, xn.data(), T, k.data());
@@ -236,7 +244,7 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
     matmul(L.wo, att.data(), T, tmp.data());
     for (int64_t i = 0; i < T * D; ++i) x[i] += tmp[i];
 
-    rms_norm(x.data(), L.ffn_norm.data(), xn.data(), T, D, c_.norm_eps);
+    rms_norm(x, L.ffn_norm.data(), xn.data(), T, D, c_.norm_eps);
     if (observer_) observer_->observe(static_cast<int>(l), ActSite::MlpIn, xn.data(), T, D);
     matmul(L.w_gate, xn.data(), T, g.data());
     matmul(L.w_up, xn.data(), T, u.data());
@@ -246,9 +254,33 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
     if (observer_) observer_->observe(static_cast<int>(l), ActSite::DownIn, g.data(), T, F);
     matmul(L.w_down, g.data(), T, tmp.data());
     for (int64_t i = 0; i < T * D; ++i) x[i] += tmp[i];
-    if (observer_) observer_->observe(static_cast<int>(l), ActSite::LayerOut, x.data(), T, D);
-    if (o.check_layers) check_finite(x.data(), T, D, batch, "the output of layer " + std::to_string(l));
+    if (observer_) observer_->observe(static_cast<int>(l), ActSite::LayerOut, x, T, D);
+    if (o.check_layers) check_finite(x, T, D, batch, "the output of layer " + std::to_string(l));
   }
+}
+
+void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* logits,
+                      const ForwardOptions& o) {
+  const int64_t T = static_cast<int64_t>(batch.size());
+  if (T == 0) return;
+  const int64_t D = c_.dim;
+  use_checkpoint_kv_scales(kv, w_);  // calibrated FP8 KV scales of a quantized checkpoint (once per cache)
+  for (const auto& e : batch) {
+    if (e.token < 0 || e.token >= c_.vocab_size)
+      throw UsageError("model", "token id " + std::to_string(e.token) + " is outside the vocabulary (size " +
+                                    std::to_string(c_.vocab_size) + ")");
+    if (e.seq < 0 || e.seq >= kv.n_seqs() || e.pos < 0 || e.pos >= kv.capacity())
+      throw UsageError("model", "position " + std::to_string(e.pos) + " of sequence " +
+                                    std::to_string(e.seq) + " does not fit the KV cache (capacity " +
+                                    std::to_string(kv.capacity()) + " tokens x " +
+                                    std::to_string(kv.n_seqs()) + " sequences)");
+  }
+  // The residual stream persists per thread across calls (as run_layers' buffers do): decode calls forward()
+  // once per token, and fresh allocations (page faults on first touch) were a measurable share of a step.
+  thread_local std::vector<float> x;
+  if (x.size() < static_cast<size_t>(T * D)) x.resize(static_cast<size_t>(T * D));
+  embed(batch, x.data());
+  run_layers(batch, kv, x.data(), 0, static_cast<int>(c_.n_layers) - 1, o);
 
   // Final norm + classifier only for the entries that want logits.
   std::vector<int64_t> want;

@@ -34,9 +34,18 @@ class Decoder {
   void forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* logits,
                const ForwardOptions& o = {});
 
+  // Runs layers [first, last] on the residual stream x [T, dim] of the batch, in place: no embedding, no
+  // final norm, no logits. Calibration streams its tokens through the model one layer at a time with it (each
+  // layer's inputs come from the already quantized layers before it) instead of a forward from the embedding
+  // per layer. The same code as forward(), so forward == embedding + forward_layers(0, n_layers - 1) + head.
+  void forward_layers(const std::vector<BatchEntry>& batch, KvCache& kv, float* x, int first, int last);
+  // The residual stream's start: token embeddings x [T, dim] (times sqrt(dim) where the architecture scales).
+  void embed(const std::vector<BatchEntry>& batch, float* x) const;
   void set_observer(ActivationObserver* obs) { observer_ = obs; }
 
  private:
+  void run_layers(const std::vector<BatchEntry>& batch, KvCache& kv, float* x, int first, int last,
+                  const ForwardOptions& o);
   // One layer's attention for the batch: q [T, q_dim] pre-scaled, att [T, q_dim] out.
   void run_attention(int layer, const std::vector<BatchEntry>& batch, const KvCache& kv, const float* q,
                      float* att) const;

@@ -13,6 +13,7 @@
 #include "core/hash.h"
 #include "kv/kv_cache.h"
 #include "model/decoder.h"
+#include "quant/blas.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lowbit::quant {
@@ -132,8 +133,9 @@ void SiteStats::add(const float* x, int64_t T, int64_t c) {
     }
   }
   if (want_gram) {
-    Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> X(x, T, c);
-    gram.selfadjointView<Eigen::Lower>().rankUpdate(X.transpose());
+    // Lower triangle of gram += X^T X: x is [T, c] row-major, i.e. the column-major [c, T] matrix X^T.
+    cblas_ssyrk(CblasColMajor, CblasLower, CblasNoTrans, static_cast<int>(c), static_cast<int>(T), 1.0f, x,
+                static_cast<int>(c), 1.0f, gram.data(), static_cast<int>(c));
   }
   n += T;
 }
@@ -234,6 +236,61 @@ std::vector<LayerStats> collect_stats(const Model& m, const CalibData& d, int fi
         s.gram = full;
       }
   return out;
+}
+
+CalibStream::CalibStream(const Model& m, const CalibData& d, int batch_seqs) : m_(m) {
+  batch_seqs = std::max(1, batch_seqs);
+  const int n = static_cast<int>(d.seqs.size());
+  int64_t cap = 1;
+  for (const auto& seq : d.seqs) cap = std::max<int64_t>(cap, static_cast<int64_t>(seq.size()));
+  // As collect_stats: one cache for every batch, each batch rewrites positions [0, len) before attending.
+  kv_ = std::make_unique<KvCache>(m.config, std::max(1, std::min(batch_seqs, n)), cap, KvDtype::F32);
+  Decoder dec(m.config, m.weights);
+  for (int b0 = 0; b0 < n; b0 += batch_seqs) {
+    const int nb = std::min(batch_seqs, n - b0);
+    std::vector<BatchEntry> batch;
+    for (int s = 0; s < nb; ++s) {
+      const auto& seq = d.seqs[b0 + s];
+      for (size_t p = 0; p < seq.size(); ++p) batch.push_back({seq[p], s, static_cast<int64_t>(p), false});
+    }
+    std::vector<float> x(batch.size() * static_cast<size_t>(m.config.dim));
+    dec.embed(batch, x.data());
+    batches_.push_back(std::move(batch));
+    states_.push_back(std::move(x));
+  }
+}
+
+CalibStream::~CalibStream() = default;
+
+LayerStats CalibStream::stats(bool gram) {
+  if (next_ >= m_.config.n_layers) fail("quant", "CalibStream: every layer has been streamed already");
+  std::vector<LayerStats> out(1);
+  for (int s = 0; s < 4; ++s) out[0].sites[s].want_gram = gram;
+  StatsObserver obs(&out, next_, next_);
+  Decoder dec(m_.config, m_.weights);
+  dec.set_observer(&obs);
+  std::vector<float> x;
+  for (size_t b = 0; b < batches_.size(); ++b) {
+    x = states_[b];  // the stream itself moves only in advance(), with the quantized layer
+    try {
+      dec.forward_layers(batches_[b], *kv_, x.data(), next_, next_);
+    } catch (const StopForward&) {
+    }
+  }
+  for (auto& s : out[0].sites)
+    if (s.gram.size() > 0) {
+      Eigen::MatrixXf full = s.gram.selfadjointView<Eigen::Lower>();
+      s.gram = full;
+    }
+  return std::move(out[0]);
+}
+
+void CalibStream::advance() {
+  if (next_ >= m_.config.n_layers) fail("quant", "CalibStream: every layer has been streamed already");
+  Decoder dec(m_.config, m_.weights);
+  for (size_t b = 0; b < batches_.size(); ++b)
+    dec.forward_layers(batches_[b], *kv_, states_[b].data(), next_, next_);
+  ++next_;
 }
 
 }  // namespace lowbit::quant

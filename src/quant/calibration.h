@@ -5,10 +5,12 @@
 #include <Eigen/Dense>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
+#include "model/decoder.h"
 #include "model/model.h"
 #include "model/observer.h"
 #include "quant/recipe.h"
@@ -60,5 +62,27 @@ struct LayerStats {
 // X^T X for the four linear-input sites.
 std::vector<LayerStats> collect_stats(const Model& m, const CalibData& d, int first, int last, bool gram,
                                       int batch_seqs = 8);
+
+// The calibration tokens streamed through the model one layer at a time, in the order GPTQ / AWQ quantize:
+// the residual stream of every token is kept ([tokens, dim] floats per batch), so layer l's statistics cost
+// one forward of layer l instead of a forward through layers 0..l (n^2 / 2 layer forwards over a model).
+// The statistics equal collect_stats(m, d, l, l, gram, batch_seqs) on the same weights bit for bit.
+class CalibStream {
+ public:
+  CalibStream(const Model& m, const CalibData& d, int batch_seqs = 8);
+  ~CalibStream();
+  int next_layer() const { return next_; }  // the layer whose inputs the stream holds
+  // Statistics of next_layer() with its current weights (the stream does not move).
+  LayerStats stats(bool gram);
+  // Runs next_layer() with its current (by now quantized) weights: the stream moves to the next layer.
+  void advance();
+
+ private:
+  const Model& m_;
+  std::vector<std::vector<BatchEntry>> batches_;
+  std::vector<std::vector<float>> states_;  // per batch: [tokens, dim]
+  std::unique_ptr<KvCache> kv_;
+  int next_ = 0;
+};
 
 }  // namespace lowbit::quant

@@ -17,6 +17,7 @@
 #pragma once
 #include <Eigen/Dense>
 #include <cstdint>
+#include <vector>
 
 #include "tensor/qtensor.h"
 
@@ -34,6 +35,11 @@ struct GptqOptions {
 // definite).
 QuantizedMatrix gptq_quantize(const float* w, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram,
                               const QuantScheme& s, const GptqOptions& o, double* damp_used = nullptr);
+
+// The upper Cholesky factor U of (H + damp I)^-1 with H in the column order perm (U^T U = the inverse), damp
+// = damp_frac * mean(diag H), grown x10 while the matrix is not positive definite (damp_used receives it).
+Eigen::MatrixXf gptq_inverse_hessian_factor(const Eigen::MatrixXd& H, const std::vector<int64_t>& perm,
+                                            double damp_frac, double* damp_used);
 
 // Output error of replacing w by wq on inputs with Gram matrix `gram`: trace((W-Wq) G (W-Wq)^T); `base`
 // (optional) receives trace(W G W^T), so err/base is the relative squared output error.

@@ -517,17 +517,20 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
   if (need_stats && !need_gram) all = collect_stats(m, *o.calib, 0, L - 1, false, o.batch_seqs);
   {
     Progress prog("quantize", L + 1);
+    // GPTQ / AWQ: layer l's statistics come from inputs through the already quantized layers before it.
+    std::unique_ptr<CalibStream> stream;
+    if (need_stats && need_gram) stream = std::make_unique<CalibStream>(m, *o.calib, o.batch_seqs);
     for (int l = 0; l < L; ++l) {
       LayerStats one;
       LayerStats* st = nullptr;
-      if (need_stats && need_gram) {
-        auto v = collect_stats(m, *o.calib, l, l, true, o.batch_seqs);
-        one = std::move(v[0]);
+      if (stream) {
+        one = stream->stats(true);
         st = &one;
       } else if (!all.empty()) {
         st = &all[l];
       }
       process_layer(cx, l, st);
+      if (stream && l + 1 < L) stream->advance();
       if (!all.empty()) all[l] = LayerStats{};  // free as we go
       double ew = 0;
       int n = 0;

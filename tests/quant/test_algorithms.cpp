@@ -3,10 +3,12 @@
 
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <random>
 
 #include "core/error.h"
 #include "quant/awq.h"
+#include "quant/calibration.h"
 #include "quant/gptq.h"
 #include "quant/quantizer.h"
 #include "tests/quant/quant_test_util.h"
@@ -71,6 +73,58 @@ TEST(Gptq, ReducesOutputErrorVsRtnOnCorrelatedInputs) {
       EXPECT_LT(g, 0.8 * rtn) << sch << " act_order " << act_order << ": gptq " << g << " rtn " << rtn;
     }
   }
+}
+
+// The calibration stream (one layer forward per layer) sees exactly what a forward from the embedding sees,
+// also after earlier layers were quantized: every statistic bit for bit, with 3 sequences per batch.
+TEST(CalibStream, EqualsAForwardFromTheEmbeddingPerLayer) {
+  auto m = make_random_model(6);
+  auto calib = testing::random_calib(*m, 5, 24, 3);
+  CalibStream stream(*m, calib, 3);
+  for (int l = 0; l < static_cast<int>(m->config.n_layers); ++l) {
+    ASSERT_EQ(stream.next_layer(), l);
+    const LayerStats a = stream.stats(true);
+    const LayerStats b = collect_stats(*m, calib, l, l, true, 3)[0];
+    for (int s = 0; s < kNumSites; ++s) {
+      const SiteStats &x = a.sites[s], &y = b.sites[s];
+      EXPECT_EQ(x.n, y.n) << "layer " << l << " site " << s;
+      EXPECT_EQ(x.sum_sq, y.sum_sq) << "layer " << l << " site " << s;
+      EXPECT_EQ(x.max_abs, y.max_abs) << "layer " << l << " site " << s;
+      EXPECT_TRUE(x.gram.size() == y.gram.size() && x.gram == y.gram) << "layer " << l << " site " << s;
+    }
+    // Quantize the layer as the quantizer would before moving on: the next layer's inputs must follow.
+    for (WeightMatrix* w : {&m->weights.layers[l].wq, &m->weights.layers[l].w_down}) {
+      std::vector<float> f(static_cast<size_t>(w->rows * w->cols));
+      std::memcpy(f.data(), w->data, f.size() * 4);
+      QuantizedMatrix q = quantize_matrix(f.data(), w->rows, w->cols, parse_scheme("int4:g32"));
+      dequantize_matrix(q, f.data());
+      *w = make_f32_weight(f.data(), w->rows, w->cols);
+    }
+    if (l + 1 < m->config.n_layers) stream.advance();
+  }
+}
+
+// U from the Cholesky factor of the reversed matrix and a triangular inverse is the upper Cholesky factor of
+// the damped inverse Hessian (H + damp I)^-1 = U^T U, in the act-order permutation: checked in double.
+TEST(Gptq, InverseHessianFactorIsTheUpperCholeskyOfTheInverse) {
+  const Layer l = synthetic_layer(4, 96, 9);
+  std::vector<int64_t> perm(96);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::stable_sort(perm.begin(), perm.end(),
+                   [&](int64_t a, int64_t b) { return l.gram(a, a) > l.gram(b, b); });
+  double damp = 0;
+  const Eigen::MatrixXf U = gptq_inverse_hessian_factor(l.gram.cast<double>(), perm, 0.01, &damp);
+  Eigen::MatrixXd Hp(96, 96);
+  for (int a = 0; a < 96; ++a)
+    for (int b = 0; b < 96; ++b) Hp(a, b) = static_cast<double>(l.gram(perm[a], perm[b]));
+  Hp.diagonal().array() += damp;
+  const Eigen::MatrixXd inv = Hp.inverse();
+  const Eigen::MatrixXd Ud = U.cast<double>();
+  EXPECT_NEAR(damp, 0.01 * l.gram.cast<double>().diagonal().mean(), 1e-9 * damp);
+  EXPECT_EQ(Ud.triangularView<Eigen::StrictlyLower>().toDenseMatrix().norm(), 0.0);
+  EXPECT_LT((Ud.transpose() * Ud - inv).norm() / inv.norm(), 1e-4);
+  const Eigen::MatrixXd ref = Eigen::LLT<Eigen::MatrixXd>(inv).matrixU();
+  EXPECT_LT((Ud - ref).norm() / ref.norm(), 1e-4);
 }
 
 TEST(Gptq, RejectsBadInput) {
