@@ -109,10 +109,13 @@ void setup(CLI::App& cmd) {
                     f(x.rel_error_out_rtn).c_str());
       }
     }
-    std::printf("wrote %s (%s in %d file(s), %d shard(s)) in %.2f s (quantization %.2f s, peak RSS %s)\n",
-                res.dir.c_str(), app::human_bytes(static_cast<double>(res.bytes)).c_str(),
-                static_cast<int>(res.files.size()), res.shards, t.seconds(), rep.seconds,
-                app::human_bytes(static_cast<double>(rep.peak_rss_bytes)).c_str());
+    const auto& ph = rep.phase_seconds;
+    std::printf(
+        "wrote %s (%s in %d file(s), %d shard(s)) in %.2f s (quantization %.2f s: calibration %.1f, "
+        "scale search %.1f, quantize %.1f, error report %.1f; peak RSS %s)\n",
+        res.dir.c_str(), app::human_bytes(static_cast<double>(res.bytes)).c_str(),
+        static_cast<int>(res.files.size()), res.shards, t.seconds(), rep.seconds, ph.calibration, ph.search,
+        ph.quantize, ph.report, app::human_bytes(static_cast<double>(rep.peak_rss_bytes)).c_str());
   });
 }
 

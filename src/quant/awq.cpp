@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "kernels/matmul.h"
+#include "quant/blas.h"
 #include "quant/gptq.h"
 #include "tensor/qtensor.h"
 
@@ -26,14 +27,52 @@ void divide_elements(std::vector<float>& v, const std::vector<float>& s) {
   for (size_t j = 0; j < v.size(); ++j) v[j] /= s[j];
 }
 
+namespace {
+
+// trace(D G D^T) for the many candidate weights of one search, D = W - Wq [rows, cols] row-major: with the
+// Cholesky factor G = L L^T it is ||L^T D^T||_F^2, one triangular product (rows x cols^2 / 2 multiply-adds)
+// instead of a GEMM against G. The row-major D is the column-major D^T, so strmm works on it in place. G gets
+// a tiny diagonal (1e-6 of its mean: dead inputs have G_ii = 0) so that it factorises; if it still does not,
+// the GEMM form (output_error) is used.
+class OutputErrorMetric {
+ public:
+  explicit OutputErrorMetric(const Eigen::MatrixXf& gram) : gram_(gram), n_(gram.rows()) {
+    L_ = gram;
+    L_.diagonal().array() += 1e-6f * std::max(1e-30f, gram.diagonal().mean());
+    chol_ = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'L', static_cast<lapack_int>(n_), L_.data(),
+                           static_cast<lapack_int>(n_)) == 0;
+  }
+  double operator()(const float* w, const float* wq, int64_t rows, std::vector<float>& d) const {
+    if (!chol_) return output_error(w, wq, rows, n_, gram_);
+    d.resize(static_cast<size_t>(rows * n_));
+    for (size_t i = 0; i < d.size(); ++i) d[i] = w[i] - wq[i];
+    cblas_strmm(CblasColMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, static_cast<int>(n_),
+                static_cast<int>(rows), 1.0f, L_.data(), static_cast<int>(n_), d.data(),
+                static_cast<int>(n_));
+    double t = 0;
+    for (float v : d) t += static_cast<double>(v) * v;
+    return t;
+  }
+
+ private:
+  const Eigen::MatrixXf& gram_;
+  int64_t n_;
+  Eigen::MatrixXf L_;  // [cols, cols] lower triangle: G's Cholesky factor
+  bool chol_ = false;
+};
+
+}  // namespace
+
 AwqResult awq_search(const std::vector<AwqTarget>& targets, int64_t cols, const std::vector<float>& mean_abs,
                      const Eigen::MatrixXf& gram, int grid) {
-  // One task per alpha (independent), so quantize_matrix's inner parallel loops run inline.
+  // The alphas run one after another: each candidate's quantize_matrix and triangular product use every core
+  // (the product through OpenBLAS, which would contend with itself if called from parallel tasks).
   std::vector<std::vector<float>> scales(static_cast<size_t>(grid + 1));
   std::vector<double> losses(static_cast<size_t>(grid + 1), 0.0);
-  parallel_for(grid + 1, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> ws, wq;
-    for (int64_t k = b; k < e; ++k) {
+  const OutputErrorMetric metric(gram);
+  {
+    std::vector<float> ws, wq, d;
+    for (int64_t k = 0; k <= grid; ++k) {
       const float alpha = static_cast<float>(k) / static_cast<float>(grid);
       std::vector<float>& s = scales[k];
       s.assign(static_cast<size_t>(cols), 1.0f);
@@ -57,11 +96,11 @@ AwqResult awq_search(const std::vector<AwqTarget>& targets, int64_t cols, const 
         dequantize_matrix(q, wq.data());
         for (int64_t r = 0; r < t.rows; ++r)
           for (int64_t j = 0; j < cols; ++j) wq[r * cols + j] /= s[j];
-        loss += output_error(t.w, wq.data(), t.rows, cols, gram);
+        loss += metric(t.w, wq.data(), t.rows, d);
       }
       losses[k] = loss;
     }
-  });
+  }
   AwqResult best;
   best.loss = INFINITY;
   best.loss_plain = losses[0];

@@ -117,12 +117,15 @@ WeightMatrix quantize_one(Ctx& cx, const TensorPlan& p, const std::vector<float>
     for (int64_t j = 0; j < p.cols; ++j) imp[j] = ss->gram(j, j);
     importance = imp.data();
   }
+  Timer tq;
   if (a == Algorithm::Gptq) {
     GptqOptions go{cx.r.gptq_block, cx.r.gptq_damp, cx.r.gptq_act_order};
     q = gptq_quantize(w.data(), p.rows, p.cols, ss->gram, s, go);
   } else {
     q = quantize_matrix(w.data(), p.rows, p.cols, s, importance);
   }
+  cx.rep.phase_seconds.quantize += tq.seconds();
+  Timer tr_timer;
   std::vector<float> wq(w.size());
   dequantize_matrix(q, wq.data());
   tr->quantized = true;
@@ -145,6 +148,7 @@ WeightMatrix quantize_one(Ctx& cx, const TensorPlan& p, const std::vector<float>
       tr->rel_error_out_rtn = base > 0 ? std::sqrt(std::max(0.0, er) / base) : 0.0;
     }
   }
+  cx.rep.phase_seconds.report += tr_timer.seconds();
   WeightMatrix out = make_quant_weight(std::make_shared<QuantizedMatrix>(std::move(q)));
   out.act_format = p.act.format;
   out.act_clip = p.act.clip;
@@ -247,7 +251,9 @@ void process_layer(Ctx& cx, int l, LayerStats* st) {
         continue;
       }
       SiteStats& ss = st->at(g.site);
+      Timer ts;
       AwqResult res = awq_search(targets_of(g.ks, true), g.cols, ss.mean_abs(), ss.gram, r.awq_grid);
+      cx.rep.phase_seconds.search += ts.seconds();
       info["awq"][g.name] = {{"alpha", res.alpha},
                              {"output_error_vs_rtn", res.loss_plain > 0 ? res.loss / res.loss_plain : 1.0}};
       if (res.alpha == 0.0f) continue;
@@ -372,6 +378,11 @@ nlohmann::json QuantReport::to_json() const {
             {"bits_per_weight_quantized", bpw_quantized()},
             {"bits_per_weight_all_matrices", bpw_all()},
             {"seconds", seconds},
+            {"seconds_by_phase",
+             {{"calibration", phase_seconds.calibration},
+              {"search", phase_seconds.search},
+              {"quantize", phase_seconds.quantize},
+              {"report", phase_seconds.report}}},
             {"peak_rss_bytes", peak_rss_bytes}}}};
 }
 
@@ -514,23 +525,33 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
   Progress::set_quiet(!o.progress);
   const int L = static_cast<int>(m.config.n_layers);
   std::vector<LayerStats> all;
-  if (need_stats && !need_gram) all = collect_stats(m, *o.calib, 0, L - 1, false, o.batch_seqs);
+  if (need_stats && !need_gram) {
+    Timer tc;
+    all = collect_stats(m, *o.calib, 0, L - 1, false, o.batch_seqs);
+    rep.phase_seconds.calibration += tc.seconds();
+  }
   {
     Progress prog("quantize", L + 1);
     // GPTQ / AWQ: layer l's statistics come from inputs through the already quantized layers before it.
     std::unique_ptr<CalibStream> stream;
+    Timer tc;
     if (need_stats && need_gram) stream = std::make_unique<CalibStream>(m, *o.calib, o.batch_seqs);
+    rep.phase_seconds.calibration += tc.seconds();
     for (int l = 0; l < L; ++l) {
       LayerStats one;
       LayerStats* st = nullptr;
       if (stream) {
+        tc.reset();
         one = stream->stats(true);
+        rep.phase_seconds.calibration += tc.seconds();
         st = &one;
       } else if (!all.empty()) {
         st = &all[l];
       }
       process_layer(cx, l, st);
+      tc.reset();
       if (stream && l + 1 < L) stream->advance();
+      rep.phase_seconds.calibration += tc.seconds();
       if (!all.empty()) all[l] = LayerStats{};  // free as we go
       double ew = 0;
       int n = 0;

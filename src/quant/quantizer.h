@@ -66,6 +66,11 @@ struct QuantReport {
   nlohmann::json rotation;       // quant/rotate.h's record when the recipe rotates the model, else null
   double seconds = 0;
   uint64_t peak_rss_bytes = 0;
+  // Where the seconds went (wall time): calibration forwards and statistics, the AWQ / SmoothQuant scale
+  // search, quantization itself (GPTQ, RTN and its clip search), and the output-error report rows.
+  struct Phases {
+    double calibration = 0, search = 0, quantize = 0, report = 0;
+  } phase_seconds;
 
   // Bits per weight over the quantized matrices only, and over every weight matrix (dense ones at their
   // dtype).
