@@ -90,13 +90,26 @@ void refuse_oversized_kv(const lowbit::Model& m, const lowbit::EngineOptions& eo
             "or lower --max-num-seqs / --max-model-len");
 }
 
-// Signals are taken by one thread with sigwait: the handler-free way to run the drain (which locks and joins)
-// outside async-signal context. Every thread started after block_signals() inherits the mask.
+// Signals are taken by one thread with sigtimedwait, so the drain (which locks and joins) runs outside
+// async-signal context. Every thread started after block_signals() inherits the mask; threads a library
+// started before main (OpenBLAS starts its pool when it is loaded) do not, and the kernel may deliver the
+// signal to one of them: the handler only records it for the waiting thread (otherwise the default action
+// would kill the process).
+volatile sig_atomic_t g_signal = 0;
+extern "C" void record_signal(int sig) {
+  g_signal = sig;
+}
+
 sigset_t block_signals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  struct sigaction sa {};
+  sa.sa_handler = record_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return set;
 }
@@ -172,7 +185,8 @@ void run_serve(const ServeArgs& a) {
   std::thread sig_thread([&] {
     const timespec poll{0, 200 * 1000 * 1000};
     while (!done) {
-      const int s = sigtimedwait(&sigs, nullptr, &poll);
+      int s = sigtimedwait(&sigs, nullptr, &poll);
+      if (s < 0 && g_signal != 0) s = g_signal;
       if (s == SIGINT || s == SIGTERM) {
         std::fprintf(stderr, "[serve] %s: refusing new requests, draining for up to %g s\n",
                      s == SIGINT ? "SIGINT" : "SIGTERM", a.shutdown_deadline);

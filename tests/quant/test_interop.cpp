@@ -123,6 +123,11 @@ struct ExportCase {
   bool v2;
 };
 
+// gtest prints a parameter it cannot format as its raw bytes (pointers included) in the test listing.
+void PrintTo(const ExportCase& c, std::ostream* os) {
+  *os << c.recipe << " -> " << c.to << (c.v2 ? " (v2)" : "");
+}
+
 class ExportRoundTrip : public ::testing::TestWithParam<ExportCase> {};
 
 TEST_P(ExportRoundTrip, ImportGivesIdenticalTensorsAndLogits) {
