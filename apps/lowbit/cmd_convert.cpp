@@ -34,6 +34,20 @@ void setup(CLI::App& cmd) {
       auto ck = io::HfCheckpoint::open(std::filesystem::is_directory(a.model)
                                            ? a.model
                                            : std::filesystem::path(a.model).parent_path().string());
+      // GGUF export writes 16/32-bit sources (re-quantizing to --type); a quantized or rotated lowbit
+      // checkpoint would lose its packing or its online Hadamard transform (llama.cpp runs none).
+      if (ck.config.contains("lowbit_rotation"))
+        throw UsageError("convert",
+                         "'" + a.model +
+                             "' is a rotated checkpoint (lowbit_rotation): its down_proj expects an "
+                             "online Hadamard transform that llama.cpp does not run; convert the "
+                             "unrotated source model instead");
+      if (ck.config.contains("quantization_config"))
+        throw UsageError("convert",
+                         "'" + a.model +
+                             "' is a quantized checkpoint (quantization_config); convert the 16/32-bit "
+                             "source with --type, or hand it off with lowbit export --to "
+                             "gptq|awq|compressed-tensors");
       export_gguf(config_from_hf(ck.config), ck.tensors, ck.tokenizer, o, a.out);
     } else if (fmt == "llama2c") {
       throw UsageError("convert",

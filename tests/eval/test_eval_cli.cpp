@@ -224,3 +224,31 @@ TEST(RunCli, ReportsUnfusedKernelsAsSlowFallback) {
     EXPECT_TRUE(k["unfused"].empty());
   }
 }
+
+namespace {
+
+// `lowbit convert` writes GGUF from 16/32-bit sources only: a quantized checkpoint, or a rotated one whose
+// down_proj needs the online Hadamard transform llama.cpp does not run, is refused with the reason and no
+// file.
+TEST(ConvertCli, RefusesQuantizedAndRotatedCheckpoints) {
+  const std::string src = kShared + "/models/tinystories-656K";
+  struct Case {
+    const char *recipe, *name, *reason;
+  };
+  for (const Case& c : {Case{"W8A16", "q", "quantized checkpoint"},
+                        Case{"W8A16,rotate=quarot", "rot", "rotated checkpoint"}}) {
+    const std::string dir = temp_path(std::string("convert_src_") + c.name);
+    const std::string out = dir + ".gguf";
+    std::filesystem::remove_all(dir);
+    std::filesystem::remove(out);
+    ASSERT_EQ(lowbit::testing_cli::run_cli("quantize -m " + src + " -r " + c.recipe + " -o " + dir, true).rc,
+              0);
+    const Result r = lowbit::testing_cli::run_cli("convert -m " + dir + " -o " + out, true);
+    EXPECT_EQ(r.rc, 2) << r.out;
+    EXPECT_NE(r.out.find(c.reason), std::string::npos) << r.out;
+    EXPECT_FALSE(std::filesystem::exists(out));
+    std::filesystem::remove_all(dir);
+  }
+}
+
+}  // namespace
