@@ -23,30 +23,7 @@ import sys
 
 import numpy as np
 
-DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": None, "I32": np.int32, "I64": np.int64,
-          "U8": np.uint8, "I8": np.int8}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        b, e = info["data_offsets"]
-        raw = data[base + b:base + e]
-        dt = info["dtype"]
-        if dt == "BF16":
-            arr = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
-        else:
-            arr = np.frombuffer(raw, dtype=DTYPES[dt])
-        out[name] = arr.reshape(info["shape"])
-    return out
-
+from safetensors_np import read_safetensors
 
 def write_safetensors(path, tensors):
     header, blobs, off = {}, [], 0

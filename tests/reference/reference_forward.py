@@ -8,33 +8,14 @@ sqrt(hidden_size), GeLU (tanh approximation) in the MLP), sharing nothing with t
 """
 import json
 import math
-import struct
 import sys
 
 import numpy as np
 
-DT = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
-
+from safetensors_np import read_safetensors
 
 def load_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        b, e = info["data_offsets"]
-        raw = data[base + b:base + e]
-        if info["dtype"] == "BF16":
-            u = np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16
-            arr = u.view(np.float32)
-        else:
-            arr = np.frombuffer(raw, dtype=DT[info["dtype"]])
-        out[name] = arr.astype(np.float64).reshape(info["shape"])
-    return out
+    return {k: v.astype(np.float64) for k, v in read_safetensors(path).items()}
 
 
 def inv_freq(cfg, head_dim):
