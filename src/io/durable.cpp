@@ -98,6 +98,19 @@ void replace_dir_by_renames(const std::string& tmp, const std::string& target) {
   fs::remove_all(old, ec);
 }
 
+int64_t open_to_readers(const std::string& tmp, const std::vector<std::string>& files) {
+  std::error_code ec;
+  const auto rw =
+      fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read;
+  int64_t bytes = 0;
+  for (const auto& f : files) {
+    fs::permissions(fs::path(tmp) / f, rw, ec);
+    bytes += static_cast<int64_t>(fs::file_size(fs::path(tmp) / f));
+  }
+  fs::permissions(tmp, rw | fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, ec);
+  return bytes;
+}
+
 void publish_dir(const std::string& tmp, const std::string& target, bool replace) {
   std::error_code ec;
   fs::remove(fs::path(tmp) / kOwnerFile, ec);

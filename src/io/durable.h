@@ -4,7 +4,9 @@
 // fsynced after), so a crash or kill at any point leaves either the old target or the new one. Single files
 // use write_file_atomic (io/mapped_file.h).
 #pragma once
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lowbit::io {
 
@@ -13,6 +15,10 @@ namespace lowbit::io {
 // killed, crashed, power loss) are removed first. The parent of target must exist: UsageError("io")
 // otherwise.
 std::string make_temp_dir_for(const std::string& target);
+
+// Gives the temporary directory the modes a published output has (mkdtemp makes it 0700, and copies keep a
+// read-only source's mode): rw-r--r-- for the named files, rwxr-xr-x for tmp. Returns the files' total size.
+int64_t open_to_readers(const std::string& tmp, const std::vector<std::string>& files);
 
 // Fsyncs every regular file under tmp, then tmp itself, then renames tmp onto target and fsyncs target's
 // parent. When target exists: replace = false gives Error("io"); replace = true swaps the two directories in

@@ -402,11 +402,7 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
         manifest["unquantized"].push_back({{"name", t.name}, {"dtype", t.scheme}, {"reason", t.reason}});
     files.write_json("lowbit_manifest.json", manifest);
     // ---- publish ---- (mkdtemp makes the directory 0700 and copies keep read-only source modes)
-    const auto rw =
-        fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read;
-    for (auto& f : files.names) fs::permissions(fs::path(tmp) / f, rw, ec);
-    fs::permissions(tmp, rw | fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, ec);
-    for (auto& f : files.names) res.bytes += static_cast<int64_t>(fs::file_size(fs::path(tmp) / f));
+    res.bytes = io::open_to_readers(tmp, files.names);
     res.files = files.names;
     io::publish_dir(tmp, out.string(), o.force);
   } catch (...) {

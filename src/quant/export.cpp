@@ -251,13 +251,7 @@ ExportResult export_checkpoint(const std::string& src_dir, const std::string& ou
       if (ec) fail("export", "cannot copy " + s.string() + " to " + tmp + ": " + ec.message());
       res.files.push_back(f);
     }
-    const auto rw =
-        fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read;
-    for (auto& f : res.files) {
-      fs::permissions(fs::path(tmp) / f, rw, ec);
-      res.bytes += static_cast<int64_t>(fs::file_size(fs::path(tmp) / f));
-    }
-    fs::permissions(tmp, rw | fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, ec);
+    res.bytes = io::open_to_readers(tmp, res.files);
     io::publish_dir(tmp, out.string(), o.force);
   } catch (...) {
     fs::remove_all(tmp, ec);
