@@ -166,7 +166,7 @@ void SiteStats::divide_channels(const std::vector<float>& s) {
     max_abs[j] /= s[j];
   }
   if (gram.size() > 0) {
-    // Only the lower triangle is accumulated (rankUpdate); symmetrise before scaling.
+    // Only the lower triangle is accumulated (ssyrk); symmetrise before scaling.
     Eigen::MatrixXf full = gram.selfadjointView<Eigen::Lower>();
     gram = full;
     for (int64_t a = 0; a < cols; ++a)
@@ -177,6 +177,15 @@ void SiteStats::divide_channels(const std::vector<float>& s) {
 namespace {
 
 struct StopForward {};
+
+// SiteStats::add accumulates the lower triangle of each Gram matrix (ssyrk): make them full symmetric.
+void fill_upper_grams(LayerStats& L) {
+  for (auto& s : L.sites)
+    if (s.gram.size() > 0) {
+      Eigen::MatrixXf full = s.gram.selfadjointView<Eigen::Lower>();
+      s.gram = full;
+    }
+}
 
 class StatsObserver : public ActivationObserver {
  public:
@@ -229,12 +238,7 @@ std::vector<LayerStats> collect_stats(const Model& m, const CalibData& d, int fi
     } catch (const StopForward&) {
     }
   }
-  for (auto& L : out)
-    for (auto& s : L.sites)
-      if (s.gram.size() > 0) {
-        Eigen::MatrixXf full = s.gram.selfadjointView<Eigen::Lower>();  // full symmetric matrix
-        s.gram = full;
-      }
+  for (auto& L : out) fill_upper_grams(L);
   return out;
 }
 
@@ -277,11 +281,7 @@ LayerStats CalibStream::stats(bool gram) {
     } catch (const StopForward&) {
     }
   }
-  for (auto& s : out[0].sites)
-    if (s.gram.size() > 0) {
-      Eigen::MatrixXf full = s.gram.selfadjointView<Eigen::Lower>();
-      s.gram = full;
-    }
+  fill_upper_grams(out[0]);
   return std::move(out[0]);
 }
 
