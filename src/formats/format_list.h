@@ -25,5 +25,6 @@
   X(Q4_0, row_q4_0)             X(Q4_1, row_q4_1)             X(Q5_0, row_q5_0)                     \
   X(Q5_1, row_q5_1)             X(Q8_0, row_q8_0)             X(Q2_K, row_q2_k)                     \
   X(Q3_K, row_q3_k)             X(Q4_K, row_q4_k)             X(Q5_K, row_q5_k)                     \
-  X(Q6_K, row_q6_k)             X(IQ4_NL, row_iq4_nl)         X(GGML_MXFP4, row_ggml_mxfp4)
+  X(Q6_K, row_q6_k)             X(IQ4_NL, row_iq4_nl)         X(IQ4_XS, row_iq4_xs)                 \
+  X(GGML_MXFP4, row_ggml_mxfp4)
 // clang-format on

@@ -2,17 +2,17 @@
 //
 //   offset 0   2                                   18
 //          | d | qs[16]                             |
-//   qs[j] low nibble -> element j, high nibble -> element j+16;  x = d * kGrid[nibble]
-//   kGrid = {-127,-104,-83,-65,-49,-35,-22,-10,1,13,25,38,53,69,89,113}
+//   qs[j] low nibble -> element j, high nibble -> element j+16;  x = d * kIq4Grid[nibble]
+//   kIq4Grid (ggml_iq4_grid.h) = {-127,-104,-83,-65,-49,-35,-22,-10,1,13,25,38,53,69,89,113}
 #include <cstring>
 
 #include "core/half.h"
 #include "formats/format_rows.h"
+#include "formats/ggml_iq4_grid.h"
 #include "formats/ggml_types.h"
 
 namespace lowbit::formats_detail {
 namespace {
-constexpr int8_t kGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 struct BlockIq4Nl {
   uint16_t d;
   uint8_t qs[16];
@@ -26,8 +26,8 @@ void deq(const void* src, float* y, int64_t n) {
     std::memcpy(&blk, p + b * sizeof blk, sizeof blk);
     const float d = f16_to_f32(blk.d);
     for (int j = 0; j < 16; ++j) {
-      y[j] = d * kGrid[blk.qs[j] & 0x0F];
-      y[j + 16] = d * kGrid[blk.qs[j] >> 4];
+      y[j] = d * kIq4Grid[blk.qs[j] & 0x0F];
+      y[j + 16] = d * kIq4Grid[blk.qs[j] >> 4];
     }
   }
 }

@@ -22,6 +22,7 @@ enum Type : int {
   Q5_K = 13,
   Q6_K = 14,
   IQ4_NL = 20,
+  IQ4_XS = 23,
   I8 = 24,
   I16 = 25,
   I32 = 26,

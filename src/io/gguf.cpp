@@ -435,7 +435,7 @@ GgufFile GgufFile::parse(const uint8_t* bytes, size_t n, const std::string& name
     if (!ti) {
       bad(r, where + " has unknown or unsupported ggml type id " + std::to_string(type) +
                  "; lowbit reads F32 F16 BF16 I8 I16 I32 I64 F64 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K..Q6_K IQ4_NL "
-                 "MXFP4");
+                 "IQ4_XS MXFP4");
     }
     in.type = static_cast<int>(type);
     uint64_t row = n_dims ? ne[0] : 1;

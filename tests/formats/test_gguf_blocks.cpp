@@ -1,10 +1,15 @@
 // GGUF block types: hand-built blocks decode to the values the ggml layout defines (decoded here by an
-// independent index formula per type), and the three quantizers round-trip within their error bounds.
+// independent index formula per type; IQ4_XS also by a NumPy decoder), and the three quantizers round-trip
+// within their error bounds.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -275,6 +280,66 @@ TEST(Gguf, Q4_KQuantizeRoundTrip) {
         const size_t i = blk * 256 + sb * 32 + j;
         EXPECT_LE(std::fabs(y[i] - w[i]), (mx - mn) / 15 * 1.0f) << i;
       }
+    }
+}
+
+// IQ4_XS against the NumPy decoder tests/reference/dequant_ggml_blocks.py (written from the format
+// definition): random blocks, every scale code, fp16 d from 2^-20 to 2^4 of both signs, bit for bit.
+TEST(Gguf, IQ4_XSMatchesNumpyReference) {
+  const int nb = 64;
+  auto b = random_bytes(136 * nb, 11);
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> ue(-20.0f, 4.0f);
+  for (int i = 0; i < nb; ++i) put_f16(b.data() + 136 * i, (i % 2 ? -1.0f : 1.0f) * std::exp2(ue(rng)));
+  put_f16(b.data() + 136 * 5, 0.0f);
+  const std::string dir = ::testing::TempDir();
+  const std::string in = dir + "/iq4_xs_blocks.bin", out = dir + "/iq4_xs_values.bin";
+  {
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(in.c_str(), "wb"), std::fclose);
+    ASSERT_TRUE(f);
+    ASSERT_EQ(std::fwrite(b.data(), 1, b.size(), f.get()), b.size());
+  }
+  const std::string cmd = "timeout -k 5 120 /usr/bin/python3 " LOWBIT_SOURCE_DIR
+                          "/tests/reference/dequant_ggml_blocks.py iq4_xs " +
+                          in + " " + out;
+  ASSERT_EQ(std::system(cmd.c_str()), 0)
+      << "the reference decoder failed (needs /usr/bin/python3 with numpy)";
+  std::vector<float> ref(256 * nb);
+  {
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(out.c_str(), "rb"), std::fclose);
+    ASSERT_TRUE(f);
+    ASSERT_EQ(std::fread(ref.data(), sizeof(float), ref.size(), f.get()), ref.size());
+  }
+  auto y = deq(23, b, 256 * nb);
+  for (size_t i = 0; i < y.size(); ++i) {
+    uint32_t a, r;
+    std::memcpy(&a, &y[i], 4);
+    std::memcpy(&r, &ref[i], 4);
+    ASSERT_EQ(a, r) << "element " << i << ": lowbit " << y[i] << ", reference " << ref[i];
+  }
+  std::remove(in.c_str());
+  std::remove(out.c_str());
+}
+
+// The sub-block scale bits by hand: scale codes 0, 1, ..., 7 + 56 -> ls - 32 = -32 .. 31 reach both ends.
+TEST(Gguf, IQ4_XSHandBuilt) {
+  std::vector<uint8_t> b(136, 0);
+  put_f16(b.data(), 0.5f);
+  const int ls[8] = {0, 63, 32, 33, 31, 16, 48, 1};
+  uint16_t h = 0;
+  for (int s = 0; s < 8; ++s) {
+    b[4 + s / 2] |= static_cast<uint8_t>((ls[s] & 15) << 4 * (s % 2));
+    h |= static_cast<uint16_t>((ls[s] >> 4) << 2 * s);
+  }
+  std::memcpy(b.data() + 2, &h, 2);
+  for (int s = 0; s < 8; ++s)
+    for (int j = 0; j < 16; ++j) b[8 + 16 * s + j] = static_cast<uint8_t>(j | (15 - j) << 4);
+  const int grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  auto y = deq(23, b, 256);
+  for (int s = 0; s < 8; ++s)
+    for (int j = 0; j < 16; ++j) {
+      EXPECT_EQ(y[32 * s + j], 0.5f * (ls[s] - 32) * grid[j]) << s << " " << j;
+      EXPECT_EQ(y[32 * s + j + 16], 0.5f * (ls[s] - 32) * grid[15 - j]) << s << " " << j;
     }
 }
 

@@ -365,9 +365,10 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
     std::vector<int> f16_offsets;
     bool e8m0 = false;  // ggml MXFP4: byte 0 is an E8M0 exponent (near 2^0, and the denormal scales 0 and 1)
   };
-  const std::vector<T> types = {
-      {"q4_1", {0, 2}}, {"q5_0", {0}},   {"q5_1", {0, 2}},   {"iq4_nl", {0}}, {"q4_k", {0, 2}},
-      {"q5_k", {0, 2}}, {"q6_k", {208}}, {"q2_k", {80, 82}}, {"q3_k", {108}}, {"ggml_mxfp4", {}, true}};
+  const std::vector<T> types = {{"q4_1", {0, 2}}, {"q5_0", {0}},           {"q5_1", {0, 2}},
+                                {"iq4_nl", {0}},  {"iq4_xs", {0}},         {"q4_k", {0, 2}},
+                                {"q5_k", {0, 2}}, {"q6_k", {208}},         {"q2_k", {80, 82}},
+                                {"q3_k", {108}},  {"ggml_mxfp4", {}, true}};
   const int64_t rows = 9, cols = 768, maxtok = 17;  // 17: two full 8-token tiles and one token
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> ud(0.001f, 0.01f);
