@@ -9,6 +9,8 @@
 //  - microscaled formats (MXFP8/6/4, MXINT8, NVFP4): an element format + a block size + a native scale type;
 //    the row's decode/encode are those of the element codes. quantize_matrix stores them as codes + per-block
 //    scales.
+//  - per-row codebook formats (LUT2/3/4, formats/codebook.h): decode/encode map a code to its index; the
+//    values are the row's table, stored as the matrix's [rows, 2^bits] f16 scale grid.
 //  - GGUF block formats (Q4_0 ... Q6_K, IQ4_NL, ggml MXFP4): self-contained blocks; `dequantize_row` (and for
 //    a few `quantize_row`) work on whole rows of blocks, byte-compatible with llama.cpp.
 #pragma once
@@ -34,6 +36,7 @@ enum class FormatKind : uint8_t {
   Float,        // IEEE-like minifloat (sign, exponent, mantissa)
   Int,          // two's-complement integer grid; codes stored offset-binary (see int_formats.cpp)
   Lut,          // codes index a value table (NF4)
+  Codebook,     // codes index a per-row table of 2^bits values stored in the scale grid (LUT2/3/4)
   Scale,        // scale-only type (E8M0)
   Microscaled,  // element format + block + native scale (MX, NVFP4)
   GgmlBlock,    // self-contained llama.cpp block
@@ -72,6 +75,15 @@ struct FormatInfo {
   // Row codecs for GGUF block rows (n = multiple of block_elems); quantize_row is nullptr where unsupported.
   void (*dequantize_row)(const void* src, float* dst, int64_t n) = nullptr;
   void (*quantize_row)(const float* src, void* dst, int64_t n) = nullptr;
+  // GGUF k-quants (Q2_K .. Q6_K), nullptr elsewhere: the encoder with optional per-element importance
+  // (imatrix / Hessian diagonal; `values` receives what it encoded), and the grid of an encoded row for
+  // quantizers that choose the codes themselves (GPTQ): element i = scale[i] * q + offset[i] for a code q in
+  // [code_min, code_max]; set_row_codes stores a row's codes and keeps its scales.
+  void (*quantize_row_weighted)(const float* src, void* dst, int64_t n, const float* importance,
+                                float* values) = nullptr;
+  void (*row_grid)(const void* row, float* scale, float* offset, int64_t n) = nullptr;
+  void (*set_row_codes)(void* row, const int8_t* codes, int64_t n) = nullptr;
+  int code_min = 0, code_max = 0;
 
   bool is_element() const {
     return kind == FormatKind::Float || kind == FormatKind::Int || kind == FormatKind::Lut;
@@ -107,7 +119,10 @@ uint32_t scale_load(ScaleType t, const uint8_t* p);
 
 // ---- GGUF row codecs (throw Error for types without a codec) ----
 void dequantize_row_ggml(int ggml_type, const void* src, float* dst, int64_t n);
-void quantize_row_ggml(int ggml_type, const float* src, void* dst, int64_t n);
+// importance (optional, [n]): per-element weights of the scale search (k-quants; the other types ignore it);
+// values (optional, [n]) receives the encoded values (what dequantize_row_ggml will return).
+void quantize_row_ggml(int ggml_type, const float* src, void* dst, int64_t n,
+                       const float* importance = nullptr, float* values = nullptr);
 
 // Edit distance helper used for "did you mean" messages (also used by scheme parsing).
 std::string closest_name(std::string_view name, const std::vector<std::string>& candidates);

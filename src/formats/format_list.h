@@ -17,6 +17,8 @@
   /* integers, NF4 */                                                                                \
   X(INT8, row_int8)             X(INT4, row_int4)             X(INT3, row_int3)                     \
   X(INT2, row_int2)             X(NF4, row_nf4)                                                      \
+  /* per-row k-means codebooks (SqueezeLLM-style) */                                                 \
+  X(LUT4, row_lut4)             X(LUT3, row_lut3)             X(LUT2, row_lut2)                     \
   /* OCP microscaling, NVFP4 */                                                                      \
   X(MXFP8_E4M3, row_mxfp8_e4m3) X(MXFP8_E5M2, row_mxfp8_e5m2) X(MXFP6_E2M3, row_mxfp6_e2m3)         \
   X(MXFP6_E3M2, row_mxfp6_e3m2) X(MXFP4, row_mxfp4)           X(MXINT8, row_mxint8)                 \

@@ -304,7 +304,7 @@ const FormatInfo& gguf_row_or_throw(int ggml_type, int64_t n, bool quantize) {
                         "; supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 "
                         "Q2_K..Q6_K IQ4_NL IQ4_XS MXFP4");
   if (quantize && f->is_gguf() && !f->quantize_row)
-    fail("formats", "quantizing to ggml type " + tname + " is not implemented; use Q4_0, Q8_0 or Q4_K");
+    fail("formats", "quantizing to ggml type " + tname + " is not implemented; use Q4_0, Q8_0 or Q2_K..Q6_K");
   int64_t be = f->is_gguf() ? f->block_elems : 1;
   if (n < 0 || n % be != 0)
     fail("formats", "row of " + std::to_string(n) + " elements is not a multiple of the " + tname +
@@ -325,14 +325,21 @@ void dequantize_row_ggml(int ggml_type, const void* src, float* dst, int64_t n) 
   }
 }
 
-void quantize_row_ggml(int ggml_type, const float* src, void* dst, int64_t n) {
+void quantize_row_ggml(int ggml_type, const float* src, void* dst, int64_t n, const float* importance,
+                       float* values) {
   const FormatInfo& f = gguf_row_or_throw(ggml_type, n, true);
-  if (f.is_gguf()) return f.quantize_row(src, dst, n);
+  if (f.quantize_row_weighted) return f.quantize_row_weighted(src, dst, n, importance, values);
+  if (f.is_gguf()) {
+    f.quantize_row(src, dst, n);
+    if (values) f.dequantize_row(dst, values, n);
+    return;
+  }
   auto* p = static_cast<uint8_t*>(dst);
   const int bytes = f.bits / 8;
   for (int64_t i = 0; i < n; ++i) {
     uint32_t c = f.encode(src[i], false);
     std::memcpy(p + i * bytes, &c, bytes);
+    if (values) values[i] = f.decode(c);
   }
 }
 

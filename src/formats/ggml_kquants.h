@@ -1,7 +1,12 @@
 // Internal helpers shared by the GGUF k-quant files (256-element super-blocks).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "core/half.h"
+#include "formats/format.h"
+#include "formats/format_rows.h"
 
 namespace lowbit::formats_detail {
 constexpr int kQK_K = 256;
@@ -31,5 +36,300 @@ inline void k3_scales(const uint8_t* s12, int8_t* out16) {
                          ((a >> 4) & k4) | ((c >> 4) & k2) << 4, ((b >> 4) & k4) | ((c >> 6) & k2) << 4};
   for (int i = 0; i < 16; ++i)
     out16[i] = static_cast<int8_t>(static_cast<int>((w[i / 4] >> (8 * (i % 4))) & 0xFF) - 32);
+}
+// ---- Encoding (Q2_K .. Q6_K). Each format file supplies a KQuantOps; kquant_quantize_row drives it. ----
+//
+// The encoder works in two steps so that every quantizer shares the second one:
+//   1. choose the block header (super-block scales d / dmin and the sub-block scales / mins) from the
+//      super-block's values and per-element weights (KQuantOps::choose);
+//   2. read back the per-element grid the header defines (value = scale * q + offset, q in [qmin, qmax];
+//      KQuantOps::grid) and round each element to its nearest code (KQuantOps::pack stores the codes).
+// GPTQ reuses step 2 with its own rounding order (FormatInfo::row_grid / set_row_codes).
+
+// Round to nearest, ties to even, clamped to [lo, hi] before the conversion (NaN -> lo): huge ratios cannot
+// overflow the int.
+inline int rne_clamp(float v, int lo, int hi) {
+  if (!(v > static_cast<float>(lo))) return lo;
+  if (v >= static_cast<float>(hi)) return hi;
+  return static_cast<int>(std::nearbyint(v));
+}
+
+// f16 of a step size, saturated to the largest finite f16 (65504) instead of Inf: a block too large for the
+// format clips its elements rather than decoding to Inf / NaN.
+inline uint16_t f16_step(float d) {
+  if (!(std::fabs(d) <= 65504.0f)) return f32_to_f16(d < 0 ? -65504.0f : 65504.0f);
+  return f32_to_f16(d);
+}
+
+// Weighted affine fit of n values to codes in [0, nmax] (llama.cpp's make_qkx2_quants rule, written from its
+// description): x ~ step * L + offset with offset <= 0. Tries steps (nmax + rmin + rdelta * k) / (max - min),
+// k = 0..nstep, refits step and offset by weighted least squares for each, keeps the lowest weighted squared
+// error. Returns the step; *neg_min = -offset >= 0. n <= 32.
+inline float fit_scale_min(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min,
+                           float rmin, float rdelta, int nstep) {
+  float mn = x[0], mx = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+  for (int i = 1; i < n; ++i) {
+    if (x[i] < mn) mn = x[i];
+    if (x[i] > mx) mx = x[i];
+    sum_w += w[i];
+    sum_x += w[i] * x[i];
+  }
+  if (mn > 0) mn = 0;
+  if (mx == mn) {
+    for (int i = 0; i < n; ++i) L[i] = 0;
+    *neg_min = -mn;
+    return 0.0f;
+  }
+  float iscale = nmax / (mx - mn);
+  float scale = 1 / iscale;
+  float best = 0;
+  for (int i = 0; i < n; ++i) {
+    L[i] = static_cast<uint8_t>(rne_clamp(iscale * (x[i] - mn), 0, nmax));
+    const float diff = scale * L[i] + mn - x[i];
+    best += w[i] * (diff * diff);
+  }
+  uint8_t aux[32];
+  for (int k = 0; k <= nstep; ++k) {
+    iscale = (rmin + rdelta * k + nmax) / (mx - mn);
+    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = rne_clamp(iscale * (x[i] - mn), 0, nmax);
+      aux[i] = static_cast<uint8_t>(l);
+      sum_l += w[i] * l;
+      sum_l2 += w[i] * l * l;
+      sum_xl += w[i] * l * x[i];
+    }
+    const float D = sum_w * sum_l2 - sum_l * sum_l;
+    if (D > 0) {
+      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+      float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+      if (this_min > 0) {
+        this_min = 0;
+        this_scale = sum_xl / sum_l2;
+      }
+      float err = 0;
+      for (int i = 0; i < n; ++i) {
+        const float diff = this_scale * aux[i] + this_min - x[i];
+        err += w[i] * (diff * diff);
+      }
+      if (err < best) {
+        std::memcpy(L, aux, static_cast<size_t>(n));
+        best = err;
+        scale = this_scale;
+        mn = this_min;
+      }
+    }
+  }
+  *neg_min = -mn;
+  return scale;
+}
+
+// Weighted symmetric fit of n values to signed codes in [-nmax, nmax - 1]: x ~ scale * L. The value of
+// largest magnitude goes to the -nmax end (the longer side of the range), so the scale takes the opposite
+// sign of that value. Tries 19 inverse scales around -nmax / max, refits the scale by weighted least squares
+// and keeps the best fit (largest (sum w x L)^2 / sum w L^2, i.e. lowest weighted error). Returns the scale;
+// L (optional) receives the codes. Zero weights everywhere count as equal weights.
+inline float fit_signed(int n, int nmax, const float* x, const float* w, int* L) {
+  float amax = 0, max = 0, sum_w = 0;
+  for (int i = 0; i < n; ++i) {
+    sum_w += w[i];
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  if (!(amax > 0)) {
+    if (L)
+      for (int i = 0; i < n; ++i) L[i] = 0;
+    return 0.0f;
+  }
+  const bool flat = !(sum_w > 0);
+  float best_score = -1, best_scale = -max / nmax;
+  for (int is = -9; is <= 9; ++is) {
+    const float iscale = -(nmax + 0.1f * is) / max;
+    float sum_lx = 0, sum_l2 = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = rne_clamp(iscale * x[i], -nmax, nmax - 1);
+      const float wi = flat ? 1.0f : w[i];
+      sum_lx += wi * x[i] * l;
+      sum_l2 += wi * l * l;
+    }
+    if (sum_l2 > 0 && sum_lx * sum_lx / sum_l2 > best_score) {
+      best_score = sum_lx * sum_lx / sum_l2;
+      best_scale = sum_lx / sum_l2;
+    }
+  }
+  if (L)
+    for (int i = 0; i < n; ++i) L[i] = rne_clamp(x[i] / best_scale, -nmax, nmax - 1);
+  return best_scale;
+}
+
+// Second level for non-negative sub-block values v (scales or mins) under one f16 step: codes L in [0, K].
+// Unweighted (sw == nullptr): step = max / K (llama.cpp's reference rule). Weighted: the step among
+// (K + 0.1 k) / max candidates, refitted by least squares, with the lowest sum sw (v - step L)^2, and the
+// codes re-rounded under the stored f16 step. Returns the f16 bits of the step.
+inline uint16_t quantize_positive(int n, int K, const float* v, const float* sw, uint8_t* L) {
+  float max = 0;
+  for (int j = 0; j < n; ++j) max = std::fmax(max, v[j]);
+  if (!(max > 0)) {
+    for (int j = 0; j < n; ++j) L[j] = 0;
+    return 0;
+  }
+  if (!sw) {
+    const float inv = K / max;
+    for (int j = 0; j < n; ++j) L[j] = static_cast<uint8_t>(rne_clamp(inv * v[j], 0, K));
+    return f16_step(max / K);
+  }
+  float best_err = INFINITY, best_d = max / K;
+  for (int k = -5; k <= 5; ++k) {
+    const float inv = (K + 0.1f * k) / max;
+    float sum_vl = 0, sum_l2 = 0;
+    for (int j = 0; j < n; ++j) {
+      const int l = rne_clamp(inv * v[j], 0, K);
+      sum_vl += sw[j] * v[j] * l;
+      sum_l2 += sw[j] * l * l;
+    }
+    if (!(sum_l2 > 0)) continue;
+    const float d = sum_vl / sum_l2;
+    float err = 0;
+    for (int j = 0; j < n; ++j) {
+      const float e = v[j] - d * rne_clamp(inv * v[j], 0, K);
+      err += sw[j] * e * e;
+    }
+    if (err < best_err) {
+      best_err = err;
+      best_d = d;
+    }
+  }
+  const uint16_t h = f16_step(best_d);
+  const float d = f16_to_f32(h);
+  for (int j = 0; j < n; ++j) L[j] = static_cast<uint8_t>(d > 0 ? rne_clamp(v[j] / d, 0, K) : 0);
+  return h;
+}
+
+// Second level for signed sub-block scales under one f16 step: codes in [-K, K - 1], chosen by fit_signed
+// weighted by sw and re-rounded under the stored f16 step. Returns the f16 bits of the step.
+inline uint16_t quantize_signed(int n, int K, const float* v, const float* sw, int* L) {
+  const uint16_t h = f16_step(fit_signed(n, K, v, sw, nullptr));
+  const float d = f16_to_f32(h);
+  for (int j = 0; j < n; ++j) L[j] = d != 0 ? rne_clamp(v[j] / d, -K, K - 1) : 0;
+  return h;
+}
+
+// Q4_K / Q5_K: the inverse of k4_scale_min (6-bit scale and min of sub-block j into the 12 bytes q).
+inline void k4_put_scale_min(int j, uint8_t sc, uint8_t m, uint8_t* q) {
+  if (j < 4) {
+    q[j] = static_cast<uint8_t>((q[j] & 0xC0) | sc);
+    q[j + 4] = static_cast<uint8_t>((q[j + 4] & 0xC0) | m);
+  } else {
+    q[j + 4] = static_cast<uint8_t>((sc & 0xF) | ((m & 0xF) << 4));
+    q[j - 4] = static_cast<uint8_t>((q[j - 4] & 0x3F) | ((sc >> 4) << 6));
+    q[j] = static_cast<uint8_t>((q[j] & 0x3F) | ((m >> 4) << 6));
+  }
+}
+
+struct KQuantOps {
+  int block_bytes;
+  int qmin, qmax;  // code range of the grid
+  // Header (scales, mins, d, dmin) of one super-block from x[256] (finite, scaled so that max |x| is in
+  // [1, 2)) and the per-element weights w[256] (nullptr: the format's unweighted rule). `unit` multiplies the
+  // fitted scales back to the caller's units (a power of two, so the scaling is exact).
+  void (*choose)(const float* x, const float* w, float unit, uint8_t* blk);
+  // Per-element grid of one encoded block: value = scale[i] * q + offset[i] for codes q in [qmin, qmax].
+  void (*grid)(const uint8_t* blk, float* scale, float* offset);
+  // Stores the codes q[256] (in [qmin, qmax]) into the block, keeping its header.
+  void (*pack)(uint8_t* blk, const int8_t* q);
+};
+
+// Nearest code of x on one grid point set (scale, offset); a zero or non-finite scale keeps code 0's value.
+inline int kquant_nearest(float x, float scale, float offset, int qmin, int qmax) {
+  const int q0 = qmin > 0 ? qmin : qmax < 0 ? qmax : 0;
+  if (!(std::fabs(scale) > 0) || !std::isfinite(scale)) return q0;
+  return rne_clamp((x - offset) / scale, qmin, qmax);
+}
+
+// Encodes n / 256 super-blocks. importance: optional per-element weights (the imatrix: mean x^2 of each
+// input column; entries <= 0 or non-finite count as 0); values (optional) receives the value of every encoded
+// element as the encoder computes it, which the decoder must reproduce bit for bit. Non-finite inputs encode
+// as 0 (quantize_matrix rejects them before this; the encoder only has to stay defined).
+inline void kquant_quantize_row(const KQuantOps& op, const float* src, void* dst, int64_t n,
+                                const float* importance, float* values) {
+  auto* out = static_cast<uint8_t*>(dst);
+  float x[kQK_K], w[kQK_K], sc[kQK_K], off[kQK_K];
+  int8_t q[kQK_K];
+  for (int64_t b = 0; b < n / kQK_K; ++b, src += kQK_K, out += op.block_bytes) {
+    float amax = 0;
+    for (int i = 0; i < kQK_K; ++i) {
+      x[i] = std::isfinite(src[i]) ? src[i] : 0.0f;
+      amax = std::fmax(amax, std::fabs(x[i]));
+    }
+    // Fit in units where max |x| is in [1, 2): sums of squares neither overflow nor underflow.
+    int e = 0;
+    if (amax > 0) std::frexp(amax, &e);
+    const float unit = std::ldexp(1.0f, e - 1);
+    float xs[kQK_K], sum_x2 = 0, imax = 0;
+    for (int i = 0; i < kQK_K; ++i) {
+      xs[i] = amax > 0 ? std::ldexp(x[i], 1 - e) : 0.0f;
+      sum_x2 += xs[i] * xs[i];
+    }
+    const float* wp = nullptr;
+    if (importance) {
+      const float* imp = importance + b * kQK_K;
+      for (int i = 0; i < kQK_K; ++i)
+        if (std::isfinite(imp[i]) && imp[i] > imax) imax = imp[i];
+      // llama.cpp's imatrix weighting: w_i = imp_i * sqrt(sigma^2 + x_i^2), sigma^2 = 2 mean(x^2).
+      const float sigma2 = 2 * sum_x2 / kQK_K;
+      for (int i = 0; i < kQK_K; ++i) {
+        const float v = std::isfinite(imp[i]) && imp[i] > 0 && imax > 0 ? imp[i] / imax : 0.0f;
+        w[i] = v * std::sqrt(sigma2 + xs[i] * xs[i]);
+      }
+      wp = w;
+    }
+    std::memset(out, 0, static_cast<size_t>(op.block_bytes));
+    op.choose(xs, wp, unit, out);
+    op.grid(out, sc, off);
+    for (int i = 0; i < kQK_K; ++i) {
+      q[i] = static_cast<int8_t>(kquant_nearest(x[i], sc[i], off[i], op.qmin, op.qmax));
+      if (values) values[b * kQK_K + i] = sc[i] * static_cast<float>(q[i]) + off[i];
+    }
+    op.pack(out, q);
+  }
+}
+
+// Row-level grid / code access for a row of n / 256 blocks (FormatInfo::row_grid / set_row_codes).
+inline void kquant_row_grid(const KQuantOps& op, const void* row, float* scale, float* offset, int64_t n) {
+  const auto* p = static_cast<const uint8_t*>(row);
+  for (int64_t b = 0; b < n / kQK_K; ++b)
+    op.grid(p + b * op.block_bytes, scale + b * kQK_K, offset + b * kQK_K);
+}
+inline void kquant_set_row_codes(const KQuantOps& op, void* row, const int8_t* q, int64_t n) {
+  auto* p = static_cast<uint8_t*>(row);
+  for (int64_t b = 0; b < n / kQK_K; ++b) op.pack(p + b * op.block_bytes, q + b * kQK_K);
+}
+// The table row of a k-quant: make_gguf_row plus the importance-weighted encoder and the grid access, all
+// driven by the format's KQuantOps.
+template <const KQuantOps& Op>
+struct KQuantCodec {
+  static void quant(const float* x, void* dst, int64_t n) {
+    kquant_quantize_row(Op, x, dst, n, nullptr, nullptr);
+  }
+  static void weighted(const float* x, void* dst, int64_t n, const float* importance, float* values) {
+    kquant_quantize_row(Op, x, dst, n, importance, values);
+  }
+  static void grid(const void* row, float* scale, float* offset, int64_t n) {
+    kquant_row_grid(Op, row, scale, offset, n);
+  }
+  static void set_codes(void* row, const int8_t* q, int64_t n) { kquant_set_row_codes(Op, row, q, n); }
+};
+template <const KQuantOps& Op>
+FormatInfo make_kquant_row(FormatId id, const char* name, int ggml_type, int bits, const char* description,
+                           void (*deq)(const void*, float*, int64_t)) {
+  FormatInfo r = make_gguf_row(id, name, ggml_type, bits, description, deq, KQuantCodec<Op>::quant);
+  r.quantize_row_weighted = KQuantCodec<Op>::weighted;
+  r.row_grid = KQuantCodec<Op>::grid;
+  r.set_row_codes = KQuantCodec<Op>::set_codes;
+  r.code_min = Op.qmin;
+  r.code_max = Op.qmax;
+  return r;
 }
 }  // namespace lowbit::formats_detail

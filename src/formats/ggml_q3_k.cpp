@@ -9,6 +9,12 @@
 //   from qs in the same order as Q2_K; the high bit from hmask: for element group (half h, shift step k) the
 //   bit mask is 1 << (4h + k) over hmask[l] (l = 0..31 covering the two sub-blocks). q = low2 - (hmask bit
 //   set ? 0 : 4) in [-4, 3];  x = d * (scale - 32) * q
+//
+// Quantization: per sub-block a weighted signed fit to codes -4..3 (fit_signed, ggml_kquants.h; weights
+// x_i^2, or imp_i sqrt(sigma^2 + x_i^2) with an importance vector), then the 16 scales to signed 6 bits
+// against the fp16 d, and every element rounded to its nearest code under the stored scale.
+#include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "core/half.h"
@@ -51,10 +57,65 @@ void deq(const void* src, float* y, int64_t n) {
     }
   }
 }
+
+// Header: per sub-block of 16 a weighted signed fit to codes -4..3 (unweighted: weights x_i^2), then the 16
+// signed scales to 6 bits under d (quantize_signed, weighted by each sub-block's total weight).
+void choose(const float* x, const float* w, float unit, uint8_t* out) {
+  float ws[16], scales[16], sw[16];
+  int L[16];
+  for (int j = 0; j < 16; ++j) {
+    const float* xj = x + 16 * j;
+    for (int l = 0; l < 16; ++l) ws[l] = w ? w[16 * j + l] : xj[l] * xj[l];
+    sw[j] = 0;
+    for (int l = 0; l < 16; ++l) sw[j] += ws[l];
+    scales[j] = unit * fit_signed(16, 4, xj, ws, nullptr);
+  }
+  BlockQ3K blk{};
+  blk.d = quantize_signed(16, 32, scales, sw, L);
+  // Inverse of k3_scales: v = L + 32 in 0..63; low nibbles of scales 0..3 / 4..7 in bytes 0..3 / 4..7, of
+  // scales 8..11 / 12..15 in their high nibbles; the two high bits of scale 4g + i in bits 2g of byte 8 + i.
+  for (int i = 0; i < 16; ++i) {
+    const int v = L[i] + 32, g = i / 4, b = i % 4;
+    uint8_t& lo = blk.scales[(g % 2) * 4 + b];
+    lo = static_cast<uint8_t>(lo | (v & 0xF) << (g / 2 * 4));
+    blk.scales[8 + b] = static_cast<uint8_t>(blk.scales[8 + b] | (v >> 4) << (2 * g));
+  }
+  std::memcpy(out, &blk, sizeof blk);
+}
+
+void grid(const uint8_t* p, float* scale, float* offset) {
+  BlockQ3K blk;
+  std::memcpy(&blk, p, sizeof blk);
+  const float d = f16_to_f32(blk.d);
+  int8_t sc[16];
+  k3_scales(blk.scales, sc);
+  for (int j = 0; j < 16; ++j) {
+    const float dl = d * sc[j];
+    for (int l = 0; l < 16; ++l) {
+      scale[16 * j + l] = dl;
+      offset[16 * j + l] = 0.0f;
+    }
+  }
+}
+
+// Code q in -4..3 is u = q + 4: element e = 128h + 32k + j keeps u & 3 in bits 2k of qs[32h + j] and u >> 2
+// in bit 4h + k of hmask[j].
+void pack(uint8_t* p, const int8_t* q) {
+  uint8_t hmask[32] = {}, qs[64] = {};
+  for (int e = 0; e < 256; ++e) {
+    const int u = q[e] + 4, h = e / 128, k = e % 128 / 32, j = e % 32;
+    qs[32 * h + j] = static_cast<uint8_t>(qs[32 * h + j] | (u & 3) << (2 * k));
+    hmask[j] = static_cast<uint8_t>(hmask[j] | (u >> 2) << (4 * h + k));
+  }
+  std::memcpy(p + offsetof(BlockQ3K, hmask), hmask, sizeof hmask);
+  std::memcpy(p + offsetof(BlockQ3K, qs), qs, sizeof qs);
+}
+
+constexpr KQuantOps kOps{sizeof(BlockQ3K), -4, 3, choose, grid, pack};
 }  // namespace
 
 FormatInfo row_q3_k() {
-  return make_gguf_row(FormatId::Q3_K, "q3_k", ggml::Q3_K, 3,
-                       "GGUF Q3_K: 256-superblock, 3-bit + 6-bit scales", deq, nullptr);
+  return make_kquant_row<kOps>(FormatId::Q3_K, "q3_k", ggml::Q3_K, 3,
+                               "GGUF Q3_K: 256-superblock, 3-bit + 6-bit scales", deq);
 }
 }  // namespace lowbit::formats_detail

@@ -5,6 +5,12 @@
 //   8 sub-blocks of 32; 6-bit scale/min per sub-block packed as in Q4_K. For chunk c = 0..3 (64 elements,
 //   qs[32c .. 32c+31]): element 64c + l = (qs[32c+l] & 15) + 16 * bit(qh[l], 2c), element 64c + 32 + l =
 //   (qs[32c+l] >> 4) + 16 * bit(qh[l], 2c+1);  x = d * scale * q - dmin * min.
+//
+// Quantization: as Q4_K's with codes 0..31 (fit_scale_min, ggml_kquants.h; weights av|x| + |x_i|, or
+// imp_i sqrt(sigma^2 + x_i^2) with an importance vector), 6-bit scales and mins against the fp16 d and dmin,
+// and every element rounded to its nearest code under the stored values.
+#include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "core/half.h"
@@ -42,10 +48,63 @@ void deq(const void* src, float* y, int64_t n) {
     }
   }
 }
+
+// Header: per sub-block of 32 a weighted scale/min fit to codes 0..31 (unweighted: weights av|x| + |x_i|),
+// then the 8 scales and 8 mins to 6 bits under d and dmin (quantize_positive).
+void choose(const float* x, const float* w, float unit, uint8_t* out) {
+  float ws[32], scales[8], mins[8], sw[8];
+  uint8_t L[32], ls[8], lm[8];
+  for (int j = 0; j < 8; ++j) {
+    const float* xj = x + 32 * j;
+    float sum_x2 = 0;
+    for (int l = 0; l < 32; ++l) sum_x2 += xj[l] * xj[l];
+    const float av_x = std::sqrt(sum_x2 / 32);
+    for (int l = 0; l < 32; ++l) ws[l] = w ? w[32 * j + l] : av_x + std::fabs(xj[l]);
+    sw[j] = 0;
+    for (int l = 0; l < 32; ++l) sw[j] += ws[l];
+    scales[j] = unit * fit_scale_min(32, 31, xj, ws, L, &mins[j], -0.5f, 0.1f, 15);
+    mins[j] *= unit;
+  }
+  BlockQ5K blk{};
+  blk.d = quantize_positive(8, 63, scales, w ? sw : nullptr, ls);
+  blk.dmin = quantize_positive(8, 63, mins, w ? sw : nullptr, lm);
+  for (int j = 0; j < 8; ++j) k4_put_scale_min(j, ls[j], lm[j], blk.scales);
+  std::memcpy(out, &blk, sizeof blk);
+}
+
+void grid(const uint8_t* p, float* scale, float* offset) {
+  BlockQ5K blk;
+  std::memcpy(&blk, p, sizeof blk);
+  const float d = f16_to_f32(blk.d), dmin = f16_to_f32(blk.dmin);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    k4_scale_min(j, blk.scales, &sc, &m);
+    const float dl = d * sc, ml = dmin * m;
+    for (int l = 0; l < 32; ++l) {
+      scale[32 * j + l] = dl;
+      offset[32 * j + l] = -ml;
+    }
+  }
+}
+
+// Element 64c + 32t + l: low nibble (t = 0) / high nibble (t = 1) of qs[32c + l], fifth bit in bit 2c + t of
+// qh[l].
+void pack(uint8_t* p, const int8_t* q) {
+  uint8_t qh[32] = {}, qs[128] = {};
+  for (int e = 0; e < 256; ++e) {
+    const int c = e / 64, t = e % 64 / 32, l = e % 32;
+    qs[32 * c + l] = static_cast<uint8_t>(qs[32 * c + l] | (q[e] & 0xF) << (4 * t));
+    qh[l] = static_cast<uint8_t>(qh[l] | (q[e] >> 4) << (2 * c + t));
+  }
+  std::memcpy(p + offsetof(BlockQ5K, qh), qh, sizeof qh);
+  std::memcpy(p + offsetof(BlockQ5K, qs), qs, sizeof qs);
+}
+
+constexpr KQuantOps kOps{sizeof(BlockQ5K), 0, 31, choose, grid, pack};
 }  // namespace
 
 FormatInfo row_q5_k() {
-  return make_gguf_row(FormatId::Q5_K, "q5_k", ggml::Q5_K, 5,
-                       "GGUF Q5_K: 256-superblock, 5-bit + 6-bit scales/mins", deq, nullptr);
+  return make_kquant_row<kOps>(FormatId::Q5_K, "q5_k", ggml::Q5_K, 5,
+                               "GGUF Q5_K: 256-superblock, 5-bit + 6-bit scales/mins", deq);
 }
 }  // namespace lowbit::formats_detail

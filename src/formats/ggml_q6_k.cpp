@@ -9,6 +9,12 @@
 //     element 128h + l + 64 = (ql[64h+l]    >> 4) | ((qh[32h+l] >> 4) & 3) << 4   scale[8h + is + 4]
 //     element 128h + l + 96 = (ql[64h+l+32] >> 4) | ((qh[32h+l] >> 6) & 3) << 4   scale[8h + is + 6]
 //   x = d * scale * (q - 32)
+//
+// Quantization: per sub-block a weighted signed fit to codes -32..31 (fit_signed, ggml_kquants.h; weights
+// x_i^2, or imp_i sqrt(sigma^2 + x_i^2) with an importance vector), then the 16 scales to int8 against the
+// fp16 d, and every element rounded to its nearest code under the stored scale.
+#include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "core/half.h"
@@ -50,10 +56,57 @@ void deq(const void* src, float* y, int64_t n) {
     }
   }
 }
+
+// Header: per sub-block of 16 a weighted signed fit to codes -32..31 (unweighted: weights x_i^2), then the
+// 16 scales to int8 under d (quantize_signed, weighted by each sub-block's total weight).
+void choose(const float* x, const float* w, float unit, uint8_t* out) {
+  float ws[16], scales[16], sw[16];
+  int L[16];
+  for (int j = 0; j < 16; ++j) {
+    const float* xj = x + 16 * j;
+    for (int l = 0; l < 16; ++l) ws[l] = w ? w[16 * j + l] : xj[l] * xj[l];
+    sw[j] = 0;
+    for (int l = 0; l < 16; ++l) sw[j] += ws[l];
+    scales[j] = unit * fit_signed(16, 32, xj, ws, nullptr);
+  }
+  BlockQ6K blk{};
+  blk.d = quantize_signed(16, 128, scales, sw, L);
+  for (int j = 0; j < 16; ++j) blk.scales[j] = static_cast<int8_t>(L[j]);
+  std::memcpy(out, &blk, sizeof blk);
+}
+
+void grid(const uint8_t* p, float* scale, float* offset) {
+  BlockQ6K blk;
+  std::memcpy(&blk, p, sizeof blk);
+  const float d = f16_to_f32(blk.d);
+  for (int j = 0; j < 16; ++j) {
+    const float dl = d * blk.scales[j];
+    for (int l = 0; l < 16; ++l) {
+      scale[16 * j + l] = dl;
+      offset[16 * j + l] = 0.0f;
+    }
+  }
+}
+
+// Code q in -32..31 is u = q + 32: element e = 128h + 32g + l keeps u & 15 in the low (g < 2) or high nibble
+// of ql[64h + 32 (g & 1) + l] and u >> 4 in bits 2g of qh[32h + l].
+void pack(uint8_t* p, const int8_t* q) {
+  uint8_t ql[128] = {}, qh[64] = {};
+  for (int e = 0; e < 256; ++e) {
+    const int u = q[e] + 32, h = e / 128, g = e % 128 / 32, l = e % 32;
+    uint8_t& lo = ql[64 * h + 32 * (g & 1) + l];
+    lo = static_cast<uint8_t>(lo | (u & 0xF) << (4 * (g >> 1)));
+    qh[32 * h + l] = static_cast<uint8_t>(qh[32 * h + l] | (u >> 4) << (2 * g));
+  }
+  std::memcpy(p + offsetof(BlockQ6K, ql), ql, sizeof ql);
+  std::memcpy(p + offsetof(BlockQ6K, qh), qh, sizeof qh);
+}
+
+constexpr KQuantOps kOps{sizeof(BlockQ6K), -32, 31, choose, grid, pack};
 }  // namespace
 
 FormatInfo row_q6_k() {
-  return make_gguf_row(FormatId::Q6_K, "q6_k", ggml::Q6_K, 6,
-                       "GGUF Q6_K: 256-superblock, 6-bit + int8 scales", deq, nullptr);
+  return make_kquant_row<kOps>(FormatId::Q6_K, "q6_k", ggml::Q6_K, 6,
+                               "GGUF Q6_K: 256-superblock, 6-bit + int8 scales", deq);
 }
 }  // namespace lowbit::formats_detail

@@ -85,6 +85,10 @@ QuantScheme default_scheme(FormatId f) {
     s.gran = Granularity::Group;
     s.group_size = 128;
     s.scale_type = ScaleType::F16;
+  } else if (fi.kind == FormatKind::Codebook) {  // one f16 table of 2^b values per output row
+    s.gran = Granularity::Channel;
+    s.group_size = 0;
+    s.scale_type = ScaleType::F16;
   } else if (f == FormatId::NF4) {
     s.gran = Granularity::Group;
     s.group_size = 64;
@@ -109,7 +113,8 @@ QuantScheme parse_scheme(std::string_view text) {
     usage("empty quantization scheme; expected e.g. 'int4:g128:sym:f16', 'nf4:g64:dq', 'mxfp4', 'q4_k'");
   const FormatInfo& fi = format_by_name(toks[0]);
   QuantScheme s = default_scheme(fi.id);
-  const bool fixed = fi.is_gguf() || is_plain(fi.id) || fi.is_microscaled();
+  const bool codebook = fi.kind == FormatKind::Codebook;
+  const bool fixed = fi.is_gguf() || is_plain(fi.id) || fi.is_microscaled() || codebook;
   bool sym_given = false;
   for (size_t i = 1; i < toks.size(); ++i) {
     const std::string t = lower(toks[i]);
@@ -130,13 +135,14 @@ QuantScheme parse_scheme(std::string_view text) {
                          t.rfind("block", 0) == 0 || scale_type_from_name(t, &st))) {
       // Fixed-layout formats accept their own native spelling and nothing else.
       bool same = (t[0] == 'g' && parse_int(t.substr(1), &n) && n == s.group_size) ||
-                  (scale_type_from_name(t, &st) && st == s.scale_type);
+                  (scale_type_from_name(t, &st) && st == s.scale_type) || (codebook && t == "channel");
       if (!same)
         usage("'" + t + "'" + where + ": " + fi.name + " has a fixed layout (" +
               (fi.is_gguf()      ? std::to_string(fi.block_elems) + "-element ggml blocks"
                : is_plain(fi.id) ? std::string("no scales")
+               : codebook        ? "one table of " + std::to_string(1 << fi.bits) + " f16 values per row"
                                  : "blocks of " + std::to_string(s.group_size) + " with " +
-                                       scale_type_name(s.scale_type) + " scales") +
+                                scale_type_name(s.scale_type) + " scales") +
               "); drop the token");
     } else if (t == "tensor") {
       s.gran = Granularity::Tensor;
@@ -180,7 +186,7 @@ QuantScheme parse_scheme(std::string_view text) {
     usage(std::string("double quantization ':dq' is only defined for nf4, not '") + fi.name + "'");
   if (s.double_quant && s.gran != Granularity::Group)
     usage("nf4 double quantization needs per-group scales (e.g. nf4:g64:dq)");
-  if (fixed && s.search == ScaleSearch::Mse && !fi.is_microscaled())
+  if (fixed && s.search == ScaleSearch::Mse && !fi.is_microscaled())  // lut*: the fit is always k-means
     usage(std::string("':mse' scale search does not apply to '") + fi.name + "'");
   return s;
 }
@@ -188,7 +194,7 @@ QuantScheme parse_scheme(std::string_view text) {
 std::string to_string(const QuantScheme& s) {
   const FormatInfo& fi = s.info();
   std::string out = fi.name;
-  if (s.gran == Granularity::Native) return out;
+  if (s.gran == Granularity::Native || fi.kind == FormatKind::Codebook) return out;
   if (fi.is_microscaled()) return s.search == ScaleSearch::Mse ? out + ":mse" : out;
   switch (s.gran) {
     case Granularity::Tensor:
@@ -265,6 +271,9 @@ ScaleGrid scale_grid(const QuantScheme& s, int64_t rows, int64_t cols) {
       g.rows = rows;
       g.cols = 1;
       g.col_block = cols;
+      // Per-row codebooks: the grid holds row r's 2^b table entries, cell (r, u) = the value of code u (every
+      // cell's column range is the whole row: none of them is a scale of a column range).
+      if (s.info().kind == FormatKind::Codebook) g.cols = int64_t{1} << s.info().bits;
       break;
     case Granularity::Group:
       g.rows = rows;

@@ -34,6 +34,14 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
   if (q.is_plain()) {
     return p;
   }
+  if (fi.kind == FormatKind::Codebook) {  // no side tables: the kernels read the stored f16 tables
+    p->route = Route::Codebook;
+    p->bits = q.bits;
+    p->group = q.cols;
+    p->gcols = q.grid.cols;
+    p->codebook_f16 = reinterpret_cast<const uint16_t*>(q.scales.data());
+    return p;
+  }
   const FormatInfo& ei = format_info(q.elem);
   const bool is_int = ei.kind == FormatKind::Int;
   p->bits = q.bits;

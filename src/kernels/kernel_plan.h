@@ -18,11 +18,12 @@
 namespace lowbit {
 
 enum class Route : uint8_t {
-  Dense,   // F32/F16/BF16 WeightKind: dense SIMD tiles
-  Deq,     // any format: dequantize one row into L1 (scalar decoder), SIMD dot with every token
-  Nib,     // 4-bit codes (INT4 sym/asym, NF4, FP4 E2M1, MXFP4, NVFP4): in-register LUT decode + FMA
-  Byte,    // 8-bit codes (INT8 sym/asym, FP8 E4M3FN/E5M2, MXFP8): in-register decode + FMA
-  GgmlQ8,  // GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q2_K..Q6_K: activations to Q8 blocks of 32, VNNI integer dots
+  Dense,     // F32/F16/BF16 WeightKind: dense SIMD tiles
+  Deq,       // any format: dequantize one row into L1 (scalar decoder), SIMD dot with every token
+  Nib,       // 4-bit codes (INT4 sym/asym, NF4, FP4 E2M1, MXFP4, NVFP4): in-register LUT decode + FMA
+  Byte,      // 8-bit codes (INT8 sym/asym, FP8 E4M3FN/E5M2, MXFP8): in-register decode + FMA
+  GgmlQ8,    // GGUF Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q2_K..Q6_K: activations to Q8 blocks of 32, VNNI integer dots
+  Codebook,  // LUT2/3/4 per-row codebooks: the row's f16 table widened into a register, codes looked up there
 };
 
 enum class ByteDec : uint8_t { Int8Sym, Int8Asym, E4M3, E5M2 };
@@ -201,6 +202,8 @@ struct KernelPlan {
   // tolerance).
   const kern::E4m3Cell* scales_e4m3 = nullptr;
   float e4m3_post = 1.0f;
+  // Codebook route: the stored tables [rows, 2^bits] binary16 (QuantizedMatrix::scales), read as they are.
+  const uint16_t* codebook_f16 = nullptr;
 
   // Built on the first INT8-activation prefill of a per-channel symmetric INT8 weight (int8_tile()); a
   // repacked copy of the codes, so it is counted here once it exists.
@@ -249,6 +252,16 @@ void deq_row_plan(const WeightMatrix& w, const KernelPlan& p, int64_t r, float* 
                   const float* lut = nullptr);
 
 namespace kern {
+// ---- LUT2/3/4 per-row codebooks (matmul_lut*.cpp): the dot of one row (b-bit codes, its table of 2^b
+// binary16 values) with x[cols], and the row decoded into out[cols]. Codes are the LSB-first bit stream of
+// qtensor.h; 16 codes take 2b bytes, so every 16-code chunk starts on a byte. ----
+float lut_dot_generic(const uint8_t* row, int64_t cols, int bits, const uint16_t* table, const float* x);
+void lut_deq_generic(const uint8_t* row, int64_t cols, int bits, const uint16_t* table, float* out);
+float lut_dot_avx2(const uint8_t* row, int64_t cols, int bits, const uint16_t* table, const float* x);
+void lut_deq_avx2(const uint8_t* row, int64_t cols, int bits, const uint16_t* table, float* out);
+float lut_dot_avx512(const uint8_t* row, int64_t cols, int bits, const uint16_t* table, const float* x);
+void lut_deq_avx512(const uint8_t* row, int64_t cols, int bits, const uint16_t* table, float* out);
+
 // ---- generic / AVX2 ----
 float dot_f32_generic(const float* a, const float* b, int64_t n);
 float dot_f32_avx2(const float* a, const float* b, int64_t n);

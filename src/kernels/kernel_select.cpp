@@ -81,8 +81,14 @@ bool pack_tile_ok(const WeightMatrix& w, const KernelPlan& p) {
 // The one kernel decision (see matmul.h): matmul runs it, matmul_kernel_name names it, the rounding queries
 // and decode_bytes read it.
 KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, int64_t T) {
-  if (isa < Isa::Avx512) return {Kernel::Deq, ActRounding::None};
   const bool prefill = T >= kPrefillTokens;
+  // LUT2/3/4 per-row codebooks, weight-only: the lut row kernels on every tier (AVX-512 prefill: rows decoded
+  // by lut_deq_avx512 into the FP32 tile).
+  if (p.route == Route::Codebook && w.kind == WeightKind::Quant && w.act_format == FormatId::F32) {
+    if (isa >= Isa::Avx512) return {prefill ? Kernel::F32Tile : Kernel::LutAvx512, ActRounding::None};
+    return {isa >= Isa::Avx2 ? Kernel::LutAvx2 : Kernel::LutGeneric, ActRounding::None};
+  }
+  if (isa < Isa::Avx512) return {Kernel::Deq, ActRounding::None};
   // INT4 / INT8 codes with INT8 or INT4 activations (W4A4: the 4-bit codes are widened to bytes and run on
   // the same integer kernels, exact in int32): integer products. Prefill: W8A8 per-channel on AMX tiles (from
   // kAmxTokens, where the tier or the emulator has them) or the VNNI register tile, other INT codes on the
@@ -119,6 +125,7 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
       if (byte16_ok(p)) return {Kernel::Byte16, ActRounding::Bf16};
       return {p.route == Route::Nib ? Kernel::NibDot : Kernel::ByteDot, ActRounding::None};
     case Route::Deq:
+    case Route::Codebook:  // with integer / FP8 activations: unfused, as any other format
       break;
   }
   // INT2 / INT3 on the nib16 kernel and FP6 on byte16 (rows widened in registers / per block), both on the
@@ -169,6 +176,10 @@ const char* kernel_short_name(Kernel k) {
       return "byte";
     case Kernel::Bf16Tile:
       return "bf16tile";
+    case Kernel::LutAvx512:
+    case Kernel::LutAvx2:
+    case Kernel::LutGeneric:
+      return "lut";
   }
   return "?";
 }
@@ -183,7 +194,10 @@ Isa kernel_tier(Kernel k) {
     case Kernel::Bf16Tile:
       return Isa::Avx512Bf16;
     case Kernel::Deq:
+    case Kernel::LutGeneric:
       return Isa::Generic;
+    case Kernel::LutAvx2:
+      return Isa::Avx2;
     default:
       return Isa::Avx512;
   }

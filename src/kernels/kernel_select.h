@@ -55,4 +55,8 @@ bool vnni_block_ok(const WeightMatrix& w, const KernelPlan& p);
 // would cost more than the product).
 bool pack_tile_ok(const WeightMatrix& w, const KernelPlan& p);
 
+// LUT2/3/4 weights with FP32 activations (Route::Codebook) on the tier's "lut" row kernels (matmul_lut.cpp):
+// decode fused per row, other token counts below the AVX-512 prefill tile one decoded row per token batch.
+void run_lut(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x, int64_t T, float* y);
+
 }  // namespace lowbit

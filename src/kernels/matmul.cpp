@@ -251,6 +251,8 @@ void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
               kern::nib_deq_avx512(row, cols, p.group, p.scale_row(r), p.zero_row(r), p.lut.data(), out);
             else if (p.route == Route::Byte)
               kern::byte_deq_avx512(row, cols, p.group, p.scale_row(r), p.zero_row(r), p.byte_dec, out);
+            else if (p.route == Route::Codebook && w.kind == WeightKind::Quant)
+              kern::lut_deq_avx512(row, cols, p.bits, p.codebook_f16 + r * p.gcols, out);
             else
               deq_row_plan(w, p, r, out);
           }
@@ -738,6 +740,10 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
       return run_vnni512(w, p, x, T, y);
     case Kernel::Fp6Byte16:
       return run_fp6_gemv(w, p, x, T, y);
+    case Kernel::LutAvx512:
+    case Kernel::LutAvx2:
+    case Kernel::LutGeneric:
+      return run_lut(w, p, kernel_tier(k), x, T, y);
     default:
       break;
   }

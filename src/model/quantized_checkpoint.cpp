@@ -200,7 +200,7 @@ QuantizedMatrix unpack_quantized(const std::map<std::string, TensorView>& t, con
   }
   const FormatInfo& fi = s.info();
   if (fi.is_microscaled() == false && fi.kind != FormatKind::Int && fi.kind != FormatKind::Float &&
-      fi.kind != FormatKind::Lut && !fi.is_gguf())
+      fi.kind != FormatKind::Lut && fi.kind != FormatKind::Codebook && !fi.is_gguf())
     bad("module '" + m + "' in " + source + ": scheme " + to_string(s) + " is not a quantized weight scheme");
   QuantizedMatrix q;
   q.scheme = s;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "formats/codebook.h"
 #include "quant/blas.h"
 
 namespace lowbit::quant {
@@ -138,9 +139,12 @@ QuantizedMatrix gptq_quantize(const float* w, int64_t rows, int64_t cols, const 
   for (int64_t i = 0; i < cols; ++i) importance[i] = static_cast<float>(H(i, i));
 
   // Static cell parameters from the (dead-zeroed) original weights; lazy groups overwrite them per group.
+  // Per-row codebooks (LUT2/3/4) are fixed here too, by k-means weighted with the Hessian diagonal; the
+  // column loop then rounds each error-updated weight to the nearest entry of its row's table.
   RowMajorF W0 = W;
-  QuantizedMatrix q =
-      quantize_matrix(W0.data(), rows, cols, s, s.search == ScaleSearch::Mse ? importance.data() : nullptr);
+  const bool codebook = fi.kind == FormatKind::Codebook;
+  QuantizedMatrix q = quantize_matrix(W0.data(), rows, cols, s,
+                                      s.search == ScaleSearch::Mse || codebook ? importance.data() : nullptr);
   const bool lazy =
       s.gran == Granularity::Group && !o.act_order && s.format != FormatId::NVFP4 && !s.double_quant;
   const ScaleGrid g = q.grid;
@@ -198,9 +202,11 @@ QuantizedMatrix gptq_quantize(const float* w, int64_t rows, int64_t cols, const 
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t k = (r / g.row_block) * g.cols + cj;
         const float x = Wp(r, i);
-        const uint32_t u = coder.encode(x, cell_s[k], cell_z[k]);
+        const float* table = cell_s.data() + r * g.cols;  // codebook: row r's table (cells (r, 0 .. 2^b-1))
+        const uint32_t u = codebook ? codebook_encode(table, static_cast<int>(g.cols), x)
+                                    : coder.encode(x, cell_s[k], cell_z[k]);
         pack_code(q.codes.data() + r * q.row_bytes, c, q.bits, u);
-        Err(r, i - i1) = (x - coder.value(u, cell_s[k], cell_z[k])) / d;
+        Err(r, i - i1) = (x - (codebook ? table[u] : coder.value(u, cell_s[k], cell_z[k]))) / d;
       }
       if (i + 1 < i2)
         Wp.block(0, i + 1, rows, i2 - i - 1).noalias() -= Err.col(i - i1) * U.block(i, i + 1, 1, i2 - i - 1);

@@ -8,7 +8,9 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "core/parallel.h"
+#include "formats/codebook.h"
 #include "formats/ggml_types.h"
 #include "formats/minifloat.h"
 
@@ -165,6 +167,26 @@ void check_finite(const float* w, int64_t rows, int64_t cols) {
                           "; fix the source tensor (NaN/Inf weights are a bug upstream)");
 }
 
+// LUT2/3/4: one k-means table per row (weighted by the per-column importance when given), then each code is
+// the nearest entry of the row's f16 table, so the codes are decided by the values dequantization sees.
+void quantize_codebook_rows(const float* w, const float* importance, QuantizedMatrix& q) {
+  const int k = 1 << q.bits;
+  q.scales.assign(static_cast<size_t>(q.rows * k * 2), 0);
+  q.codes.assign(static_cast<size_t>(q.rows * q.row_bytes), 0);
+  parallel_for(q.rows, 1, [&](int64_t b, int64_t e) {
+    uint16_t h[16];
+    float t[16];
+    for (int64_t r = b; r < e; ++r) {
+      const float* x = w + r * q.cols;
+      fit_row_codebook(x, importance, q.cols, q.bits, h);
+      std::memcpy(q.scales.data() + r * k * 2, h, static_cast<size_t>(k) * 2);
+      for (int i = 0; i < k; ++i) t[i] = f16_to_f32(h[i]);
+      uint8_t* row = q.codes.data() + r * q.row_bytes;
+      for (int64_t c = 0; c < q.cols; ++c) pack_code(row, c, q.bits, codebook_encode(t, k, x[c]));
+    }
+  });
+}
+
 }  // namespace
 
 bool QuantizedMatrix::is_plain() const {
@@ -217,13 +239,22 @@ QuantizedMatrix quantize_matrix(const float* w, int64_t rows, int64_t cols, cons
 
   if (fi.is_gguf()) {
     if (!fi.quantize_row)
-      throw UsageError("formats",
-                       std::string("quantizing to ") + fi.name +
-                           " is not implemented (GGUF quantizers: q4_0, q8_0, q4_k); it can only be read");
+      throw UsageError(
+          "formats",
+          std::string("quantizing to ") + fi.name +
+              " is not implemented (GGUF quantizers: q4_0, q8_0, q2_k..q6_k); it can only be read");
     q.row_bytes = cols / fi.block_elems * fi.block_bytes;
     q.codes.assign(static_cast<size_t>(rows * q.row_bytes), 0);
+    // k-quants take the per-column importance into their scale/min search; the other blocks have none.
+    const bool weighted = importance && fi.quantize_row_weighted;
     parallel_for(rows, 1, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) fi.quantize_row(w + r * cols, q.codes.data() + r * q.row_bytes, cols);
+      for (int64_t r = b; r < e; ++r) {
+        uint8_t* dst = q.codes.data() + r * q.row_bytes;
+        if (weighted)
+          fi.quantize_row_weighted(w + r * cols, dst, cols, importance, nullptr);
+        else
+          fi.quantize_row(w + r * cols, dst, cols);
+      }
     });
     return q;
   }
@@ -240,6 +271,14 @@ QuantizedMatrix quantize_matrix(const float* w, int64_t rows, int64_t cols, cons
           std::memcpy(q.codes.data() + r * q.row_bytes + c * nb, &code, static_cast<size_t>(nb));
         }
     });
+    return q;
+  }
+
+  if (fi.kind == FormatKind::Codebook) {
+    q.bits = fi.bits;
+    q.row_bytes = (cols * q.bits + 7) / 8;
+    q.grid = scale_grid(s, rows, cols);
+    quantize_codebook_rows(w, importance, q);
     return q;
   }
 
@@ -365,6 +404,12 @@ void dequantize_row(const QuantizedMatrix& q, int64_t r, float* out) {
     return;
   }
   const FormatInfo& ei = format_info(q.elem);
+  if (ei.kind == FormatKind::Codebook) {  // row r's table: grid cells (r, 0 .. 2^b - 1)
+    float t[16];
+    for (int64_t u = 0; u < q.grid.cols; ++u) t[u] = q.scale(r, u);
+    for (int64_t c = 0; c < q.cols; ++c) out[c] = t[unpack_code(row, c, q.bits)];
+    return;
+  }
   const bool is_int = ei.kind == FormatKind::Int;
   const int64_t i = r / q.grid.row_block;
   for (int64_t j = 0; j < q.grid.cols; ++j) {

@@ -62,8 +62,9 @@ struct QuantizedMatrix {
 };
 
 // Quantizes w [rows, cols] (row-major). importance: optional [cols] per-input-column weights for the Mse
-// scale search (GPTQ/AWQ/imatrix statistics); ignored by Absmax. Parallel over scale rows and then over rows.
-// Throws UsageError (validate) for impossible shapes and Error for non-finite input.
+// scale search (GPTQ/AWQ/imatrix statistics); ignored by Absmax. The GGUF k-quants (q2_k..q6_k) always use it
+// in their scale/min search. Parallel over scale rows and then over rows. Throws UsageError (validate) for
+// impossible shapes and Error for non-finite input.
 QuantizedMatrix quantize_matrix(const float* w, int64_t rows, int64_t cols, const QuantScheme& scheme,
                                 const float* importance = nullptr);
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -409,4 +410,89 @@ TEST(Activations, NonFiniteNeverUndefined) {
   float out[4];
   dequantize_activation_row(FormatId::INT8, codes, &s, 4, 0, out);
   EXPECT_TRUE(std::isnan(out[0]));
+}
+
+// ---- LUT2/3/4 per-row codebooks ----
+
+TEST(Codebook, SchemeStringAndBits) {
+  const QuantScheme s = parse_scheme("lut3");
+  EXPECT_EQ(s.gran, Granularity::Channel);
+  EXPECT_EQ(s.scale_type, ScaleType::F16);
+  EXPECT_EQ(to_string(s), "lut3");
+  EXPECT_EQ(parse_scheme("lut3:channel"), s);
+  EXPECT_THROW(parse_scheme("lut3:g32"), UsageError);
+  EXPECT_THROW(parse_scheme("lut4:mse"), UsageError);
+  EXPECT_THROW(parse_scheme("lut4:bf16"), UsageError);
+  const ScaleGrid g = scale_grid(s, 10, 896);
+  EXPECT_EQ(g.rows, 10);
+  EXPECT_EQ(g.cols, 8);
+  // b + 16 * 2^b / cols: the table is counted exactly.
+  EXPECT_DOUBLE_EQ(bits_per_weight(s, 10, 896), 3.0 + 16.0 * 8 / 896);
+  EXPECT_DOUBLE_EQ(bits_per_weight(parse_scheme("lut4"), 7, 4864), 4.0 + 16.0 * 16 / 4864);
+  EXPECT_DOUBLE_EQ(bits_per_weight(parse_scheme("lut2"), 3, 64), 2.0 + 16.0 * 4 / 64);
+}
+
+// The reference decode is the table entry of each code, and the tables are ascending f16 values.
+TEST(Codebook, DecodeIsTheRowTable) {
+  const int64_t R = 5, C = 77;
+  auto w = gaussian(R * C, 3);
+  for (int bits : {2, 3, 4}) {
+    const QuantScheme s = parse_scheme("lut" + std::to_string(bits));
+    auto q = quantize_matrix(w.data(), R, C, s);
+    ASSERT_EQ(q.scales.size(), static_cast<size_t>(R * (2 << bits)));
+    EXPECT_EQ(q.row_bytes, (C * bits + 7) / 8);
+    std::vector<float> out(static_cast<size_t>(C));
+    for (int64_t r = 0; r < R; ++r) {
+      for (int u = 0; u + 1 < (1 << bits); ++u) EXPECT_LE(q.scale(r, u), q.scale(r, u + 1));
+      dequantize_row(q, r, out.data());
+      for (int64_t c = 0; c < C; ++c) {
+        uint16_t h;
+        std::memcpy(&h, q.scales.data() + (r * (1 << bits) + q.code(r, c)) * 2, 2);
+        ASSERT_EQ(out[c], f16_to_f32(h));
+        // Nearest entry: no other table value is strictly closer.
+        for (int u = 0; u < (1 << bits); ++u)
+          EXPECT_LE(std::fabs(out[c] - w[r * C + c]), std::fabs(q.scale(r, u) - w[r * C + c]) + 1e-6f);
+      }
+    }
+  }
+}
+
+// A row with at most 2^b distinct (f16-exact) values is reproduced exactly; quantizing is deterministic.
+TEST(Codebook, ExactOnFewValuesAndDeterministic) {
+  const float vals[4] = {-1.5f, -0.25f, 0.5f, 2.0f};
+  std::vector<float> w(2 * 64);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = vals[(i * 7 + i / 5) % 4];
+  auto q = quantize_matrix(w.data(), 2, 64, parse_scheme("lut2"));
+  std::vector<float> out(w.size());
+  dequantize_matrix(q, out.data());
+  EXPECT_EQ(out, w);
+  auto g = gaussian(8 * 300, 9);
+  auto a = quantize_matrix(g.data(), 8, 300, parse_scheme("lut4"));
+  auto b = quantize_matrix(g.data(), 8, 300, parse_scheme("lut4"));
+  EXPECT_EQ(a.codes, b.codes);
+  EXPECT_EQ(a.scales, b.scales);
+}
+
+// Non-uniform beats uniform at the same code width: LUT3 (3.14 bpw at 896 columns) against INT3 per channel
+// with the MSE clip search (3.02 bpw) on Gaussian and heavy-tailed rows, and the importance weighting lowers
+// the weighted error it is asked to lower.
+TEST(Codebook, BeatsUniformAndImportanceHelps) {
+  const int64_t R = 16, C = 896;
+  // Gaussian rows: 8 Lloyd-Max levels against 7 uniform ones (~10 % lower error); heavy tails: much more.
+  for (const auto& [w, factor] :
+       {std::pair{gaussian(R * C, 4), 0.95}, std::pair{heavy_tailed(R * C, 5), 0.8}}) {
+    const double lut = rel_rmse(w, roundtrip(w, R, C, parse_scheme("lut3")));
+    const double uni = rel_rmse(w, roundtrip(w, R, C, parse_scheme("int3:channel:mse")));
+    EXPECT_LT(lut, factor * uni) << lut << " vs " << uni;
+  }
+  auto w = gaussian(R * C, 6);
+  std::vector<float> imp(static_cast<size_t>(C), 0.01f);
+  for (int64_t c = 0; c < C; c += 8) imp[c] = 100.0f;
+  auto weighted_err = [&](const std::vector<float>& d) {
+    double e = 0;
+    for (int64_t i = 0; i < R * C; ++i) e += imp[i % C] * (double(d[i]) - w[i]) * (double(d[i]) - w[i]);
+    return e;
+  };
+  const auto s = parse_scheme("lut3");
+  EXPECT_LT(weighted_err(roundtrip(w, R, C, s, imp.data())), 0.9 * weighted_err(roundtrip(w, R, C, s)));
 }

@@ -139,7 +139,10 @@ TEST(Scheme, BitsFormulaSweep) {
     const int64_t rows = 32, cols = 512;
     double want = f.bits;
     if (s.gran == Granularity::Group) want += double(scale_type_bits(s.scale_type)) / s.group_size;
-    if (s.gran == Granularity::Channel) want += double(scale_type_bits(s.scale_type)) / cols;
+    // Per-row codebooks: 2^b f16 table entries per row.
+    if (s.gran == Granularity::Channel)
+      want +=
+          double(scale_type_bits(s.scale_type)) * (f.kind == FormatKind::Codebook ? 1 << f.bits : 1) / cols;
     if (f.id == FormatId::NVFP4) want += 32.0 / (rows * cols);
     EXPECT_DOUBLE_EQ(bits_per_weight(s, rows, cols), want) << f.name;
   }

@@ -170,7 +170,9 @@ std::vector<Case> weight_cases() {
         "int4:g16:asym", "int4:g256", "int4:g256:asym", "int4:channel:asym", "int8:channel", "int8:g32",
         "int8:g128:asym", "int8:tensor", "int3:g64", "int2:g32:asym", "nf4:g64", "nf4:g64:dq", "e2m1:g32",
         "mxfp4", "mxfp8", "nvfp4", "e4m3:channel", "e4m3:tensor", "e4m3:block32x64", "e5m2:channel",
-        "e3m2:g32", "q4_0", "q8_0", "q4_k", "ggml:q4_0", "ggml:q8_0", "ggml:q4_k"})
+        "e3m2:g32", "q4_0", "q8_0", "q4_k", "ggml:q4_0", "ggml:q8_0", "ggml:q4_k",
+        // per-row codebooks: the lut kernels (every tier), FP32 tile prefill on AVX-512
+        "lut4", "lut3", "lut2"})
     // GGUF types lowbit reads but does not write (q4_1, q5_0, q5_1, q5_k, q6_k, q2_k, q3_k, iq4_nl, mxfp4)
     // have no quantizer to build them from: GgmlRandomBlocks tests them on random blocks.
     v.push_back({s, ""});
@@ -244,7 +246,8 @@ INSTANTIATE_TEST_SUITE_P(LowBitRows, MatmulVsReference,
                                             ::testing::Values(Case{"int3:g64", ""}, Case{"int2:g32:asym", ""},
                                                               Case{"int3:g128:asym", ""},
                                                               Case{"int2:channel", ""}, Case{"e2m3:g32", ""},
-                                                              Case{"mxfp6", ""}),
+                                                              Case{"mxfp6", ""}, Case{"lut3", ""},
+                                                              Case{"lut2", ""}),
                                             ::testing::Values(std::pair<int64_t, int64_t>{5, 4608},
                                                               std::pair<int64_t, int64_t>{6, 4520},
                                                               std::pair<int64_t, int64_t>{9, 1024}),
@@ -324,6 +327,22 @@ TEST(KernelNames, FastPathsSelected) {
 }
 
 // On CPUs with AVX512_BF16 + VBMI, 4- and 8-bit weight-only decode runs the BF16-activation kernels.
+// Per-row codebooks run their own lut kernel on every tier (a silent deq fallback would pass the accuracy
+// tests): decode fused, prefill on the FP32 tile over lut-decoded rows on AVX-512.
+TEST(KernelNames, LutKernelOnEveryTier) {
+  const WeightMatrix w = make_weight({"lut3", ""}, 8, 256, 1);
+  const std::pair<Isa, const char*> want[] = {{Isa::Generic, "lut3.lut.generic"},
+                                              {Isa::Avx2, "lut3.lut.avx2"},
+                                              {Isa::Avx512, "lut3.lut+f32tile.avx512"},
+                                              {Isa::Avx512Bf16, "lut3.lut+f32tile.avx512"}};
+  for (const auto& [isa, name] : want) {
+    if (best_isa() < isa) continue;
+    set_kernel_isa(isa);
+    EXPECT_EQ(matmul_kernel_name(w), name) << isa_name(isa);
+  }
+  set_kernel_isa(best_isa());
+}
+
 TEST(KernelNames, Bf16KernelsSelected) {
   if (best_isa() < Isa::Avx512Bf16) GTEST_SKIP() << "no AVX512_BF16 + VBMI here";
   set_kernel_isa(Isa::Avx512Bf16);
