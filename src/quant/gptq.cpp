@@ -121,10 +121,12 @@ QuantizedMatrix gptq_quantize(const float* w, int64_t rows, int64_t cols, const 
                               const QuantScheme& s, const GptqOptions& o, double* damp_used) {
   validate(s, rows, cols);
   const FormatInfo& fi = s.info();
+  if (fi.is_gguf() && fi.row_grid) return gptq_quantize_kquant(w, rows, cols, gram, s, o, damp_used);
   if (fi.is_gguf() || s.gran == Granularity::Native)
-    throw UsageError("quant",
-                     std::string("GPTQ needs a code-based scheme (int*, nf4, fp8, fp4, mx*, nvfp4); '") +
-                         fi.name + "' is not one");
+    throw UsageError(
+        "quant",
+        std::string("GPTQ needs a code-based scheme (int*, nf4, fp8, fp4, mx*, nvfp4) or a k-quant; '") +
+            fi.name + "' is not one");
   if (gram.rows() != cols || gram.cols() != cols)
     fail("quant", "GPTQ: Hessian is " + std::to_string(gram.rows()) + "x" + std::to_string(gram.cols()) +
                       " but the layer has " + std::to_string(cols) + " inputs");

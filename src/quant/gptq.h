@@ -30,11 +30,18 @@ struct GptqOptions {
 };
 
 // w: [rows, cols] row-major; gram: [cols, cols] symmetric, sum over calibration tokens of x x^T (any positive
-// multiple works: GPTQ is invariant to the scale of H). The scheme must be code-based (not GGUF / plain).
+// multiple works: GPTQ is invariant to the scale of H). The scheme must be code-based or a GGUF k-quant (not
+// another GGUF block type or a plain one).
 // damp_used (optional) receives the damping actually applied (it grows x10 if H + damp is not positive
 // definite).
 QuantizedMatrix gptq_quantize(const float* w, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram,
                               const QuantScheme& s, const GptqOptions& o, double* damp_used = nullptr);
+
+// GPTQ on a GGUF k-quant grid (q2_k .. q6_k; gptq_quantize forwards these schemes here): block scales and
+// mins chosen up front by the format's encoder weighted by diag H, then the column loop rounds each weight to
+// its sub-block's grid (gptq_kquant.cpp). The result is in the ggml block layout.
+QuantizedMatrix gptq_quantize_kquant(const float* w, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram,
+                                     const QuantScheme& s, const GptqOptions& o, double* damp_used = nullptr);
 
 // The upper Cholesky factor U of (H + damp I)^-1 with H in the column order perm (U^T U = the inverse), damp
 // = damp_frac * mean(diag H), grown x10 while the matrix is not positive definite (damp_used receives it).

@@ -806,9 +806,10 @@ std::vector<TensorPlan> plan_recipe(const Recipe& r, const ModelConfig& c,
       const bool is_linear = name != "tok_embed";
       if (is_linear) p.act = r.act;
       if (name == "tok_embed" && r.act.enabled()) p.act = {};
-      if (r.algorithm == Algorithm::Gptq && p.scheme.info().is_gguf())
-        errors.push_back(name + ": GPTQ cannot produce GGUF block formats (" +
-                         std::string(p.scheme.info().name) + "); use rtn or an int/nf4/fp scheme");
+      if (r.algorithm == Algorithm::Gptq && p.scheme.info().is_gguf() && !p.scheme.info().row_grid)
+        errors.push_back(name + ": GPTQ cannot produce " + p.scheme.info().name +
+                         " blocks (of the GGUF types it produces the k-quants q2_k..q6_k); use rtn, a "
+                         "k-quant or an int/nf4/fp scheme");
       if (r.algorithm == Algorithm::Gptq && name == "tok_embed")
         errors.push_back(
             "tok_embed: GPTQ needs a matmul input; the embedding is a gather. Ignore it or use rtn");

@@ -1,0 +1,104 @@
+// GPTQ on the GGUF k-quant grids (Q2_K .. Q6_K): the super-block scales, sub-block scales and mins are chosen
+// once, up front, from the original weights by the format's own encoder with the Hessian diagonal as its
+// importance (the "static groups" of act-order GPTQ: no group's parameters depend on the column order); the
+// column loop then rounds each error-updated weight to the nearest code of its fixed sub-block grid
+// (value = scale * q + offset, FormatInfo::row_grid) and pushes the rounding error onto the columns not yet
+// quantized. The result keeps the ggml block layout, so the fused KPack kernels and the checkpoint's
+// lowbit-packed GGUF blocks take it unchanged.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/error.h"
+#include "quant/blas.h"
+#include "quant/gptq.h"
+
+namespace lowbit::quant {
+namespace {
+using RowMajorF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Nearest code of x under one grid point set; a zero step keeps code 0 (or the code nearest 0).
+inline int nearest_code(float x, float scale, float offset, int qmin, int qmax) {
+  const int q0 = std::clamp(0, qmin, qmax);
+  if (!(std::fabs(scale) > 0) || !std::isfinite(scale)) return q0;
+  const float v = (x - offset) / scale;
+  if (!(v > static_cast<float>(qmin))) return qmin;
+  if (v >= static_cast<float>(qmax)) return qmax;
+  return static_cast<int>(std::nearbyint(v));
+}
+}  // namespace
+
+QuantizedMatrix gptq_quantize_kquant(const float* w, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram,
+                                     const QuantScheme& s, const GptqOptions& o, double* damp_used) {
+  validate(s, rows, cols);
+  const FormatInfo& fi = s.info();
+  if (!fi.row_grid || !fi.set_row_codes)
+    throw UsageError("quant", std::string("GPTQ on ggml blocks needs a k-quant (q2_k .. q6_k); '") + fi.name +
+                                  "' is not one; use rtn for it");
+  if (gram.rows() != cols || gram.cols() != cols)
+    fail("quant", "GPTQ: Hessian is " + std::to_string(gram.rows()) + "x" + std::to_string(gram.cols()) +
+                      " but the layer has " + std::to_string(cols) + " inputs");
+  Eigen::MatrixXd H = gram.cast<double>();
+  Eigen::MatrixXf W = Eigen::Map<const RowMajorF>(w, rows, cols);  // column-major working copy
+  for (int64_t i = 0; i < cols; ++i)
+    if (!(H(i, i) > 0)) {  // a dead input: its weights cannot matter, quantize them as zeros
+      H(i, i) = 1.0;
+      W.col(i).setZero();
+    }
+  std::vector<float> importance(static_cast<size_t>(cols));
+  for (int64_t i = 0; i < cols; ++i) importance[i] = static_cast<float>(H(i, i));
+
+  // The block headers, importance-weighted by the Hessian diagonal, from the (dead-zeroed) original weights.
+  RowMajorF W0 = W;
+  QuantizedMatrix q = quantize_matrix(W0.data(), rows, cols, s, importance.data());
+  // Each element's grid, column-major like the working copy (the column loop walks rows of one column).
+  std::vector<float> gs(static_cast<size_t>(rows * cols)), go(gs.size()), rs(static_cast<size_t>(cols)),
+      ro(rs.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    fi.row_grid(q.row_data(r), rs.data(), ro.data(), cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      gs[c * rows + r] = rs[c];
+      go[c * rows + r] = ro[c];
+    }
+  }
+  std::vector<int8_t> codes(static_cast<size_t>(rows * cols));  // row-major, for set_row_codes
+
+  std::vector<int64_t> perm(static_cast<size_t>(cols));
+  std::iota(perm.begin(), perm.end(), 0);
+  if (o.act_order)
+    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return H(a, a) > H(b, b); });
+  const Eigen::MatrixXf U = gptq_inverse_hessian_factor(H, perm, o.damp, damp_used);
+
+  Eigen::MatrixXf Wp(rows, cols);
+  for (int64_t i = 0; i < cols; ++i) Wp.col(i) = W.col(perm[i]);
+  const int64_t B = std::max(1, o.block);
+  Eigen::MatrixXf Err(rows, B);
+  for (int64_t i1 = 0; i1 < cols; i1 += B) {
+    const int64_t i2 = std::min(cols, i1 + B);
+    for (int64_t i = i1; i < i2; ++i) {
+      const int64_t c = perm[i];
+      const float d = U(i, i);
+      const float* cs = gs.data() + c * rows;
+      const float* co = go.data() + c * rows;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float x = Wp(r, i);
+        const int qv = nearest_code(x, cs[r], co[r], fi.code_min, fi.code_max);
+        codes[r * cols + c] = static_cast<int8_t>(qv);
+        Err(r, i - i1) = (x - (cs[r] * static_cast<float>(qv) + co[r])) / d;
+      }
+      if (i + 1 < i2)
+        Wp.block(0, i + 1, rows, i2 - i - 1).noalias() -= Err.col(i - i1) * U.block(i, i + 1, 1, i2 - i - 1);
+    }
+    if (i2 < cols)  // Wp[:, i2:] -= Err[:, :i2-i1] U[i1:i2, i2:] (all column-major)
+      cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+                  static_cast<int>(cols - i2), static_cast<int>(i2 - i1), -1.0f, Err.data(),
+                  static_cast<int>(rows), U.data() + i1 + i2 * cols, static_cast<int>(cols), 1.0f,
+                  Wp.data() + i2 * rows, static_cast<int>(rows));
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    fi.set_row_codes(q.codes.data() + r * q.row_bytes, codes.data() + r * cols, cols);
+  return q;
+}
+
+}  // namespace lowbit::quant
