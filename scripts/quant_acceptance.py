@@ -10,7 +10,8 @@ Everything goes through the CLI: `lowbit eval ppl --save-baseline` (float32), `l
 `lowbit inspect --json` (bits per weight), `lowbit eval kld --json`.
 
 Usage: scripts/quant_acceptance.py [--lowbit build/apps/lowbit/lowbit] [--shared ../shared] [--chunks 24]
-                                   [--model kjv|stories260K] [--out out/quant_acceptance] [--set ptq|rotations]
+                                   [--model kjv|stories260K] [--out out/quant_acceptance]
+                                   [--set ptq|rotations|nonuniform]
 Prints one markdown table per model; keeps checkpoints and JSON under --out.
 """
 import argparse
@@ -56,6 +57,13 @@ for label, recipe in (("W4A4KV4 RTN", "W4A4KV4"), ("W4A4KV4 QuaRot+RTN", "W4A4KV
                       ("W4A4KV4 QuaRot+GPTQ clip 0.9", "W4A4KV4,rotate=quarot,algo=gptq,act_clip=0.9")):
     ROTATION_RECIPES.append((label, recipe))
 
+# --set nonuniform: per-row k-means codebooks (lut2/3/4, docs/formats.md) against the uniform grids and the
+# k-quant of the same width, each under RTN, imatrix and GPTQ.
+NONUNIFORM_RECIPES = []
+for scheme in ("int3:g32:sym", "lut3", "q3_k", "int4:g32:sym", "lut4", "q4_k", "lut2"):
+    for algo, label in (("", "RTN"), ("imatrix", "imatrix"), ("gptq", "GPTQ")):
+        NONUNIFORM_RECIPES.append((label + " " + scheme, scheme + (",algo=" + algo if algo else "")))
+
 
 def kv_args(recipe):
     """The run-time KV cache a recipe's KV width asks for (the checkpoint records it; eval takes it as a flag)."""
@@ -88,6 +96,29 @@ def split_texts(shared, out):
     return paths
 
 
+EVAL_TEXTS = ("stories_eval", "wiki_eval")
+
+
+def float32_baselines(lb, model, name, texts, out, chunks):
+    """The float32 model's logits on each evaluation half (`chunks` windows of 256 tokens), saved for eval kld:
+    {text key: (baseline file, PPL, tokens scored)}."""
+    base = {}
+    for ev in EVAL_TEXTS:
+        bf = os.path.join(out, "%s.%s.lbbase" % (name, ev))
+        j = json.loads(run([lb, "eval", "ppl", "-m", model, "--text", texts[ev], "--dtype", "f32", "--save-baseline",
+                            bf, "--json", "--ctx", "256", "--chunks", str(chunks), "--no-progress"]).stdout)
+        base[ev] = (bf, j["perplexity"]["ppl"], j["tokens_scored"])
+    return base
+
+
+def compare(lb, baseline, model, text, extra=()):
+    """`lowbit eval kld` of `model` against a saved float32 baseline (same windows): its "comparison" object
+    (ppl_variant, delta_ppl, kld, top1_agreement), or None when the model produced NaN/Inf."""
+    p = run([lb, "eval", "kld", "--baseline", baseline, "-m", model, "--text", text, "--dtype", "f32", "--json",
+             "--no-progress"] + list(extra), ok=(0, 3))
+    return None if p.returncode == 3 else json.loads(p.stdout)["comparison"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lowbit", default="build/apps/lowbit/lowbit")
@@ -95,23 +126,18 @@ def main():
     ap.add_argument("--chunks", type=int, default=24, help="evaluation windows of 256 tokens per text")
     ap.add_argument("--model", action="append", choices=sorted(MODELS))
     ap.add_argument("--out", default="out/quant_acceptance")
-    ap.add_argument("--set", choices=("ptq", "rotations"), default="ptq",
-                    help="ptq: the PTQ table; rotations: recipes with and without rotate=quarot")
+    ap.add_argument("--set", choices=("ptq", "rotations", "nonuniform"), default="ptq",
+                    help="ptq: the PTQ table; rotations: recipes with and without rotate=quarot; nonuniform: "
+                    "lut2/3/4 codebooks against int3/int4 g32 and q3_k/q4_k under RTN, imatrix, GPTQ")
     a = ap.parse_args()
-    recipes = ROTATION_RECIPES if a.set == "rotations" else RECIPES
+    recipes = {"rotations": ROTATION_RECIPES, "nonuniform": NONUNIFORM_RECIPES}.get(a.set, RECIPES)
     os.makedirs(a.out, exist_ok=True)
     texts = split_texts(a.shared, a.out)
     LB = a.lowbit
     for name in a.model or ["kjv", "stories260K"]:
         rel, calib_key = MODELS[name]
         model = os.path.join(a.shared, rel)
-        common = ["--ctx", "256", "--chunks", str(a.chunks), "--no-progress"]
-        base = {}
-        for ev in ("stories_eval", "wiki_eval"):
-            bf = os.path.join(a.out, "%s.%s.lbbase" % (name, ev))
-            j = json.loads(run([LB, "eval", "ppl", "-m", model, "--text", texts[ev], "--dtype", "f32",
-                                "--save-baseline", bf, "--json"] + common).stdout)
-            base[ev] = (bf, j["perplexity"]["ppl"], j["tokens_scored"])
+        base = float32_baselines(LB, model, name, texts, a.out, a.chunks)
         print("\n### %s (calibration: %s, 32 x 256 tokens; float32 PPL: TinyStories %.3f over %d tokens, "
               "WikiText %.3f over %d tokens)\n" % (name, calib_key + "_calib", base["stories_eval"][1],
                                                    base["stories_eval"][2], base["wiki_eval"][1],
@@ -132,13 +158,11 @@ def main():
             ins = json.loads(run([LB, "inspect", ck, "--json"]).stdout)
             bpw = ins["summary"]["bits_per_weight_quantized"]
             cells = []
-            for ev in ("stories_eval", "wiki_eval"):
-                p = run([LB, "eval", "kld", "--baseline", base[ev][0], "-m", ck, "--text", texts[ev], "--dtype", "f32",
-                         "--json", "--no-progress"] + kv_args(recipe), ok=(0, 3))
-                if p.returncode == 3:
+            for ev in EVAL_TEXTS:
+                c = compare(LB, base[ev][0], ck, texts[ev], kv_args(recipe))
+                if c is None:
                     cells += ["NaN/Inf", "", "", ""]
                     continue
-                c = json.loads(p.stdout)["comparison"]
                 cells += ["%.3f" % c["ppl_variant"]["ppl"], "%+.3f" % c["delta_ppl"]["value"],
                           "%.5f" % c["kld"]["mean"], "%.2f %%" % (100 * c["top1_agreement"]["value"])]
             print("| %s `%s` | %.3f | %s | %.1f |" % (label, recipe, bpw, " | ".join(cells), qs))
