@@ -260,6 +260,13 @@ void lut_deq_generic(const uint8_t* row, int64_t cols, int bits, const uint16_t*
 float lut_dot_avx2(const uint8_t* row, int64_t cols, int bits, const uint16_t* table, const float* x);
 void lut_deq_avx2(const uint8_t* row, int64_t cols, int bits, const uint16_t* table, float* out);
 float lut_dot_avx512(const uint8_t* row, int64_t cols, int bits, const uint16_t* table, const float* x);
+// nr <= 4 rows at once (shared activation loads, independent chains): out[r] = row r . x.
+void lut_dot4_avx512(const uint8_t* const* rows, int nr, int64_t cols, int bits,
+                     const uint16_t* const* tables, const float* x, float* out);
+// The same on the Avx512Bf16 tier (VBMI: one vpmultishiftqb extracts 16 codes; matmul_lut_avx512bf16.cpp).
+void lut_dot4_vbmi(const uint8_t* const* rows, int nr, int64_t cols, int bits, const uint16_t* const* tables,
+                   const float* x, float* out);
+void lut_deq_vbmi(const uint8_t* row, int64_t cols, int bits, const uint16_t* table, float* out);
 void lut_deq_avx512(const uint8_t* row, int64_t cols, int bits, const uint16_t* table, float* out);
 
 // ---- generic / AVX2 ----

@@ -85,7 +85,11 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
   // LUT2/3/4 per-row codebooks, weight-only: the lut row kernels on every tier (AVX-512 prefill: rows decoded
   // by lut_deq_avx512 into the FP32 tile).
   if (p.route == Route::Codebook && w.kind == WeightKind::Quant && w.act_format == FormatId::F32) {
-    if (isa >= Isa::Avx512) return {prefill ? Kernel::F32Tile : Kernel::LutAvx512, ActRounding::None};
+    if (isa >= Isa::Avx512)
+      return {prefill                  ? Kernel::F32Tile
+              : isa >= Isa::Avx512Bf16 ? Kernel::LutVbmi
+                                       : Kernel::LutAvx512,
+              ActRounding::None};
     return {isa >= Isa::Avx2 ? Kernel::LutAvx2 : Kernel::LutGeneric, ActRounding::None};
   }
   if (isa < Isa::Avx512) return {Kernel::Deq, ActRounding::None};
@@ -176,6 +180,7 @@ const char* kernel_short_name(Kernel k) {
       return "byte";
     case Kernel::Bf16Tile:
       return "bf16tile";
+    case Kernel::LutVbmi:
     case Kernel::LutAvx512:
     case Kernel::LutAvx2:
     case Kernel::LutGeneric:
@@ -192,6 +197,7 @@ Isa kernel_tier(Kernel k) {
     case Kernel::Byte16:
     case Kernel::Fp6Byte16:
     case Kernel::Bf16Tile:
+    case Kernel::LutVbmi:
       return Isa::Avx512Bf16;
     case Kernel::Deq:
     case Kernel::LutGeneric:

@@ -252,7 +252,8 @@ void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
             else if (p.route == Route::Byte)
               kern::byte_deq_avx512(row, cols, p.group, p.scale_row(r), p.zero_row(r), p.byte_dec, out);
             else if (p.route == Route::Codebook && w.kind == WeightKind::Quant)
-              kern::lut_deq_avx512(row, cols, p.bits, p.codebook_f16 + r * p.gcols, out);
+              (kernel_isa() >= Isa::Avx512Bf16 ? kern::lut_deq_vbmi : kern::lut_deq_avx512)(
+                  row, cols, p.bits, p.codebook_f16 + r * p.gcols, out);
             else
               deq_row_plan(w, p, r, out);
           }
@@ -740,6 +741,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
       return run_vnni512(w, p, x, T, y);
     case Kernel::Fp6Byte16:
       return run_fp6_gemv(w, p, x, T, y);
+    case Kernel::LutVbmi:
     case Kernel::LutAvx512:
     case Kernel::LutAvx2:
     case Kernel::LutGeneric:

@@ -55,6 +55,7 @@ enum class Kernel : uint8_t {
   Fp6Byte16,        // FP6 rows widened per block to bytes, then the byte16 kernel
   ByteDot,          // 8-bit codes, one fused dot per row
   Bf16Tile,         // weight-only prefill on the BF16 tile
+  LutVbmi,          // LUT2/3/4 per-row codebooks, Avx512Bf16 tier: vpmultishiftqb code extraction
   LutAvx512,        // LUT2/3/4 per-row codebooks: table in a register, vpermps lookups fused with the FMA
   LutAvx2,          // the same with two vpermps + blend per 8 codes
   LutGeneric,       // the same in scalar code (the generic tier)

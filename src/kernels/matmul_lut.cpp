@@ -34,9 +34,13 @@ void lut_deq_generic(const uint8_t* row, int64_t cols, int bits, const uint16_t*
 void run_lut(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols, k = p.gcols;
   const int bits = p.bits;
-  const bool a512 = isa >= Isa::Avx512, a2 = isa >= Isa::Avx2;
+  const bool vbmi = isa >= Isa::Avx512Bf16, a512 = isa >= Isa::Avx512, a2 = isa >= Isa::Avx2;
   auto dot = a512 ? kern::lut_dot_avx512 : a2 ? kern::lut_dot_avx2 : kern::lut_dot_generic;
-  auto deq = a512 ? kern::lut_deq_avx512 : a2 ? kern::lut_deq_avx2 : kern::lut_deq_generic;
+  auto deq = vbmi   ? kern::lut_deq_vbmi
+             : a512 ? kern::lut_deq_avx512
+             : a2   ? kern::lut_deq_avx2
+                    : kern::lut_deq_generic;
+  auto dot4 = vbmi ? kern::lut_dot4_vbmi : kern::lut_dot4_avx512;
   auto fdot = a512 ? kern::dot_f32_avx512 : a2 ? kern::dot_f32_avx2 : kern::dot_f32_generic;
   // Small products on the calling thread (waking the pool costs more than ~48 KiB of weight traffic).
   const double work = static_cast<double>(w.decode_bytes()) * static_cast<double>(T);
@@ -44,7 +48,16 @@ void run_lut(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
   parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
     thread_local std::vector<float> buf;
     if (T > 1 && buf.size() < static_cast<size_t>(cols)) buf.resize(static_cast<size_t>(cols));
-    for (int64_t r = r0; r < r1; ++r) {
+    int64_t r = r0;
+    if (T == 1 && a512)  // four rows per call
+      for (; r < r1; r += 4) {
+        const int nr = static_cast<int>(r1 - r < 4 ? r1 - r : 4);
+        const uint8_t* rp[4];
+        const uint16_t* tp[4];
+        for (int i = 0; i < nr; ++i) rp[i] = w.q->row_data(r + i), tp[i] = p.codebook_f16 + (r + i) * k;
+        dot4(rp, nr, cols, bits, tp, x, y + r);
+      }
+    for (; r < r1; ++r) {
       const uint8_t* row = w.q->row_data(r);
       const uint16_t* t = p.codebook_f16 + r * k;
       if (T == 1) {

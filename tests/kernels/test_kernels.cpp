@@ -328,13 +328,14 @@ TEST(KernelNames, FastPathsSelected) {
 
 // On CPUs with AVX512_BF16 + VBMI, 4- and 8-bit weight-only decode runs the BF16-activation kernels.
 // Per-row codebooks run their own lut kernel on every tier (a silent deq fallback would pass the accuracy
-// tests): decode fused, prefill on the FP32 tile over lut-decoded rows on AVX-512.
+// tests): decode fused (VBMI code extraction on the avx512bf16 tier), prefill on the FP32 tile over
+// lut-decoded rows on AVX-512.
 TEST(KernelNames, LutKernelOnEveryTier) {
   const WeightMatrix w = make_weight({"lut3", ""}, 8, 256, 1);
   const std::pair<Isa, const char*> want[] = {{Isa::Generic, "lut3.lut.generic"},
                                               {Isa::Avx2, "lut3.lut.avx2"},
                                               {Isa::Avx512, "lut3.lut+f32tile.avx512"},
-                                              {Isa::Avx512Bf16, "lut3.lut+f32tile.avx512"}};
+                                              {Isa::Avx512Bf16, "lut3.lut+f32tile.avx512bf16"}};
   for (const auto& [isa, name] : want) {
     if (best_isa() < isa) continue;
     set_kernel_isa(isa);
