@@ -23,6 +23,72 @@
 
 namespace lowbit {
 
+namespace {
+
+// Sorted values with prefix sums: cluster [lo, hi) of the sorted order has weight W[hi] - W[lo], first moment
+// S[hi] - S[lo] and second moment Q[hi] - Q[lo], so one Lloyd step and the clustering's error are O(k log n).
+struct SortedRow {
+  std::vector<float> xs;
+  std::vector<double> W, S, Q;
+};
+
+// Lloyd iterations from the centroids c (sorted on return): boundaries at the midpoints of the sorted
+// centroids, centroids at the weighted means; a cluster left without weight (duplicate starts: rows with few
+// distinct values, or weight on few columns) moves to the value with the largest weighted error. 1-D k-means
+// converges in few steps; 64 is a cap. Returns the weighted squared error of the final clustering.
+double lloyd(const SortedRow& d, std::vector<double>& c) {
+  const int k = static_cast<int>(c.size());
+  const int64_t n = static_cast<int64_t>(d.xs.size());
+  std::vector<int64_t> edge(static_cast<size_t>(k) + 1);
+  auto assign = [&] {
+    std::sort(c.begin(), c.end());
+    edge[0] = 0;
+    edge[k] = n;
+    for (int j = 1; j < k; ++j) {
+      const float mid = static_cast<float>(0.5 * (c[j - 1] + c[j]));
+      edge[j] = std::upper_bound(d.xs.begin(), d.xs.end(), mid) - d.xs.begin();
+    }
+  };
+  for (int it = 0; it < 64; ++it) {
+    assign();
+    bool moved = false;
+    int empty = -1;
+    for (int j = 0; j < k; ++j) {
+      const double wj = d.W[edge[j + 1]] - d.W[edge[j]];
+      if (!(wj > 0)) {
+        empty = j;
+        continue;
+      }
+      const double m = (d.S[edge[j + 1]] - d.S[edge[j]]) / wj;
+      if (m != c[j]) moved = true;
+      c[j] = m;
+    }
+    if (empty >= 0) {
+      double worst = 0;
+      int64_t at = -1;
+      for (int j = 0; j < k; ++j)
+        for (int64_t i = edge[j]; i < edge[j + 1]; ++i) {
+          const double e = (d.W[i + 1] - d.W[i]) * (d.xs[i] - c[j]) * (d.xs[i] - c[j]);
+          if (e > worst) worst = e, at = i;
+        }
+      if (at >= 0) {
+        c[empty] = d.xs[at];
+        moved = true;
+      }
+    }
+    if (!moved) break;
+  }
+  assign();
+  double sse = 0;
+  for (int j = 0; j < k; ++j) {
+    const int64_t lo = edge[j], hi = edge[j + 1];
+    sse += (d.Q[hi] - d.Q[lo]) - 2 * c[j] * (d.S[hi] - d.S[lo]) + c[j] * c[j] * (d.W[hi] - d.W[lo]);
+  }
+  return sse;
+}
+
+}  // namespace
+
 void fit_row_codebook(const float* x, const float* w, int64_t n, int bits, uint16_t* table_f16) {
   const int k = 1 << bits;
   if (n < 1) fail("formats", "fit_row_codebook: empty row; quantize a matrix with at least one column");
@@ -32,63 +98,31 @@ void fit_row_codebook(const float* x, const float* w, int64_t n, int bits, uint1
   bool weighted = false;
   if (w)
     for (int64_t i = 0; i < n && !weighted; ++i) weighted = w[i] > 0;
-  // Prefix sums over the sorted values: cluster [lo, hi) has weight W[hi] - W[lo] and moment S[hi] - S[lo].
-  std::vector<float> xs(static_cast<size_t>(n));
-  std::vector<double> W(static_cast<size_t>(n) + 1, 0.0), S(static_cast<size_t>(n) + 1, 0.0);
+  SortedRow d;
+  d.xs.resize(static_cast<size_t>(n));
+  d.W.assign(static_cast<size_t>(n) + 1, 0.0);
+  d.S = d.Q = d.W;
   for (int64_t i = 0; i < n; ++i) {
-    xs[i] = x[idx[i]];
+    d.xs[i] = x[idx[i]];
     const double wi = weighted ? std::max(0.0f, w[idx[i]]) : 1.0;
-    W[i + 1] = W[i] + wi;
-    S[i + 1] = S[i] + wi * xs[i];
+    d.W[i + 1] = d.W[i] + wi;
+    d.S[i + 1] = d.S[i] + wi * d.xs[i];
+    d.Q[i + 1] = d.Q[i] + wi * d.xs[i] * d.xs[i];
   }
-  // Weighted-quantile start: centroid j at the value where the cumulative weight crosses (j + 0.5) / k.
+  // Two deterministic starts, the better clustering kept: the weighted quantiles (j + 0.5) / k (what Lloyd
+  // refines best on bell-shaped rows), and the same with the row's extremes as the outer centroids (which
+  // keeps a lone outlier in its own cluster, where the quantile start lets it drag the top cluster's mean).
   std::vector<double> c(static_cast<size_t>(k));
   for (int j = 0; j < k; ++j) {
-    const double target = (j + 0.5) / k * W[n];
-    const auto it = std::upper_bound(W.begin() + 1, W.end(), target);
-    c[j] = xs[std::min<int64_t>(n - 1, it - (W.begin() + 1))];
+    const double target = (j + 0.5) / k * d.W[n];
+    const auto it = std::upper_bound(d.W.begin() + 1, d.W.end(), target);
+    c[j] = d.xs[std::min<int64_t>(n - 1, it - (d.W.begin() + 1))];
   }
-  // Lloyd iterations: boundaries at the midpoints of the sorted centroids, centroids at the weighted means.
-  // A cluster without weight keeps its centroid. 1-D k-means converges in few steps; 64 is a cap.
-  std::vector<int64_t> edge(static_cast<size_t>(k) + 1);
-  for (int it = 0; it < 64; ++it) {
-    std::sort(c.begin(), c.end());
-    edge[0] = 0;
-    edge[k] = n;
-    for (int j = 1; j < k; ++j) {
-      const float mid = static_cast<float>(0.5 * (c[j - 1] + c[j]));
-      edge[j] = std::upper_bound(xs.begin(), xs.end(), mid) - xs.begin();
-    }
-    bool moved = false;
-    int empty = -1;
-    for (int j = 0; j < k; ++j) {
-      const double wj = W[edge[j + 1]] - W[edge[j]];
-      if (!(wj > 0)) {
-        empty = j;
-        continue;
-      }
-      const double m = (S[edge[j + 1]] - S[edge[j]]) / wj;
-      if (m != c[j]) moved = true;
-      c[j] = m;
-    }
-    // A cluster left without weight (duplicate quantiles: rows with few distinct values, or weight on few
-    // columns) moves to the value with the largest weighted error, so no table entry is wasted.
-    if (empty >= 0) {
-      double worst = 0;
-      int64_t at = -1;
-      for (int j = 0; j < k; ++j)
-        for (int64_t i = edge[j]; i < edge[j + 1]; ++i) {
-          const double e = (W[i + 1] - W[i]) * (xs[i] - c[j]) * (xs[i] - c[j]);
-          if (e > worst) worst = e, at = i;
-        }
-      if (at >= 0) {
-        c[empty] = xs[at];
-        moved = true;
-      }
-    }
-    if (!moved) break;
-  }
-  std::sort(c.begin(), c.end());
+  std::vector<double> c2 = c;
+  c2.front() = d.xs.front();
+  c2.back() = d.xs.back();
+  const double e1 = lloyd(d, c), e2 = lloyd(d, c2);
+  if (e2 < e1) c = c2;
   for (int j = 0; j < k; ++j) table_f16[j] = f32_to_f16(static_cast<float>(c[j]));
   // FP16 rounding keeps the order (it is monotonic), so the stored table stays ascending.
 }
