@@ -11,7 +11,7 @@ Everything goes through the CLI: `lowbit eval ppl --save-baseline` (float32), `l
 
 Usage: scripts/quant_acceptance.py [--lowbit build/apps/lowbit/lowbit] [--shared ../shared] [--chunks 24]
                                    [--model kjv|stories260K] [--out out/quant_acceptance]
-                                   [--set ptq|rotations|nonuniform]
+                                   [--set ptq|rotations|nonuniform|kquants]
 Prints one markdown table per model; keeps checkpoints and JSON under --out.
 """
 import argparse
@@ -63,6 +63,13 @@ NONUNIFORM_RECIPES = []
 for scheme in ("int3:g32:sym", "lut3", "q3_k", "int4:g32:sym", "lut4", "q4_k", "lut2"):
     for algo, label in (("", "RTN"), ("imatrix", "imatrix"), ("gptq", "GPTQ")):
         NONUNIFORM_RECIPES.append((label + " " + scheme, scheme + (",algo=" + algo if algo else "")))
+
+# --set kquants: every GGUF k-quant (ggml block layout, fused KPack kernels) under RTN, imatrix-RTN and GPTQ
+# (docs/quant.md, "GPTQ and imatrix on the k-quant grids").
+KQUANT_RECIPES = []
+for scheme in ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k"):
+    for algo, label in (("", "RTN"), ("imatrix", "imatrix-RTN"), ("gptq", "GPTQ")):
+        KQUANT_RECIPES.append((label + " " + scheme, scheme + (",algo=" + algo if algo else "")))
 
 
 def kv_args(recipe):
@@ -126,11 +133,13 @@ def main():
     ap.add_argument("--chunks", type=int, default=24, help="evaluation windows of 256 tokens per text")
     ap.add_argument("--model", action="append", choices=sorted(MODELS))
     ap.add_argument("--out", default="out/quant_acceptance")
-    ap.add_argument("--set", choices=("ptq", "rotations", "nonuniform"), default="ptq",
+    ap.add_argument("--set", choices=("ptq", "rotations", "nonuniform", "kquants"), default="ptq",
                     help="ptq: the PTQ table; rotations: recipes with and without rotate=quarot; nonuniform: "
-                    "lut2/3/4 codebooks against int3/int4 g32 and q3_k/q4_k under RTN, imatrix, GPTQ")
+                    "lut2/3/4 codebooks against int3/int4 g32 and q3_k/q4_k under RTN, imatrix, GPTQ; kquants: "
+                    "q2_k..q6_k under RTN, imatrix, GPTQ")
     a = ap.parse_args()
-    recipes = {"rotations": ROTATION_RECIPES, "nonuniform": NONUNIFORM_RECIPES}.get(a.set, RECIPES)
+    recipes = {"rotations": ROTATION_RECIPES, "nonuniform": NONUNIFORM_RECIPES,
+               "kquants": KQUANT_RECIPES}.get(a.set, RECIPES)
     os.makedirs(a.out, exist_ok=True)
     texts = split_texts(a.shared, a.out)
     LB = a.lowbit
