@@ -2,15 +2,19 @@
 // manifest.
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "apps/lowbit/cli_common.h"
 #include "apps/lowbit/command.h"
 #include "core/error.h"
 #include "core/json_text.h"
+#include "core/memory.h"
 #include "core/progress.h"
 #include "core/timer.h"
 #include "model/model.h"
+#include "quant/budget.h"
 #include "quant/checkpoint_writer.h"
 #include "quant/quantizer.h"
 #include "quant/recipe.h"
@@ -18,7 +22,9 @@
 namespace {
 
 struct QuantizeArgs {
-  std::string model, recipe, calib, out, tokenizer, dtype = "native";
+  std::string model, recipe, calib, out, tokenizer, dtype = "native", budget, candidates;
+  double bpw = 0;
+  int sens_samples = 8, sens_length = 128;
   int samples = 0, length = 0, threads = 0;
   int64_t seed = -1;
   bool force = false, requantize = false, json = false, quiet = false, per_tensor = false;
@@ -51,6 +57,24 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer.bin (default: found next to the model)");
   cmd.add_option("--dtype", a.dtype,
                  "How dense source weights are held while quantizing: native (default), f32");
+  cmd.add_option("--budget", a.budget,
+                 "Mixed precision under a size: the checkpoint's model files (all but the manifest) must fit "
+                 "in this many bytes (4570000, 4.5MB, 4.3MiB; K/M/G alone are binary); each matrix gets the "
+                 "candidate format that "
+                 "minimises the measured KL divergence in total (needs --calib)");
+  cmd.add_option("--bpw", a.bpw,
+                 "Mixed precision under a size given as bits per parameter over the whole checkpoint "
+                 "(model bytes x 8 / parameters)")
+      ->excludes("--budget");
+  cmd.add_option("--candidates", a.candidates,
+                 "Formats the budget allocator chooses from, comma-separated schemes (default: "
+                 "int2:g32, int3:g32, int3:g64, int4:g32, int4:g64, int4:g128, int8:g32, int8:channel; "
+                 "'keep' = unquantized is always a choice)");
+  cmd.add_option("--sens-samples", a.sens_samples,
+                 "Calibration windows the sensitivities are measured on (default 8)")
+      ->check(CLI::Range(1, 1024));
+  cmd.add_option("--sens-length", a.sens_length, "Tokens per sensitivity window (default 128)")
+      ->check(CLI::Range(2, 1 << 20));
   lowbit::app::add_threads_option(&cmd, a.threads);
   cmd.add_flag("--tensors", a.per_tensor,
                "Print one line per tensor (format, bpw, errors) after the summary");
@@ -59,7 +83,9 @@ void setup(CLI::App& cmd) {
                "Print the full report (the manifest's tensors and summary) as JSON on stdout");
   cmd.footer(
       "Example: lowbit quantize -m ../shared/models/kjv-brown-6M/model.bin -r W4A16,group=32,algo=gptq "
-      "-c ../shared/data/kjv-brown/val.txt -o /tmp/kjv-w4g32-gptq");
+      "-c ../shared/data/kjv-brown/val.txt -o /tmp/kjv-w4g32-gptq\n"
+      "Under a size: lowbit quantize -m ../shared/models/kjv-brown-6M/model.bin -r W4A16,algo=gptq "
+      "--budget 4.5MB -c ../shared/data/wikitext-2-raw/wiki.test.raw -o /tmp/kjv-4.5MB");
   cmd.callback([] {
     using namespace lowbit;
     app::apply_threads(a.threads);
@@ -74,20 +100,60 @@ void setup(CLI::App& cmd) {
     lo.tokenizer_path = a.tokenizer;
     auto m = load_model(a.model, lo);
     std::vector<std::string> warnings;
-    auto calib = quant::load_recipe_calibration(*m, r, &warnings);
+    const bool budgeted = !a.budget.empty() || a.bpw > 0;
+    if (budgeted && r.calib.file.empty())
+      throw UsageError("quant",
+                       "--budget / --bpw measure each matrix's sensitivity on calibration text; pass "
+                       "--calib FILE");
+    if (!a.candidates.empty() && !budgeted)
+      throw UsageError("quant", "--candidates is for the budget allocator; add --budget or --bpw");
+    auto calib = quant::load_recipe_calibration(*m, r, &warnings);  // a given file is always loaded
     quant::QuantizeOptions qo;
     qo.calib = calib ? &*calib : nullptr;
     qo.requantize = a.requantize;
     qo.progress = !a.quiet && !a.json;
+    std::optional<quant::Allocation> alloc;
+    std::unique_ptr<quant::KldProbe> probe;
+    if (budgeted) {
+      Progress::set_quiet(!qo.progress);
+      quant::BudgetSpec bs;
+      if (!a.budget.empty()) bs.bytes = parse_bytes(a.budget, "quant");
+      bs.bpw = a.bpw;
+      for (size_t p = 0; p < a.candidates.size();) {
+        size_t e = a.candidates.find(',', p);
+        if (e == std::string::npos) e = a.candidates.size();
+        if (e > p) bs.candidates.push_back(parse_scheme(a.candidates.substr(p, e - p)));
+        p = e + 1;
+      }
+      std::vector<std::vector<int32_t>> windows;
+      for (size_t i = 0; i < calib->seqs.size() && static_cast<int>(i) < a.sens_samples; ++i) {
+        const auto& s = calib->seqs[i];
+        windows.emplace_back(s.begin(), s.begin() + std::min<size_t>(s.size(), a.sens_length));
+      }
+      probe = std::make_unique<quant::KldProbe>(*m, windows);
+      alloc = quant::allocate_budget(*m, r, *calib, *probe, bs, a.tokenizer);
+      r = alloc->apply(r);
+      if (!a.json) std::cout << alloc->summary();
+    }
     quant::QuantReport rep = quant::quantize_model(*m, r, qo);
     rep.warnings.insert(rep.warnings.begin(), warnings.begin(), warnings.end());
+    if (alloc) {
+      rep.budget = alloc->to_json();
+      rep.budget["measured_kld"] = probe->kld_from(-1);  // the quantized model, same windows
+    }
     quant::WriteOptions wo;
     wo.force = a.force;
     wo.tokenizer_path = a.tokenizer;
+    if (alloc) wo.max_model_bytes = alloc->budget;
     auto res = quant::write_quantized_checkpoint(*m, rep, a.out, wo);
     if (a.json) {
       nlohmann::json j = rep.to_json();
-      j["output"] = {{"dir", res.dir}, {"bytes", res.bytes}, {"shards", res.shards}, {"files", res.files}};
+      j["output"] = {{"dir", res.dir},
+                     {"bytes", res.bytes},
+                     {"model_bytes", res.model_bytes},
+                     {"parameters", res.parameters},
+                     {"shards", res.shards},
+                     {"files", res.files}};
       j["total_seconds"] = t.seconds();
       std::cout << lowbit::json_text(j, 2) << "\n";
       return;
@@ -109,6 +175,14 @@ void setup(CLI::App& cmd) {
                     f(x.rel_error_out_rtn).c_str());
       }
     }
+    if (alloc)
+      std::printf(
+          "budget %lld bytes: model files %lld bytes (%.3f bits per parameter); KLD on the %d "
+          "sensitivity tokens: predicted %.5f, measured %.5f\n",
+          static_cast<long long>(alloc->budget), static_cast<long long>(res.model_bytes),
+          8.0 * static_cast<double>(res.model_bytes) /
+              static_cast<double>(std::max<int64_t>(1, res.parameters)),
+          alloc->sens_tokens, alloc->predicted_kld, rep.budget["measured_kld"].get<double>());
     const auto& ph = rep.phase_seconds;
     std::printf(
         "wrote %s (%s in %d file(s), %d shard(s)) in %.2f s (quantization %.2f s: calibration %.1f, "

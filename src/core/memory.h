@@ -20,6 +20,12 @@ struct AlignedFree {
 // wrapped size and a too-small buffer.
 int64_t checked_size(std::initializer_list<int64_t> factors, std::string_view module, std::string_view what);
 
+// "24GiB", "24 GB", "512MiB", "4.5MB", "1.5e9", "80G" -> bytes. Units: B, K/KB, KiB, M/MB, MiB, G/GB, GiB,
+// T/TB, TiB (case-insensitive; K/M/G/T alone are binary, KB/MB/GB/TB decimal). UsageError(module) for
+// non-numbers,
+// <= 0, NaN/Inf, unknown units, > 1 PiB.
+int64_t parse_bytes(std::string_view s, std::string_view module = "core");
+
 // 64-byte aligned, zero-initialised bytes. Throws lowbit::Error("core") when allocation fails.
 std::unique_ptr<uint8_t[], AlignedFree> aligned_bytes(size_t n);
 

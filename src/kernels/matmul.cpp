@@ -20,6 +20,12 @@
 
 namespace lowbit {
 
+std::vector<float> weight_to_f32(const WeightMatrix& w) {
+  std::vector<float> out(static_cast<size_t>(w.rows * w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) weight_row_f32(w, r, out.data() + r * w.cols);
+  return out;
+}
+
 void weight_row_f32(const WeightMatrix& w, int64_t r, float* out) {
   const uint8_t* row =
       w.kind == WeightKind::Quant ? nullptr : w.data + static_cast<size_t>(r) * w.row_bytes();

@@ -29,6 +29,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/weight.h"
 
@@ -76,6 +77,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y);
 void matmul_reference(const WeightMatrix& w, const float* x, int64_t T, float* y);
 // Widens row r of w to float32 (out[cols]).
 void weight_row_f32(const WeightMatrix& w, int64_t r, float* out);
+// The whole matrix as floats [rows, cols], row by row through weight_row_f32.
+std::vector<float> weight_to_f32(const WeightMatrix& w);
 // The kernels that matmul() runs for this weight on this CPU and the current ISA tier,
 // "<format>.<decode kernel>[+<prefill kernel>].<isa>" (the second name when prefill, T >= 4, runs another
 // one), e.g. "f32.dense.avx512", "q4_0.q8vnni+q8vnni16.avx512",

@@ -259,6 +259,13 @@ void Decoder::run_layers(const std::vector<BatchEntry>& batch, KvCache& kv, floa
   }
 }
 
+void Decoder::head(const float* x, int64_t T, float* logits) const {
+  const int64_t D = c_.dim;
+  std::vector<float> xf(static_cast<size_t>(T * D));
+  rms_norm(x, w_.final_norm.data(), xf.data(), T, D, c_.norm_eps);
+  matmul(w_.lm_head, xf.data(), T, logits);
+}
+
 void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* logits,
                       const ForwardOptions& o) {
   const int64_t T = static_cast<int64_t>(batch.size());
@@ -287,13 +294,13 @@ void Decoder::forward(const std::vector<BatchEntry>& batch, KvCache& kv, float* 
   for (int64_t t = 0; t < T; ++t)
     if (batch[t].logits) want.push_back(t);
   if (want.empty()) return;
-  std::vector<float> xf(want.size() * D);
+  std::vector<float> xs(want.size() * D);
   std::vector<BatchEntry> wb;
   for (size_t i = 0; i < want.size(); ++i) {
-    rms_norm(x.data() + want[i] * D, w_.final_norm.data(), xf.data() + i * D, 1, D, c_.norm_eps);
+    std::copy_n(x.data() + want[i] * D, D, xs.data() + i * D);
     wb.push_back(batch[want[i]]);
   }
-  matmul(w_.lm_head, xf.data(), static_cast<int64_t>(want.size()), logits);
+  head(xs.data(), static_cast<int64_t>(want.size()), logits);
   check_finite(logits, static_cast<int64_t>(want.size()), c_.vocab_size, wb, "the logits");
 }
 

@@ -41,6 +41,9 @@ class Decoder {
   void forward_layers(const std::vector<BatchEntry>& batch, KvCache& kv, float* x, int first, int last);
   // The residual stream's start: token embeddings x [T, dim] (times sqrt(dim) where the architecture scales).
   void embed(const std::vector<BatchEntry>& batch, float* x) const;
+  // The end of the residual stream: final norm + classifier for T rows of x [T, dim] -> logits [T, vocab]
+  // (not checked for NaN/Inf; forward() checks what it returns).
+  void head(const float* x, int64_t T, float* logits) const;
   void set_observer(ActivationObserver* obs) { observer_ = obs; }
 
  private:

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "arch/config.h"
+#include "core/memory.h"
 #include "kv/kv_cache.h"
 
 namespace lowbit::plan {
@@ -119,10 +120,8 @@ const std::vector<Device>& device_presets();  // GPUs; "cpu" is built on demand
 Device device_by_name(std::string_view name);
 // A plain memory budget (no reserve, capabilities unknown: treated as a generic GPU with BF16/INT8).
 Device budget_device(int64_t bytes);
-// "24GiB", "24 GB", "512MiB", "1.5e9", "80G" -> bytes. Units: B, K/KB, KiB, M/MB, MiB, G/GB, GiB, T/TB, TiB
-// (case-insensitive; K/M/G/T alone are binary). UsageError for non-numbers, <= 0, NaN/Inf, unknown units, > 1
-// PiB.
-int64_t parse_bytes(std::string_view s);
+// Sizes ("24GiB", "80GB") for --memory / --budget: core/memory.h.
+using ::lowbit::parse_bytes;
 
 // How a configuration runs on a device.
 struct Support {

@@ -126,52 +126,6 @@ Device budget_device(int64_t bytes) {
   return d;
 }
 
-int64_t parse_bytes(std::string_view text) {
-  const std::string s(text);
-  auto bad = [&](const std::string& why) -> int64_t {
-    throw UsageError("plan", "invalid memory size '" + s + "' (" + why +
-                                 "); write a positive number with a unit, e.g. 24GiB, 80GB, 512MiB");
-  };
-  size_t i = 0;
-  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-  if (i == s.size()) return bad("empty");
-  if (s[i] == '-') return bad("negative");
-  const char* begin = s.c_str() + i;
-  char* end = nullptr;
-  const double v = std::strtod(begin, &end);
-  if (end == begin) return bad("no number");
-  if (!std::isfinite(v)) return bad("not a finite number");
-  std::string unit;
-  for (const char* p = end; *p; ++p)
-    if (!std::isspace(static_cast<unsigned char>(*p)))
-      unit += static_cast<char>(std::tolower(static_cast<unsigned char>(*p)));
-  double mul = 0;
-  if (unit.empty() || unit == "b")
-    mul = 1;
-  else if (unit == "kb")
-    mul = 1e3;
-  else if (unit == "k" || unit == "kib")
-    mul = 1024.0;
-  else if (unit == "mb")
-    mul = 1e6;
-  else if (unit == "m" || unit == "mib")
-    mul = 1024.0 * 1024;
-  else if (unit == "gb")
-    mul = 1e9;
-  else if (unit == "g" || unit == "gib")
-    mul = 1024.0 * 1024 * 1024;
-  else if (unit == "tb")
-    mul = 1e12;
-  else if (unit == "t" || unit == "tib")
-    mul = 1024.0 * 1024 * 1024 * 1024;
-  else
-    return bad("unknown unit '" + unit + "'; use B, KB, KiB, MB, MiB, GB, GiB, TB or TiB");
-  const double bytes = v * mul;
-  if (!(bytes >= 1)) return bad("must be at least 1 byte");
-  if (bytes > 1125899906842624.0) return bad("larger than 1 PiB; no single device has that");
-  return static_cast<int64_t>(bytes);
-}
-
 Support weight_support(const Device& d, const WeightConfig& w) {
   const std::string& id = w.id;
   if (id == "bf16") {

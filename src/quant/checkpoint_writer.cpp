@@ -255,6 +255,33 @@ std::string utc_now() {
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> tokenizer_files(const Model& m,
+                                                                 const std::string& tokenizer_path) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (m.format == "hf") {
+    fs::path sdir = fs::is_directory(m.path) ? fs::path(m.path) : fs::path(m.path).parent_path();
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                          "generation_config.json", "tokenizer.model", "tokenizer.bin"})
+      if (fs::exists(sdir / f)) out.push_back({(sdir / f).string(), f});
+  } else if (m.format == "llama2c") {
+    const std::string tp = find_llama2c_tokenizer(m.path, tokenizer_path);
+    if (!tp.empty()) out.push_back({tp, "tokenizer.bin"});
+    fs::path spm = fs::path(m.path).parent_path() / "tokenizer.model";
+    if (fs::exists(spm)) out.push_back({spm.string(), "tokenizer.model"});
+  }
+  return out;
+}
+
+int64_t checkpoint_model_bytes(const std::string& dir) {
+  int64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file() && e.path().filename() != "lowbit_manifest.json")
+      total += static_cast<int64_t>(e.file_size());
+  if (ec) fail("quant", "cannot list checkpoint directory '" + dir + "': " + ec.message());
+  return total;
+}
+
 WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, const std::string& out_dir,
                                        const WriteOptions& o) {
   if (out_dir.empty()) throw UsageError("quant", "no output directory; pass --out DIR");
@@ -289,6 +316,7 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
     // Norms, biases and calibrated KV scales by the tensor-role table. Norms go back into the HF convention
     // of the architecture (Gemma stores w - 1), whatever the source was.
     const float norm_offset = arch_row(c.arch).hf_norm_offset;
+    int64_t vector_params = 0;  // norms and biases, for the whole-file bits per parameter
     auto add_vectors = [&](int64_t layer) {
       for (const TensorRoleRow& row : tensor_roles()) {
         if (row.kind == RoleKind::Matrix || row.per_layer != (layer >= 0) || !role_present(row.role, c))
@@ -296,6 +324,7 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
         std::vector<float> v = *W.vector(row.role, layer);
         if (row.kind == RoleKind::Norm)
           for (float& x : v) x -= norm_offset;
+        vector_params += static_cast<int64_t>(v.size());
         ts.add_vector(hf_tensor_name(row.role, layer), v, vdt);
       }
     };
@@ -361,35 +390,40 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
     res.shards = static_cast<int>(shards.size());
     // ---- tokenizer ----
     json tok = {{"files", json::array()}};
-    if (m.format == "hf") {
-      fs::path sdir = fs::is_directory(m.path) ? fs::path(m.path) : fs::path(m.path).parent_path();
-      for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                            "generation_config.json", "tokenizer.model", "tokenizer.bin"})
-        if (fs::exists(sdir / f)) {
-          files.copy(sdir / f, f);
-          tok["files"].push_back(f);
-        }
-    } else if (m.format == "llama2c") {
-      const std::string tp = find_llama2c_tokenizer(m.path, o.tokenizer_path);
-      if (!tp.empty()) {
-        files.copy(tp, "tokenizer.bin");
-        tok["files"].push_back("tokenizer.bin");
-        tok["source"] = tp;
+    for (const auto& [src, name] : tokenizer_files(m, o.tokenizer_path)) {
+      files.copy(src, name);
+      tok["files"].push_back(name);
+      if (m.format == "llama2c" && name == "tokenizer.bin") {
+        tok["source"] = src;
         tok["note"] =
             "llama2.c tokenizer.bin copied as is (lowbit loads it; Hugging Face tools need a conversion)";
       }
-      fs::path spm = fs::path(m.path).parent_path() / "tokenizer.model";
-      if (fs::exists(spm)) {
-        files.copy(spm, "tokenizer.model");
-        tok["files"].push_back("tokenizer.model");
-      }
-    } else {
+    }
+    if (tok["files"].empty())
       tok["note"] = m.format == "gguf"
                         ? "GGUF source: the tokenizer lives in the GGUF metadata and was not exported"
                         : "the source has no tokenizer files to copy";
-    }
+    // ---- whole-file accounting: what an engine reads, before the manifest (a report) is added ----
+    int64_t model_bytes = 0;  // the files written so far (the temporary directory also holds an owner marker)
+    for (const auto& f : files.names) model_bytes += static_cast<int64_t>(fs::file_size(fs::path(tmp) / f));
+    if (o.max_model_bytes > 0 && model_bytes > o.max_model_bytes)
+      fail("quant", "the checkpoint's model files take " + std::to_string(model_bytes) +
+                        " bytes, over the budget of " + std::to_string(o.max_model_bytes) +
+                        " (the allocator's estimate of headers and config.json was too low); nothing was "
+                        "written: lower the budget by the difference");
+    int64_t params = vector_params;
+    for (auto& [n, w] : mats) params += w->rows * w->cols;
+    res.model_bytes = model_bytes;
+    res.parameters = params;
     // ---- manifest ----
     json manifest = rep.to_json();
+    manifest["whole_file"] = {
+        {"model_bytes", model_bytes},
+        {"parameters", params},
+        {"bits_per_parameter", params > 0 ? 8.0 * static_cast<double>(model_bytes) / params : 0.0},
+        {"counts",
+         "every file except lowbit_manifest.json: tensors, safetensors headers, config.json, "
+         "tokenizer files"}};
     manifest["tool"] = {
         {"name", "lowbit"}, {"version", version()}, {"commit", git_commit()}, {"compiler", compiler_id()}};
     manifest["created_utc"] = utc_now();

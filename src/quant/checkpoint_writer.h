@@ -10,6 +10,8 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "model/model.h"
 #include "quant/quantizer.h"
@@ -20,15 +22,27 @@ struct WriteOptions {
   bool force = false;                      // replace an existing output directory
   int64_t shard_bytes = int64_t{2} << 30;  // shard model.safetensors above this size
   std::string tokenizer_path;              // llama2.c tokenizer (default: found next to the source model)
+  int64_t max_model_bytes = 0;             // > 0: refuse (write nothing) when the model files exceed it
   int fail_after_files = -1;               // test hook: throw after writing this many files (atomicity tests)
 };
 
 struct WriteResult {
   std::string dir;
-  int64_t bytes = 0;  // all files written
+  int64_t bytes = 0;        // all files written
+  int64_t model_bytes = 0;  // checkpoint_model_bytes: all but the manifest
+  int64_t parameters = 0;   // weights in the files: matrices (tied ones once), norms, biases
   int shards = 0;
   std::vector<std::string> files;
 };
+
+// The tokenizer files the writer copies from the source: {source path, name in the checkpoint}.
+std::vector<std::pair<std::string, std::string>> tokenizer_files(const Model& m,
+                                                                 const std::string& tokenizer_path);
+
+// Model bytes of a checkpoint directory: every file an engine reads to run it (safetensors, index,
+// config.json, tokenizer files), i.e. all regular files except lowbit_manifest.json, which is a report.
+// `lowbit quantize --budget` and whole-file bpw count these.
+int64_t checkpoint_model_bytes(const std::string& dir);
 
 WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, const std::string& out_dir,
                                        const WriteOptions& o = {});

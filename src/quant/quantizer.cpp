@@ -41,12 +41,6 @@ WeightMatrix* role_matrix(LayerWeights& L, int k) {
   return m[k];
 }
 
-std::vector<float> to_float(const WeightMatrix& w) {
-  std::vector<float> out(static_cast<size_t>(w.rows * w.cols));
-  for (int64_t r = 0; r < w.rows; ++r) weight_row_f32(w, r, out.data() + r * w.cols);
-  return out;
-}
-
 // Largest code magnitude a format represents (symmetric INT: 2^(b-1) - 1; floats: max finite).
 float format_max(FormatId f) {
   const FormatInfo& fi = format_info(f);
@@ -182,7 +176,7 @@ void process_layer(Ctx& cx, int l, LayerStats* st) {
   std::vector<float> W[kRoles];
   bool modified[kRoles] = {};
   auto need_w = [&](int k) {
-    if (W[k].empty()) W[k] = to_float(*role_matrix(L, k));
+    if (W[k].empty()) W[k] = weight_to_f32(*role_matrix(L, k));
   };
   if (any)
     for (int k = 0; k < kRoles; ++k) need_w(k);
@@ -372,6 +366,7 @@ nlohmann::json QuantReport::to_json() const {
           {"requantized", requantized},
           {"tied_embeddings", tied_embeddings},
           {"rotation", rotation},
+          {"budget", budget},
           {"summary",
            {{"quantized_tensors", nq},
             {"tensors", static_cast<int64_t>(tensors.size())},
@@ -578,7 +573,7 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
         tr.hf_name = "lm_head";
         continue;
       }
-      std::vector<float> w = to_float(*wm);
+      std::vector<float> w = weight_to_f32(*wm);
       *wm = quantize_one(cx, p, w, nullptr, &tr);
       if (std::string(name) == "tok_embed") embed_done = std::make_shared<WeightMatrix>(*wm);
     }
@@ -591,7 +586,7 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
       auto it = source_kind.find(p.name);
       if (p.quantize || it == source_kind.end() || wm->kind != WeightKind::F32) continue;
       if (it->second != WeightKind::F16 && it->second != WeightKind::BF16) continue;
-      auto f = to_float(*wm);
+      auto f = weight_to_f32(*wm);
       *wm = make_half_weight(f.data(), wm->rows, wm->cols, it->second);
       TensorReport& tr = report_of(rep, p.name);
       tr.scheme = dense_name(*wm);
@@ -611,7 +606,7 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
       if (p.name == "lm_head" && tied && !cx.plan.at("tok_embed")->quantize) {
         *wm = m.weights.tok_embed;
       } else {
-        auto f = to_float(*wm);
+        auto f = weight_to_f32(*wm);
         *wm = k == WeightKind::F32 ? make_f32_weight(f.data(), wm->rows, wm->cols)
                                    : make_half_weight(f.data(), wm->rows, wm->cols, k);
       }

@@ -64,6 +64,7 @@ struct QuantReport {
   bool requantized = false;
   bool tied_embeddings = false;  // lm_head shares tok_embed's storage (counted once)
   nlohmann::json rotation;       // quant/rotate.h's record when the recipe rotates the model, else null
+  nlohmann::json budget;         // quant/budget.h's allocation (lowbit quantize --budget), else null
   double seconds = 0;
   uint64_t peak_rss_bytes = 0;
   // Where the seconds went (wall time): calibration forwards and statistics, the AWQ / SmoothQuant scale

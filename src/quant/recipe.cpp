@@ -811,8 +811,8 @@ std::vector<TensorPlan> plan_recipe(const Recipe& r, const ModelConfig& c,
                          " blocks (of the GGUF types it produces the k-quants q2_k..q6_k); use rtn, a "
                          "k-quant or an int/nf4/fp scheme");
       if (r.algorithm == Algorithm::Gptq && name == "tok_embed")
-        errors.push_back(
-            "tok_embed: GPTQ needs a matmul input; the embedding is a gather. Ignore it or use rtn");
+        warn.push_back(
+            "tok_embed: GPTQ needs a matmul input and the embedding is a gather; it is quantized with RTN");
     }
     plans.push_back(p);
   }

@@ -89,12 +89,6 @@ Orthogonal make_orthogonal(int64_t n, const HadamardFactors& f, uint64_t seed, b
   return q;
 }
 
-std::vector<float> to_float(const WeightMatrix& w) {
-  std::vector<float> out(static_cast<size_t>(w.rows * w.cols));
-  for (int64_t r = 0; r < w.rows; ++r) weight_row_f32(w, r, out.data() + r * w.cols);
-  return out;
-}
-
 std::vector<float> transposed(const std::vector<float>& a, int64_t rows, int64_t cols) {
   std::vector<float> t(a.size());
   for (int64_t r = 0; r < rows; ++r)
@@ -106,7 +100,7 @@ std::vector<float> transposed(const std::vector<float>& a, int64_t rows, int64_t
 struct Work {
   WeightMatrix* w;
   std::vector<float> f;  // [w->rows, w->cols]
-  explicit Work(WeightMatrix* m) : w(m), f(to_float(*m)) {}
+  explicit Work(WeightMatrix* m) : w(m), f(weight_to_f32(*m)) {}
   int64_t rows() const { return w->rows; }
   int64_t cols() const { return w->cols; }
   // W <- W diag(g): an RMSNorm gamma folded into the input side.

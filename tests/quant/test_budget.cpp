@@ -1,0 +1,178 @@
+// Budgeted mixed precision (quant/budget.h): the knapsack against brute force, byte sizes, and the allocator
+// end to end on stories260K (file bytes within the budget, reproducible sensitivities, clear errors).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "core/error.h"
+#include "quant/budget.h"
+#include "quant/checkpoint_writer.h"
+#include "quant/quantizer.h"
+#include "tests/common/run_cli.h"
+#include "tests/quant/quant_test_util.h"
+
+namespace fs = std::filesystem;
+
+namespace lowbit::quant {
+namespace {
+
+const std::string kShared = LOWBIT_SHARED_DIR;
+const std::string kStories = kShared + "/models/stories260K/stories260K.bin";
+const std::string kTinyText = kShared + "/data/tinystories/tinystories_train_head.txt";
+
+double brute_force(const std::vector<KnapsackItem>& items, int64_t cap) {
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<size_t> k(items.size(), 0);
+  while (true) {
+    int64_t b = 0;
+    double l = 0;
+    for (size_t i = 0; i < items.size(); ++i) b += items[i].bytes[k[i]], l += items[i].loss[k[i]];
+    if (b <= cap) best = std::min(best, l);
+    size_t i = 0;
+    while (i < items.size() && ++k[i] == items[i].bytes.size()) k[i++] = 0;
+    if (i == items.size()) break;
+  }
+  return best;
+}
+
+TEST(Knapsack, MatchesBruteForceAndRespectsTheCapacity) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 6);
+    std::vector<KnapsackItem> items(static_cast<size_t>(n));
+    int64_t lo = 0, hi = 0;
+    for (auto& it : items) {
+      const int k = 1 + static_cast<int>(rng() % 4);
+      for (int j = 0; j < k; ++j) {
+        it.bytes.push_back(1 + static_cast<int64_t>(rng() % 1000));
+        it.loss.push_back(static_cast<double>(rng() % 10000) / 100.0);
+      }
+      lo += *std::min_element(it.bytes.begin(), it.bytes.end());
+      hi += *std::max_element(it.bytes.begin(), it.bytes.end());
+    }
+    const int64_t cap = lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+    const double opt = brute_force(items, cap);
+    const KnapsackResult exact = solve_knapsack(items, cap);
+    ASSERT_TRUE(exact.feasible);
+    EXPECT_EQ(exact.step, 1);
+    EXPECT_LE(exact.bytes, cap);
+    EXPECT_NEAR(exact.loss, opt, 1e-9) << "trial " << trial;
+    EXPECT_LE(exact.lower_bound, opt + 1e-9);
+    // Coarse steps: options rounded up, so the choice still fits; never better than the optimum.
+    const KnapsackResult coarse = solve_knapsack(items, cap, 16);
+    if (coarse.feasible) {
+      EXPECT_GT(coarse.step, 1);
+      EXPECT_LE(coarse.bytes, cap);
+      EXPECT_GE(coarse.loss, opt - 1e-9);
+      EXPECT_LE(coarse.lower_bound, opt + 1e-9);
+    }
+    EXPECT_FALSE(solve_knapsack(items, lo - 1).feasible);
+  }
+}
+
+struct BudgetRun {
+  Allocation alloc;
+  std::string dir;
+  int64_t model_bytes = 0;
+};
+
+BudgetRun budget_run(const std::string& recipe, double bpw, const std::string& out) {
+  auto m = load_model(kStories);
+  Recipe r = parse_recipe_arg(recipe);
+  r.calib.file = kTinyText;
+  r.calib.samples = 8;
+  r.calib.length = 64;
+  auto calib = load_recipe_calibration(*m, r, nullptr);
+  KldProbe probe(*m, calib->seqs);
+  BudgetSpec spec;
+  spec.bpw = bpw;
+  BudgetRun run;
+  run.alloc = allocate_budget(*m, r, *calib, probe, spec);
+  if (out.empty()) return run;
+  QuantizeOptions qo;
+  qo.calib = &*calib;
+  qo.progress = false;
+  QuantReport rep = quantize_model(*m, run.alloc.apply(r), qo);
+  rep.budget = run.alloc.to_json();
+  WriteOptions wo;
+  wo.force = true;
+  wo.max_model_bytes = run.alloc.budget;
+  auto res = write_quantized_checkpoint(*m, rep, out, wo);
+  run.dir = res.dir;
+  run.model_bytes = res.model_bytes;
+  return run;
+}
+
+TEST(Budget, Stories260kCheckpointFitsItsBudgetAndReloads) {
+  ASSERT_TRUE(fs::exists(kStories)) << "LOWBIT_SHARED_DIR is incomplete";
+  const std::string dir = testing::temp_path("budget_ck");
+  BudgetRun run = budget_run("W4A16,group=32", 5.0, dir);
+  const Allocation& a = run.alloc;
+  ASSERT_GT(a.budget, 0);
+  EXPECT_LE(run.model_bytes, a.budget) << "model files over the budget";
+  EXPECT_EQ(checkpoint_model_bytes(dir), run.model_bytes);
+  EXPECT_LE(run.model_bytes, a.predicted_bytes) << "the byte estimate must bound the written files";
+  EXPECT_GT(run.model_bytes, a.budget * 9 / 10) << "the allocation should use most of the budget";
+  EXPECT_LE(a.lower_bound_kld, a.predicted_kld + 1e-12);
+  // Every unit has 'keep' plus the candidates that fit; the embedding is allocated, not ignored by default.
+  bool embed = false;
+  std::set<std::string> chosen;
+  for (const auto& u : a.units) {
+    ASSERT_GE(u.options.size(), 2u) << u.name;
+    EXPECT_EQ(u.options[0].scheme, "keep");
+    EXPECT_EQ(u.options[0].kld, 0.0);
+    for (size_t k = 1; k < u.options.size(); ++k) EXPECT_GT(u.options[k].kld, 0.0) << u.name;
+    embed |= u.name.rfind("tok_embed", 0) == 0;
+    chosen.insert(u.options[static_cast<size_t>(u.chosen)].scheme);
+  }
+  EXPECT_TRUE(embed);
+  EXPECT_GE(chosen.size(), 2u) << "a mixed allocation was expected at 5 bits per parameter";
+  auto q = load_model(dir);
+  ASSERT_TRUE(q->tokenizer);
+  const std::string manifest = dir + "/lowbit_manifest.json";
+  ASSERT_TRUE(fs::exists(manifest));
+  fs::remove_all(dir);
+}
+
+TEST(Budget, SensitivitiesAreReproducibleAndAllocationsMonotone) {
+  BudgetRun a = budget_run("W4A16,group=32", 4.5, "");
+  BudgetRun b = budget_run("W4A16,group=32", 4.5, "");
+  ASSERT_EQ(a.alloc.units.size(), b.alloc.units.size());
+  for (size_t i = 0; i < a.alloc.units.size(); ++i)
+    for (size_t k = 0; k < a.alloc.units[i].options.size(); ++k)
+      EXPECT_EQ(a.alloc.units[i].options[k].kld, b.alloc.units[i].options[k].kld) << a.alloc.units[i].name;
+  BudgetRun bigger = budget_run("W4A16,group=32", 6.0, "");
+  EXPECT_LE(bigger.alloc.predicted_kld, a.alloc.predicted_kld) << "more bytes cannot predict more loss";
+}
+
+TEST(Budget, TooSmallABudgetSaysHowSmallItCanBe) {
+  try {
+    budget_run("W4A16,group=32", 0.5, "");
+    FAIL() << "expected a UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("smallest checkpoint"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Budget, CliRefusesBudgetsWithoutWhatTheyNeed) {
+  using testing_cli::run_cli;
+  const std::string out = testing::temp_path("budget_cli");
+  auto r = run_cli("quantize -m " + kStories + " -r W4A16 --budget 150kB -o " + out, true);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--calib"), std::string::npos) << r.out;
+  r = run_cli("quantize -m " + kStories + " -r W4A16 --candidates int4:g32 -o " + out, true);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--budget"), std::string::npos) << r.out;
+  r = run_cli("quantize -m " + kStories + " -r W4A16 --budget 12XB -c " + kTinyText + " -o " + out, true);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("invalid size"), std::string::npos) << r.out;
+  r = run_cli("quantize -m " + kStories + " -r W4A16,rotate=quarot --bpw 5 -c " + kTinyText + " -o " + out,
+              true);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("rotate"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out)) << "a refused run must not leave an output";
+}
+
+}  // namespace
+}  // namespace lowbit::quant
