@@ -171,9 +171,11 @@ std::vector<Case> weight_cases() {
         "int8:g128:asym", "int8:tensor", "int3:g64", "int2:g32:asym", "nf4:g64", "nf4:g64:dq", "e2m1:g32",
         "mxfp4", "mxfp8", "nvfp4", "e4m3:channel", "e4m3:tensor", "e4m3:block32x64", "e5m2:channel",
         "e3m2:g32", "q4_0", "q8_0", "q4_k", "ggml:q4_0", "ggml:q8_0", "ggml:q4_k",
+        // the other k-quants from their encoders: rows (decode by row) and load-time KPack
+        "q2_k", "q3_k", "q5_k", "q6_k", "ggml:q2_k", "ggml:q3_k", "ggml:q5_k", "ggml:q6_k",
         // per-row codebooks: the lut kernels (every tier), FP32 tile prefill on AVX-512
         "lut4", "lut3", "lut2"})
-    // GGUF types lowbit reads but does not write (q4_1, q5_0, q5_1, q5_k, q6_k, q2_k, q3_k, iq4_nl, mxfp4)
+    // GGUF types lowbit reads but does not write (q4_1, q5_0, q5_1, iq4_nl, iq4_xs, mxfp4)
     // have no quantizer to build them from: GgmlRandomBlocks tests them on random blocks.
     v.push_back({s, ""});
   return v;
