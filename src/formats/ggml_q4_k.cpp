@@ -6,12 +6,13 @@
 //   For chunk c = 0..3 (64 elements, qs[32c .. 32c+31]): element 64c + l = qs[32c+l] & 15 (sub-block 2c),
 //   element 64c + 32 + l = qs[32c+l] >> 4 (sub-block 2c+1).   x = d * sc * q - dmin * m,  q in [0, 15].
 //
-// Quantization without importance follows llama.cpp's reference (byte-compatible): per sub-block a weighted
-// scale/min search (weights av|x| + |x_i|, 21 candidate step sizes around (max-min)/15, least-squares refit
-// of scale and min for each, keep the lowest weighted squared error); then the 8 scales and 8 mins are
-// quantized to 6 bits against d = max_scale/63 and dmin = max_min/63 (fp16), and elements are re-quantized
-// with the stored values. With importance (imatrix / Hessian diagonal) the weights are imp_i sqrt(sigma^2 +
-// x_i^2) and d, dmin are least-squares fits weighted by each sub-block's total weight (ggml_kquants.h).
+// Quantization without importance follows llama.cpp's reference rule: per sub-block a weighted scale/min
+// search (weights av|x| + |x_i|, 21 candidate step sizes around (max-min)/15, least-squares refit of scale
+// and min for each, keep the lowest weighted squared error); then the 8 scales and 8 mins are quantized to 6
+// bits against d = max_scale/63 and dmin = max_min/63 (fp16), and elements are re-quantized with the stored
+// values (a sub-block whose stored scale is 0 gets codes 0 where llama.cpp keeps its fit's codes). With
+// importance (imatrix / Hessian diagonal) the weights are imp_i sqrt(sigma^2 + x_i^2) and d, dmin are
+// least-squares fits weighted by each sub-block's total weight (ggml_kquants.h).
 #include <cmath>
 #include <cstddef>
 #include <cstring>

@@ -67,6 +67,12 @@ double dense_bits(const WeightMatrix& w) {
 }
 
 std::string scale_source(const QuantScheme& s, Algorithm a) {
+  if (s.info().is_gguf()) {  // the block format's own scale/min search; the k-quants weight it by importance
+    if (!s.info().quantize_row_weighted) return "ggml block quantizer";
+    if (a == Algorithm::Gptq) return "gptq (k-quant block scales weighted by diag H)";
+    if (a == Algorithm::Imatrix) return "k-quant scale/min search (imatrix weights)";
+    return a == Algorithm::Awq ? "awq + k-quant scale/min search" : "k-quant scale/min search";
+  }
   if (a == Algorithm::Gptq)
     return s.search == ScaleSearch::Mse ? "gptq (mse clip search, hessian weights)" : "gptq";
   if (s.info().is_microscaled() && s.format != FormatId::NVFP4) return "mx shared exponent";
