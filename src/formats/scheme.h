@@ -4,13 +4,14 @@
 //
 // String form (parse_scheme / to_string), tokens separated by ':', format first, rest in any order:
 //   int4:g128:sym:f16   int4:g32:asym   int8:channel   e4m3:channel   e4m3:block128x128   e4m3:tensor
-//   nf4:g64:dq   mxfp4   mxfp8   nvfp4   q4_k   f16      (+ ":mse" for the clipping search)
+//   nf4:g64:dq   mxfp4   mxfp8   nvfp4   q4_k   lut3   f16      (+ ":mse" for the clipping search)
 //   granularity: tensor | channel | token | g<N> | block<R>x<C>      symmetry: sym | asym (INT formats only)
 //   scale type:  f32 | f16 | bf16 | e4m3 | e8m0                      search: absmax | mse      dq (NF4 only)
 // Defaults per format (to_string always prints the full canonical form):
 //   int*: g128 sym f16    nf4: g64 f32    fp8 (e4m3fn, e5m2, fnuz): channel f32    e2m1/e2m3/e3m2: g32 f16
 //   mx*: g32 e8m0 (fixed)    nvfp4: g16 e4m3 + fp32 tensor scale (fixed)    q*_k/q*_0/iq4_nl: native blocks
-//   f32/f16/bf16: stored as is (no scale).
+//   f32/f16/bf16: stored as is (no scale).    lut2/3/4: one f16 table of 2^b values per row (the scale grid is
+//   [rows, 2^b]; fixed, see formats/codebook.h).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -16,9 +16,11 @@
 //           2-D block [ceil(rows/R), ceil(cols/C)]; MX: E8M0 [rows, ceil(cols/32)]; NVFP4: E4M3 [rows,
 //           cols/16].
 //   zeros   [grid.rows, grid.cols] uint8 zero points (asymmetric INT only; empty otherwise).
+//   LUT2/3/4 (per-row codebooks, formats/codebook.h): scales = [rows, 2^b] f16, row r's table; no zeros.
 //
 // Value of element (r, c) with cell (i, j) and code u:
 //   INT (sym or asym):     (u - z) * s          z = zeros[i, j], or 2^(b-1) when symmetric
+//   LUT2/3/4:              scale(r, u)          the row's table entry (fitted by weighted k-means)
 //   every other code fmt:  decode_elem(u) * s   decode_elem = format_info(scheme.elem).decode
 //   where s = scale(i, j): the decoded scale; NVFP4: decoded E4M3 / global_scale; NF4+dq: second level
 //   applied.
@@ -62,9 +64,10 @@ struct QuantizedMatrix {
 };
 
 // Quantizes w [rows, cols] (row-major). importance: optional [cols] per-input-column weights for the Mse
-// scale search (GPTQ/AWQ/imatrix statistics); ignored by Absmax. The GGUF k-quants (q2_k..q6_k) always use it
-// in their scale/min search. Parallel over scale rows and then over rows. Throws UsageError (validate) for
-// impossible shapes and Error for non-finite input.
+// scale search (GPTQ/AWQ/imatrix statistics); ignored by Absmax. LUT2/3/4 always use it (when given) as the
+// k-means weights; the GGUF k-quants (q2_k..q6_k) always use it in their scale/min search. Parallel over
+// scale rows and then over rows. Throws UsageError (validate) for impossible shapes and Error for non-finite
+// input.
 QuantizedMatrix quantize_matrix(const float* w, int64_t rows, int64_t cols, const QuantScheme& scheme,
                                 const float* importance = nullptr);
 
