@@ -73,6 +73,11 @@ std::string scale_source(const QuantScheme& s, Algorithm a) {
     if (a == Algorithm::Imatrix) return "k-quant scale/min search (imatrix weights)";
     return a == Algorithm::Awq ? "awq + k-quant scale/min search" : "k-quant scale/min search";
   }
+  if (s.info().kind == FormatKind::Codebook) {  // lut2/3/4: per-row k-means tables, no scales
+    if (a == Algorithm::Gptq) return "gptq (k-means tables weighted by diag H)";
+    if (a == Algorithm::Imatrix) return "k-means tables (imatrix weights)";
+    return a == Algorithm::Awq ? "awq + k-means tables" : "k-means tables";
+  }
   if (a == Algorithm::Gptq)
     return s.search == ScaleSearch::Mse ? "gptq (mse clip search, hessian weights)" : "gptq";
   if (s.info().is_microscaled() && s.format != FormatId::NVFP4) return "mx shared exponent";
