@@ -66,10 +66,11 @@ void setup(CLI::App& cmd) {
                  "Mixed precision under a size given as bits per parameter over the whole checkpoint "
                  "(model bytes x 8 / parameters)")
       ->excludes("--budget");
-  cmd.add_option("--candidates", a.candidates,
-                 "Formats the budget allocator chooses from, comma-separated schemes (default: "
-                 "int2:g32, int3:g32, int3:g64, int4:g32, int4:g64, int4:g128, int8:g32, int8:channel; "
-                 "'keep' = unquantized is always a choice)");
+  cmd.add_option(
+      "--candidates", a.candidates,
+      "Formats the budget allocator chooses from, comma-separated schemes (default: q2_k, q3_k, q4_k, "
+      "q5_k, q6_k, int3:g32, int4:g32, int4:g64, int8:channel; 'keep' = unquantized is always a "
+      "choice; matrices the recipe's overrides name keep their format)");
   cmd.add_option("--sens-samples", a.sens_samples,
                  "Calibration windows the sensitivities are measured on (default 8)")
       ->check(CLI::Range(1, 1024));

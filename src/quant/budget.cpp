@@ -127,8 +127,8 @@ KnapsackResult solve_knapsack(const std::vector<KnapsackItem>& items, int64_t ca
 
 std::vector<QuantScheme> default_candidates() {
   std::vector<QuantScheme> out;
-  for (const char* s : {"int2:g32:sym:f16", "int3:g32:sym:f16", "int3:g64:sym:f16", "int4:g32:sym:f16",
-                        "int4:g64:sym:f16", "int4:g128:sym:f16", "int8:g32:sym:f16", "int8:channel:sym:f16"})
+  for (const char* s : {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "int3:g32:sym:f16", "int4:g32:sym:f16",
+                        "int4:g64:sym:f16", "int8:channel:sym:f16"})
     out.push_back(parse_scheme(s));
   return out;
 }
@@ -217,10 +217,15 @@ double KldProbe::kld_from(int first_layer) {
 namespace lowbit::quant {
 namespace {
 
-// A safetensors header entry, from above: "NAME":{"dtype":"F32","shape":[A,B],"data_offsets":[X,Y]}, is the
-// name + 45 characters + the digits (shape up to 2 x 6, offsets up to 2 x 12).
-int64_t header_entry_bytes(const std::string& name) {
-  return static_cast<int64_t>(name.size()) + 84;
+int64_t digits(int64_t v) {
+  return static_cast<int64_t>(std::to_string(std::max<int64_t>(v, 0)).size());
+}
+
+// A safetensors header entry, from above: "NAME":{"dtype":"F8_E4M3","shape":[A,B],"data_offsets":[X,Y]}, is
+// the name + 54 characters + the shape's digits (at most those of rows and cols: packed shapes are narrower)
+// + two offsets of at most `offset_digits` digits.
+int64_t header_entry_bytes(const std::string& name, int64_t rows, int64_t cols, int64_t offset_digits) {
+  return static_cast<int64_t>(name.size()) + 54 + digits(rows) + digits(cols) + 2 * offset_digits;
 }
 
 // The input statistics a matrix's imatrix search reads (nullptr: embedding / lm_head, none collected).
@@ -287,20 +292,39 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
   // Units: every matrix the recipe (without its default embedding / lm_head ignores) would quantize.
   Recipe r0 = r;
   r0.ignore.erase(std::remove_if(r0.ignore.begin(), r0.ignore.end(), is_default_ignore), r0.ignore.end());
+  // The recipe's own scheme is replaced by the allocation everywhere, so it must not stop a model whose rows
+  // it does not fit (W4A16's group 128 on 64-column rows): int8 per channel fits every matrix.
+  r0.weights = parse_scheme("int8:channel:sym:f16");
   std::vector<std::string> warn;
   const std::vector<TensorPlan> plans = plan_recipe(r0, c, &warn);
   std::map<std::string, WeightMatrix*> mats;
   for (auto& [n, w] : m.weights.named_matrices()) mats[n] = w;
   const bool tied = m.weights.tied();
   std::vector<QuantScheme> cands = spec.candidates.empty() ? default_candidates() : spec.candidates;
-  std::set<std::string> group_schemes;
+  std::set<std::string> group_schemes, pinned_schemes;  // config.json groups: candidates, overrides
+  // Offsets in the safetensors header have at most the digits of the F32 model's size.
+  int64_t od = 1;
+  for (auto& [n, w] : m.weights.named_matrices()) od += 4 * w->rows * w->cols;
+  od = digits(od + (int64_t{1} << 20));
   for (const auto& p : plans) {
     if (!(tied && p.name == "lm_head")) a.parameters += p.rows * p.cols;  // tied: stored once
     if (!p.quantize) {
       a.ignored.push_back(p.name);
       if (!(tied && p.name == "lm_head"))
         a.fixed_bytes += p.rows * p.cols * dense_elem_bytes(r, *mats.at(p.name)) +
-                         header_entry_bytes(p.hf_name + ".weight");
+                         header_entry_bytes(p.hf_name + ".weight", p.rows, p.cols, od);
+      continue;
+    }
+    // A matrix the recipe's overrides name keeps that format: the user chose it.
+    const bool pinned = std::any_of(r.overrides.begin(), r.overrides.end(), [&](const TensorRule& o) {
+      return pattern_matches(o.pattern, p.name) || pattern_matches(o.pattern, p.hf_name);
+    });
+    if (pinned && !(tied && p.name == "lm_head")) {
+      a.pinned.push_back(p.name + " (" + to_string(p.scheme) + ")");
+      a.fixed_bytes += packed_checkpoint_bytes(p.scheme, p.rows, p.cols).total() +
+                       6 * header_entry_bytes(p.hf_name + ".weight_zero_point", p.rows, p.cols, od) +
+                       static_cast<int64_t>(p.hf_name.size()) + 16;
+      pinned_schemes.insert(to_string(p.scheme));
       continue;
     }
     AllocUnit u;
@@ -330,7 +354,8 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
     AllocOption keep;
     keep.scheme = "keep";
     keep.bytes = u.rows * u.cols * dense_elem_bytes(r, *mats.at(u.members[0])) +
-                 header_entry_bytes(hf + ".weight") + static_cast<int64_t>(hf.size()) + 16;
+                 header_entry_bytes(hf + ".weight", u.rows, u.cols, od) + static_cast<int64_t>(hf.size()) +
+                 16;
     u.options.push_back(keep);
     for (const QuantScheme& s : cands) {
       try {
@@ -348,7 +373,8 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
                                                 : 0);
       AllocOption o;
       o.scheme = to_string(s);
-      o.bytes = copies * (pb.total() + entries * header_entry_bytes(hf + ".weight_zero_point")) +
+      o.bytes = copies * (pb.total() +
+                          entries * header_entry_bytes(hf + ".weight_zero_point", u.rows, u.cols, od)) +
                 static_cast<int64_t>(hf.size()) + 16;  // its name in a config_groups "targets" list
       u.options.push_back(o);
       group_schemes.insert(o.scheme);
@@ -362,14 +388,16 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
     for (int64_t l = row.per_layer ? 0 : -1; l < (row.per_layer ? L : 0); ++l) {
       const std::vector<float>* v = m.weights.vector(row.role, l);
       if (!v || v->empty()) continue;
-      a.fixed_bytes += static_cast<int64_t>(v->size()) * vb + header_entry_bytes(hf_tensor_name(row.role, l));
+      a.fixed_bytes +=
+          static_cast<int64_t>(v->size()) * vb +
+          header_entry_bytes(hf_tensor_name(row.role, l), static_cast<int64_t>(v->size()), 0, od);
       a.parameters += static_cast<int64_t>(v->size());
     }
   }
   if (r.kv.enabled())
-    a.fixed_bytes +=
-        L * 2 *
-        ((r.kv.per_head ? c.n_kv_heads : 1) * 4 + header_entry_bytes("model.layers.00.self_attn.k_scale"));
+    a.fixed_bytes += L * 2 *
+                     ((r.kv.per_head ? c.n_kv_heads : 1) * 4 +
+                      header_entry_bytes("model.layers.00.self_attn.k_scale", c.n_kv_heads, 0, od));
   for (const auto& [src, name] : tokenizer_files(m, tokenizer_path))
     a.fixed_bytes += static_cast<int64_t>(std::filesystem::file_size(src));
   a.fixed_bytes += 8 + 256;  // safetensors length prefix, metadata and padding
@@ -382,7 +410,7 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
   std::error_code ec;
   if (m.format == "hf" && std::filesystem::is_regular_file(src_cfg, ec))
     cfg += 2 * static_cast<int64_t>(std::filesystem::file_size(src_cfg, ec));
-  a.fixed_bytes += cfg + 512 + 480 * static_cast<int64_t>(group_schemes.size());
+  a.fixed_bytes += cfg + 512;  // + 480 per scheme group, counted with the allocation below
   a.budget = spec.bytes > 0
                  ? spec.bytes
                  : static_cast<int64_t>(std::floor(spec.bpw * static_cast<double>(a.parameters) / 8));
@@ -427,7 +455,41 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
     least += *std::min_element(it.bytes.begin(), it.bytes.end());
     items.push_back(std::move(it));
   }
-  const KnapsackResult kr = solve_knapsack(items, a.budget - a.fixed_bytes);
+  // config.json has one group per scheme in use. Solve assuming every candidate is used, then assume only
+  // the schemes chosen and solve again, adding any newly chosen scheme, until the choice uses only schemes
+  // assumed: the estimate then bounds the written file.
+  constexpr int64_t kGroupBytes = 480;
+  std::set<std::string> assumed = group_schemes;
+  assumed.insert(pinned_schemes.begin(), pinned_schemes.end());
+  auto groups_bytes = [&](const std::set<std::string>& g) {
+    return kGroupBytes * static_cast<int64_t>(g.size());
+  };
+  KnapsackResult kr = solve_knapsack(items, a.budget - a.fixed_bytes - groups_bytes(assumed));
+  int64_t used_groups = groups_bytes(assumed);
+  for (int iter = 0; kr.feasible && iter < 8; ++iter) {
+    std::set<std::string> chosen = pinned_schemes;
+    for (size_t i = 0; i < a.units.size(); ++i) {
+      const std::string& sch = a.units[i].options[static_cast<size_t>(kr.choice[i])].scheme;
+      if (sch != "keep") chosen.insert(sch);
+    }
+    if (chosen == assumed) break;
+    KnapsackResult next = solve_knapsack(items, a.budget - a.fixed_bytes - groups_bytes(chosen));
+    if (!next.feasible) break;
+    std::set<std::string> next_chosen = pinned_schemes;
+    for (size_t i = 0; i < a.units.size(); ++i) {
+      const std::string& sch = a.units[i].options[static_cast<size_t>(next.choice[i])].scheme;
+      if (sch != "keep") next_chosen.insert(sch);
+    }
+    if (!std::includes(chosen.begin(), chosen.end(), next_chosen.begin(), next_chosen.end())) {
+      assumed = chosen;
+      assumed.insert(next_chosen.begin(), next_chosen.end());
+      continue;  // a scheme outside the assumption: assume the union and solve again
+    }
+    kr = next;
+    used_groups = groups_bytes(chosen);
+    assumed = chosen;
+  }
+  a.fixed_bytes += used_groups;
   if (!kr.feasible)
     throw UsageError("quant", "a budget of " + std::to_string(a.budget) +
                                   " bytes is below the smallest checkpoint these candidates allow (about " +
@@ -488,6 +550,7 @@ nlohmann::json Allocation::to_json() const {
                "calibrated, RTN for the embedding and lm_head); predicted = sum over matrices"},
           {"seconds", seconds},
           {"ignored", ignored},
+          {"pinned", pinned},
           {"units", us}};
 }
 

@@ -58,7 +58,8 @@ struct BudgetSpec {
   bool progress = true;
 };
 
-// int2 g32, int3 g32/g64, int4 g32/g64/g128, int8 g32 and per channel (symmetric, f16 scales).
+// The k-quants q2_k..q6_k (two-level scales, GPTQ-capable, 256-column blocks), int3 / int4 g32 and int4 g64
+// for rows the k-quants do not fit, int8 per channel.
 std::vector<QuantScheme> default_candidates();
 
 struct AllocOption {
@@ -86,6 +87,7 @@ struct Allocation {
   double seconds = 0;
   std::vector<AllocUnit> units;
   std::vector<std::string> ignored;  // matrices the recipe itself ignores (not allocated)
+  std::vector<std::string> pinned;   // matrices the recipe's overrides give a format (not allocated)
   bool keep_with_embedding = false;  // tied lm_head whose tok_embed the recipe ignores: ignored too
 
   // Per-matrix overrides (and ignore rules for "keep") added to `r`; the default tok_embed / lm_head ignores

@@ -136,13 +136,13 @@ TEST(Budget, Stories260kCheckpointFitsItsBudgetAndReloads) {
 }
 
 TEST(Budget, SensitivitiesAreReproducibleAndAllocationsMonotone) {
-  BudgetRun a = budget_run("W4A16,group=32", 4.5, "");
-  BudgetRun b = budget_run("W4A16,group=32", 4.5, "");
+  BudgetRun a = budget_run("W4A16,group=32", 5.0, "");
+  BudgetRun b = budget_run("W4A16,group=32", 5.0, "");
   ASSERT_EQ(a.alloc.units.size(), b.alloc.units.size());
   for (size_t i = 0; i < a.alloc.units.size(); ++i)
     for (size_t k = 0; k < a.alloc.units[i].options.size(); ++k)
       EXPECT_EQ(a.alloc.units[i].options[k].kld, b.alloc.units[i].options[k].kld) << a.alloc.units[i].name;
-  BudgetRun bigger = budget_run("W4A16,group=32", 6.0, "");
+  BudgetRun bigger = budget_run("W4A16,group=32", 6.5, "");
   EXPECT_LE(bigger.alloc.predicted_kld, a.alloc.predicted_kld) << "more bytes cannot predict more loss";
 }
 
