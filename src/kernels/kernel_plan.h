@@ -263,10 +263,14 @@ float lut_dot_avx512(const uint8_t* row, int64_t cols, int bits, const uint16_t*
 // nr <= 4 rows at once (shared activation loads, independent chains): out[r] = row r . x.
 void lut_dot4_avx512(const uint8_t* const* rows, int nr, int64_t cols, int bits,
                      const uint16_t* const* tables, const float* x, float* out);
-// The same on the Avx512Bf16 tier (VBMI: one vpmultishiftqb extracts 16 codes; matmul_lut_avx512bf16.cpp).
-void lut_dot4_vbmi(const uint8_t* const* rows, int nr, int64_t cols, int bits, const uint16_t* const* tables,
-                   const float* x, float* out);
+// The row decode on the Avx512Bf16 tier (VBMI: one vpmultishiftqb extracts 16 codes; the prefill's FP32 tile
+// rows; matmul_lut_avx512bf16.cpp).
 void lut_deq_vbmi(const uint8_t* row, int64_t cols, int bits, const uint16_t* table, float* out);
+// BF16 form on the Avx512Bf16 tier: the tables rounded to BF16, x as BF16 (xb: lut_bf16_activations, zero up
+// to a multiple of 32 columns); 32 weights per vpermw + vdpbf16ps.
+void lut_dot4_bf16(const uint8_t* const* rows, int nr, int64_t cols, int bits, const uint16_t* const* tables,
+                   const uint16_t* xb, float* out);
+void lut_bf16_activations(const float* x, int64_t cols, uint16_t* xb);
 void lut_deq_avx512(const uint8_t* row, int64_t cols, int bits, const uint16_t* table, float* out);
 
 // ---- generic / AVX2 ----

@@ -86,10 +86,9 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
   // by lut_deq_avx512 into the FP32 tile).
   if (p.route == Route::Codebook && w.kind == WeightKind::Quant && w.act_format == FormatId::F32) {
     if (isa >= Isa::Avx512)
-      return {prefill                  ? Kernel::F32Tile
-              : isa >= Isa::Avx512Bf16 ? Kernel::LutVbmi
-                                       : Kernel::LutAvx512,
-              ActRounding::None};
+      return prefill                  ? KernelChoice{Kernel::F32Tile, ActRounding::None}
+             : isa >= Isa::Avx512Bf16 ? KernelChoice{Kernel::LutBf16, ActRounding::Bf16}
+                                      : KernelChoice{Kernel::LutAvx512, ActRounding::None};
     return {isa >= Isa::Avx2 ? Kernel::LutAvx2 : Kernel::LutGeneric, ActRounding::None};
   }
   if (isa < Isa::Avx512) return {Kernel::Deq, ActRounding::None};
@@ -180,7 +179,7 @@ const char* kernel_short_name(Kernel k) {
       return "byte";
     case Kernel::Bf16Tile:
       return "bf16tile";
-    case Kernel::LutVbmi:
+    case Kernel::LutBf16:
     case Kernel::LutAvx512:
     case Kernel::LutAvx2:
     case Kernel::LutGeneric:
@@ -197,7 +196,7 @@ Isa kernel_tier(Kernel k) {
     case Kernel::Byte16:
     case Kernel::Fp6Byte16:
     case Kernel::Bf16Tile:
-    case Kernel::LutVbmi:
+    case Kernel::LutBf16:
       return Isa::Avx512Bf16;
     case Kernel::Deq:
     case Kernel::LutGeneric:
@@ -238,6 +237,14 @@ bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
 
 void matmul_weight_row(const WeightMatrix& w, int64_t T, int64_t r, float* out) {
   const KernelPlan& p = kernel_plan(w);
+  if (p.route == Route::Codebook && matmul_rounds_to_bf16(w, T)) {  // lut tables rounded to BF16
+    const int k = static_cast<int>(p.gcols);
+    float t[16];
+    for (int u = 0; u < k; ++u) t[u] = bf16_to_f32(f32_to_bf16(f16_to_f32(p.codebook_f16[r * k + u])));
+    const uint8_t* row = w.q->row_data(r);
+    for (int64_t c = 0; c < w.cols; ++c) out[c] = t[unpack_code(row, c, p.bits)];
+    return;
+  }
   if (p.route != Route::Nib || p.lut.size() < 16 || kern::nib16_table_exact(p.lut.data()) ||
       !matmul_rounds_to_bf16(w, T))
     return weight_row_f32(w, r, out);

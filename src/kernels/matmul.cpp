@@ -747,7 +747,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
       return run_vnni512(w, p, x, T, y);
     case Kernel::Fp6Byte16:
       return run_fp6_gemv(w, p, x, T, y);
-    case Kernel::LutVbmi:
+    case Kernel::LutBf16:
     case Kernel::LutAvx512:
     case Kernel::LutAvx2:
     case Kernel::LutGeneric:

@@ -56,7 +56,7 @@ enum class Kernel : uint8_t {
   Fp6Byte16,        // FP6 rows widened per block to bytes, then the byte16 kernel
   ByteDot,          // 8-bit codes, one fused dot per row
   Bf16Tile,         // weight-only prefill on the BF16 tile
-  LutVbmi,          // LUT2/3/4 per-row codebooks, Avx512Bf16 tier: vpmultishiftqb code extraction
+  LutBf16,          // LUT2/3/4 per-row codebooks, Avx512Bf16 tier: BF16 tables, vpermw + vdpbf16ps
   LutAvx512,        // LUT2/3/4 per-row codebooks: table in a register, vpermps lookups fused with the FMA
   LutAvx2,          // the same with two vpermps + blend per 8 codes
   LutGeneric,       // the same in scalar code (the generic tier)
@@ -116,7 +116,8 @@ bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T);
 // the Avx512Bf16 tier).
 bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T);
 // Row r of w as matmul(w, ., T, .) multiplies it: weight_row_f32, except where the kernel rounds the format's
-// value table to BF16 (NF4 when matmul_rounds_to_bf16): bf16(value) * scale. The tests' oracle.
+// value table to BF16 (NF4 when matmul_rounds_to_bf16): bf16(value) * scale; lut2/3/4 on the BF16 kernel:
+// bf16(table entry). The tests' oracle.
 void matmul_weight_row(const WeightMatrix& w, int64_t T, int64_t r, float* out);
 // Test seam: run the AMX W8A8 prefill kernel on a scalar model of the tile unit (kernels/amx_tiles.h) on CPUs
 // without AMX (from the Avx512 tier on), so its packing and tile loops are tested everywhere. Process-wide;

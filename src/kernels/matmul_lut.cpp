@@ -29,8 +29,10 @@ void lut_deq_generic(const uint8_t* row, int64_t cols, int bits, const uint16_t*
 
 }  // namespace kern
 
-// One token: the fused row dot. More tokens: the row decoded once into a per-thread buffer, then one dot per
-// token (the AVX-512 prefill does not come here: it runs the FP32 tile over rows lut_deq_avx512 decodes).
+// Avx512Bf16 tier (T <= 3): the BF16 kernel, four rows per call and token. Other tiers, one token: the fused
+// row dot (four rows per call on AVX-512). More tokens: the row decoded once into a per-thread buffer, then
+// one dot per token. (The AVX-512 prefill does not come here: it runs the FP32 tile over rows lut_deq_*
+// decodes.)
 void run_lut(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols, k = p.gcols;
   const int bits = p.bits;
@@ -40,7 +42,13 @@ void run_lut(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
              : a512 ? kern::lut_deq_avx512
              : a2   ? kern::lut_deq_avx2
                     : kern::lut_deq_generic;
-  auto dot4 = vbmi ? kern::lut_dot4_vbmi : kern::lut_dot4_avx512;
+  // The Avx512Bf16 tier decodes in BF16: x rounded once per token.
+  std::vector<uint16_t> xb;
+  if (vbmi && T <= 3) {
+    const int64_t padded = (cols + 31) / 32 * 32;
+    xb.resize(static_cast<size_t>(T * padded));
+    for (int64_t i = 0; i < T; ++i) kern::lut_bf16_activations(x + i * cols, cols, xb.data() + i * padded);
+  }
   auto fdot = a512 ? kern::dot_f32_avx512 : a2 ? kern::dot_f32_avx2 : kern::dot_f32_generic;
   // Small products on the calling thread (waking the pool costs more than ~48 KiB of weight traffic).
   const double work = static_cast<double>(w.decode_bytes()) * static_cast<double>(T);
@@ -49,13 +57,27 @@ void run_lut(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
     thread_local std::vector<float> buf;
     if (T > 1 && buf.size() < static_cast<size_t>(cols)) buf.resize(static_cast<size_t>(cols));
     int64_t r = r0;
+    if (!xb.empty()) {  // four rows per call and token
+      const int64_t padded = (cols + 31) / 32 * 32;
+      for (; r < r1; r += 4) {
+        const int nr = static_cast<int>(r1 - r < 4 ? r1 - r : 4);
+        const uint8_t* rp[4];
+        const uint16_t* tp[4];
+        for (int i = 0; i < nr; ++i) rp[i] = w.q->row_data(r + i), tp[i] = p.codebook_f16 + (r + i) * k;
+        float o[4];
+        for (int64_t i = 0; i < T; ++i) {
+          kern::lut_dot4_bf16(rp, nr, cols, bits, tp, xb.data() + i * padded, o);
+          for (int j = 0; j < nr; ++j) y[i * rows + r + j] = o[j];
+        }
+      }
+    }
     if (T == 1 && a512)  // four rows per call
       for (; r < r1; r += 4) {
         const int nr = static_cast<int>(r1 - r < 4 ? r1 - r : 4);
         const uint8_t* rp[4];
         const uint16_t* tp[4];
         for (int i = 0; i < nr; ++i) rp[i] = w.q->row_data(r + i), tp[i] = p.codebook_f16 + (r + i) * k;
-        dot4(rp, nr, cols, bits, tp, x, y + r);
+        kern::lut_dot4_avx512(rp, nr, cols, bits, tp, x, y + r);
       }
     for (; r < r1; ++r) {
       const uint8_t* row = w.q->row_data(r);
