@@ -8,6 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "arch/arch_table.h"
 #include "core/error.h"
 #include "core/json_text.h"
 #include "io/hf_checkpoint.h"
@@ -19,6 +24,38 @@ namespace fs = std::filesystem;
 namespace lowbit::quant {
 
 using nlohmann::json;
+
+// The files an engine reads to run the model at `path`, with their sizes: a GGUF or llama.c file (+ its
+// tokenizer), or a Hugging Face directory's safetensors, JSON and tokenizer files (a lowbit checkpoint: every
+// file but the manifest, as --budget counts).
+std::vector<std::pair<std::string, int64_t>> model_files(const Model& m, const std::string& path) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  auto add = [&](const fs::path& f) {
+    std::error_code ec;
+    const auto n = fs::file_size(f, ec);
+    if (!ec) out.push_back({f.filename().string(), static_cast<int64_t>(n)});
+  };
+  if (m.format == "hf") {
+    const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (!e.is_regular_file()) continue;
+      const std::string name = e.path().filename().string(), ext = e.path().extension().string();
+      if (name == "lowbit_manifest.json") continue;
+      if (ext == ".safetensors" || ext == ".json" || name == "tokenizer.model" || name == "tokenizer.bin")
+        files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) add(f);
+  } else {
+    add(path);
+    if (m.format == "llama2c") {
+      const std::string tok = find_llama2c_tokenizer(path, "");
+      if (!tok.empty()) add(tok);
+    }
+  }
+  return out;
+}
 
 json inspect_checkpoint(const std::string& path) {
   LoadOptions lo;
@@ -112,6 +149,36 @@ json inspect_checkpoint(const std::string& path) {
   }
   rep["tensors"] = tensors;
   rep["unquantized"] = unq;
+  // Whole-file accounting: every byte of the model files over every parameter (matrices once, norms,
+  // biases), split into matrix storage (codes, scales, zero points), norms / biases, and the rest
+  // (headers, config, tokenizer, metadata).
+  int64_t file_bytes = 0, matrix_bytes = 0, vector_params = 0;
+  json files = json::array();
+  for (const auto& [name, n] : model_files(*m, path)) {
+    files.push_back({{"name", name}, {"bytes", n}});
+    file_bytes += n;
+  }
+  for (auto& [name, w] : m->weights.named_matrices()) {
+    if (name == "lm_head" && tied) continue;
+    if (w->kind == WeightKind::Quant)
+      matrix_bytes += static_cast<int64_t>(storage_bits(w->q->scheme, w->rows, w->cols).total() / 8);
+    else
+      matrix_bytes += w->rows * static_cast<int64_t>(w->row_bytes());
+  }
+  for (const TensorRoleRow& row : tensor_roles()) {
+    if (row.kind == RoleKind::Matrix || !role_present(row.role, m->config)) continue;
+    for (int64_t l = row.per_layer ? 0 : -1; l < (row.per_layer ? m->config.n_layers : 0); ++l)
+      if (const std::vector<float>* v = m->weights.vector(row.role, l))
+        vector_params += static_cast<int64_t>(v->size());
+  }
+  const int64_t params = static_cast<int64_t>(an) + vector_params;
+  rep["whole_file"] = {
+      {"bytes", file_bytes},
+      {"files", files},
+      {"parameters", params},
+      {"bits_per_parameter", params > 0 ? 8.0 * static_cast<double>(file_bytes) / params : 0.0},
+      {"matrix_bytes", matrix_bytes},
+      {"other_bytes", file_bytes - matrix_bytes}};
   json kv = json::array();
   for (size_t i = 0; i < m->weights.layers.size(); ++i) {
     const auto& L = m->weights.layers[i];
@@ -151,6 +218,18 @@ std::string inspect_table(const json& r, bool per_tensor) {
                 s["bits_per_weight_quantized"].get<double>(), s["bits_per_weight_all_matrices"].get<double>(),
                 static_cast<long long>(s["weight_bytes"].get<int64_t>()));
   os << buf;
+  if (r.contains("whole_file")) {
+    const json& w = r["whole_file"];
+    std::snprintf(buf, sizeof buf,
+                  "whole file: %lld bytes in %zu file(s) over %lld parameters = %.4f bits per parameter "
+                  "(matrices %lld bytes, norms / headers / config / tokenizer %lld)\n",
+                  static_cast<long long>(w["bytes"].get<int64_t>()), w["files"].size(),
+                  static_cast<long long>(w["parameters"].get<int64_t>()),
+                  w["bits_per_parameter"].get<double>(),
+                  static_cast<long long>(w["matrix_bytes"].get<int64_t>()),
+                  static_cast<long long>(w["other_bytes"].get<int64_t>()));
+    os << buf;
+  }
   if (!r["quantization_config"].is_null()) {
     const json& q = r["quantization_config"];
     const std::string method = q.value("quant_method", "?");

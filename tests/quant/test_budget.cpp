@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "quant/budget.h"
 #include "quant/checkpoint_writer.h"
+#include "quant/inspect.h"
 #include "quant/quantizer.h"
 #include "tests/common/run_cli.h"
 #include "tests/quant/quant_test_util.h"
@@ -130,6 +131,15 @@ TEST(Budget, Stories260kCheckpointFitsItsBudgetAndReloads) {
   EXPECT_GE(chosen.size(), 2u) << "a mixed allocation was expected at 5 bits per parameter";
   auto q = load_model(dir);
   ASSERT_TRUE(q->tokenizer);
+  // inspect counts the same bytes (every file but the manifest) over the same parameters as the allocator.
+  const nlohmann::json ins = inspect_checkpoint(dir);
+  EXPECT_EQ(ins["whole_file"]["bytes"].get<int64_t>(), run.model_bytes);
+  EXPECT_EQ(ins["whole_file"]["parameters"].get<int64_t>(), a.parameters);
+  const nlohmann::json src = inspect_checkpoint(kStories);
+  EXPECT_EQ(src["whole_file"]["parameters"].get<int64_t>(), a.parameters);
+  EXPECT_EQ(src["whole_file"]["bytes"].get<int64_t>(),
+            static_cast<int64_t>(fs::file_size(kStories) +
+                                 fs::file_size(kShared + "/models/stories260K/tok512.bin")));
   const std::string manifest = dir + "/lowbit_manifest.json";
   ASSERT_TRUE(fs::exists(manifest));
   fs::remove_all(dir);
