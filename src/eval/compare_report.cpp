@@ -91,6 +91,9 @@ json summarize(const json& results, const Thresholds& t) {
     r["weight_bytes"] = jnum(size);
     r["bpw"] = jnum(params > 0 ? size * 8 / params : NAN);
     r["bpw_quantized"] = jnum(num(step_out(v, "inspect"), "summary.bits_per_weight_quantized"));
+    // Whole-file accounting (inspect): every byte of the model files over every parameter.
+    r["file_bytes"] = jnum(num(step_out(v, "inspect"), "whole_file.bytes"));
+    r["file_bpw"] = jnum(num(step_out(v, "inspect"), "whole_file.bits_per_parameter"));
     r["kv_bytes_per_token"] = jnum(num(gen0, "kv_cache.bytes_per_token"));
     r["peak_rss_bytes"] = jnum(num(bench, "peak_rss_bytes"));
     r["load_seconds"] = jnum(num(bench, "load_seconds"));
@@ -218,13 +221,17 @@ std::string markdown_report(const json& s, const json& results, const std::strin
       << " | " << (r["pass"].get<bool>() ? "PASS" : "**FAIL**") << " | " << deciding << " |\n";
   }
   o << "\n## Quality (same text, same settings as the baseline)\n\n"
-    << "| variant | bpw | PPL | ΔPPL % | mean KLD | KLD p99 | top-1 | greedy match | batch max Δ |\n"
-    << "|---|---|---|---|---|---|---|---|---|\n";
+    << "| variant | bpw | file bytes | file bits/param | PPL | ΔPPL % | mean KLD | KLD p99 | top-1 | greedy "
+       "match | "
+       "batch max Δ |\n"
+    << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : s)
     o << "| " << r["name"].get<std::string>() << " | " << fmt(r["bpw"], "%.2f") << " | "
-      << fmt(r["ppl"], "%.4f") << " | " << fmt(r["dppl_pct"], "%+.3f") << " | " << fmt(r["kld_mean"], "%.5f")
-      << " | " << fmt(r.value("kld_p99", json()), "%.4f") << " | " << fmt(r["top1"], "%.4f") << " | "
-      << fmt(r["greedy_match"], "%.3f") << " | " << fmt(r["batch_max_delta"], "%.2e") << " |\n";
+      << fmt(r.value("file_bytes", json()), "%.0f") << " | " << fmt(r.value("file_bpw", json()), "%.3f")
+      << " | " << fmt(r["ppl"], "%.4f") << " | " << fmt(r["dppl_pct"], "%+.3f") << " | "
+      << fmt(r["kld_mean"], "%.5f") << " | " << fmt(r.value("kld_p99", json()), "%.4f") << " | "
+      << fmt(r["top1"], "%.4f") << " | " << fmt(r["greedy_match"], "%.3f") << " | "
+      << fmt(r["batch_max_delta"], "%.2e") << " |\n";
   o << "\n## Memory and speed\n\n"
     << "| variant | weights MiB | KV B/token | peak RSS MiB | load s | TTFT ms | prefill tok/s | decode "
        "tok/s | decode × baseline | decode % of bound |\n"

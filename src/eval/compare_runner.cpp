@@ -288,6 +288,9 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
       // as the baseline holds them, so the variant changes only the quantized matrices.
     } else if (!v.recipe.empty()) {
       wflags.insert(wflags.end(), {"--quantize", v.recipe});
+    } else {
+      // The source file itself: its whole-file bytes are the variant's (online quantization has no file).
+      step("inspect", {o.exe, "inspect", e.model, "--json"});
     }
     std::vector<std::string> kvflags = {"--kv-cache", v.kv_cache};
     if (!v.kv_evict.empty()) kvflags.insert(kvflags.end(), {"--kv-evict", v.kv_evict});

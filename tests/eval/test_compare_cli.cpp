@@ -82,6 +82,17 @@ TEST(CompareCli, ThresholdFailureReportsAndResume) {
       EXPECT_GT(c["value"].get<double>(), 2.0) << c.dump();
     }
   EXPECT_TRUE(found) << e5->dump(1);
+  // Whole-file accounting: the variants run the source file, so each counts its bytes (model + tokenizer).
+  const json* base = find_variant(rep, "baseline");
+  ASSERT_TRUE(base);
+  const double file_bytes =
+      static_cast<double>(fs::file_size(kShared + "/models/stories260K/stories260K.bin") +
+                          fs::file_size(kShared + "/models/stories260K/tok512.bin"));
+  for (const json* v : {base, i8, e5}) {
+    ASSERT_TRUE((*v)["file_bytes"].is_number()) << v->dump(1).substr(0, 1000);
+    EXPECT_EQ((*v)["file_bytes"].get<double>(), file_bytes);
+    EXPECT_NEAR((*v)["file_bpw"].get<double>(), 8 * file_bytes / 260032, 1e-9);
+  }
   std::ifstream md(out / "report.md");
   std::string text((std::istreambuf_iterator<char>(md)), {});
   EXPECT_NE(text.find("FAIL"), std::string::npos);
