@@ -25,6 +25,7 @@ struct QuantizeArgs {
   std::string model, recipe, calib, out, tokenizer, dtype = "native", budget, candidates;
   double bpw = 0;
   int sens_samples = 8, sens_length = 128;
+  std::string sensitivity = "kld";
   int samples = 0, length = 0, threads = 0;
   int64_t seed = -1;
   bool force = false, requantize = false, json = false, quiet = false, per_tensor = false;
@@ -65,12 +66,20 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--bpw", a.bpw,
                  "Mixed precision under a size given as bits per parameter over the whole checkpoint "
                  "(model bytes x 8 / parameters)")
-      ->excludes("--budget");
+      ->excludes("--budget")
+      ->check(CLI::PositiveNumber);
   cmd.add_option(
       "--candidates", a.candidates,
       "Formats the budget allocator chooses from, comma-separated schemes (default: q2_k, q3_k, q4_k, "
       "q5_k, q6_k, int3:g32, int4:g32, int4:g64, int8:channel; 'keep' = unquantized is always a "
       "choice; matrices the recipe's overrides name keep their format)");
+  cmd.add_option(
+         "--sensitivity", a.sensitivity,
+         "How the allocator measures a matrix's sensitivity to each format: kld (default: the KL "
+         "divergence measured for every option) or proxy (measured once per matrix, at its smallest "
+         "option; the others scaled by their importance-weighted weight error: candidates times fewer "
+         "forwards, for large models)")
+      ->check(CLI::IsMember({"kld", "proxy"}));
   cmd.add_option("--sens-samples", a.sens_samples,
                  "Calibration windows the sensitivities are measured on (default 8)")
       ->check(CLI::Range(1, 1024));
@@ -106,8 +115,9 @@ void setup(CLI::App& cmd) {
       throw UsageError("quant",
                        "--budget / --bpw measure each matrix's sensitivity on calibration text; pass "
                        "--calib FILE");
-    if (!a.candidates.empty() && !budgeted)
-      throw UsageError("quant", "--candidates is for the budget allocator; add --budget or --bpw");
+    if ((!a.candidates.empty() || a.sensitivity != "kld") && !budgeted)
+      throw UsageError("quant",
+                       "--candidates and --sensitivity are for the budget allocator; add --budget or --bpw");
     auto calib = quant::load_recipe_calibration(*m, r, &warnings);  // a given file is always loaded
     quant::QuantizeOptions qo;
     qo.calib = calib ? &*calib : nullptr;
@@ -120,6 +130,7 @@ void setup(CLI::App& cmd) {
       quant::BudgetSpec bs;
       if (!a.budget.empty()) bs.bytes = parse_bytes(a.budget, "quant");
       bs.bpw = a.bpw;
+      bs.sensitivity = a.sensitivity;
       for (size_t p = 0; p < a.candidates.size();) {
         size_t e = a.candidates.find(',', p);
         if (e == std::string::npos) e = a.candidates.size();
@@ -130,6 +141,22 @@ void setup(CLI::App& cmd) {
       for (size_t i = 0; i < calib->seqs.size() && static_cast<int>(i) < a.sens_samples; ++i) {
         const auto& s = calib->seqs[i];
         windows.emplace_back(s.begin(), s.begin() + std::min<size_t>(s.size(), a.sens_length));
+      }
+      // The probe keeps the reference log-probabilities of every scored token: at most 2^26 floats (256 MiB).
+      const int64_t max_tokens =
+          std::max<int64_t>(16, (int64_t{1} << 26) / std::max<int64_t>(1, m->config.vocab_size));
+      int64_t kept = 0;
+      for (size_t i = 0; i < windows.size(); ++i) {
+        if (kept + static_cast<int64_t>(windows[i].size()) > max_tokens) {
+          if (i == 0)
+            windows[0].resize(static_cast<size_t>(std::min<int64_t>(max_tokens, windows[0].size())));
+          windows.resize(std::max<size_t>(i, 1));
+          warnings.push_back("sensitivity windows cut to " + std::to_string(max_tokens) +
+                             " tokens: the reference log-probabilities of a " +
+                             std::to_string(m->config.vocab_size) + "-token vocabulary are kept for each");
+          break;
+        }
+        kept += static_cast<int64_t>(windows[i].size());
       }
       probe = std::make_unique<quant::KldProbe>(*m, windows);
       alloc = quant::allocate_budget(*m, r, *calib, *probe, bs, a.tokenizer);

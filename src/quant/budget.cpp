@@ -289,6 +289,9 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
   const int L = static_cast<int>(c.n_layers);
   Allocation a;
   a.sens_tokens = static_cast<int>(probe.tokens());
+  if (spec.sensitivity != "kld" && spec.sensitivity != "proxy")
+    throw UsageError("quant", "sensitivity '" + spec.sensitivity + "' is not one of kld, proxy");
+  a.sensitivity = spec.sensitivity;
   // Units: every matrix the recipe (without its default embedding / lm_head ignores) would quantize.
   Recipe r0 = r;
   r0.ignore.erase(std::remove_if(r0.ignore.begin(), r0.ignore.end(), is_default_ignore), r0.ignore.end());
@@ -420,8 +423,9 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
   const bool weighted =
       r.algorithm == Algorithm::Imatrix || r.algorithm == Algorithm::Gptq || r.algorithm == Algorithm::Awq;
   if (weighted) stats = collect_stats(m, calib, 0, L - 1, false);
+  const bool proxy = spec.sensitivity == "proxy";
   int64_t total = 0;
-  for (auto& u : a.units) total += static_cast<int64_t>(u.options.size()) - 1;
+  for (auto& u : a.units) total += proxy ? 1 : static_cast<int64_t>(u.options.size()) - 1;
   Progress prog("sensitivity", total);
   int64_t done = 0;
   for (auto& u : a.units) {
@@ -430,15 +434,34 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
     const std::vector<float> w = weight_to_f32(saved[0]);
     const SiteStats* ss = input_stats(stats, u.members[0]);
     std::vector<float> imp = ss ? ss->mean_sq() : std::vector<float>{};
+    // proxy: the importance-weighted squared weight error of every option (the diagonal of the layer's
+    // Hessian, E = sum_ij x2_j (W - Q)_ij^2), and one KL measurement at the smallest option to convert it.
+    size_t ref = 1;
+    for (size_t k = 2; k < u.options.size(); ++k)
+      if (u.options[k].bytes < u.options[ref].bytes) ref = k;
+    std::vector<double> err(u.options.size(), 0.0);
     for (size_t k = 1; k < u.options.size(); ++k) {
       QuantScheme s = parse_scheme(u.options[k].scheme);
       if (r.algorithm == Algorithm::RtnMse || ss) s.search = ScaleSearch::Mse;
       QuantizedMatrix q = quantize_matrix(w.data(), u.rows, u.cols, s, ss ? imp.data() : nullptr);
+      if (proxy) {
+        std::vector<float> wq(w.size());
+        dequantize_matrix(q, wq.data());
+        for (int64_t i = 0; i < u.rows; ++i)
+          for (int64_t j = 0; j < u.cols; ++j) {
+            const double d = static_cast<double>(w[i * u.cols + j]) - wq[i * u.cols + j];
+            err[k] += (ss ? imp[static_cast<size_t>(j)] : 1.0) * d * d;
+          }
+        if (k != ref) continue;
+      }
       WeightMatrix qw = make_quant_weight(std::make_shared<QuantizedMatrix>(std::move(q)));
       for (auto& n : u.members) *mats.at(n) = qw;
       u.options[k].kld = probe.kld_from(first_layer_of(u.name, L));
       prog.update(++done, u.name + " " + u.options[k].scheme);
     }
+    if (proxy)
+      for (size_t k = 1; k < u.options.size(); ++k)
+        if (k != ref) u.options[k].kld = err[ref] > 0 ? u.options[ref].kld * err[k] / err[ref] : 0.0;
     for (size_t i = 0; i < u.members.size(); ++i) *mats.at(u.members[i]) = saved[i];
   }
   prog.finish();
@@ -544,6 +567,7 @@ nlohmann::json Allocation::to_json() const {
           {"lower_bound_kld", lower_bound_kld},
           {"solver", "multiple-choice knapsack, dynamic programming over bytes in steps of " +
                          std::to_string(step) + " (options rounded up); lower bound from the LP relaxation"},
+          {"sensitivity_mode", sensitivity},
           {"sensitivity",
            "mean KL divergence on " + std::to_string(sens_tokens) +
                " calibration tokens with only that matrix quantized (imatrix-RTN when the recipe is "

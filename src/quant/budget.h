@@ -55,6 +55,9 @@ struct BudgetSpec {
   int64_t bytes = 0;  // model bytes; or
   double bpw = 0;     // bits per parameter over the whole checkpoint (model bytes * 8 / parameters)
   std::vector<QuantScheme> candidates;  // empty: default_candidates()
+  // kld: every option's KL measured (units x candidates forwards); proxy: one KL measurement per unit (its
+  // smallest option), the others scaled by their importance-weighted squared weight error relative to it.
+  std::string sensitivity = "kld";
   bool progress = true;
 };
 
@@ -84,6 +87,7 @@ struct Allocation {
   double lower_bound_kld = 0;   // LP relaxation bound
   int64_t step = 1;
   int sens_tokens = 0;  // scored tokens per sensitivity measurement
+  std::string sensitivity;  // kld | proxy
   double seconds = 0;
   std::vector<AllocUnit> units;
   std::vector<std::string> ignored;  // matrices the recipe itself ignores (not allocated)

@@ -2,6 +2,8 @@
 // end to end on stories260K (file bytes within the budget, reproducible sensitivities, clear errors).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <random>
 
@@ -78,7 +80,8 @@ struct BudgetRun {
   int64_t model_bytes = 0;
 };
 
-BudgetRun budget_run(const std::string& recipe, double bpw, const std::string& out) {
+BudgetRun budget_run(const std::string& recipe, double bpw, const std::string& out,
+                     const std::string& sensitivity = "kld") {
   auto m = load_model(kStories);
   Recipe r = parse_recipe_arg(recipe);
   r.calib.file = kTinyText;
@@ -88,6 +91,7 @@ BudgetRun budget_run(const std::string& recipe, double bpw, const std::string& o
   KldProbe probe(*m, calib->seqs);
   BudgetSpec spec;
   spec.bpw = bpw;
+  spec.sensitivity = sensitivity;
   BudgetRun run;
   run.alloc = allocate_budget(*m, r, *calib, probe, spec);
   if (out.empty()) return run;
@@ -156,6 +160,34 @@ TEST(Budget, SensitivitiesAreReproducibleAndAllocationsMonotone) {
   EXPECT_LE(bigger.alloc.predicted_kld, a.alloc.predicted_kld) << "more bytes cannot predict more loss";
 }
 
+// The cheap estimate is validated against the measurement it replaces: its one measured option per matrix is
+// the measured value, and over all options it ranks like the measured KLDs.
+TEST(Budget, ProxySensitivitiesTrackMeasuredOnes) {
+  BudgetRun kld = budget_run("W4A16,group=32,algo=imatrix", 5.0, "");
+  BudgetRun px = budget_run("W4A16,group=32,algo=imatrix", 5.0, "", "proxy");
+  ASSERT_EQ(kld.alloc.units.size(), px.alloc.units.size());
+  std::vector<double> a, b;
+  int exact = 0;
+  for (size_t i = 0; i < kld.alloc.units.size(); ++i)
+    for (size_t k = 1; k < kld.alloc.units[i].options.size(); ++k) {
+      const double m = kld.alloc.units[i].options[k].kld, p = px.alloc.units[i].options[k].kld;
+      exact += m == p;
+      a.push_back(std::log(m));
+      b.push_back(std::log(std::max(p, 1e-12)));
+    }
+  EXPECT_EQ(exact, static_cast<int>(kld.alloc.units.size())) << "one measured option per matrix";
+  double ma = 0, mb = 0;
+  for (size_t i = 0; i < a.size(); ++i) ma += a[i], mb += b[i];
+  ma /= a.size(), mb /= b.size();
+  double sab = 0, saa = 0, sbb = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    sab += (a[i] - ma) * (b[i] - mb), saa += (a[i] - ma) * (a[i] - ma), sbb += (b[i] - mb) * (b[i] - mb);
+  const double corr = sab / std::sqrt(saa * sbb);
+  EXPECT_GT(corr, 0.9) << "log-KLD correlation of proxy and measured sensitivities";
+  EXPECT_LE(px.alloc.predicted_bytes, px.alloc.budget);
+  std::printf("proxy vs measured log-KLD correlation %.3f over %zu options\n", corr, a.size());
+}
+
 TEST(Budget, TooSmallABudgetSaysHowSmallItCanBe) {
   try {
     budget_run("W4A16,group=32", 0.5, "");
@@ -174,6 +206,11 @@ TEST(Budget, CliRefusesBudgetsWithoutWhatTheyNeed) {
   r = run_cli("quantize -m " + kStories + " -r W4A16 --candidates int4:g32 -o " + out, true);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("--budget"), std::string::npos) << r.out;
+  r = run_cli("quantize -m " + kStories + " -r W4A16 --sensitivity proxy -o " + out, true);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("--budget"), std::string::npos) << r.out;
+  r = run_cli("quantize -m " + kStories + " -r W4A16 --bpw -2 -c " + kTinyText + " -o " + out, true);
+  EXPECT_NE(r.rc, 0);
   r = run_cli("quantize -m " + kStories + " -r W4A16 --budget 12XB -c " + kTinyText + " -o " + out, true);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("invalid size"), std::string::npos) << r.out;
