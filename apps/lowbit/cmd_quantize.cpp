@@ -25,7 +25,7 @@ struct QuantizeArgs {
   std::string model, recipe, calib, out, tokenizer, dtype = "native", budget, candidates;
   double bpw = 0;
   int sens_samples = 8, sens_length = 128;
-  std::string sensitivity = "kld";
+  std::string sensitivity = "auto";
   int samples = 0, length = 0, threads = 0;
   int64_t seed = -1;
   bool force = false, requantize = false, json = false, quiet = false, per_tensor = false;
@@ -75,11 +75,11 @@ void setup(CLI::App& cmd) {
       "choice; matrices the recipe's overrides name keep their format)");
   cmd.add_option(
          "--sensitivity", a.sensitivity,
-         "How the allocator measures a matrix's sensitivity to each format: kld (default: the KL "
-         "divergence measured for every option) or proxy (measured once per matrix, at its smallest "
-         "option; the others scaled by their importance-weighted weight error: candidates times fewer "
-         "forwards, for large models)")
-      ->check(CLI::IsMember({"kld", "proxy"}));
+         "How the allocator measures a matrix's sensitivity to each format: kld (the KL divergence "
+         "measured for every option), proxy (measured once per matrix, at its smallest option; the "
+         "others scaled by their importance-weighted weight error: candidates times fewer forwards) or "
+         "auto (default: kld below 100 M parameters, proxy above)")
+      ->check(CLI::IsMember({"auto", "kld", "proxy"}));
   cmd.add_option("--sens-samples", a.sens_samples,
                  "Calibration windows the sensitivities are measured on (default 8)")
       ->check(CLI::Range(1, 1024));
@@ -115,7 +115,7 @@ void setup(CLI::App& cmd) {
       throw UsageError("quant",
                        "--budget / --bpw measure each matrix's sensitivity on calibration text; pass "
                        "--calib FILE");
-    if ((!a.candidates.empty() || a.sensitivity != "kld") && !budgeted)
+    if ((!a.candidates.empty() || a.sensitivity != "auto") && !budgeted)
       throw UsageError("quant",
                        "--candidates and --sensitivity are for the budget allocator; add --budget or --bpw");
     auto calib = quant::load_recipe_calibration(*m, r, &warnings);  // a given file is always loaded

@@ -289,9 +289,8 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
   const int L = static_cast<int>(c.n_layers);
   Allocation a;
   a.sens_tokens = static_cast<int>(probe.tokens());
-  if (spec.sensitivity != "kld" && spec.sensitivity != "proxy")
-    throw UsageError("quant", "sensitivity '" + spec.sensitivity + "' is not one of kld, proxy");
-  a.sensitivity = spec.sensitivity;
+  if (spec.sensitivity != "kld" && spec.sensitivity != "proxy" && spec.sensitivity != "auto")
+    throw UsageError("quant", "sensitivity '" + spec.sensitivity + "' is not one of auto, kld, proxy");
   // Units: every matrix the recipe (without its default embedding / lm_head ignores) would quantize.
   Recipe r0 = r;
   r0.ignore.erase(std::remove_if(r0.ignore.begin(), r0.ignore.end(), is_default_ignore), r0.ignore.end());
@@ -423,7 +422,9 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
   const bool weighted =
       r.algorithm == Algorithm::Imatrix || r.algorithm == Algorithm::Gptq || r.algorithm == Algorithm::Awq;
   if (weighted) stats = collect_stats(m, calib, 0, L - 1, false);
-  const bool proxy = spec.sensitivity == "proxy";
+  // auto: every option measured below 100 M parameters (seconds to minutes on 2 cores), the proxy above.
+  a.sensitivity = spec.sensitivity != "auto" ? spec.sensitivity : a.parameters < 100000000 ? "kld" : "proxy";
+  const bool proxy = a.sensitivity == "proxy";
   int64_t total = 0;
   for (auto& u : a.units) total += proxy ? 1 : static_cast<int64_t>(u.options.size()) - 1;
   Progress prog("sensitivity", total);

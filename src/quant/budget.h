@@ -56,8 +56,9 @@ struct BudgetSpec {
   double bpw = 0;     // bits per parameter over the whole checkpoint (model bytes * 8 / parameters)
   std::vector<QuantScheme> candidates;  // empty: default_candidates()
   // kld: every option's KL measured (units x candidates forwards); proxy: one KL measurement per unit (its
-  // smallest option), the others scaled by their importance-weighted squared weight error relative to it.
-  std::string sensitivity = "kld";
+  // smallest option), the others scaled by their importance-weighted squared weight error relative to it;
+  // auto: kld below 100 M parameters, proxy above.
+  std::string sensitivity = "auto";
   bool progress = true;
 };
 

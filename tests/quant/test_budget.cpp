@@ -81,7 +81,7 @@ struct BudgetRun {
 };
 
 BudgetRun budget_run(const std::string& recipe, double bpw, const std::string& out,
-                     const std::string& sensitivity = "kld") {
+                     const std::string& sensitivity = "auto") {
   auto m = load_model(kStories);
   Recipe r = parse_recipe_arg(recipe);
   r.calib.file = kTinyText;
@@ -163,8 +163,10 @@ TEST(Budget, SensitivitiesAreReproducibleAndAllocationsMonotone) {
 // The cheap estimate is validated against the measurement it replaces: its one measured option per matrix is
 // the measured value, and over all options it ranks like the measured KLDs.
 TEST(Budget, ProxySensitivitiesTrackMeasuredOnes) {
-  BudgetRun kld = budget_run("W4A16,group=32,algo=imatrix", 5.0, "");
+  BudgetRun kld = budget_run("W4A16,group=32,algo=imatrix", 5.0, "", "kld");
   BudgetRun px = budget_run("W4A16,group=32,algo=imatrix", 5.0, "", "proxy");
+  EXPECT_EQ(px.alloc.sensitivity, "proxy");
+  EXPECT_EQ(budget_run("W4A16,group=32", 5.0, "").alloc.sensitivity, "kld") << "auto below 100 M parameters";
   ASSERT_EQ(kld.alloc.units.size(), px.alloc.units.size());
   std::vector<double> a, b;
   int exact = 0;
