@@ -228,6 +228,51 @@ inline void k4_put_scale_min(int j, uint8_t sc, uint8_t m, uint8_t* q) {
   }
 }
 
+// The header Q4_K and Q5_K share (their first 16 bytes: fp16 d, fp16 dmin, 12 bytes of 6-bit scales and
+// mins): per sub-block of 32 a weighted scale/min fit to codes 0..nmax (unweighted: llama.cpp's weights
+// av|x| + |x_i|; fit_scale_min's search from rmin in nstep steps of rdelta), then the 8 scales and 8 mins to
+// 6 bits under d and dmin (quantize_positive, weighted by each sub-block's total weight when weights are
+// given).
+inline void k4_choose_header(const float* x, const float* w, float unit, int nmax, float rmin, float rdelta,
+                             int nstep, uint8_t* header) {
+  float ws[32], scales[8], mins[8], sw[8];
+  uint8_t L[32], ls[8], lm[8];
+  for (int j = 0; j < 8; ++j) {
+    const float* xj = x + 32 * j;
+    float sum_x2 = 0;
+    for (int l = 0; l < 32; ++l) sum_x2 += xj[l] * xj[l];
+    const float av_x = std::sqrt(sum_x2 / 32);
+    for (int l = 0; l < 32; ++l) ws[l] = w ? w[32 * j + l] : av_x + std::fabs(xj[l]);
+    sw[j] = 0;
+    for (int l = 0; l < 32; ++l) sw[j] += ws[l];
+    scales[j] = unit * fit_scale_min(32, nmax, xj, ws, L, &mins[j], rmin, rdelta, nstep);
+    mins[j] *= unit;
+  }
+  const uint16_t d = quantize_positive(8, 63, scales, w ? sw : nullptr, ls);
+  const uint16_t dmin = quantize_positive(8, 63, mins, w ? sw : nullptr, lm);
+  std::memcpy(header, &d, 2);
+  std::memcpy(header + 2, &dmin, 2);
+  std::memset(header + 4, 0, 12);
+  for (int j = 0; j < 8; ++j) k4_put_scale_min(j, ls[j], lm[j], header + 4);
+}
+
+// Per element of a Q4_K / Q5_K block the step and offset of its header (value = code * scale + offset).
+inline void k4_header_grid(const uint8_t* header, float* scale, float* offset) {
+  uint16_t dh, mh;
+  std::memcpy(&dh, header, 2);
+  std::memcpy(&mh, header + 2, 2);
+  const float d = f16_to_f32(dh), dmin = f16_to_f32(mh);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    k4_scale_min(j, header + 4, &sc, &m);
+    const float dl = d * sc, ml = dmin * m;
+    for (int l = 0; l < 32; ++l) {
+      scale[32 * j + l] = dl;
+      offset[32 * j + l] = -ml;
+    }
+  }
+}
+
 struct KQuantOps {
   int block_bytes;
   int qmin, qmax;  // code range of the grid

@@ -50,47 +50,14 @@ void deq(const void* src, float* y, int64_t n) {
   }
 }
 
-// Header: per sub-block a weighted scale/min fit (unweighted: llama.cpp's weights av|x| + |x_i|), then the 8
-// scales and 8 mins to 6 bits (quantize_positive; weighted by each sub-block's total weight when weights
-// are given).
+// Header: k4_choose_header (ggml_kquants.h) with codes 0..15; the codes are written by pack().
 void choose(const float* x, const float* w, float unit, uint8_t* out) {
-  float ws[32], mins[8], scales[8], sw[8];
-  uint8_t L[32], ls[8], lm[8];
-  for (int j = 0; j < 8; ++j) {
-    const float* xj = x + 32 * j;
-    if (w) {
-      std::memcpy(ws, w + 32 * j, sizeof ws);
-    } else {
-      float sum_x2 = 0;
-      for (int l = 0; l < 32; ++l) sum_x2 += xj[l] * xj[l];
-      const float av_x = std::sqrt(sum_x2 / 32);
-      for (int l = 0; l < 32; ++l) ws[l] = av_x + std::fabs(xj[l]);
-    }
-    sw[j] = 0;
-    for (int l = 0; l < 32; ++l) sw[j] += ws[l];
-    scales[j] = unit * fit_scale_min(32, 15, xj, ws, L, &mins[j], -1.0f, 0.1f, 20);
-    mins[j] *= unit;
-  }
-  BlockQ4K blk{};
-  blk.d = quantize_positive(8, 63, scales, w ? sw : nullptr, ls);
-  blk.dmin = quantize_positive(8, 63, mins, w ? sw : nullptr, lm);
-  for (int j = 0; j < 8; ++j) k4_put_scale_min(j, ls[j], lm[j], blk.scales);
-  std::memcpy(out, &blk, sizeof blk);
+  std::memset(out, 0, sizeof(BlockQ4K));
+  k4_choose_header(x, w, unit, 15, -1.0f, 0.1f, 20, out);
 }
 
 void grid(const uint8_t* p, float* scale, float* offset) {
-  BlockQ4K blk;
-  std::memcpy(&blk, p, sizeof blk);
-  const float d = f16_to_f32(blk.d), dmin = f16_to_f32(blk.dmin);
-  for (int j = 0; j < 8; ++j) {
-    uint8_t sc, m;
-    k4_scale_min(j, blk.scales, &sc, &m);
-    const float dl = d * sc, ml = dmin * m;
-    for (int l = 0; l < 32; ++l) {
-      scale[32 * j + l] = dl;
-      offset[32 * j + l] = -ml;
-    }
-  }
+  k4_header_grid(p, scale, offset);
 }
 
 void pack(uint8_t* p, const int8_t* q) {
