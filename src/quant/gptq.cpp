@@ -117,6 +117,40 @@ double output_error(const float* w, const float* wq, int64_t rows, int64_t cols,
   return err;
 }
 
+std::vector<int64_t> gptq_column_order(const Eigen::MatrixXd& H, bool act_order) {
+  std::vector<int64_t> perm(static_cast<size_t>(H.cols()));
+  std::iota(perm.begin(), perm.end(), 0);
+  if (act_order)
+    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return H(a, a) > H(b, b); });
+  return perm;
+}
+
+void gptq_column_loop(
+    Eigen::MatrixXf& Wp, const Eigen::MatrixXf& U, int block,
+    const std::function<void(int64_t i, const Eigen::MatrixXf& Wp, float* deq)>& round_column) {
+  // The column loop is cheap (rows x cols codes, rank-1 updates inside a block); the update of the columns
+  // after each block is one GEMM, which OpenBLAS runs on every core.
+  const int64_t rows = Wp.rows(), cols = Wp.cols();
+  const int64_t B = std::max(1, block);
+  Eigen::MatrixXf Err(rows, B);
+  std::vector<float> deq(static_cast<size_t>(rows));
+  for (int64_t i1 = 0; i1 < cols; i1 += B) {
+    const int64_t i2 = std::min(cols, i1 + B);
+    for (int64_t i = i1; i < i2; ++i) {
+      round_column(i, Wp, deq.data());
+      const float d = U(i, i);
+      for (int64_t r = 0; r < rows; ++r) Err(r, i - i1) = (Wp(r, i) - deq[static_cast<size_t>(r)]) / d;
+      if (i + 1 < i2)
+        Wp.block(0, i + 1, rows, i2 - i - 1).noalias() -= Err.col(i - i1) * U.block(i, i + 1, 1, i2 - i - 1);
+    }
+    if (i2 < cols)  // Wp[:, i2:] -= Err[:, :i2-i1] U[i1:i2, i2:] (all column-major)
+      cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+                  static_cast<int>(cols - i2), static_cast<int>(i2 - i1), -1.0f, Err.data(),
+                  static_cast<int>(rows), U.data() + i1 + i2 * cols, static_cast<int>(cols), 1.0f,
+                  Wp.data() + i2 * rows, static_cast<int>(rows));
+  }
+}
+
 QuantizedMatrix gptq_quantize(const float* w, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram,
                               const QuantScheme& s, const GptqOptions& o, double* damp_used) {
   validate(s, rows, cols);
@@ -163,62 +197,42 @@ QuantizedMatrix gptq_quantize(const float* w, int64_t rows, int64_t cols, const 
   const int sb =
       s.double_quant ? 1 : scale_type_bits(s.format == FormatId::NVFP4 ? ScaleType::E4M3 : s.scale_type) / 8;
 
-  std::vector<int64_t> perm(static_cast<size_t>(cols));
-  std::iota(perm.begin(), perm.end(), 0);
-  if (o.act_order)
-    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return H(a, a) > H(b, b); });
-
+  const std::vector<int64_t> perm = gptq_column_order(H, o.act_order);
   const Eigen::MatrixXf U = gptq_inverse_hessian_factor(H, perm, o.damp, damp_used);
-
-  // The column loop is cheap (rows x cols codes, rank-1 updates inside a block); the update of the columns
-  // after each block is one GEMM, which OpenBLAS runs on every core.
   Eigen::MatrixXf Wp(rows, cols);
   for (int64_t i = 0; i < cols; ++i) Wp.col(i) = W.col(perm[i]);
-  const int64_t B = std::max(1, o.block);
-  Eigen::MatrixXf Err(rows, B);
   std::vector<float> sub;
-  for (int64_t i1 = 0; i1 < cols; i1 += B) {
-    const int64_t i2 = std::min(cols, i1 + B);
-    for (int64_t i = i1; i < i2; ++i) {
-      const int64_t c = perm[i];
-      const int64_t cj = c / g.col_block;
-      if (lazy && c % g.col_block == 0) {
-        // Group scales from the error-updated weights of this group (identity order: columns i .. i+gsz).
-        const int64_t gsz = std::min<int64_t>(g.col_block, cols - c);
-        sub.assign(static_cast<size_t>(rows * gsz), 0.0f);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t k = 0; k < gsz; ++k) sub[r * gsz + k] = Wp(r, i + k);
-        QuantScheme ss = s;
-        ss.group_size = static_cast<int>(gsz);
-        QuantizedMatrix qs = quantize_matrix(sub.data(), rows, gsz, ss,
-                                             s.search == ScaleSearch::Mse ? importance.data() + c : nullptr);
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t k = r * g.cols + cj;
-          std::copy(qs.scales.begin() + r * sb, qs.scales.begin() + (r + 1) * sb, q.scales.begin() + k * sb);
-          if (!q.zeros.empty()) q.zeros[k] = qs.zeros[r];
-          cell_s[k] = qs.scale(r, 0);
-          cell_z[k] = qs.zero_point(r, 0);
-        }
-      }
-      const float d = U(i, i);
+  gptq_column_loop(Wp, U, o.block, [&](int64_t i, const Eigen::MatrixXf& Wc, float* deq) {
+    const int64_t c = perm[i];
+    const int64_t cj = c / g.col_block;
+    if (lazy && c % g.col_block == 0) {
+      // Group scales from the error-updated weights of this group (identity order: columns i .. i+gsz).
+      const int64_t gsz = std::min<int64_t>(g.col_block, cols - c);
+      sub.assign(static_cast<size_t>(rows * gsz), 0.0f);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < gsz; ++k) sub[r * gsz + k] = Wc(r, i + k);
+      QuantScheme ss = s;
+      ss.group_size = static_cast<int>(gsz);
+      QuantizedMatrix qs = quantize_matrix(sub.data(), rows, gsz, ss,
+                                           s.search == ScaleSearch::Mse ? importance.data() + c : nullptr);
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t k = (r / g.row_block) * g.cols + cj;
-        const float x = Wp(r, i);
-        const float* table = cell_s.data() + r * g.cols;  // codebook: row r's table (cells (r, 0 .. 2^b-1))
-        const uint32_t u = codebook ? codebook_encode(table, static_cast<int>(g.cols), x)
-                                    : coder.encode(x, cell_s[k], cell_z[k]);
-        pack_code(q.codes.data() + r * q.row_bytes, c, q.bits, u);
-        Err(r, i - i1) = (x - (codebook ? table[u] : coder.value(u, cell_s[k], cell_z[k]))) / d;
+        const int64_t k = r * g.cols + cj;
+        std::copy(qs.scales.begin() + r * sb, qs.scales.begin() + (r + 1) * sb, q.scales.begin() + k * sb);
+        if (!q.zeros.empty()) q.zeros[k] = qs.zeros[r];
+        cell_s[k] = qs.scale(r, 0);
+        cell_z[k] = qs.zero_point(r, 0);
       }
-      if (i + 1 < i2)
-        Wp.block(0, i + 1, rows, i2 - i - 1).noalias() -= Err.col(i - i1) * U.block(i, i + 1, 1, i2 - i - 1);
     }
-    if (i2 < cols)  // Wp[:, i2:] -= Err[:, :i2-i1] U[i1:i2, i2:] (all column-major)
-      cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
-                  static_cast<int>(cols - i2), static_cast<int>(i2 - i1), -1.0f, Err.data(),
-                  static_cast<int>(rows), U.data() + i1 + i2 * cols, static_cast<int>(cols), 1.0f,
-                  Wp.data() + i2 * rows, static_cast<int>(rows));
-  }
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t k = (r / g.row_block) * g.cols + cj;
+      const float x = Wc(r, i);
+      const float* table = cell_s.data() + r * g.cols;  // codebook: row r's table (cells (r, 0 .. 2^b-1))
+      const uint32_t u = codebook ? codebook_encode(table, static_cast<int>(g.cols), x)
+                                  : coder.encode(x, cell_s[k], cell_z[k]);
+      pack_code(q.codes.data() + r * q.row_bytes, c, q.bits, u);
+      deq[r] = codebook ? table[u] : coder.value(u, cell_s[k], cell_z[k]);
+    }
+  });
   return q;
 }
 

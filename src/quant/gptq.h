@@ -17,6 +17,7 @@
 #pragma once
 #include <Eigen/Dense>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "tensor/qtensor.h"
@@ -45,6 +46,17 @@ QuantizedMatrix gptq_quantize_kquant(const float* w, int64_t rows, int64_t cols,
 
 // The upper Cholesky factor U of (H + damp I)^-1 with H in the column order perm (U^T U = the inverse), damp
 // = damp_frac * mean(diag H), grown x10 while the matrix is not positive definite (damp_used receives it).
+// GPTQ's column loop, shared by every grid. Wp [rows, cols] holds the weights with their columns in the
+// processing order (act-order or identity) and U the upper Cholesky factor of H^-1 in that order. Column i is
+// rounded by round_column(i, Wp, deq), which reads the error-updated Wp (its group's later columns too, for
+// scales chosen when a group starts) and writes the dequantized values it chose to deq[rows]; the loop then
+// spreads the error over the remaining columns: rank-1 updates inside a lazy block of `block` columns, one
+// GEMM for the columns after it. Wp is consumed.
+void gptq_column_loop(Eigen::MatrixXf& Wp, const Eigen::MatrixXf& U, int block,
+                      const std::function<void(int64_t i, const Eigen::MatrixXf& Wp, float* deq)>& round_column);
+// The processing order: columns by decreasing Hessian diagonal with act-order (stable), else identity.
+std::vector<int64_t> gptq_column_order(const Eigen::MatrixXd& H, bool act_order);
+
 Eigen::MatrixXf gptq_inverse_hessian_factor(const Eigen::MatrixXd& H, const std::vector<int64_t>& perm,
                                             double damp_frac, double* damp_used);
 

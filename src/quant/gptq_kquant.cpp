@@ -64,38 +64,20 @@ QuantizedMatrix gptq_quantize_kquant(const float* w, int64_t rows, int64_t cols,
   }
   std::vector<int8_t> codes(static_cast<size_t>(rows * cols));  // row-major, for set_row_codes
 
-  std::vector<int64_t> perm(static_cast<size_t>(cols));
-  std::iota(perm.begin(), perm.end(), 0);
-  if (o.act_order)
-    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return H(a, a) > H(b, b); });
+  const std::vector<int64_t> perm = gptq_column_order(H, o.act_order);
   const Eigen::MatrixXf U = gptq_inverse_hessian_factor(H, perm, o.damp, damp_used);
-
   Eigen::MatrixXf Wp(rows, cols);
   for (int64_t i = 0; i < cols; ++i) Wp.col(i) = W.col(perm[i]);
-  const int64_t B = std::max(1, o.block);
-  Eigen::MatrixXf Err(rows, B);
-  for (int64_t i1 = 0; i1 < cols; i1 += B) {
-    const int64_t i2 = std::min(cols, i1 + B);
-    for (int64_t i = i1; i < i2; ++i) {
-      const int64_t c = perm[i];
-      const float d = U(i, i);
-      const float* cs = gs.data() + c * rows;
-      const float* co = go.data() + c * rows;
-      for (int64_t r = 0; r < rows; ++r) {
-        const float x = Wp(r, i);
-        const int qv = nearest_code(x, cs[r], co[r], fi.code_min, fi.code_max);
-        codes[r * cols + c] = static_cast<int8_t>(qv);
-        Err(r, i - i1) = (x - (cs[r] * static_cast<float>(qv) + co[r])) / d;
-      }
-      if (i + 1 < i2)
-        Wp.block(0, i + 1, rows, i2 - i - 1).noalias() -= Err.col(i - i1) * U.block(i, i + 1, 1, i2 - i - 1);
+  gptq_column_loop(Wp, U, o.block, [&](int64_t i, const Eigen::MatrixXf& Wc, float* deq) {
+    const int64_t c = perm[i];
+    const float* cs = gs.data() + c * rows;
+    const float* co = go.data() + c * rows;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int qv = nearest_code(Wc(r, i), cs[r], co[r], fi.code_min, fi.code_max);
+      codes[r * cols + c] = static_cast<int8_t>(qv);
+      deq[r] = cs[r] * static_cast<float>(qv) + co[r];
     }
-    if (i2 < cols)  // Wp[:, i2:] -= Err[:, :i2-i1] U[i1:i2, i2:] (all column-major)
-      cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
-                  static_cast<int>(cols - i2), static_cast<int>(i2 - i1), -1.0f, Err.data(),
-                  static_cast<int>(rows), U.data() + i1 + i2 * cols, static_cast<int>(cols), 1.0f,
-                  Wp.data() + i2 * rows, static_cast<int>(rows));
-  }
+  });
   for (int64_t r = 0; r < rows; ++r)
     fi.set_row_codes(q.codes.data() + r * q.row_bytes, codes.data() + r * cols, cols);
   return q;
