@@ -117,6 +117,23 @@ double output_error(const float* w, const float* wq, int64_t rows, int64_t cols,
   return err;
 }
 
+GptqProblem gptq_problem(const float* w, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram) {
+  if (gram.rows() != cols || gram.cols() != cols)
+    fail("quant", "GPTQ: Hessian is " + std::to_string(gram.rows()) + "x" + std::to_string(gram.cols()) +
+                      " but the layer has " + std::to_string(cols) + " inputs");
+  GptqProblem p;
+  p.H = gram.cast<double>();
+  p.W = Eigen::Map<const RowMajorF>(w, rows, cols);  // column-major working copy
+  for (int64_t i = 0; i < cols; ++i)
+    if (!(p.H(i, i) > 0)) {  // a dead input: its weights cannot matter, quantize them as zeros
+      p.H(i, i) = 1.0;
+      p.W.col(i).setZero();
+    }
+  p.importance.resize(static_cast<size_t>(cols));
+  for (int64_t i = 0; i < cols; ++i) p.importance[i] = static_cast<float>(p.H(i, i));
+  return p;
+}
+
 std::vector<int64_t> gptq_column_order(const Eigen::MatrixXd& H, bool act_order) {
   std::vector<int64_t> perm(static_cast<size_t>(H.cols()));
   std::iota(perm.begin(), perm.end(), 0);
@@ -161,18 +178,10 @@ QuantizedMatrix gptq_quantize(const float* w, int64_t rows, int64_t cols, const 
         "quant",
         std::string("GPTQ needs a code-based scheme (int*, nf4, fp8, fp4, mx*, nvfp4) or a k-quant; '") +
             fi.name + "' is not one");
-  if (gram.rows() != cols || gram.cols() != cols)
-    fail("quant", "GPTQ: Hessian is " + std::to_string(gram.rows()) + "x" + std::to_string(gram.cols()) +
-                      " but the layer has " + std::to_string(cols) + " inputs");
-  Eigen::MatrixXd H = gram.cast<double>();
-  Eigen::MatrixXf W = Eigen::Map<const RowMajorF>(w, rows, cols);  // column-major working copy
-  for (int64_t i = 0; i < cols; ++i)
-    if (!(H(i, i) > 0)) {
-      H(i, i) = 1.0;
-      W.col(i).setZero();
-    }
-  std::vector<float> importance(static_cast<size_t>(cols));
-  for (int64_t i = 0; i < cols; ++i) importance[i] = static_cast<float>(H(i, i));
+  GptqProblem pr = gptq_problem(w, rows, cols, gram);
+  const Eigen::MatrixXd& H = pr.H;
+  const Eigen::MatrixXf& W = pr.W;
+  const std::vector<float>& importance = pr.importance;
 
   // Static cell parameters from the (dead-zeroed) original weights; lazy groups overwrite them per group.
   // Per-row codebooks (LUT2/3/4) are fixed here too, by k-means weighted with the Hessian diagonal; the

@@ -52,8 +52,18 @@ QuantizedMatrix gptq_quantize_kquant(const float* w, int64_t rows, int64_t cols,
 // scales chosen when a group starts) and writes the dequantized values it chose to deq[rows]; the loop then
 // spreads the error over the remaining columns: rank-1 updates inside a lazy block of `block` columns, one
 // GEMM for the columns after it. Wp is consumed.
-void gptq_column_loop(Eigen::MatrixXf& Wp, const Eigen::MatrixXf& U, int block,
-                      const std::function<void(int64_t i, const Eigen::MatrixXf& Wp, float* deq)>& round_column);
+void gptq_column_loop(
+    Eigen::MatrixXf& Wp, const Eigen::MatrixXf& U, int block,
+    const std::function<void(int64_t i, const Eigen::MatrixXf& Wp, float* deq)>& round_column);
+// GPTQ's inputs for one matrix: H = the Gram matrix in double, W a column-major float copy of w [rows, cols]
+// and the importance (diag H as floats) that chooses fixed scales. A dead input (H_ii = 0) gets H_ii = 1 and
+// zero weights: they cannot matter. Error("quant") when the Gram matrix does not match cols.
+struct GptqProblem {
+  Eigen::MatrixXd H;
+  Eigen::MatrixXf W;
+  std::vector<float> importance;
+};
+GptqProblem gptq_problem(const float* w, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram);
 // The processing order: columns by decreasing Hessian diagonal with act-order (stable), else identity.
 std::vector<int64_t> gptq_column_order(const Eigen::MatrixXd& H, bool act_order);
 

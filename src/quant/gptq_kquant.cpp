@@ -36,18 +36,10 @@ QuantizedMatrix gptq_quantize_kquant(const float* w, int64_t rows, int64_t cols,
   if (!fi.row_grid || !fi.set_row_codes)
     throw UsageError("quant", std::string("GPTQ on ggml blocks needs a k-quant (q2_k .. q6_k); '") + fi.name +
                                   "' is not one; use rtn for it");
-  if (gram.rows() != cols || gram.cols() != cols)
-    fail("quant", "GPTQ: Hessian is " + std::to_string(gram.rows()) + "x" + std::to_string(gram.cols()) +
-                      " but the layer has " + std::to_string(cols) + " inputs");
-  Eigen::MatrixXd H = gram.cast<double>();
-  Eigen::MatrixXf W = Eigen::Map<const RowMajorF>(w, rows, cols);  // column-major working copy
-  for (int64_t i = 0; i < cols; ++i)
-    if (!(H(i, i) > 0)) {  // a dead input: its weights cannot matter, quantize them as zeros
-      H(i, i) = 1.0;
-      W.col(i).setZero();
-    }
-  std::vector<float> importance(static_cast<size_t>(cols));
-  for (int64_t i = 0; i < cols; ++i) importance[i] = static_cast<float>(H(i, i));
+  GptqProblem pr = gptq_problem(w, rows, cols, gram);
+  const Eigen::MatrixXd& H = pr.H;
+  const Eigen::MatrixXf& W = pr.W;
+  const std::vector<float>& importance = pr.importance;
 
   // The block headers, importance-weighted by the Hessian diagonal, from the (dead-zeroed) original weights.
   RowMajorF W0 = W;
