@@ -228,6 +228,17 @@ inline void k4_put_scale_min(int j, uint8_t sc, uint8_t m, uint8_t* q) {
   }
 }
 
+// Q3_K / Q6_K: 16 sub-blocks of 16 with signed scales sc16[j] under d, no offsets.
+inline void k16_signed_grid(float d, const int8_t* sc16, float* scale, float* offset) {
+  for (int j = 0; j < 16; ++j) {
+    const float dl = d * sc16[j];
+    for (int l = 0; l < 16; ++l) {
+      scale[16 * j + l] = dl;
+      offset[16 * j + l] = 0.0f;
+    }
+  }
+}
+
 // The header Q4_K and Q5_K share (their first 16 bytes: fp16 d, fp16 dmin, 12 bytes of 6-bit scales and
 // mins): per sub-block of 32 a weighted scale/min fit to codes 0..nmax (unweighted: llama.cpp's weights
 // av|x| + |x_i|; fit_scale_min's search from rmin in nstep steps of rdelta), then the 8 scales and 8 mins to

@@ -86,16 +86,9 @@ void choose(const float* x, const float* w, float unit, uint8_t* out) {
 void grid(const uint8_t* p, float* scale, float* offset) {
   BlockQ3K blk;
   std::memcpy(&blk, p, sizeof blk);
-  const float d = f16_to_f32(blk.d);
   int8_t sc[16];
   k3_scales(blk.scales, sc);
-  for (int j = 0; j < 16; ++j) {
-    const float dl = d * sc[j];
-    for (int l = 0; l < 16; ++l) {
-      scale[16 * j + l] = dl;
-      offset[16 * j + l] = 0.0f;
-    }
-  }
+  k16_signed_grid(f16_to_f32(blk.d), sc, scale, offset);
 }
 
 // Code q in -4..3 is u = q + 4: element e = 128h + 32k + j keeps u & 3 in bits 2k of qs[32h + j] and u >> 2

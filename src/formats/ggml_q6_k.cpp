@@ -78,14 +78,7 @@ void choose(const float* x, const float* w, float unit, uint8_t* out) {
 void grid(const uint8_t* p, float* scale, float* offset) {
   BlockQ6K blk;
   std::memcpy(&blk, p, sizeof blk);
-  const float d = f16_to_f32(blk.d);
-  for (int j = 0; j < 16; ++j) {
-    const float dl = d * blk.scales[j];
-    for (int l = 0; l < 16; ++l) {
-      scale[16 * j + l] = dl;
-      offset[16 * j + l] = 0.0f;
-    }
-  }
+  k16_signed_grid(f16_to_f32(blk.d), blk.scales, scale, offset);
 }
 
 // Code q in -32..31 is u = q + 32: element e = 128h + 32g + l keeps u & 15 in the low (g < 2) or high nibble
