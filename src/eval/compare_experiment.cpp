@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/memory.h"
 
 using nlohmann::json;
 
@@ -12,6 +13,7 @@ namespace lowbit::compare {
 json VariantSpec::to_json() const {
   json j = {{"name", name}, {"dtype", dtype}, {"kv_cache", kv_cache}};
   if (!recipe.empty()) j["recipe"] = recipe, j["online"] = online;
+  if (!budget.empty()) j["budget"] = budget;
   if (!kv_evict.empty()) j["kv_evict"] = kv_evict;
   if (!description.empty()) j["description"] = description;
   return j;
@@ -107,7 +109,8 @@ void check_keys(const json& j, const std::set<std::string>& allowed, const std::
 }
 
 VariantSpec variant_from_json(const json& j, const std::string& where) {
-  check_keys(j, {"name", "dtype", "recipe", "online", "kv_cache", "kv_evict", "description"}, where);
+  check_keys(j, {"name", "dtype", "recipe", "online", "budget", "kv_cache", "kv_evict", "description"},
+             where);
   VariantSpec v;
   v.name = get<std::string>(j, "name", where, "");
   if (v.name.empty()) throw UsageError("compare", where + ": every variant needs a \"name\"");
@@ -118,6 +121,14 @@ VariantSpec variant_from_json(const json& j, const std::string& where) {
   v.dtype = get<std::string>(j, "dtype", where, "f16");
   v.recipe = get<std::string>(j, "recipe", where, "");
   v.online = get<bool>(j, "online", where, false);
+  v.budget = get<std::string>(j, "budget", where, "");
+  if (!v.budget.empty()) {
+    if (v.recipe.empty() || v.online)
+      throw UsageError("compare", where +
+                                      ": \"budget\" chooses formats for an offline \"recipe\" (lowbit "
+                                      "quantize --budget); add a recipe and drop \"online\"");
+    parse_bytes(v.budget, "compare");  // a bad size is an error here, not after the baseline ran
+  }
   v.kv_cache = get<std::string>(j, "kv_cache", where, "f16");
   v.kv_evict = get<std::string>(j, "kv_evict", where, "");
   v.description = get<std::string>(j, "description", where, "");
@@ -234,7 +245,7 @@ Experiment experiment_from_json(const json& j, const std::string& where) {
 
 std::vector<std::string> changed_variables(const VariantSpec& b, const VariantSpec& v) {
   std::vector<std::string> out;
-  if (b.recipe != v.recipe || b.dtype != v.dtype) out.push_back("weights");
+  if (b.recipe != v.recipe || b.dtype != v.dtype || b.budget != v.budget) out.push_back("weights");
   if (b.kv_cache != v.kv_cache) out.push_back("kv_cache");
   if (b.kv_evict != v.kv_evict) out.push_back("kv_evict");
   return out;

@@ -29,6 +29,7 @@ struct VariantSpec {
   std::string dtype = "f16";  // dense weights in memory (f32 | f16 | bf16 | native)
   std::string recipe;         // quantization recipe (lowbit quantize --recipe); empty = none
   bool online = false;        // quantize at load (--quantize) instead of an offline checkpoint
+  std::string budget;         // offline only: lowbit quantize --budget (formats per matrix under a file size)
   std::string kv_cache = "f16";
   std::string kv_evict;     // empty = no eviction
   std::string description;  // why this variant is in the experiment (presets fill it in)

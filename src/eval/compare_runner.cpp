@@ -265,9 +265,12 @@ json run_experiment(const Experiment& e, const RunnerOptions& o) {
     std::string model = e.model;
     std::vector<std::string> wflags = {"--dtype", v.dtype};
     if (!v.recipe.empty() && !v.online) {
-      std::string key = sha256_hex(mhash + "|" + v.recipe + "|" + calib_hash + "|" + exe_hash).substr(0, 16);
+      std::string key =
+          sha256_hex(mhash + "|" + v.recipe + "|" + v.budget + "|" + calib_hash + "|" + exe_hash)
+              .substr(0, 16);
       std::string ck = fs::absolute(o.cache_dir + "/ck-" + key).string();
       std::vector<std::string> q = {o.exe, "quantize", "-m", e.model, "-r", v.recipe, "-o", ck};
+      if (!v.budget.empty()) q.insert(q.end(), {"--budget", v.budget});
       if (!e.calib_text.empty()) q.insert(q.end(), {"-c", e.calib_text});
       q.insert(q.end(), threads.begin(), threads.end());
       if (fs::exists(ck + "/config.json")) {

@@ -53,7 +53,14 @@ TEST(CompareCli, ThresholdFailureReportsAndResume) {
                     {"baseline", {{"name", "baseline"}, {"dtype", "f32"}, {"kv_cache", "f32"}}},
                     {"variants",
                      {{{"name", "kv-int8"}, {"dtype", "f32"}, {"kv_cache", "int8"}},
-                      {{"name", "kv-e5m2"}, {"dtype", "f32"}, {"kv_cache", "e5m2"}}}},
+                      {{"name", "kv-e5m2"}, {"dtype", "f32"}, {"kv_cache", "e5m2"}},
+                      // Formats per matrix chosen by lowbit quantize --budget: a point at a file size.
+                      {{"name", "budget-170kB"},
+                       {"dtype", "f32"},
+                       {"kv_cache", "f32"},
+                       {"recipe", "W4A16,algo=gptq"},
+                       {"budget", "170kB"}}}},
+                    {"calib", {{"text", kShared + "/data/tinystories/tinystories_train_head.txt"}}},
                     {"eval", {{"text", text_file.string()}, {"ctx", 128}, {"chunks", 2}}},
                     {"prompts", {"Once upon a time"}},
                     {"generation", {{"n", 8}}},
@@ -93,6 +100,11 @@ TEST(CompareCli, ThresholdFailureReportsAndResume) {
     EXPECT_EQ((*v)["file_bytes"].get<double>(), file_bytes);
     EXPECT_NEAR((*v)["file_bpw"].get<double>(), 8 * file_bytes / 260032, 1e-9);
   }
+  const json* bud = find_variant(rep, "budget-170kB");
+  ASSERT_TRUE(bud);
+  ASSERT_TRUE((*bud)["file_bytes"].is_number()) << bud->dump(1).substr(0, 1000);
+  EXPECT_LE((*bud)["file_bytes"].get<double>(), 170000.0);
+  EXPECT_GT((*bud)["file_bytes"].get<double>(), 150000.0);
   std::ifstream md(out / "report.md");
   std::string text((std::istreambuf_iterator<char>(md)), {});
   EXPECT_NE(text.find("FAIL"), std::string::npos);
@@ -135,4 +147,27 @@ TEST(CompareCli, ThresholdFailureReportsAndResume) {
   EXPECT_NE((*base2)["ppl"].dump(), (*base3)["ppl"].dump()) << "same PPL on a different text";
   EXPECT_NE(rep2["manifest"]["eval_text_sha256"], rep3["manifest"]["eval_text_sha256"]);
   if (!HasFailure()) fs::remove_all(dir);
+}
+
+// A budget is a file size for an offline recipe: without a recipe, online, or not a size, the experiment is
+// refused before anything runs.
+TEST(CompareCli, BudgetVariantsNeedAnOfflineRecipeAndASize) {
+  const fs::path dir = fs::temp_directory_path() / ("lowbit_compare_budget_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::vector<std::pair<json, std::string>> bad = {
+      {{{"name", "b"}, {"budget", "1MB"}}, "recipe"},
+      {{{"name", "b"}, {"recipe", "W4A16"}, {"online", true}, {"budget", "1MB"}}, "online"},
+      {{{"name", "b"}, {"recipe", "W4A16"}, {"budget", "12XB"}}, "invalid size"}};
+  for (const auto& [variant, why] : bad) {
+    const json exp = {{"model", kShared + "/models/stories260K/stories260K.bin"}, {"variants", {variant}}};
+    const fs::path ef = dir / "experiment.json";
+    std::ofstream(ef) << exp.dump(2);
+    const auto r =
+        lowbit::testing_cli::run_cli("compare -e " + ef.string() + " -o " + (dir / "out").string(), true);
+    EXPECT_NE(r.rc, 0) << variant.dump();
+    EXPECT_NE(r.out.find(why), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(dir / "out" / "results")) << "nothing may run for a refused experiment";
+  }
+  fs::remove_all(dir);
 }
