@@ -10,8 +10,8 @@
 // Defaults per format (to_string always prints the full canonical form):
 //   int*: g128 sym f16    nf4: g64 f32    fp8 (e4m3fn, e5m2, fnuz): channel f32    e2m1/e2m3/e3m2: g32 f16
 //   mx*: g32 e8m0 (fixed)    nvfp4: g16 e4m3 + fp32 tensor scale (fixed)    q*_k/q*_0/iq4_nl: native blocks
-//   f32/f16/bf16: stored as is (no scale).    lut2/3/4: one f16 table of 2^b values per row (the scale grid is
-//   [rows, 2^b]; fixed, see formats/codebook.h).
+//   f32/f16/bf16: stored as is (no scale).    lut2/3/4: one f16 table of 2^b values per row (the scale grid
+//   is [rows, 2^b]; fixed, see formats/codebook.h).
 #pragma once
 #include <cstdint>
 #include <string>

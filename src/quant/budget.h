@@ -87,7 +87,7 @@ struct Allocation {
   double predicted_kld = 0;     // sum of the chosen options' KLD
   double lower_bound_kld = 0;   // LP relaxation bound
   int64_t step = 1;
-  int sens_tokens = 0;  // scored tokens per sensitivity measurement
+  int sens_tokens = 0;      // scored tokens per sensitivity measurement
   std::string sensitivity;  // kld | proxy
   double seconds = 0;
   std::vector<AllocUnit> units;

@@ -131,7 +131,9 @@ TEST(ServerLoad, AThousandIdleConnectionsDoNotBlockOthers) {
   const Reply r = post(s, "/v1/completions", completion("Once", 8).dump());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(r.status, 200) << r.body;
-  EXPECT_LT(secs, 5.0);
+  // Under 1 s on an idle machine. Blocked behind the stalled clients it would wait for their 30 s read
+  // timeout; 15 s tells the two apart on a machine busy with other jobs too.
+  EXPECT_LT(secs, 15.0);
   EXPECT_EQ(get(s, "/health").status, 200);
   for (int fd : idle) close(fd);
 }
