@@ -341,9 +341,17 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
         it->members.push_back("lm_head");
         continue;
       }
-      // tok_embed is ignored by the recipe: the tied lm_head stays with it.
-      a.ignored.push_back(p.name);
-      a.keep_with_embedding = true;
+      // tok_embed is ignored or given its format by the recipe: the tied lm_head stays with it (same storage,
+      // counted with tok_embed).
+      const TensorPlan& e =
+          *std::find_if(plans.begin(), plans.end(), [](auto& x) { return x.name == "tok_embed"; });
+      if (e.quantize) {
+        a.head_follows = to_string(e.scheme);
+        a.pinned.push_back("lm_head (tied to tok_embed, " + a.head_follows + ")");
+      } else {
+        a.ignored.push_back(p.name);
+        a.keep_with_embedding = true;
+      }
       continue;
     }
     a.units.push_back(u);
@@ -534,6 +542,7 @@ Recipe Allocation::apply(const Recipe& r) const {
   out.ignore.erase(std::remove_if(out.ignore.begin(), out.ignore.end(), is_default_ignore), out.ignore.end());
   if (keep_with_embedding)
     out.ignore.push_back({"lm_head", {}, "tied to tok_embed, which the recipe keeps unquantized"});
+  if (!head_follows.empty()) out.overrides.push_back({"lm_head", parse_scheme(head_follows), ""});
   for (const auto& u : units) {
     const AllocOption& o = u.options[static_cast<size_t>(u.chosen)];
     for (const auto& n : u.members) {

@@ -94,6 +94,7 @@ struct Allocation {
   std::vector<std::string> ignored;  // matrices the recipe itself ignores (not allocated)
   std::vector<std::string> pinned;   // matrices the recipe's overrides give a format (not allocated)
   bool keep_with_embedding = false;  // tied lm_head whose tok_embed the recipe ignores: ignored too
+  std::string head_follows;          // tied lm_head whose tok_embed the recipe's overrides pin: same scheme
 
   // Per-matrix overrides (and ignore rules for "keep") added to `r`; the default tok_embed / lm_head ignores
   // are dropped. The result still goes through plan_recipe.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "core/error.h"
@@ -188,6 +189,31 @@ TEST(Budget, ProxySensitivitiesTrackMeasuredOnes) {
   EXPECT_GT(corr, 0.9) << "log-KLD correlation of proxy and measured sensitivities";
   EXPECT_LE(px.alloc.predicted_bytes, px.alloc.budget);
   std::printf("proxy vs measured log-KLD correlation %.3f over %zu options\n", corr, a.size());
+}
+
+// A recipe override pins its matrix's format; on a tied model the classifier follows the pinned embedding
+// (one storage, counted once), and the file still fits.
+TEST(Budget, OverridesPinTheirMatricesAndTheTiedHeadFollows) {
+  const std::string dir = testing::temp_path("budget_pin");
+  const std::string recipe = R"({"preset": "W4A16", "scheme": "int4:g32:sym:f16", "algorithm": "gptq",
+      "overrides": [{"pattern": "tok_embed", "scheme": "int8:channel:sym:f16"},
+                    {"pattern": "*.w_down", "scheme": "int4:g32:sym:f16"}]})";
+  const std::string rf = dir + ".json";
+  { std::ofstream(rf) << recipe; }
+  BudgetRun run = budget_run(rf, 7.0, dir);
+  const Allocation& a = run.alloc;
+  EXPECT_LE(run.model_bytes, a.budget);
+  for (const auto& u : a.units) {
+    EXPECT_EQ(u.name.find("w_down"), std::string::npos) << "pinned matrices are not allocated";
+    EXPECT_EQ(u.name.find("tok_embed"), std::string::npos);
+  }
+  auto q = load_model(dir);
+  ASSERT_EQ(q->weights.tok_embed.kind, WeightKind::Quant);
+  EXPECT_EQ(to_string(q->weights.tok_embed.q->scheme), "int8:channel:sym:f16");
+  EXPECT_TRUE(q->weights.tied()) << "the tied classifier shares the pinned embedding";
+  EXPECT_EQ(to_string(q->weights.layers[0].w_down.q->scheme), "int4:g32:sym:f16");
+  fs::remove_all(dir);
+  fs::remove(rf);
 }
 
 TEST(Budget, TooSmallABudgetSaysHowSmallItCanBe) {
