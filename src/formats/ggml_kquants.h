@@ -228,6 +228,21 @@ inline void k4_put_scale_min(int j, uint8_t sc, uint8_t m, uint8_t* q) {
   }
 }
 
+// Q3_K / Q6_K header fit: per sub-block of 16 a weighted signed fit to codes -nmax..nmax-1 (unweighted:
+// weights x_i^2), then the 16 signed scales to integers L[16] in -K..K-1 under the returned fp16 d
+// (quantize_signed, weighted by each sub-block's total weight). The caller packs L its own way.
+inline uint16_t k16_fit_signed_scales(const float* x, const float* w, float unit, int nmax, int K, int* L) {
+  float ws[16], scales[16], sw[16];
+  for (int j = 0; j < 16; ++j) {
+    const float* xj = x + 16 * j;
+    for (int l = 0; l < 16; ++l) ws[l] = w ? w[16 * j + l] : xj[l] * xj[l];
+    sw[j] = 0;
+    for (int l = 0; l < 16; ++l) sw[j] += ws[l];
+    scales[j] = unit * fit_signed(16, nmax, xj, ws, nullptr);
+  }
+  return quantize_signed(16, K, scales, sw, L);
+}
+
 // Q3_K / Q6_K: 16 sub-blocks of 16 with signed scales sc16[j] under d, no offsets.
 inline void k16_signed_grid(float d, const int8_t* sc16, float* scale, float* offset) {
   for (int j = 0; j < 16; ++j) {

@@ -61,17 +61,9 @@ void deq(const void* src, float* y, int64_t n) {
 // Header: per sub-block of 16 a weighted signed fit to codes -4..3 (unweighted: weights x_i^2), then the 16
 // signed scales to 6 bits under d (quantize_signed, weighted by each sub-block's total weight).
 void choose(const float* x, const float* w, float unit, uint8_t* out) {
-  float ws[16], scales[16], sw[16];
   int L[16];
-  for (int j = 0; j < 16; ++j) {
-    const float* xj = x + 16 * j;
-    for (int l = 0; l < 16; ++l) ws[l] = w ? w[16 * j + l] : xj[l] * xj[l];
-    sw[j] = 0;
-    for (int l = 0; l < 16; ++l) sw[j] += ws[l];
-    scales[j] = unit * fit_signed(16, 4, xj, ws, nullptr);
-  }
   BlockQ3K blk{};
-  blk.d = quantize_signed(16, 32, scales, sw, L);
+  blk.d = k16_fit_signed_scales(x, w, unit, 4, 32, L);
   // Inverse of k3_scales: v = L + 32 in 0..63; low nibbles of scales 0..3 / 4..7 in bytes 0..3 / 4..7, of
   // scales 8..11 / 12..15 in their high nibbles; the two high bits of scale 4g + i in bits 2g of byte 8 + i.
   for (int i = 0; i < 16; ++i) {

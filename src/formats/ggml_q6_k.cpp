@@ -60,17 +60,9 @@ void deq(const void* src, float* y, int64_t n) {
 // Header: per sub-block of 16 a weighted signed fit to codes -32..31 (unweighted: weights x_i^2), then the
 // 16 scales to int8 under d (quantize_signed, weighted by each sub-block's total weight).
 void choose(const float* x, const float* w, float unit, uint8_t* out) {
-  float ws[16], scales[16], sw[16];
   int L[16];
-  for (int j = 0; j < 16; ++j) {
-    const float* xj = x + 16 * j;
-    for (int l = 0; l < 16; ++l) ws[l] = w ? w[16 * j + l] : xj[l] * xj[l];
-    sw[j] = 0;
-    for (int l = 0; l < 16; ++l) sw[j] += ws[l];
-    scales[j] = unit * fit_signed(16, 32, xj, ws, nullptr);
-  }
   BlockQ6K blk{};
-  blk.d = quantize_signed(16, 128, scales, sw, L);
+  blk.d = k16_fit_signed_scales(x, w, unit, 32, 128, L);
   for (int j = 0; j < 16; ++j) blk.scales[j] = static_cast<int8_t>(L[j]);
   std::memcpy(out, &blk, sizeof blk);
 }
