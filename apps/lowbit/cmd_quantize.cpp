@@ -22,7 +22,8 @@
 namespace {
 
 struct QuantizeArgs {
-  std::string model, recipe, calib, out, tokenizer, dtype = "native", budget, candidates;
+  std::string model, recipe, calib, out, tokenizer, dtype = "native", budget;
+  std::vector<std::string> candidates;
   double bpw = 0;
   int sens_samples = 8, sens_length = 128;
   std::string sensitivity = "auto";
@@ -69,10 +70,11 @@ void setup(CLI::App& cmd) {
       ->excludes("--budget")
       ->check(CLI::PositiveNumber);
   cmd.add_option(
-      "--candidates", a.candidates,
-      "Formats the budget allocator chooses from, comma-separated schemes (default: q2_k, q3_k, q4_k, "
-      "q5_k, q6_k, int3:g32, int4:g32, int4:g64, int8:channel; 'keep' = unquantized is always a "
-      "choice; matrices the recipe's overrides name keep their format)");
+         "--candidates", a.candidates,
+         "Formats the budget allocator chooses from, comma-separated schemes (default: q2_k, q3_k, q4_k, "
+         "q5_k, q6_k, int3:g32, int4:g32, int4:g64, int8:channel; 'keep' = unquantized is always a "
+         "choice; matrices the recipe's overrides name keep their format)")
+      ->delimiter(',');
   cmd.add_option(
          "--sensitivity", a.sensitivity,
          "How the allocator measures a matrix's sensitivity to each format: kld (the KL divergence "
@@ -131,33 +133,9 @@ void setup(CLI::App& cmd) {
       if (!a.budget.empty()) bs.bytes = parse_bytes(a.budget, "quant");
       bs.bpw = a.bpw;
       bs.sensitivity = a.sensitivity;
-      for (size_t p = 0; p < a.candidates.size();) {
-        size_t e = a.candidates.find(',', p);
-        if (e == std::string::npos) e = a.candidates.size();
-        if (e > p) bs.candidates.push_back(parse_scheme(a.candidates.substr(p, e - p)));
-        p = e + 1;
-      }
-      std::vector<std::vector<int32_t>> windows;
-      for (size_t i = 0; i < calib->seqs.size() && static_cast<int>(i) < a.sens_samples; ++i) {
-        const auto& s = calib->seqs[i];
-        windows.emplace_back(s.begin(), s.begin() + std::min<size_t>(s.size(), a.sens_length));
-      }
-      // The probe keeps the reference log-probabilities of every scored token: at most 2^26 floats (256 MiB).
-      const int64_t max_tokens =
-          std::max<int64_t>(16, (int64_t{1} << 26) / std::max<int64_t>(1, m->config.vocab_size));
-      int64_t kept = 0;
-      for (size_t i = 0; i < windows.size(); ++i) {
-        if (kept + static_cast<int64_t>(windows[i].size()) > max_tokens) {
-          if (i == 0)
-            windows[0].resize(static_cast<size_t>(std::min<int64_t>(max_tokens, windows[0].size())));
-          windows.resize(std::max<size_t>(i, 1));
-          warnings.push_back("sensitivity windows cut to " + std::to_string(max_tokens) +
-                             " tokens: the reference log-probabilities of a " +
-                             std::to_string(m->config.vocab_size) + "-token vocabulary are kept for each");
-          break;
-        }
-        kept += static_cast<int64_t>(windows[i].size());
-      }
+      for (const auto& c : a.candidates) bs.candidates.push_back(parse_scheme(c));
+      const auto windows =
+          quant::sensitivity_windows(*calib, a.sens_samples, a.sens_length, m->config.vocab_size, &warnings);
       probe = std::make_unique<quant::KldProbe>(*m, windows);
       alloc = quant::allocate_budget(*m, r, *calib, *probe, bs, a.tokenizer);
       r = alloc->apply(r);

@@ -92,6 +92,17 @@ size_t ModelWeights::weight_bytes() const {
   return b;
 }
 
+int64_t ModelWeights::parameters() const {
+  auto mat = [](const WeightMatrix& w) { return w.rows * w.cols; };
+  auto vec = [](const std::vector<float>& v) { return static_cast<int64_t>(v.size()); };
+  int64_t n = mat(tok_embed) + (tied() ? 0 : mat(lm_head)) + vec(final_norm);
+  for (auto& L : layers)
+    n += mat(L.wq) + mat(L.wk) + mat(L.wv) + mat(L.wo) + mat(L.w_gate) + mat(L.w_up) + mat(L.w_down) +
+         vec(L.attn_norm) + vec(L.ffn_norm) + vec(L.bq) + vec(L.bk) + vec(L.bv) + vec(L.q_norm) +
+         vec(L.k_norm);
+  return n;
+}
+
 namespace {
 
 struct Mapper {

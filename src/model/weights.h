@@ -51,6 +51,7 @@ struct ModelWeights {
   // Every weight matrix with a stable name ("layers.3.wq", "lm_head", ...), for reports and quantization.
   std::vector<std::pair<std::string, WeightMatrix*>> named_matrices();
   size_t weight_bytes() const;  // bytes of all stored weights (tied embeddings counted once)
+  int64_t parameters() const;   // elements of all weights: matrices (tied embeddings once), norms, biases
   // lm_head and tok_embed share their storage (the same dense data pointer, or the same QuantizedMatrix).
   bool tied() const { return lm_head.data == tok_embed.data && lm_head.q == tok_embed.q; }
 };

@@ -133,6 +133,29 @@ std::vector<QuantScheme> default_candidates() {
   return out;
 }
 
+std::vector<std::vector<int32_t>> sensitivity_windows(const CalibData& calib, int samples, int length,
+                                                      int64_t vocab, std::vector<std::string>* warnings) {
+  // The probe keeps the reference log-probabilities of every token it scores: at most 2^26 floats (256 MiB).
+  const int64_t max_tokens = std::max<int64_t>(16, (int64_t{1} << 26) / std::max<int64_t>(1, vocab));
+  std::vector<std::vector<int32_t>> out;
+  int64_t kept = 0;
+  for (size_t i = 0; i < calib.seqs.size() && static_cast<int>(i) < samples; ++i) {
+    const auto& s = calib.seqs[i];
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(s.size()), length);
+    if (kept + n > max_tokens) {  // the first window is cut, later ones dropped
+      if (out.empty()) out.emplace_back(s.begin(), s.begin() + max_tokens);
+      if (warnings)
+        warnings->push_back("sensitivity windows cut to " + std::to_string(max_tokens) +
+                            " tokens: the reference log-probabilities of a " + std::to_string(vocab) +
+                            "-token vocabulary are kept for each");
+      break;
+    }
+    out.emplace_back(s.begin(), s.begin() + n);
+    kept += n;
+  }
+  return out;
+}
+
 // ---- KL probe ----
 
 KldProbe::KldProbe(Model& m, const std::vector<std::vector<int32_t>>& windows) : m_(m) {
@@ -289,6 +312,7 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
   const int L = static_cast<int>(c.n_layers);
   Allocation a;
   a.sens_tokens = static_cast<int>(probe.tokens());
+  a.parameters = m.weights.parameters();
   if (spec.sensitivity != "kld" && spec.sensitivity != "proxy" && spec.sensitivity != "auto")
     throw UsageError("quant", "sensitivity '" + spec.sensitivity + "' is not one of auto, kld, proxy");
   // Units: every matrix the recipe (without its default embedding / lm_head ignores) would quantize.
@@ -309,7 +333,6 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
   for (auto& [n, w] : m.weights.named_matrices()) od += 4 * w->rows * w->cols;
   od = digits(od + (int64_t{1} << 20));
   for (const auto& p : plans) {
-    if (!(tied && p.name == "lm_head")) a.parameters += p.rows * p.cols;  // tied: stored once
     if (!p.quantize) {
       a.ignored.push_back(p.name);
       if (!(tied && p.name == "lm_head"))
@@ -401,7 +424,6 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
       a.fixed_bytes +=
           static_cast<int64_t>(v->size()) * vb +
           header_entry_bytes(hf_tensor_name(row.role, l), static_cast<int64_t>(v->size()), 0, od);
-      a.parameters += static_cast<int64_t>(v->size());
     }
   }
   if (r.kv.enabled())

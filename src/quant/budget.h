@@ -103,6 +103,11 @@ struct Allocation {
   std::string summary() const;  // readable table: unit, chosen scheme, bytes, KLD
 };
 
+// The first `samples` calibration windows cut to `length` tokens, and to 2^26 / vocab tokens in all (the
+// probe keeps every scored token's reference log-probabilities), with a warning when that cut them.
+std::vector<std::vector<int32_t>> sensitivity_windows(const CalibData& calib, int samples, int length,
+                                                      int64_t vocab, std::vector<std::string>* warnings);
+
 // KL divergence of the model's next-token distributions from a reference, on fixed token windows. The
 // constructor runs the model as it is (the reference) and keeps the residual stream at every layer's input,
 // so kld_from(l) after changing a weight of layer l runs layers l..L-1 and the head only.

@@ -272,13 +272,24 @@ std::vector<std::pair<std::string, std::string>> tokenizer_files(const Model& m,
   return out;
 }
 
+std::vector<std::pair<std::string, int64_t>> checkpoint_model_files(const std::string& dir) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_regular_file()) continue;
+    const std::string name = e.path().filename().string(), ext = e.path().extension().string();
+    if (name == "lowbit_manifest.json") continue;
+    if (ext == ".safetensors" || ext == ".json" || name == "tokenizer.model" || name == "tokenizer.bin")
+      out.push_back({name, static_cast<int64_t>(e.file_size())});
+  }
+  if (ec) fail("quant", "cannot list checkpoint directory '" + dir + "': " + ec.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 int64_t checkpoint_model_bytes(const std::string& dir) {
   int64_t total = 0;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_regular_file() && e.path().filename() != "lowbit_manifest.json")
-      total += static_cast<int64_t>(e.file_size());
-  if (ec) fail("quant", "cannot list checkpoint directory '" + dir + "': " + ec.message());
+  for (const auto& [name, n] : checkpoint_model_files(dir)) total += n;
   return total;
 }
 
@@ -316,7 +327,6 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
     // Norms, biases and calibrated KV scales by the tensor-role table. Norms go back into the HF convention
     // of the architecture (Gemma stores w - 1), whatever the source was.
     const float norm_offset = arch_row(c.arch).hf_norm_offset;
-    int64_t vector_params = 0;  // norms and biases, for the whole-file bits per parameter
     auto add_vectors = [&](int64_t layer) {
       for (const TensorRoleRow& row : tensor_roles()) {
         if (row.kind == RoleKind::Matrix || row.per_layer != (layer >= 0) || !role_present(row.role, c))
@@ -324,7 +334,6 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
         std::vector<float> v = *W.vector(row.role, layer);
         if (row.kind == RoleKind::Norm)
           for (float& x : v) x -= norm_offset;
-        vector_params += static_cast<int64_t>(v.size());
         ts.add_vector(hf_tensor_name(row.role, layer), v, vdt);
       }
     };
@@ -411,8 +420,7 @@ WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, c
                         " bytes, over the budget of " + std::to_string(o.max_model_bytes) +
                         " (the allocator's estimate of headers and config.json was too low); nothing was "
                         "written: lower the budget by the difference");
-    int64_t params = vector_params;
-    for (auto& [n, w] : mats) params += w->rows * w->cols;
+    const int64_t params = m.weights.parameters();
     res.model_bytes = model_bytes;
     res.parameters = params;
     // ---- manifest ----

@@ -39,9 +39,11 @@ struct WriteResult {
 std::vector<std::pair<std::string, std::string>> tokenizer_files(const Model& m,
                                                                  const std::string& tokenizer_path);
 
-// Model bytes of a checkpoint directory: every file an engine reads to run it (safetensors, index,
-// config.json, tokenizer files), i.e. all regular files except lowbit_manifest.json, which is a report.
-// `lowbit quantize --budget` and whole-file bpw count these.
+// The files of a Hugging Face / lowbit checkpoint directory an engine reads to run it, with their sizes, by
+// name: safetensors, JSON (config, index, tokenizer) and tokenizer.model / tokenizer.bin, not
+// lowbit_manifest.json, which is a report. Everything the writer puts next to the manifest is one of these.
+std::vector<std::pair<std::string, int64_t>> checkpoint_model_files(const std::string& dir);
+// Their total: the model bytes `lowbit quantize --budget`, inspect and whole-file bpw count.
 int64_t checkpoint_model_bytes(const std::string& dir);
 
 WriteResult write_quantized_checkpoint(const Model& m, const QuantReport& rep, const std::string& out_dir,

@@ -12,12 +12,12 @@
 #include <utility>
 #include <vector>
 
-#include "arch/arch_table.h"
 #include "core/error.h"
 #include "core/json_text.h"
 #include "io/hf_checkpoint.h"
 #include "model/model.h"
 #include "model/quantized_checkpoint.h"
+#include "quant/checkpoint_writer.h"
 
 namespace fs = std::filesystem;
 
@@ -26,33 +26,20 @@ namespace lowbit::quant {
 using nlohmann::json;
 
 // The files an engine reads to run the model at `path`, with their sizes: a GGUF or llama.c file (+ its
-// tokenizer), or a Hugging Face directory's safetensors, JSON and tokenizer files (a lowbit checkpoint: every
-// file but the manifest, as --budget counts).
+// tokenizer), or a Hugging Face directory's model files (checkpoint_model_files, as --budget counts them).
 std::vector<std::pair<std::string, int64_t>> model_files(const Model& m, const std::string& path) {
+  if (m.format == "hf")
+    return checkpoint_model_files(fs::is_directory(path) ? path : fs::path(path).parent_path().string());
   std::vector<std::pair<std::string, int64_t>> out;
   auto add = [&](const fs::path& f) {
     std::error_code ec;
     const auto n = fs::file_size(f, ec);
     if (!ec) out.push_back({f.filename().string(), static_cast<int64_t>(n)});
   };
-  if (m.format == "hf") {
-    const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
-    std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(dir)) {
-      if (!e.is_regular_file()) continue;
-      const std::string name = e.path().filename().string(), ext = e.path().extension().string();
-      if (name == "lowbit_manifest.json") continue;
-      if (ext == ".safetensors" || ext == ".json" || name == "tokenizer.model" || name == "tokenizer.bin")
-        files.push_back(e.path());
-    }
-    std::sort(files.begin(), files.end());
-    for (const auto& f : files) add(f);
-  } else {
-    add(path);
-    if (m.format == "llama2c") {
-      const std::string tok = find_llama2c_tokenizer(path, "");
-      if (!tok.empty()) add(tok);
-    }
+  add(path);
+  if (m.format == "llama2c") {
+    const std::string tok = find_llama2c_tokenizer(path, "");
+    if (!tok.empty()) add(tok);
   }
   return out;
 }
@@ -87,6 +74,7 @@ json inspect_checkpoint(const std::string& path) {
   if (manifest.is_object() && manifest.contains("tensors"))
     for (auto& t : manifest["tensors"]) man_t[t.value("name", "")] = t;
   json tensors = json::array(), unq = json::array();
+  int64_t matrix_bytes = 0;
   double qbits = 0, qn = 0, abits = 0, an = 0;
   const bool tied = m->weights.tied();
   for (auto& [name, w] : m->weights.named_matrices()) {
@@ -144,7 +132,13 @@ json inspect_checkpoint(const std::string& path) {
                      {"dtype", t["scheme"]},
                      {"reason", t.value("reason", std::string("not quantized"))}});
     }
-    if (!(name == "lm_head" && tied)) abits += bpw * n, an += n;
+    if (!(name == "lm_head" && tied)) {
+      abits += bpw * n, an += n;
+      // Stored bytes (codes, scales, zero points; rows as stored), without the kernels' side tables.
+      matrix_bytes += w->kind == WeightKind::Quant
+                          ? static_cast<int64_t>(storage_bits(w->q->scheme, w->rows, w->cols).total() / 8)
+                          : w->rows * static_cast<int64_t>(w->row_bytes());
+    }
     tensors.push_back(t);
   }
   rep["tensors"] = tensors;
@@ -152,26 +146,13 @@ json inspect_checkpoint(const std::string& path) {
   // Whole-file accounting: every byte of the model files over every parameter (matrices once, norms,
   // biases), split into matrix storage (codes, scales, zero points), norms / biases, and the rest
   // (headers, config, tokenizer, metadata).
-  int64_t file_bytes = 0, matrix_bytes = 0, vector_params = 0;
+  int64_t file_bytes = 0;
   json files = json::array();
   for (const auto& [name, n] : model_files(*m, path)) {
     files.push_back({{"name", name}, {"bytes", n}});
     file_bytes += n;
   }
-  for (auto& [name, w] : m->weights.named_matrices()) {
-    if (name == "lm_head" && tied) continue;
-    if (w->kind == WeightKind::Quant)
-      matrix_bytes += static_cast<int64_t>(storage_bits(w->q->scheme, w->rows, w->cols).total() / 8);
-    else
-      matrix_bytes += w->rows * static_cast<int64_t>(w->row_bytes());
-  }
-  for (const TensorRoleRow& row : tensor_roles()) {
-    if (row.kind == RoleKind::Matrix || !role_present(row.role, m->config)) continue;
-    for (int64_t l = row.per_layer ? 0 : -1; l < (row.per_layer ? m->config.n_layers : 0); ++l)
-      if (const std::vector<float>* v = m->weights.vector(row.role, l))
-        vector_params += static_cast<int64_t>(v->size());
-  }
-  const int64_t params = static_cast<int64_t>(an) + vector_params;
+  const int64_t params = m->weights.parameters();
   rep["whole_file"] = {
       {"bytes", file_bytes},
       {"files", files},
