@@ -20,6 +20,8 @@ struct PlanArgs {
   std::vector<std::string> ctx{"4096"}, weights, kv;
   int64_t concurrency = 1, output = 0;
   int prefill_chunk = 512;
+  int tp = 1, pp = 1;
+  double gpu_util = 0.9;
   bool json = false, list = false;
 };
 
@@ -90,6 +92,15 @@ void setup(CLI::App& cmd) {
       ->delimiter(',');
   cmd.add_option("--prefill-chunk", a.prefill_chunk,
                  "Tokens per prefill batch assumed for the workspace (512)");
+  cmd.add_option("--tp", a.tp,
+                 "Tensor-parallel GPUs: plan vLLM's split of heads / FFN / vocab over N devices of --device "
+                 "(must divide the attention heads); default 1");
+  cmd.add_option("--pp", a.pp,
+                 "Pipeline-parallel stages: layers split over P groups of --tp devices; default 1");
+  auto* util =
+      cmd.add_option("--gpu-memory-utilization", a.gpu_util,
+                     "Fraction of each GPU's memory the engine may use (vLLM's flag; assumed 0.9). With "
+                     "--tp/--pp or this flag, fits are checked per device against memory x fraction");
   cmd.add_option("--chart", a.chart, "Write a chart of total memory vs context: FILE.svg or FILE.html");
   cmd.add_flag("--json", a.json, "Print the plan as one JSON object instead of tables");
   cmd.add_flag("--list-presets", a.list, "List the model presets, devices and configurations, then exit");
@@ -100,8 +111,11 @@ void setup(CLI::App& cmd) {
       "KV first; weights dominate -> FP8 weight-only or W4A16; high concurrency -> W8A8 where the\n"
       "hardware has it; FP4 hardware -> NVFP4/MXFP4 separately.\n"
       "Formulas: docs/plan.md.\n"
-      "Example: lowbit plan --preset llama-3-8b --ctx 8192 --concurrency 16 --device l4");
-  cmd.callback([] {
+      "Multi-GPU: --tp N [--pp P] plans vLLM's tensor/pipeline split per device and prints vLLM, SGLang\n"
+      "and llama.cpp launch lines for the recommended configuration.\n"
+      "Example: lowbit plan --preset llama-3-8b --ctx 8192 --concurrency 16 --device l4\n"
+      "Example: lowbit plan --preset llama-3-70b --ctx 8192 --concurrency 32 --device h100 --tp 4 --pp 2");
+  cmd.callback([util] {
     using namespace lowbit;
     if (a.list) {
       list_presets();
@@ -117,6 +131,10 @@ void setup(CLI::App& cmd) {
     r.prefill_chunk = a.prefill_chunk;
     r.weights = a.weights;
     r.kv = a.kv;
+    r.tp = a.tp;
+    r.pp = a.pp;
+    r.gpu_memory_utilization = a.gpu_util;
+    r.utilization_given = util->count() > 0;
     if (!a.device.empty())
       r.device = plan::device_by_name(a.device);
     else if (a.budget.empty())

@@ -225,9 +225,20 @@ Plan make_plan(const PlanModel& m, const PlanRequest& r) {
                                  " heads x " + std::to_string(mc.head_dim) +
                                  "); the config is probably corrupt");
 
+  if (!(r.gpu_memory_utilization > 0 && r.gpu_memory_utilization <= 1))
+    throw UsageError("plan", "--gpu-memory-utilization " + std::to_string(r.gpu_memory_utilization) +
+                                 " is out of range; use a fraction in (0, 1], e.g. 0.9 (vLLM's default)");
+  if (r.parallel() && r.device.is_cpu)
+    throw UsageError(
+        "plan",
+        "--tp/--pp/--gpu-memory-utilization plan a vLLM split over GPUs, but the device is this "
+        "machine's CPU; pass --device h100 (or another GPU preset, see --list-presets) or --budget SIZE "
+        "per GPU");
+
   Plan p;
   p.model = m;
   p.req = r;
+  if (r.parallel()) p.shards = shard_layout(m.config, r.tp, r.pp);
   std::vector<const WeightConfig*> ws;
   if (m.stored_bytes) ws.push_back(&weight_config("stored"));
   // The BF16/BF16 baseline is always planned: the recommendation measures every share against it.
@@ -261,6 +272,11 @@ Plan make_plan(const PlanModel& m, const PlanRequest& r) {
       wb.push_back(weight_bytes(m.config, w->scheme));
     }
   }
+  // Per-stage weights of one rank (multi-GPU plans): they do not depend on the context either.
+  std::vector<std::vector<StageBytes>> sw(ws.size());
+  if (p.shards)
+    for (size_t wi = 0; wi < ws.size(); ++wi)
+      if (ws[wi]->id != "stored") sw[wi] = stage_weights(m.config, *p.shards, ws[wi]->scheme);
   const ModelConfig& c = m.config;
   const int64_t budget = r.device.memory_bytes;
   for (int64_t ctx : r.ctx) {
@@ -312,6 +328,34 @@ Plan make_plan(const PlanModel& m, const PlanRequest& r) {
           }
           row.max_tokens = lo;
           row.max_tokens_capped = lo == kMaxTokens;
+        }
+        if (p.shards && !sw[wi].empty()) {
+          // The split: every device must fit under memory x utilization; the row's total is the fullest
+          // device.
+          const ShardLayout& sl = *p.shards;
+          auto pfits = [&](int64_t tokens, int64_t conc) {
+            return parallel_row(c, sl, sw[wi], *kv, tokens, conc, r).fits;
+          };
+          row.parallel = parallel_row(c, sl, sw[wi], *kv, cp.tokens, r.concurrency, r);
+          row.total = row.parallel->peak;
+          row.fits = row.parallel->fits;
+          row.max_concurrency = kMaxConcurrency;
+          for (const auto& st : row.parallel->stages)
+            row.max_concurrency = std::min(row.max_concurrency, st.max_concurrency);
+          row.max_tokens = 0;
+          row.max_tokens_capped = false;
+          if (pfits(1, r.concurrency)) {
+            int64_t lo = 1, hi = kMaxTokens;
+            while (lo < hi) {
+              int64_t mid = lo + (hi - lo + 1) / 2;
+              if (pfits(mid, r.concurrency))
+                lo = mid;
+              else
+                hi = mid - 1;
+            }
+            row.max_tokens = lo;
+            row.max_tokens_capped = lo == kMaxTokens;
+          }
         }
         row.weight_support = weight_support(r.device, *ws[wi]);
         row.kv_support = kv_support(r.device, *kv);

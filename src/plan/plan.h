@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "arch/config.h"
@@ -147,6 +148,15 @@ std::vector<std::string> suggest_names(std::string_view name, const std::vector<
 
 struct PlanModel {
   ModelConfig config;
+  // Every file an engine reads to serve the model, with its size on disk (headers, configs, tokenizer files
+  // included): a Hugging Face directory's model files (checkpoint_model_files), the .gguf file, or a llama2.c
+  // .bin with its tokenizer.bin. Empty for presets and bare config.json files.
+  std::vector<std::pair<std::string, int64_t>> files;
+  int64_t files_bytes() const {
+    int64_t n = 0;
+    for (const auto& f : files) n += f.second;
+    return n;
+  }
   std::string name;                     // what --model/--preset said
   std::string compare_model;            // what to pass to `lowbit compare --model` (HF id for presets)
   std::string source;                   // preset | hf | hf-config | hf-quantized | gguf | llama2c
@@ -169,7 +179,83 @@ struct PlanRequest {
   int prefill_chunk = 512;           // engine default (model/generate.h)
   std::vector<std::string> weights;  // weight config ids to plan (empty = all)
   std::vector<std::string> kv;       // kv config ids (empty = all)
+  // Multi-GPU hand-off (plan_parallel.cpp): vLLM's tensor-parallel / pipeline-parallel split over tp x pp
+  // devices of `device`, each allowed memory x gpu_memory_utilization (vLLM's --gpu-memory-utilization).
+  int tp = 1, pp = 1;
+  double gpu_memory_utilization = 0.9;
+  bool utilization_given = false;  // --gpu-memory-utilization passed: plan under vLLM's limit even at 1x1
+  bool parallel() const { return tp > 1 || pp > 1 || utilization_given; }
+  int64_t device_limit()
+      const;  // per device: memory x gpu_memory_utilization (whole memory when !parallel())
 };
+
+// ---------------------------------------------------------------- multi-GPU split (plan_parallel.cpp)
+
+// How vLLM shards a dense decoder over tp x pp devices (its rules, re-derived; docs/plan.md "Multi-GPU"):
+//   q/o: n_heads / tp heads per rank (vLLM requires tp | n_heads);
+//   k/v: n_kv_heads / tp per rank, or, when tp >= n_kv_heads, one KV head per rank replicated tp / n_kv_heads
+//        times (vLLM requires tp | n_kv_heads or n_kv_heads | tp); the KV cache holds the same per-rank
+//        heads;
+//   gate/up split along their output rows, down/o_proj along their input columns (ffn / tp, q_dim / tp);
+//   embed_tokens / lm_head vocab-parallel: vocab padded to a multiple of 64, then / tp rows per rank;
+//   norms replicated; q/k/v biases follow their heads;
+//   pp: layers split as vLLM's get_pp_indices (floor(L / pp) each, the remainder one extra per stage from the
+//       second-to-last stage backwards), embedding on the first stage, final norm + lm_head on the last (a
+//       tied lm_head gets its own copy of the embedding there when pp > 1).
+struct ShardLayout {
+  int tp = 1, pp = 1;
+  int64_t heads_per_rank = 0, kv_heads_per_rank = 0, kv_head_replicas = 1;
+  int64_t ffn_per_rank = 0;
+  int64_t vocab_padded = 0, vocab_per_rank = 0;
+  std::vector<int64_t> stage_layers;  // layers of each pipeline stage
+  int devices() const { return tp * pp; }
+};
+// UsageError "[plan] ..." when vLLM would refuse the split (tp does not divide n_heads, ...).
+ShardLayout shard_layout(const ModelConfig& c, int tp, int pp);
+std::vector<int64_t> pp_layer_split(int64_t layers, int pp);
+// The config one rank of `stage` computes with: its heads, KV heads, FFN slice and layers.
+ModelConfig rank_config(const ModelConfig& c, const ShardLayout& s, int stage);
+
+// One device of pipeline stage `stage` (every tensor-parallel rank of a stage holds the same bytes).
+struct StageBytes {
+  int stage = 0;
+  int64_t layer_begin = 0, layer_end = 0;
+  bool embedding = false, lm_head = false;
+  WeightBytes weights;                         // this rank's layer matrices, norms and vocab slices
+  int64_t embed_bytes = 0, lm_head_bytes = 0;  // the vocab slices inside `weights` (16-bit)
+  int64_t kv_per_token = 0;                    // this rank's KV heads x this stage's layers
+  int64_t kv = 0;                              // concurrency x tokens on this rank
+  Workspace workspace;
+  int64_t total = 0;  // weights + kv + workspace + device reserve
+  int64_t limit = 0;  // memory x gpu_memory_utilization
+  bool fits = false;
+  int64_t max_concurrency = 0;  // on this device at these tokens
+};
+struct ParallelRow {
+  std::vector<StageBytes> stages;
+  int64_t weights_all_devices = 0, kv_all_devices = 0;  // summed over tp x pp devices
+  int64_t peak = 0;                                     // largest device total
+  bool fits = false;
+};
+// Weights of one rank of each stage for a weight configuration (scheme "" = 16-bit).
+std::vector<StageBytes> stage_weights(const ModelConfig& c, const ShardLayout& s, const std::string& scheme);
+// Fills KV, workspace, totals and fits of `stages` (from stage_weights) at (tokens, concurrency).
+ParallelRow parallel_row(const ModelConfig& c, const ShardLayout& s, std::vector<StageBytes> stages,
+                         const KvConfig& kv, int64_t tokens, int64_t concurrency, const PlanRequest& r);
+
+// ---------------------------------------------------------------- launch lines (plan_launch.cpp)
+
+// The command line that serves one configuration with an engine ("vllm", "sglang", "llama.cpp"), with only
+// flags that engine's argument parser has; `available` = false (and no command) where the engine has no
+// setting for the configuration, `notes` saying why or what the line assumes.
+struct LaunchLine {
+  std::string engine;
+  bool available = false;
+  std::string command;
+  std::vector<std::string> notes;
+};
+std::vector<LaunchLine> launch_lines(const PlanModel& m, const PlanRequest& r, int64_t ctx,
+                                     const std::string& weight_id, const std::string& kv_id);
 
 struct Row {
   std::string weight_id, kv_id;
@@ -183,6 +269,7 @@ struct Row {
   int64_t max_tokens = 0;          // largest tokens/sequence that fits at this concurrency (0 = none)
   bool max_tokens_capped = false;  // search hit the cap (kMaxTokens)
   Support weight_support, kv_support;
+  std::optional<ParallelRow> parallel;  // PlanRequest::parallel(): per-device bytes; total = peak device
 };
 
 struct Recommendation {
@@ -203,6 +290,7 @@ struct CtxPlan {
 struct Plan {
   PlanModel model;
   PlanRequest req;
+  std::optional<ShardLayout> shards;  // set when req.parallel()
   std::vector<CtxPlan> per_ctx;
 };
 

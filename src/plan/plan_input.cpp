@@ -12,6 +12,7 @@
 #include "io/hf_checkpoint.h"
 #include "io/llama2c.h"
 #include "plan/plan.h"
+#include "quant/checkpoint_writer.h"
 
 namespace lowbit::plan {
 namespace fs = std::filesystem;
@@ -117,6 +118,13 @@ PlanModel load_plan_model(const std::string& arg, bool preset) {
     bool has_weights = false;
     for (const auto& e : fs::directory_iterator(path, ec))
       if (e.path().extension() == ".safetensors") has_weights = true;
+    // Every file an engine reads (safetensors with their headers, configs, tokenizer files): the same list
+    // `lowbit inspect` and `quantize --budget` count.
+    try {
+      m.files = quant::checkpoint_model_files(arg);
+    } catch (const Error& e) {
+      bad_model(arg, e.what());
+    }
     if (quantized) {
       m.source = "hf-quantized";
       if (!has_weights)
@@ -156,6 +164,7 @@ PlanModel load_plan_model(const std::string& arg, bool preset) {
       bad_model(arg, e.what());
     }
     m.source = "gguf";
+    m.files = {{path.filename().string(), static_cast<int64_t>(fs::file_size(path, ec))}};
     return m;
   }
   // Anything else is read as a llama2.c checkpoint; only the header matters for planning.
@@ -165,6 +174,11 @@ PlanModel load_plan_model(const std::string& arg, bool preset) {
   f.read(reinterpret_cast<char*>(h), sizeof h);
   m.config = config_from_llama2c_header(h, static_cast<size_t>(f.gcount()), arg);
   m.source = "llama2c";
+  // The checkpoint and the tokenizer.bin an engine loads next to it.
+  m.files = {{path.filename().string(), static_cast<int64_t>(fs::file_size(path, ec))}};
+  const fs::path tok = path.parent_path() / "tokenizer.bin";
+  if (path.filename() != "tokenizer.bin" && fs::is_regular_file(tok, ec))
+    m.files.push_back({"tokenizer.bin", static_cast<int64_t>(fs::file_size(tok, ec))});
   return m;
 }
 

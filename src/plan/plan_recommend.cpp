@@ -32,14 +32,19 @@ std::string label(const Row& r) {
 // and what else lowers the memory (eviction, less load, more devices).
 void explain_nothing_fits(const Plan& p, const CtxPlan& cp, const Row& base, Recommendation& rec) {
   const Device& dev = p.req.device;
-  const int64_t budget = dev.memory_bytes;
+  const int64_t budget = p.req.device_limit();
   const Row* best = nullptr;
   for (const auto& r : cp.rows)
     if (r.weight_id != "stored" && (!best || r.total < best->total)) best = &r;
   rec.reasons.push_back("nothing fits at " + std::to_string(cp.tokens) + " tokens x " +
                         std::to_string(p.req.concurrency) + " sequences: the smallest configuration (" +
                         label(*best) + ") needs " + fb(best->total) + " of " + fb(budget));
-  const int64_t fixed = best->weights.total() + best->workspace.total() + dev.reserve_bytes;
+  int64_t fixed = best->weights.total() + best->workspace.total() + dev.reserve_bytes;
+  if (best->parallel) {  // per device: the fullest stage without its KV
+    fixed = 0;
+    for (const auto& st : best->parallel->stages)
+      fixed = std::max(fixed, st.weights.total() + st.workspace.total() + dev.reserve_bytes);
+  }
   // The smallest preset device on which the closest configuration (and the baseline) would fit as asked.
   auto smallest_device = [&](const Row& r) -> std::string {
     PlanRequest other = p.req;
@@ -47,7 +52,7 @@ void explain_nothing_fits(const Plan& p, const CtxPlan& cp, const Row& base, Rec
     std::stable_sort(by_size.begin(), by_size.end(),
                      [](const Device& a, const Device& b) { return a.memory_bytes < b.memory_bytes; });
     for (const auto& d : by_size) {
-      if (d.memory_bytes <= budget) continue;
+      if (d.memory_bytes <= dev.memory_bytes) continue;
       other.device = d;
       const int64_t t =
           total_bytes(p.model.config, r.weights, kv_config(r.kv_id), cp.tokens, p.req.concurrency, other);
@@ -80,20 +85,25 @@ void explain_nothing_fits(const Plan& p, const CtxPlan& cp, const Row& base, Rec
 Recommendation recommend(const Plan& p, const CtxPlan& cp) {
   Recommendation rec;
   const Device& dev = p.req.device;
-  const int64_t budget = dev.memory_bytes;
+  const int64_t budget = p.req.device_limit();
   const Row* base = cp.find("bf16", "bf16");
   if (!base) {
     rec.reasons.push_back("no BF16/BF16 baseline row in this plan (filtered out); no recommendation");
     return rec;
   }
   const int64_t W = base->weights.total(), K = base->kv_total, A = base->workspace.total();
+  // Shares of one copy of the model; under a multi-GPU split base->total is the fullest device's.
+  const int64_t whole = base->parallel ? W + K + A + dev.reserve_bytes : base->total;
   rec.bottleneck = K > W ? "kv" : "weights";
-  rec.reasons.push_back("BF16 baseline at " + std::to_string(cp.tokens) + " tokens x " +
-                        std::to_string(p.req.concurrency) + " sequences: weights " + fb(W) + " (" +
-                        pct(W, base->total) + "), KV " + fb(K) + " (" + pct(K, base->total) +
-                        "), workspace " + fb(A) +
-                        (dev.reserve_bytes ? ", runtime reserve " + fb(dev.reserve_bytes) : "") + "; total " +
-                        fb(base->total) + " of " + fb(budget));
+  rec.reasons.push_back(
+      "BF16 baseline at " + std::to_string(cp.tokens) + " tokens x " + std::to_string(p.req.concurrency) +
+      " sequences: weights " + fb(W) + " (" + pct(W, whole) + "), KV " + fb(K) + " (" + pct(K, whole) +
+      "), workspace " + fb(A) + (dev.reserve_bytes ? ", runtime reserve " + fb(dev.reserve_bytes) : "") +
+      "; total " + fb(base->total) + " of " + fb(budget) +
+      (p.shards ? " on the fullest of " + std::to_string(p.shards->devices()) + " devices (tp " +
+                      std::to_string(p.shards->tp) + " x pp " + std::to_string(p.shards->pp) + ", memory x " +
+                      std::to_string(p.req.gpu_memory_utilization).substr(0, 4) + ")"
+                : std::string()));
 
   auto pick = [&](std::initializer_list<std::pair<const char*, const char*>> order) -> const Row* {
     for (auto& [w, k] : order) {

@@ -60,5 +60,33 @@ TEST(PlanShared, TinyStoriesHfDirectory) {
   EXPECT_EQ(p.per_ctx[0].find("bf16", "bf16")->weights.total(), 2 * m.config.n_params());
 }
 
+// The files line: every file an engine reads, headers and tokenizer included, equals the directory's bytes.
+TEST(PlanShared, TinyStoriesFilesAreEveryFileOnDisk) {
+  const std::string dir = shared("models/tinystories-656K");
+  int64_t on_disk = 0, n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.is_regular_file()) on_disk += static_cast<int64_t>(e.file_size()), ++n;
+  const PlanModel m = load_plan_model(dir, false);
+  EXPECT_EQ(m.files_bytes(), on_disk);
+  EXPECT_EQ(static_cast<int64_t>(m.files.size()), n);
+  // More than the tensors: the safetensors header, config and tokenizer files count too.
+  EXPECT_GT(m.files_bytes(), 2 * m.config.n_params());
+  bool tokenizer = false;
+  for (const auto& [name, bytes] : m.files) tokenizer = tokenizer || name == "tokenizer.json";
+  EXPECT_TRUE(tokenizer);
+  PlanRequest r;
+  r.ctx = {256};
+  r.device = budget_device(int64_t(64) << 20);
+  EXPECT_NE(plan_table(make_plan(m, r)).find("files:  "), std::string::npos);
+  // A llama2.c checkpoint: the .bin and the tokenizer.bin next to it.
+  const PlanModel k = load_plan_model(shared("models/kjv-brown-6M/model.bin"), false);
+  ASSERT_EQ(k.files.size(), 2u);
+  EXPECT_EQ(k.files_bytes(),
+            static_cast<int64_t>(std::filesystem::file_size(shared("models/kjv-brown-6M/model.bin")) +
+                                 std::filesystem::file_size(shared("models/kjv-brown-6M/tokenizer.bin"))));
+  // Presets have no files.
+  EXPECT_TRUE(load_plan_model("llama-3-8b", true).files.empty());
+}
+
 }  // namespace
 }  // namespace lowbit::plan
