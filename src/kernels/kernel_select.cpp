@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "core/half.h"
 #include "formats/format.h"
@@ -237,20 +238,32 @@ bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T) {
 
 void matmul_weight_row(const WeightMatrix& w, int64_t T, int64_t r, float* out) {
   const KernelPlan& p = kernel_plan(w);
+  // An input-permuted matrix (QuantizedMatrix::input_perm): the rows below are in stored column order, and
+  // are scattered back to the original input order (as weight_row_f32 returns them).
+  const int32_t* perm =
+      w.kind == WeightKind::Quant && !w.q->input_perm.empty() ? w.q->input_perm.data() : nullptr;
+  thread_local std::vector<float> stored;
+  float* dst = out;
+  if (perm) {
+    stored.resize(static_cast<size_t>(w.cols));
+    dst = stored.data();
+  }
   if (p.route == Route::Codebook && matmul_rounds_to_bf16(w, T)) {  // lut tables rounded to BF16
     const int k = static_cast<int>(p.gcols);
     float t[16];
     for (int u = 0; u < k; ++u) t[u] = bf16_to_f32(f32_to_bf16(f16_to_f32(p.codebook_f16[r * k + u])));
     const uint8_t* row = w.q->row_data(r);
-    for (int64_t c = 0; c < w.cols; ++c) out[c] = t[unpack_code(row, c, p.bits)];
-    return;
-  }
-  if (p.route != Route::Nib || p.lut.size() < 16 || kern::nib16_table_exact(p.lut.data()) ||
-      !matmul_rounds_to_bf16(w, T))
+    for (int64_t c = 0; c < w.cols; ++c) dst[c] = t[unpack_code(row, c, p.bits)];
+  } else if (p.route != Route::Nib || p.lut.size() < 16 || kern::nib16_table_exact(p.lut.data()) ||
+             !matmul_rounds_to_bf16(w, T)) {
     return weight_row_f32(w, r, out);
-  float lut[16];
-  for (int i = 0; i < 16; ++i) lut[i] = bf16_to_f32(f32_to_bf16(p.lut[static_cast<size_t>(i)]));
-  deq_row_plan(w, p, r, out, lut);
+  } else {
+    float lut[16];
+    for (int i = 0; i < 16; ++i) lut[i] = bf16_to_f32(f32_to_bf16(p.lut[static_cast<size_t>(i)]));
+    deq_row_plan(w, p, r, dst, lut);
+  }
+  if (perm)
+    for (int64_t j = 0; j < w.cols; ++j) out[perm[j]] = dst[j];
 }
 
 bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T) {

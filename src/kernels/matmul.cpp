@@ -51,11 +51,38 @@ void weight_row_f32(const WeightMatrix& w, int64_t r, float* out) {
       dequantize_row_ggml(w.ggml_type, row, out, w.cols);
       return;
     case WeightKind::Quant:
+      if (!w.q->input_perm.empty()) {  // stored column j is input column input_perm[j]: scatter back
+        thread_local std::vector<float> stored;
+        stored.resize(static_cast<size_t>(w.cols));
+        dequantize_row(*w.q, r, stored.data());
+        const int32_t* perm = w.q->input_perm.data();
+        for (int64_t j = 0; j < w.cols; ++j) out[perm[j]] = stored[static_cast<size_t>(j)];
+        return;
+      }
       dequantize_row(*w.q, r, out);
       return;
   }
   fail("kernels", "no dequantizer for weight format " + w.format_name());
 }
+
+namespace {
+
+// A weight with an input permutation (QuantizedMatrix::input_perm) multiplies x[T, cols] in its stored
+// column order: returns x gathered into buf (xp[t, j] = x[t, perm[j]]), or x itself when there is none.
+const float* gather_input(const WeightMatrix& w, const float* x, int64_t T, std::vector<float>& buf) {
+  if (w.kind != WeightKind::Quant || !w.q || w.q->input_perm.empty()) return x;
+  const int64_t n = w.cols;
+  buf.resize(static_cast<size_t>(T * n));
+  const int32_t* perm = w.q->input_perm.data();
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x + t * n;
+    float* bt = buf.data() + t * n;
+    for (int64_t j = 0; j < n; ++j) bt[j] = xt[perm[j]];
+  }
+  return buf.data();
+}
+
+}  // namespace
 
 // ---- activation routes ----
 
@@ -174,6 +201,8 @@ void matmul_int_reference(const WeightMatrix& w, const float* x, int64_t T, floa
     fail("kernels", "matmul_int_reference needs INT4 / INT8 weight codes with INT8 / INT4 activations, not " +
                         matmul_kernel_name(w));
   const int64_t cols = w.cols, ng = p.gcols;
+  std::vector<float> xp;
+  x = gather_input(w, x, T, xp);  // codes below are in stored column order
   std::vector<int8_t> xq(static_cast<size_t>(T * cols));
   std::vector<float> sx(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) quantize_activation_codes(w, x + t * cols, xq.data() + t * cols, &sx[t]);
@@ -731,6 +760,9 @@ void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x,
 
 void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   if (T <= 0 || w.rows <= 0) return;
+  // An input-permuted weight (GPTQ act-order): every kernel multiplies the stored columns by x[perm].
+  thread_local std::vector<float> x_perm;
+  x = gather_input(w, x, T, x_perm);
   const Isa isa = kernel_isa();
   const KernelPlan& p = kernel_plan(w);
   const Kernel k = select_kernel(w, p, isa, T).kernel;

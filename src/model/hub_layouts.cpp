@@ -49,6 +49,40 @@ uint32_t word_at(const TensorView& v, int64_t i) {
   return w;
 }
 
+// GPTQ packs b-bit values as one LSB-first bit stream over consecutive int32 words: value k of a run starts
+// at bit k*b of the words' little-endian concatenation (b = 2, 4, 8: pf = 32 / b values per word; b = 3:
+// 32 values per 3 words, values 10 and 21 straddling words, as AutoGPTQ's pack). Word n of the run is
+// element first + n*stride of v.
+uint32_t stream_value(const TensorView& v, int64_t first, int64_t stride, int64_t k, int b) {
+  const int64_t bit = k * b, n = bit / 32;
+  const int off = static_cast<int>(bit % 32);
+  uint64_t w = word_at(v, first + n * stride) >> off;
+  if (off + b > 32) w |= static_cast<uint64_t>(word_at(v, first + (n + 1) * stride)) << (32 - off);
+  return static_cast<uint32_t>(w) & ((1u << b) - 1);
+}
+void stream_put(std::vector<int32_t>& v, int64_t first, int64_t stride, int64_t k, int b, uint32_t value) {
+  const int64_t bit = k * b, n = bit / 32;
+  const int off = static_cast<int>(bit % 32);
+  auto& w0 = v[static_cast<size_t>(first + n * stride)];
+  w0 = static_cast<int32_t>(static_cast<uint32_t>(w0) | (value << off));
+  if (off + b > 32) {
+    auto& w1 = v[static_cast<size_t>(first + (n + 1) * stride)];
+    w1 = static_cast<int32_t>(static_cast<uint32_t>(w1) | (value >> (32 - off)));
+  }
+}
+
+uint32_t mask_of(int b) {
+  return (1u << b) - 1;
+}
+
+// Values per packing unit along a GPTQ dimension: 32 / b for b = 2, 4, 8; 32 (in 3 words) for b = 3.
+int gptq_unit(int b) {
+  return b == 3 ? 32 : 32 / b;
+}
+std::string gptq_unit_text(int b) {
+  return b == 3 ? "32 values per 3 int32s" : std::to_string(32 / b) + " values per int32";
+}
+
 // The lowbit scheme string for an INT matrix of `bits`, one group per `group_size` inputs (or per row).
 QuantScheme int_scheme(int bits, int group_size, bool sym) {
   std::string s =
@@ -81,7 +115,7 @@ void check_exportable(const QuantizedMatrix& q, const std::string& module, const
   if (!int_fmt || !grid_ok || std::find(bits.begin(), bits.end(), q.bits) == bits.end() || s.double_quant ||
       s.format == FormatId::NVFP4)
     throw UsageError("export", "module '" + module + "' is " + to_string(s) + "; the " + layout +
-                                   " layout holds INT" + (bits.size() > 1 ? "2/4/8" : "4") +
+                                   " layout holds INT" + (bits.size() > 1 ? "2/3/4/8" : "4") +
                                    " weights with one scale per group of inputs (e.g. int4:g128:sym or "
                                    "int4:g128:asym); quantize with such a scheme, or export to "
                                    "compressed-tensors");
@@ -107,9 +141,9 @@ HubQuantConfig hub_quant_config(const json& qc, const std::string& src) {
         bad(src + ": GPTQ checkpoint_format '" + fmt +
             "' is not supported; lowbit reads \"gptq\" (AutoGPTQ) and \"gptq_v2\" (GPTQModel)");
       h.gptq_v2 = fmt == "gptq_v2";
-      if (h.bits != 2 && h.bits != 4 && h.bits != 8)
+      if (h.bits != 2 && h.bits != 3 && h.bits != 4 && h.bits != 8)
         bad(src + ": GPTQ with " + std::to_string(h.bits) +
-            " bits is not supported; lowbit reads 2-, 4- and 8-bit GPTQ (3-bit words straddle int32s)");
+            " bits is not supported; lowbit reads 2-, 3-, 4- and 8-bit GPTQ");
     } else if (h.method == "awq") {
       h.sym = false;
       std::string v = qc.value("version", std::string("gemm"));
@@ -137,7 +171,7 @@ QuantizedMatrix unpack_hub_matrix(const std::map<std::string, TensorView>& t, co
                                   const std::string& src) {
   const bool gptq = hc.method == "gptq";
   const char* why = gptq ? "GPTQ" : "AWQ";
-  const int b = hc.bits, pf = 32 / b;
+  const int b = hc.bits, pf = gptq ? gptq_unit(b) : 32 / b;  // pf: values per packing unit
   const uint32_t mask = (1u << b) - 1;
   // A group as wide as the row (or wider, or -1) is one scale per row.
   const int gs = hc.group_size > 0 && hc.group_size <= cols ? hc.group_size : -1;
@@ -145,41 +179,71 @@ QuantizedMatrix unpack_hub_matrix(const std::map<std::string, TensorView>& t, co
   const std::string shape = "[" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
   if (rows % pf != 0 || (gptq && cols % pf != 0))
     bad("module '" + m + "' in " + src + " has shape " + shape + "; the " + why + " layout packs " +
-        std::to_string(pf) + " values per int32 and needs out" + (gptq ? " and in" : "") +
-        " features divisible by " + std::to_string(pf));
+        (gptq ? gptq_unit_text(b) : std::to_string(pf) + " values per int32") + " and needs out" +
+        (gptq ? " and in" : "") + " features divisible by " + std::to_string(pf));
   if (!gptq && gs > 0 && cols % gs != 0)
     bad("module '" + m + "' in " + src + " has " + std::to_string(cols) +
         " inputs, not a multiple of AWQ's " + "group_size " + std::to_string(gs));
-  const TensorView& qw = gptq ? need_shape(t, m + ".qweight", DType::I32, {cols / pf, rows}, src, why)
+  const int64_t zwords = rows * b / 32;  // qzeros words per group (both layouts)
+  const TensorView& qw = gptq ? need_shape(t, m + ".qweight", DType::I32, {cols * b / 32, rows}, src, why)
                               : need_shape(t, m + ".qweight", DType::I32, {cols, rows / pf}, src, why);
-  const TensorView& qz = need_shape(t, m + ".qzeros", DType::I32, {groups, rows / pf}, src, why);
+  const TensorView& qz = need_shape(t, m + ".qzeros", DType::I32, {groups, zwords}, src, why);
   const TensorView& sc = need_shape(t, m + ".scales", DType::F16, {groups, rows}, src, why);
-  // g_idx: only the trivial one (c / group_size) has lowbit's consecutive groups.
+  // g_idx: input column c belongs to group g_idx[c]. The trivial one (c / group_size) is lowbit's grid; an
+  // act-order one (desc_act without static groups) is a permutation of it: each group holds group_size
+  // columns (the last one the rest), anywhere in the row. Its columns are then stored sorted by g_idx
+  // (stable), so that groups are consecutive, and input_perm records where each came from.
+  std::vector<int32_t> perm;
   if (gptq && t.count(m + ".g_idx")) {
+    const std::string gname = "tensor '" + m + ".g_idx' in " + src;
     const TensorView& gi = need_shape(t, m + ".g_idx", DType::I32, {cols}, src, why);
+    std::vector<int32_t> gidx(static_cast<size_t>(cols));
+    std::vector<int64_t> used(static_cast<size_t>(groups), 0);
+    bool trivial = true;
     for (int64_t c = 0; c < cols; ++c) {
-      const int64_t expect = gs > 0 ? c / gs : 0;
-      if (static_cast<int32_t>(word_at(gi, c)) != expect)
-        bad("module '" + m + "' in " + src + ": g_idx[" + std::to_string(c) +
-            "] = " + std::to_string(static_cast<int32_t>(word_at(gi, c))) +
-            " but lowbit needs g_idx[c] = c / group_size " +
-            "(consecutive groups); this checkpoint was quantized with act-order (desc_act) without static " +
-            "groups, which lowbit does not load: use a desc_act=False or static_groups=True checkpoint");
+      const int32_t g = static_cast<int32_t>(word_at(gi, c));
+      if (g < 0 || g >= groups)
+        bad(gname + ": g_idx[" + std::to_string(c) + "] = " + std::to_string(g) + " is not a group of " +
+            std::to_string(cols) + " inputs in groups of " + std::to_string(hc.group_size) + " (0.." +
+            std::to_string(groups - 1) + "); the g_idx does not match the config's group_size");
+      gidx[static_cast<size_t>(c)] = g;
+      ++used[static_cast<size_t>(g)];
+      trivial = trivial && g == (gs > 0 ? c / gs : 0);
+    }
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t size = gs > 0 ? std::min<int64_t>(gs, cols - g * gs) : cols;
+      if (used[static_cast<size_t>(g)] != size)
+        bad(gname + ": group " + std::to_string(g) + " holds " +
+            std::to_string(used[static_cast<size_t>(g)]) + " input columns, but a group of " +
+            std::to_string(hc.group_size) + " over " + std::to_string(cols) + " inputs holds " +
+            std::to_string(size) +
+            " (every group full, the last one the rest); the g_idx does not match the config's group_size");
+    }
+    if (!trivial) {
+      perm.resize(static_cast<size_t>(cols));
+      for (int64_t c = 0; c < cols; ++c) perm[static_cast<size_t>(c)] = static_cast<int32_t>(c);
+      std::stable_sort(perm.begin(), perm.end(), [&](int32_t a, int32_t c) {
+        return gidx[static_cast<size_t>(a)] < gidx[static_cast<size_t>(c)];
+      });
     }
   }
   // Zero points, [rows, groups] in lowbit's grid order.
   std::vector<int> zeros(static_cast<size_t>(rows * groups));
   bool all_mid = true;
   for (int64_t g = 0; g < groups; ++g)
-    for (int64_t j = 0; j < rows / pf; ++j) {
-      const uint32_t w = word_at(qz, g * (rows / pf) + j);
-      for (int k = 0; k < pf; ++k) {
-        int z = static_cast<int>((w >> (k * b)) & mask);
-        if (gptq && !hc.gptq_v2) z += 1;  // AutoGPTQ v1 stores zero - 1; its readers add the 1 back
-        const int64_t r = j * pf + (gptq ? k : kAwqOrder[k]);
-        zeros[static_cast<size_t>(r * groups + g)] = z;
-        all_mid = all_mid && z == (1 << (b - 1));
+    for (int64_t r0 = 0; r0 < rows; ++r0) {
+      int z;
+      int64_t r = r0;
+      if (gptq) {
+        z = static_cast<int>(stream_value(qz, g * zwords, 1, r0, b));  // packed along the output dimension
+        if (!hc.gptq_v2) z += 1;  // AutoGPTQ v1 stores zero - 1; its readers add the 1 back
+      } else {
+        const int64_t j = r0 / pf, k = r0 % pf;
+        z = static_cast<int>((word_at(qz, g * zwords + j) >> (k * b)) & mask);
+        r = j * pf + kAwqOrder[k];
       }
+      zeros[static_cast<size_t>(r * groups + g)] = z;
+      all_mid = all_mid && z == (1 << (b - 1));
     }
   if (gptq && hc.sym && !all_mid)
     bad("module '" + m + "' in " + src + ": quantization_config says sym=true but qzeros hold zero points " +
@@ -207,11 +271,12 @@ QuantizedMatrix unpack_hub_matrix(const std::map<std::string, TensorView>& t, co
     bad("module '" + m + "': internal grid mismatch for " + to_string(q.scheme));
   q.codes.assign(static_cast<size_t>(rows * q.row_bytes), 0);
   if (gptq) {
-    for (int64_t i = 0; i < cols / pf; ++i)
-      for (int64_t r = 0; r < rows; ++r) {
-        const uint32_t w = word_at(qw, i * rows + r);
-        for (int k = 0; k < pf; ++k)
-          pack_code(q.codes.data() + r * q.row_bytes, i * pf + k, b, (w >> (k * b)) & mask);
+    // Stored column j is input column perm[j] (itself without act-order); qweight's words (i, r) run along
+    // the input dimension of output r.
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t c = perm.empty() ? j : perm[static_cast<size_t>(j)];
+        pack_code(q.codes.data() + r * q.row_bytes, j, b, stream_value(qw, r, rows, c, b));
       }
   } else {
     for (int64_t c = 0; c < cols; ++c)
@@ -229,25 +294,29 @@ QuantizedMatrix unpack_hub_matrix(const std::map<std::string, TensorView>& t, co
     q.zeros.resize(zeros.size());
     for (size_t i = 0; i < zeros.size(); ++i) q.zeros[i] = static_cast<uint8_t>(zeros[i]);
   }
+  q.input_perm = std::move(perm);
   return q;
 }
 
 std::vector<PackedTensor> pack_gptq(const QuantizedMatrix& q, bool v2, const std::string& module) {
-  check_exportable(q, module, "GPTQ", {2, 4, 8});
-  const int b = q.bits, pf = 32 / b;
+  check_exportable(q, module, "GPTQ", {2, 3, 4, 8});
+  const int b = q.bits, pf = gptq_unit(b);
   const int64_t rows = q.rows, cols = q.cols, groups = q.grid.cols;
   if (rows % pf != 0 || cols % pf != 0)
     throw UsageError("export", "module '" + module + "' is [" + std::to_string(rows) + ", " +
-                                   std::to_string(cols) + "]; GPTQ packs " + std::to_string(pf) +
-                                   " values per int32 along both dimensions, so both must be multiples of " +
+                                   std::to_string(cols) + "]; GPTQ packs " + gptq_unit_text(b) +
+                                   " along both dimensions, so both must be multiples of " +
                                    std::to_string(pf));
-  std::vector<int32_t> qweight(static_cast<size_t>(cols / pf * rows), 0);
+  if (!q.input_perm.empty() && static_cast<int64_t>(q.input_perm.size()) != cols)
+    throw UsageError("export", "module '" + module + "' has an input permutation of the wrong length");
+  // Stored column j is input column perm[j] (act-order); GPTQ stores input columns in their own order with
+  // g_idx naming each one's group.
+  auto input_col = [&](int64_t j) { return q.input_perm.empty() ? j : int64_t{q.input_perm[j]}; };
+  const int64_t zwords = rows * b / 32;
+  std::vector<int32_t> qweight(static_cast<size_t>(cols * b / 32 * rows), 0);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      auto& w = qweight[static_cast<size_t>((c / pf) * rows + r)];
-      w = static_cast<int32_t>(static_cast<uint32_t>(w) | (q.code(r, c) << ((c % pf) * b)));
-    }
-  std::vector<int32_t> qzeros(static_cast<size_t>(groups * rows / pf), 0);
+    for (int64_t j = 0; j < cols; ++j) stream_put(qweight, r, rows, input_col(j), b, q.code(r, j));
+  std::vector<int32_t> qzeros(static_cast<size_t>(groups * zwords), 0);
   std::vector<uint16_t> scales(static_cast<size_t>(groups * rows));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < groups; ++g) {
@@ -260,27 +329,36 @@ std::vector<PackedTensor> pack_gptq(const QuantizedMatrix& q, bool v2, const std
                                          std::to_string(1 << b) +
                                          "; export with --gptq-format v2 (GPTQModel) or quantize symmetric");
         z -= 1;
+      } else if (z > static_cast<int>(mask_of(b))) {
+        throw UsageError("export", "module '" + module + "' row " + std::to_string(r) + " has zero point " +
+                                       std::to_string(z) + ", which GPTQModel's v2 format (" +
+                                       std::to_string(b) + "-bit zeros stored as they are) cannot hold; " +
+                                       "export with --gptq-format v1 (AutoGPTQ, stores zero - 1)");
       }
-      auto& w = qzeros[static_cast<size_t>(g * (rows / pf) + r / pf)];
-      w = static_cast<int32_t>(static_cast<uint32_t>(w) | (static_cast<uint32_t>(z) << ((r % pf) * b)));
+      stream_put(qzeros, g * zwords, 1, r, b, static_cast<uint32_t>(z));
       scales[static_cast<size_t>(g * rows + r)] = f16_scale(q, r, g, module);
     }
   std::vector<int32_t> g_idx(static_cast<size_t>(cols));
   const int64_t gs = q.scheme.gran == Granularity::Group ? q.grid.col_block : cols;
-  for (int64_t c = 0; c < cols; ++c) g_idx[static_cast<size_t>(c)] = static_cast<int32_t>(c / gs);
+  for (int64_t j = 0; j < cols; ++j) g_idx[static_cast<size_t>(input_col(j))] = static_cast<int32_t>(j / gs);
   auto bytes = [](const auto& v) {
     std::vector<uint8_t> o(v.size() * sizeof(v[0]));
     std::memcpy(o.data(), v.data(), o.size());
     return o;
   };
-  return {{"qweight", DType::I32, {cols / pf, rows}, bytes(qweight)},
-          {"qzeros", DType::I32, {groups, rows / pf}, bytes(qzeros)},
+  return {{"qweight", DType::I32, {cols * b / 32, rows}, bytes(qweight)},
+          {"qzeros", DType::I32, {groups, zwords}, bytes(qzeros)},
           {"scales", DType::F16, {groups, rows}, bytes(scales)},
           {"g_idx", DType::I32, {cols}, bytes(g_idx)}};
 }
 
 std::vector<PackedTensor> pack_awq(const QuantizedMatrix& q, const std::string& module) {
   check_exportable(q, module, "AWQ", {4});
+  if (!q.input_perm.empty())
+    throw UsageError("export", "module '" + module +
+                                   "' has act-order input columns (a GPTQ g_idx that is not c / group_size), "
+                                   "which AWQ's consecutive groups cannot hold; export with --to gptq "
+                                   "(writes the g_idx, desc_act=true)");
   const int64_t rows = q.rows, cols = q.cols, groups = q.grid.cols;
   if (q.scheme.gran != Granularity::Group || cols % q.scheme.group_size != 0 || rows % 8 != 0)
     throw UsageError("export", "module '" + module + "' is [" + std::to_string(rows) + ", " +

@@ -4,9 +4,11 @@
 //
 // W is [rows = out_features, cols = in_features]; pf = 32 / b values per int32, value k of a word at bits
 // [k*b, k*b + b); groups = ceil(cols / group_size) (group_size -1: one group, lowbit "channel").
-//   GPTQ (AutoGPTQ / GPTQModel, b = 2, 4, 8):
-//     M.qweight int32 [cols/pf, rows]   word (i, r) holds u(r, i*pf + k) at slot k (packed along input)
-//     M.qzeros  int32 [groups, rows/pf] word (g, j) holds zero(j*pf + k, g) at slot k (packed along output);
+//   GPTQ (AutoGPTQ / GPTQModel, b = 2, 3, 4, 8):
+//     M.qweight int32 [cols*b/32, rows] word (i, r) holds u(r, i*pf + k) at slot k (packed along input)
+//     M.qzeros  int32 [groups, rows*b/32] word (g, j) holds zero(j*pf + k, g) at slot k (along output);
+//                                        b = 3: 32 values per 3 words, one LSB-first bit stream (value k at
+//                                        bit 3k of the words' concatenation; values 10 and 21 straddle);
 //                                        checkpoint_format "gptq" (v1, AutoGPTQ) stores zero - 1 and every
 //                                        reader adds 1 back (so a stored 2^b - 1 reads as zero 2^b);
 //                                        "gptq_v2" (GPTQModel) stores the zero itself
@@ -18,9 +20,11 @@
 //                                        1, 3, 5, 7] (AutoAWQ's interleave for its GEMM kernel)
 //     M.qzeros  int32 [groups, rows/8]  same order; zero stored as is
 //     M.scales  f16   [groups, rows]    value(r, c) = scales[c / group_size, r] * (u(r, c) - zero)
-// Import: a matrix whose zeros all equal 2^(b-1) becomes a symmetric scheme (identical values); a GPTQ g_idx
-// that is not c / group_size (act-order, desc_act without static groups) is refused: lowbit's grid needs
-// consecutive groups. Every tensor's dtype and shape is checked; errors say what, where and what to do.
+// Import: a matrix whose zeros all equal 2^(b-1) becomes a symmetric scheme (identical values). A GPTQ g_idx
+// that is not c / group_size (act-order, desc_act without static groups) must still give every group exactly
+// group_size columns (the last one the rest); the columns are then stored sorted by g_idx (stable) so groups
+// are consecutive, and QuantizedMatrix::input_perm records the original column of each (exact; the kernels
+// gather x). Every tensor's dtype and shape is checked; errors say what, where and what to do.
 #pragma once
 #include <map>
 #include <nlohmann/json_fwd.hpp>
@@ -34,10 +38,10 @@ namespace lowbit {
 // quantization_config of a GPTQ / AWQ checkpoint, validated.
 struct HubQuantConfig {
   std::string method;       // "gptq" | "awq"
-  int bits = 4;             // GPTQ 2/4/8, AWQ 4
+  int bits = 4;             // GPTQ 2/3/4/8, AWQ 4
   int group_size = 128;     // -1: one group per row
   bool sym = true;          // GPTQ declared symmetry (AWQ: false)
-  bool desc_act = false;    // GPTQ act-order (accepted only with a trivial g_idx)
+  bool desc_act = false;    // GPTQ act-order (informational: g_idx decides)
   bool gptq_v2 = false;     // GPTQ checkpoint_format "gptq_v2": zeros stored without the -1
   std::string awq_version;  // "gemm"
 };
@@ -50,9 +54,11 @@ QuantizedMatrix unpack_hub_matrix(const std::map<std::string, TensorView>& tenso
                                   const std::string& source);
 
 // The GPTQ / AWQ tensors of one matrix (suffixes qweight, qzeros, scales[, g_idx]). q must be an INT group or
-// channel scheme the layout can hold (GPTQ: b 2/4/8, rows and cols multiples of pf; AWQ: int4 groups dividing
-// cols, rows a multiple of 8) with scales exactly representable in f16; GPTQ v1 cannot store a zero point 0
-// (it would read back as 2^b). Throws UsageError("export") naming `module` and what to do otherwise.
+// channel scheme the layout can hold (GPTQ: b 2/3/4/8, rows and cols multiples of pf (32 for b = 3); AWQ:
+// int4 groups dividing cols, rows a multiple of 8, no input_perm) with scales exactly representable in f16;
+// GPTQ v1 cannot store a zero point 0 (it would read back as 2^b). GPTQ writes an input-permuted matrix in
+// its original column order with the act-order g_idx. Throws UsageError("export") naming `module` and what to
+// do otherwise.
 std::vector<PackedTensor> pack_gptq(const QuantizedMatrix& q, bool v2, const std::string& module);
 std::vector<PackedTensor> pack_awq(const QuantizedMatrix& q, const std::string& module);
 

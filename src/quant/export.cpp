@@ -72,7 +72,7 @@ struct Modules {
 json hub_config(const Modules& mods, const ModelConfig& c, const ExportOptions& o) {
   const auto shapes = hf_matrix_shapes(c);
   const QuantizedMatrix* first = nullptr;
-  bool all_sym = true;
+  bool all_sym = true, act_order = false;
   for (auto& [module, shape] : shapes) {
     auto it = mods.q.find(module);
     const bool decoder = module != "lm_head" && module != "model.embed_tokens";
@@ -101,6 +101,7 @@ json hub_config(const Modules& mods, const ModelConfig& c, const ExportOptions& 
              " at '" + module + "'); " + o.to +
              " holds one bits/group_size for all: export to compressed-tensors");
     all_sym = all_sym && b.symmetric;
+    act_order = act_order || !q.input_perm.empty();
   }
   if (!first) refuse("the checkpoint has no decoder layers to export");
   const int bits = first->bits;
@@ -112,7 +113,7 @@ json hub_config(const Modules& mods, const ModelConfig& c, const ExportOptions& 
   return {{"quant_method", "gptq"},
           {"bits", bits},
           {"group_size", gs},
-          {"desc_act", false},
+          {"desc_act", act_order},  // g_idx then names each input column's group
           {"static_groups", false},
           {"sym", all_sym},
           {"true_sequential", true},
@@ -220,6 +221,11 @@ ExportResult export_checkpoint(const std::string& src_dir, const std::string& ou
     list.push_back({name, v.dtype, v.shape, v.data, v.nbytes});
   }
   for (auto& [module, q] : mods.q) {
+    if (o.to == "compressed-tensors" && !q->input_perm.empty())
+      refuse("module '" + module +
+             "' has act-order input columns (a GPTQ g_idx that is not c / group_size), which lowbit's "
+             "compressed-tensors writer does not store (no weight_g_idx); export with --to gptq, or quantize "
+             "the 16-bit model with lowbit");
     std::vector<PackedTensor> packed = o.to == "gptq"  ? pack_gptq(*q, o.gptq_v2, module)
                                        : o.to == "awq" ? pack_awq(*q, module)
                                                        : pack_quantized(*q);

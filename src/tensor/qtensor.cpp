@@ -220,7 +220,8 @@ uint32_t QuantizedMatrix::code(int64_t r, int64_t c) const {
 }
 
 size_t QuantizedMatrix::storage_bytes() const {
-  size_t b = codes.size() + scales.size() + zeros.size() + dq_scales.size() * sizeof(float);
+  size_t b = codes.size() + scales.size() + zeros.size() + dq_scales.size() * sizeof(float) +
+             input_perm.size() * sizeof(int32_t);
   if (scheme.double_quant) b += sizeof(float);
   if (scheme.format == FormatId::NVFP4) b += sizeof(float);
   return b;

@@ -51,6 +51,11 @@ struct QuantizedMatrix {
   // NF4 double quantization: s(cell k) = dq_scales[k / 256] * int8(scales[k]) / 127 + dq_offset
   std::vector<float> dq_scales;  // [ceil(grid.cells() / 256)]
   float dq_offset = 0.0f;
+  // Input-column permutation (GPTQ act-order, model/hub_layouts.h), [cols] or empty (the common case: none).
+  // When set, column j of codes/grid is the original input column input_perm[j]: W[:, input_perm[j]] =
+  // stored column j, so y = W x = stored * x[input_perm]. dequantize_row / code() / the grid are in stored
+  // order; kernels/matmul.h gathers x and weight_row_f32 scatters rows back to the original order.
+  std::vector<int32_t> input_perm;
 
   bool is_gguf() const { return scheme.info().is_gguf(); }
   bool is_plain() const;                       // F32/F16/BF16 stored as is

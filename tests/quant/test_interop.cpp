@@ -7,6 +7,7 @@
 //  - hostile tensors and configs, and unexportable checkpoints, give errors that say what to do.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -19,6 +20,7 @@
 #include "core/half.h"
 #include "io/hf_checkpoint.h"
 #include "io/safetensors.h"
+#include "kernels/dispatch.h"
 #include "kernels/matmul.h"
 #include "model/hub_layouts.h"
 #include "quant/checkpoint_writer.h"
@@ -157,7 +159,8 @@ TEST_P(ExportRoundTrip, ImportGivesIdenticalTensorsAndLogits) {
 INSTANTIATE_TEST_SUITE_P(
     Layouts, ExportRoundTrip,
     ::testing::Values(ExportCase{"int4:g32:sym", "gptq", false}, ExportCase{"int4:g32:asym", "gptq", true},
-                      ExportCase{"int8:g32:asym", "gptq", true},
+                      ExportCase{"int8:g32:asym", "gptq", true}, ExportCase{"int3:g32:asym", "gptq", true},
+                      ExportCase{"int3:g32:sym", "gptq", false},
                       ExportCase{"int4:channel:sym", "gptq", false},
                       ExportCase{"int4:g16:asym", "awq", false}, ExportCase{"int4:g32:sym", "awq", false},
                       ExportCase{"int4:g32:asym,algo=gptq", "compressed-tensors", false}),
@@ -174,6 +177,8 @@ struct Known {  // per module, lowbit orientation: u [rows, cols], zero [rows, g
   int64_t rows = 0, cols = 0, groups = 0, gs = 0;
   std::vector<int> u, zero;
   std::vector<float> scale;
+  std::vector<int32_t> g_idx;  // [cols], group of input column c (act-order: a permutation of c / gs)
+  bool act_order = false;
 };
 
 template <class T>
@@ -183,11 +188,38 @@ std::vector<uint8_t> raw(const std::vector<T>& v) {
   return b;
 }
 
+// AutoGPTQ's 3-bit pack (qlinear_cuda_old.QuantLinear.pack), transcribed loop for loop: 32 values into 3
+// words, value 10 split 2 + 1 bits and value 21 split 1 + 2 bits across word boundaries.
+std::vector<uint32_t> pack3_autogptq(const std::vector<uint32_t>& v) {
+  std::vector<uint32_t> out(v.size() / 32 * 3, 0);
+  size_t i = 0, row = 0;
+  while (row < out.size()) {
+    for (size_t j = i; j < i + 10; ++j) out[row] |= v[j] << (3 * (j - i));
+    i += 10;
+    out[row] |= v[i] << 30;
+    ++row;
+    out[row] |= (v[i] >> 2) & 1;
+    ++i;
+    for (size_t j = i; j < i + 10; ++j) out[row] |= v[j] << (3 * (j - i) + 1);
+    i += 10;
+    out[row] |= v[i] << 31;
+    ++row;
+    out[row] |= (v[i] >> 1) & 0x3;
+    ++i;
+    for (size_t j = i; j < i + 10; ++j) out[row] |= v[j] << (3 * (j - i) + 2);
+    i += 10;
+    ++row;
+  }
+  return out;
+}
+
 // Replaces every quantized module of the compressed-tensors checkpoint `src` by random integers packed by
 // hand in the GPTQ (v1: zero - 1 stored) or AWQ layout, group size gs; returns the integers the loader must
-// find.
+// find. act_order: a GPTQ g_idx as act-order quantization leaves it, g_idx[order[i]] = i / gs for a random
+// column order (each group holds gs columns, the last one the rest, scattered over the row).
 std::map<std::string, Known> write_hub_fixture(const std::string& src, const std::string& out,
-                                               const std::string& method, int gs, int bits, bool v2) {
+                                               const std::string& method, int gs, int bits, bool v2,
+                                               bool act_order = false) {
   auto ck = io::HfCheckpoint::open(src);
   std::mt19937 rng(3);
   std::map<std::string, Known> known;
@@ -197,7 +229,7 @@ std::map<std::string, Known> write_hub_fixture(const std::string& src, const std
     store.push_back(std::move(b));
     list.push_back({n, dt, std::move(shape), store.back().data(), store.back().size()});
   };
-  const int pf = 32 / bits, mx = (1 << bits) - 1;
+  const int pf = 32 / bits, mx = (1 << bits) - 1;  // (bits 3: packed by pack3_autogptq instead)
   for (auto& [name, v] : ck.tensors) {
     const auto dot = name.rfind('.');
     const std::string module = name.substr(0, dot), suffix = name.substr(dot + 1);
@@ -219,21 +251,46 @@ std::map<std::string, Known> write_hub_fixture(const std::string& src, const std
       for (int64_t r = 0; r < k.rows; ++r)
         for (int64_t g = 0; g < k.groups; ++g) sc[g * k.rows + r] = f32_to_f16(k.scale[r * k.groups + g]);
       add(module + ".scales", DType::F16, {k.groups, k.rows}, raw(sc));
-      std::vector<uint32_t> qz(static_cast<size_t>(k.groups * k.rows / pf), 0);
+      const int64_t zw = k.rows * bits / 32;  // qzeros words per group
+      std::vector<uint32_t> qz(static_cast<size_t>(k.groups * zw), 0);
+      k.g_idx.resize(static_cast<size_t>(k.cols));
+      for (int64_t i = 0; i < k.cols; ++i) k.g_idx[i] = static_cast<int32_t>(i / gs);
+      if (act_order) {
+        std::vector<int64_t> order(static_cast<size_t>(k.cols));
+        for (int64_t i = 0; i < k.cols; ++i) order[i] = i;
+        std::shuffle(order.begin(), order.end(), rng);
+        for (int64_t i = 0; i < k.cols; ++i) k.g_idx[order[i]] = static_cast<int32_t>(i / gs);
+        for (int64_t i = 0; i < k.cols; ++i)  // (one group per row stays trivial: nothing to permute)
+          k.act_order = k.act_order || k.g_idx[i] != i / gs;
+      }
       if (method == "gptq") {
-        std::vector<uint32_t> qw(static_cast<size_t>(k.cols / pf * k.rows), 0);
-        for (int64_t i = 0; i < k.cols; ++i)  // input i of output j: word [i / pf, j], slot i % pf
-          for (int64_t j = 0; j < k.rows; ++j)
-            qw[(i / pf) * k.rows + j] |= static_cast<uint32_t>(k.u[j * k.cols + i]) << (bits * (i % pf));
-        for (int64_t g = 0; g < k.groups; ++g)
-          for (int64_t j = 0; j < k.rows; ++j) {
-            const uint32_t z = static_cast<uint32_t>(k.zero[j * k.groups + g] - (v2 ? 0 : 1)) & mx;
-            qz[g * (k.rows / pf) + j / pf] |= z << (bits * (j % pf));
+        std::vector<uint32_t> qw(static_cast<size_t>(k.cols * bits / 32 * k.rows), 0);
+        if (bits == 3) {
+          for (int64_t j = 0; j < k.rows; ++j) {  // output j: its inputs packed down column j of qweight
+            std::vector<uint32_t> col(static_cast<size_t>(k.cols));
+            for (int64_t i = 0; i < k.cols; ++i) col[i] = static_cast<uint32_t>(k.u[j * k.cols + i]);
+            auto words = pack3_autogptq(col);
+            for (size_t w = 0; w < words.size(); ++w) qw[w * k.rows + j] = words[w];
           }
-        std::vector<int32_t> gi(static_cast<size_t>(k.cols));
-        for (int64_t i = 0; i < k.cols; ++i) gi[i] = static_cast<int32_t>(i / gs);
-        add(module + ".qweight", DType::I32, {k.cols / pf, k.rows}, raw(qw));
-        add(module + ".g_idx", DType::I32, {k.cols}, raw(gi));
+          for (int64_t g = 0; g < k.groups; ++g) {  // group g: its outputs packed along row g of qzeros
+            std::vector<uint32_t> zr(static_cast<size_t>(k.rows));
+            for (int64_t j = 0; j < k.rows; ++j)
+              zr[j] = static_cast<uint32_t>(k.zero[j * k.groups + g] - (v2 ? 0 : 1)) & mx;
+            auto words = pack3_autogptq(zr);
+            for (size_t w = 0; w < words.size(); ++w) qz[g * zw + w] = words[w];
+          }
+        } else {
+          for (int64_t i = 0; i < k.cols; ++i)  // input i of output j: word [i / pf, j], slot i % pf
+            for (int64_t j = 0; j < k.rows; ++j)
+              qw[(i / pf) * k.rows + j] |= static_cast<uint32_t>(k.u[j * k.cols + i]) << (bits * (i % pf));
+          for (int64_t g = 0; g < k.groups; ++g)
+            for (int64_t j = 0; j < k.rows; ++j) {
+              const uint32_t z = static_cast<uint32_t>(k.zero[j * k.groups + g] - (v2 ? 0 : 1)) & mx;
+              qz[g * zw + j / pf] |= z << (bits * (j % pf));
+            }
+        }
+        add(module + ".qweight", DType::I32, {k.cols * bits / 32, k.rows}, raw(qw));
+        add(module + ".g_idx", DType::I32, {k.cols}, raw(k.g_idx));
       } else {
         const int order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
         std::vector<uint32_t> qw(static_cast<size_t>(k.cols * k.rows / 8), 0);
@@ -249,7 +306,7 @@ std::map<std::string, Known> write_hub_fixture(const std::string& src, const std
                                           << (4 * s);
         add(module + ".qweight", DType::I32, {k.cols, k.rows / 8}, raw(qw));
       }
-      add(module + ".qzeros", DType::I32, {k.groups, k.rows / pf}, raw(qz));
+      add(module + ".qzeros", DType::I32, {k.groups, zw}, raw(qz));
       known[module] = k;
       continue;
     }
@@ -260,7 +317,7 @@ std::map<std::string, Known> write_hub_fixture(const std::string& src, const std
   json cfg = ck.config;
   if (method == "gptq")
     cfg["quantization_config"] = {{"quant_method", "gptq"}, {"bits", bits},
-                                  {"group_size", gs},       {"desc_act", false},
+                                  {"group_size", gs},       {"desc_act", act_order},
                                   {"sym", false},           {"checkpoint_format", v2 ? "gptq_v2" : "gptq"}};
   else
     cfg["quantization_config"] = {
@@ -278,19 +335,38 @@ void expect_known(Model& m, const std::map<std::string, Known>& known, const std
     ASSERT_EQ(w->kind, WeightKind::Quant) << what << " " << name;
     const QuantizedMatrix& q = *w->q;
     ASSERT_EQ(q.grid.cols, k.groups) << what << " " << name;
+    EXPECT_EQ(q.bits, q.scheme.info().bits) << what << " " << name;
+    // Stored column j is input column perm[j]: without act-order the identity (no permutation kept); with
+    // it, the columns sorted by g_idx (stable), so stored groups are consecutive.
+    std::vector<int64_t> perm(static_cast<size_t>(k.cols));
+    for (int64_t j = 0; j < k.cols; ++j) perm[j] = j;
+    if (k.act_order) {
+      ASSERT_EQ(q.input_perm.size(), static_cast<size_t>(k.cols)) << what << " " << name;
+      std::vector<bool> seen(static_cast<size_t>(k.cols), false);
+      for (int64_t j = 0; j < k.cols; ++j) {
+        const int64_t c = q.input_perm[j];
+        ASSERT_TRUE(c >= 0 && c < k.cols && !seen[c]) << what << " " << name << " input_perm[" << j << "]";
+        seen[c] = true;
+        ASSERT_EQ(k.g_idx[c], j / k.gs) << what << " " << name << ": stored column " << j;
+        if (j > 0 && j % k.gs != 0) ASSERT_LT(q.input_perm[j - 1], c) << what << " stable order";
+        perm[j] = c;
+      }
+    } else {
+      EXPECT_TRUE(q.input_perm.empty()) << what << " " << name;
+    }
     for (int64_t r = 0; r < k.rows; ++r) {
-      for (int64_t c = 0; c < k.cols; ++c)
-        ASSERT_EQ(q.code(r, c), k.u[r * k.cols + c]) << what << " " << name;
+      for (int64_t j = 0; j < k.cols; ++j)
+        ASSERT_EQ(q.code(r, j), k.u[r * k.cols + perm[j]]) << what << " " << name;
       for (int64_t g = 0; g < k.groups; ++g) {
         ASSERT_EQ(q.zero_point(r, g), k.zero[r * k.groups + g]) << what << " " << name << " row " << r;
         ASSERT_EQ(q.scale(r, g), k.scale[r * k.groups + g]) << what << " " << name;
       }
     }
-    // Dequantized rows: (u - zero) * scale.
+    // Dequantized rows, in the original input order: (u - zero) * scale of the column's group g_idx[c].
     auto f = dequantized(*w);
     for (int64_t r = 0; r < k.rows; ++r)
       for (int64_t c = 0; c < k.cols; ++c) {
-        const int64_t g = c / k.gs;
+        const int64_t g = k.g_idx[c];
         ASSERT_EQ(f[r * k.cols + c], static_cast<float>(k.u[r * k.cols + c] - k.zero[r * k.groups + g]) *
                                          k.scale[r * k.groups + g]);
       }
@@ -312,15 +388,22 @@ void expect_kernels_match_dense(Model& m, const std::string& what) {
     for (int64_t T : {1, 9}) {
       std::vector<float> x(static_cast<size_t>(T * w->cols)), y(static_cast<size_t>(T * w->rows));
       for (auto& v : x) v = nd(rng);
+      std::vector<float> yr(y.size());
       matmul(*w, x.data(), T, y.data());
+      matmul_reference(*w, x.data(), T, yr.data());
+      std::vector<float> row(static_cast<size_t>(w->cols));
       for (int64_t t = 0; t < T; ++t)
         for (int64_t r = 0; r < w->rows; ++r) {
-          double ref = 0, mag = 0;
+          double ref = 0, mag = 0, as_run = 0;
+          matmul_weight_row(*w, T, r, row.data());  // the row as the kernel multiplies it (original order)
           for (int64_t c = 0; c < w->cols; ++c) {
             ref += static_cast<double>(f[r * w->cols + c]) * x[t * w->cols + c];
             mag += std::fabs(static_cast<double>(f[r * w->cols + c]) * x[t * w->cols + c]);
+            as_run += static_cast<double>(row[c]) * x[t * w->cols + c];
           }
           ASSERT_NEAR(y[t * w->rows + r], ref, 1e-2 * mag + 1e-6) << what << " " << name << " T=" << T;
+          ASSERT_NEAR(yr[t * w->rows + r], ref, 1e-5 * mag + 1e-6) << what << " reference " << name;
+          ASSERT_NEAR(as_run, ref, 1e-2 * mag + 1e-6) << what << " matmul_weight_row " << name;
         }
     }
     ++n;
@@ -355,6 +438,124 @@ TEST(HubImport, GptqAndAwqFromKnownIntegers) {
   fs::remove_all(src);
 }
 
+// 3-bit GPTQ (AutoGPTQ's straddling pack, v1 and v2): exactly the integers, int3 group schemes; and back out
+// through `export --to gptq`, byte for byte the same tensors.
+TEST(HubImport, Gptq3BitFromKnownIntegers) {
+  const std::string src = quantized_dir("int4:g32:asym", "known3_src");
+  for (bool v2 : {false, true})
+    for (int gs : {32, 64}) {
+      const std::string what = std::string("gptq 3-bit g") + std::to_string(gs) + (v2 ? " v2" : " v1");
+      const std::string dir = temp_path(std::string("known3_") + (v2 ? "v2_" : "v1_") + std::to_string(gs));
+      auto known = write_hub_fixture(src, dir, "gptq", gs, 3, v2);
+      auto m = load_model(dir);
+      expect_known(*m, known, what);
+      for (auto& [name, w] : m->weights.named_matrices())
+        if (w->kind == WeightKind::Quant)
+          EXPECT_EQ(to_string(w->q->scheme).rfind("int3:g" + std::to_string(gs) + ":", 0), 0u)
+              << what << " " << name << " " << to_string(w->q->scheme);
+      expect_reference_agrees(dir, *m, what);
+      expect_kernels_match_dense(*m, what);
+      // Export: the same qweight / qzeros / scales / g_idx bytes as the hand-packed fixture.
+      ExportOptions o;
+      o.to = "gptq";
+      o.gptq_v2 = v2;
+      export_checkpoint(dir, dir + "-out", o);
+      auto a = io::HfCheckpoint::open(dir), b = io::HfCheckpoint::open(dir + "-out");
+      int n = 0;
+      for (auto& [name, v] : a.tensors) {
+        if (name.find(".qweight") == std::string::npos && name.find(".qzeros") == std::string::npos &&
+            name.find(".scales") == std::string::npos && name.find(".g_idx") == std::string::npos)
+          continue;
+        ASSERT_TRUE(b.tensors.count(name)) << what << " export lacks " << name;
+        const TensorView& e = b.tensors.at(name);
+        EXPECT_EQ(e.shape, v.shape) << what << " " << name;
+        EXPECT_TRUE(e.nbytes == v.nbytes && std::memcmp(e.data, v.data, v.nbytes) == 0)
+            << what << " " << name;
+        ++n;
+      }
+      EXPECT_GT(n, 0) << what;
+      EXPECT_EQ(b.config["quantization_config"]["bits"], 3) << what;
+      fs::remove_all(dir);
+      fs::remove_all(dir + "-out");
+    }
+  fs::remove_all(src);
+}
+
+// Act-order GPTQ (desc_act, a g_idx that scatters each group over the row): loads exactly, with the columns
+// sorted into consecutive groups and the permutation kept; dequantizes in the original column order; the
+// kernels gather x; `export --to gptq` writes the same g_idx (desc_act=true) and the original columns back;
+// compressed-tensors and AWQ refuse it.
+TEST(HubImport, GptqActOrderFromKnownIntegers) {
+  const std::string src = quantized_dir("int4:g32:asym", "actorder_src");
+  struct K {
+    int gs, bits;
+    bool v2;
+  } cases[] = {
+      {32, 4, false}, {40, 4, true}, {32, 3, true}, {64, 2, false}, {32, 8, true}};  // 40, 64: ragged
+  for (auto& k : cases) {
+    const std::string what =
+        "act-order gptq g" + std::to_string(k.gs) + " b" + std::to_string(k.bits) + (k.v2 ? " v2" : " v1");
+    const std::string dir = temp_path("actorder_" + std::to_string(k.gs) + "_" + std::to_string(k.bits));
+    auto known = write_hub_fixture(src, dir, "gptq", k.gs, k.bits, k.v2, /*act_order=*/true);
+    auto m = load_model(dir);
+    expect_known(*m, known, what);
+    expect_reference_agrees(dir, *m, what);
+    expect_kernels_match_dense(*m, what);
+    // Logits through the whole model (a 12-token prefill): equal to a model whose matrices are the
+    // dequantized ones (F32, original column order), up to float summation order. Run below the Avx512Bf16
+    // tier, whose 4-bit kernels round activations to BF16 (checked per matrix above), which two layers of
+    // random-integer weights amplify.
+    auto dense = load_model(dir);
+    for (auto& [name, w] : dense->weights.named_matrices())
+      if (w->kind == WeightKind::Quant) *w = make_f32_weight(dequantized(*w).data(), w->rows, w->cols);
+    auto toks = testing::test_tokens(m->config.vocab_size, 12, 3);
+    const Isa isa = kernel_isa();
+    set_kernel_isa(std::min(isa, Isa::Avx512));
+    const auto lq = testing::logits_of(*m, toks), ld = testing::logits_of(*dense, toks);
+    set_kernel_isa(isa);
+    float amax = 0;
+    for (float v : ld) amax = std::max(amax, std::fabs(v));
+    EXPECT_LT(testing::max_abs_diff(lq, ld), 1e-4f * (1.0f + amax)) << what;
+    // GPTQ export: the original g_idx and columns, desc_act=true; import gives the same matrix again.
+    ExportOptions o;
+    o.to = "gptq";
+    o.gptq_v2 = k.v2;  // (v1 fixtures hold zeros of 2^b, which only v1 stores)
+    export_checkpoint(dir, dir + "-gptq", o);
+    auto ex = io::HfCheckpoint::open(dir + "-gptq");
+    EXPECT_EQ(ex.config["quantization_config"]["desc_act"], true) << what;
+    const std::string qn = "model.layers.1.mlp.down_proj.g_idx";
+    ASSERT_TRUE(ex.tensors.count(qn)) << what;
+    std::vector<int32_t> gi(known.at("model.layers.1.mlp.down_proj").g_idx);
+    EXPECT_EQ(std::memcmp(ex.tensors.at(qn).data, gi.data(), gi.size() * 4), 0) << what;
+    auto back = load_model(dir + "-gptq");
+    expect_same_matrices(*m, *back, what + " -> gptq");
+    for (size_t i = 0; i < m->weights.named_matrices().size(); ++i) {
+      const WeightMatrix& a = *m->weights.named_matrices()[i].second;
+      const WeightMatrix& b = *back->weights.named_matrices()[i].second;
+      if (a.kind == WeightKind::Quant) EXPECT_EQ(a.q->input_perm, b.q->input_perm) << what;
+    }
+    expect_reference_agrees(dir + "-gptq", *back, what + " -> gptq");
+    EXPECT_EQ(testing::logits_of(*m, toks), testing::logits_of(*back, toks)) << what;
+    // Layouts without a per-column group index refuse it, naming the module and what to do.
+    for (const char* to : {"compressed-tensors", "awq"}) {
+      if (k.bits != 4 && std::string(to) == "awq") continue;
+      ExportOptions r;
+      r.to = to;
+      try {
+        export_checkpoint(dir, dir + "-refused", r);
+        ADD_FAILURE() << what << " exported to " << to;
+      } catch (const UsageError& e) {
+        EXPECT_NE(std::string(e.what()).find("act-order"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("--to gptq"), std::string::npos) << e.what();
+      }
+      EXPECT_FALSE(fs::exists(dir + "-refused")) << what << " " << to;
+    }
+    fs::remove_all(dir);
+    fs::remove_all(dir + "-gptq");
+  }
+  fs::remove_all(src);
+}
+
 // ---- hostile input and refusals ----
 
 void expect_model_error(const std::string& dir, const std::string& needle, const std::string& what) {
@@ -379,7 +580,9 @@ TEST(HubImport, HostileTensorsAndConfigsAreRejected) {
     return d;
   };
   // Config: bits / group size / version that do not match or are unsupported.
-  expect_model_error(edit_config("h_bits3", [](json& q) { q["bits"] = 3; }), "3 bits", "bits 3");
+  expect_model_error(edit_config("h_bits5", [](json& q) { q["bits"] = 5; }), "5 bits", "bits 5");
+  expect_model_error(edit_config("h_bits3", [](json& q) { q["bits"] = 3; }), "qweight",
+                     "bits 3 vs 4-bit tensors");
   expect_model_error(edit_config("h_bits8", [](json& q) { q["bits"] = 8; }), "qweight",
                      "bits 8 vs 4-bit tensors");
   expect_model_error(edit_config("h_gs", [](json& q) { q["group_size"] = 16; }), "qzeros", "group size");
@@ -396,7 +599,7 @@ TEST(HubImport, HostileTensorsAndConfigsAreRejected) {
                     q = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 32}, {"version", "gemv"}};
                   }),
       "gemv", "awq gemv");
-  // Tensors: act-order g_idx, wrong dtype, wrong shape.
+  // Tensors: hostile g_idx, wrong dtype, wrong shape.
   auto edit_tensor = [&](const std::string& name, const std::string& tensor, DType dt,
                          std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
     const std::string d = temp_path(name);
@@ -413,11 +616,32 @@ TEST(HubImport, HostileTensorsAndConfigsAreRejected) {
     return d;
   };
   const std::string m = "model.layers.0.self_attn.q_proj";
-  std::vector<int32_t> perm(64);
-  for (int i = 0; i < 64; ++i) perm[i] = (i * 7) % 2;  // act-order groups, not i / 32
-  expect_model_error(edit_tensor("h_gidx", m + ".g_idx", DType::I32, {64}, raw(perm)), "desc_act", "g_idx");
+  std::vector<int32_t> gidx(64);
+  for (int i = 0; i < 64; ++i) gidx[i] = (i * 7) % 2;  // act-order groups (32 each), not i / 32: loads
+  {
+    const std::string d = edit_tensor("h_gidx_ok", m + ".g_idx", DType::I32, {64}, raw(gidx));
+    auto ok = load_model(d);
+    EXPECT_EQ(ok->weights.layers[0].wq.q->input_perm.size(), 64u);
+  }
+  auto gidx_error = [&](const std::string& name, std::vector<int32_t> g, const std::string& needle) {
+    expect_model_error(edit_tensor(name, m + ".g_idx", DType::I32, {64}, raw(g)), needle, name);
+    expect_model_error(edit_tensor(name + "b", m + ".g_idx", DType::I32, {64}, raw(g)), m + ".g_idx", name);
+  };
+  auto g = gidx;
+  g[5] = 2;  // only groups 0 and 1 exist
+  gidx_error("h_gidx_range", g, "g_idx[5] = 2");
+  g = gidx;
+  g[6] = -1;
+  gidx_error("h_gidx_neg", g, "g_idx[6] = -1");
+  g = gidx;
+  g[1] = 0;  // group 0 used 33 times, group 1 31 times
+  gidx_error("h_gidx_over", g, "group 0 holds 33");
   expect_model_error(edit_tensor("h_gidx_short", m + ".g_idx", DType::I32, {8}, std::vector<uint8_t>(32)),
                      "g_idx", "g_idx short");
+  expect_model_error(edit_tensor("h_gidx_2d", m + ".g_idx", DType::I32, {2, 32}, raw(gidx)), "shape",
+                     "g_idx 2-D");
+  expect_model_error(edit_tensor("h_gidx_dt", m + ".g_idx", DType::I64, {64}, std::vector<uint8_t>(512)),
+                     "dtype", "g_idx int64");
   expect_model_error(edit_tensor("h_qw_dt", m + ".qweight", DType::F32, {8, 64}, std::vector<uint8_t>(2048)),
                      "dtype", "qweight dtype");
   expect_model_error(
@@ -446,7 +670,7 @@ TEST(Export, UnrepresentableCheckpointsAreRefused) {
     EXPECT_FALSE(fs::exists(out)) << "a refused export left " << out;
   };
   const std::string nf4 = quantized_dir("nf4:g32", "refuse_nf4");
-  expect_refused(nf4, "gptq", "INT2/4/8");
+  expect_refused(nf4, "gptq", "INT2/3/4/8");
   expect_refused(nf4, "awq", "INT4");
   const std::string w8a8 = quantized_dir("W8A8", "refuse_w8a8");
   expect_refused(w8a8, "gptq", "weight-only");
@@ -469,6 +693,14 @@ TEST(Export, UnrepresentableCheckpointsAreRefused) {
   q.zeros[5] = 0;
   EXPECT_THROW(pack_gptq(q, false, "m"), UsageError);
   EXPECT_NO_THROW(pack_gptq(q, true, "m"));
+  // ... and v2 cannot hold a zero point of 2^b (v1 stores it as all ones).
+  q.zeros[5] = 16;
+  try {
+    pack_gptq(q, true, "m");
+    ADD_FAILURE() << "a zero point of 16 was packed into 4-bit v2 zeros";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--gptq-format v1"), std::string::npos) << e.what();
+  }
   for (auto& p : {nf4, w8a8, i8, chan, ok}) fs::remove_all(p);
 }
 

@@ -9,7 +9,10 @@ sharing no code with lowbit:
   GPTQ (AutoGPTQ qlinear_cuda_old / GPTQModel): qweight int32 [in / pf, out] packed along the input dim, qzeros
     int32 [groups, out / pf] packed along the output dim (checkpoint_format "gptq": stored zero - 1, readers add
     1; "gptq_v2": stored as is), scales [groups, out], g_idx [in]; W^T[i, j] = scales[g, j] * (q[i, j] - z[g, j]),
-    g = g_idx[i].
+    g = g_idx[i] (any g_idx: act-order checkpoints scatter each group over the inputs). 3-bit (AutoGPTQ's
+    QuantLinear.pack for bits == 3): 32 values in 3 words, qweight [in * 3 / 32, out], qzeros [groups,
+    out * 3 / 32]; the words of a run read as one little-endian bit string hold value k at bits [3k, 3k + 3)
+    (values 10 and 21 straddle two words).
   AWQ (AutoAWQ GEMM): qweight int32 [in, out / 8] and qzeros [groups, out / 8], slot k of a word holding column
     8*j + [0, 2, 4, 6, 1, 3, 5, 7][k]; scales [groups, out]; W^T[i, j] = scales[i // gs, j] * (q - z).
 
@@ -47,6 +50,16 @@ def unpack_rows(packed, bits, n):
     return vals.reshape(*packed.shape[:-1], packed.shape[-1] * pf)[..., :n]
 
 
+def unpack_bitstream(words, bits, n):
+    """int32 words -> unsigned b-bit values along the last axis, the words read as one little-endian bit string
+    (value k at bits [k*b, (k+1)*b)); for b = 2, 4, 8 the same as unpack_rows."""
+    b = np.ascontiguousarray(words.astype("<u4")).view(np.uint8)
+    bitstr = np.unpackbits(b, axis=-1, bitorder="little")  # [..., words * 32]
+    m = bitstr.shape[-1] // bits
+    v = bitstr[..., : m * bits].reshape(*bitstr.shape[:-1], m, bits).astype(np.int64)
+    return (v << np.arange(bits, dtype=np.int64)).sum(axis=-1)[..., :n]
+
+
 def ct_module(t, m, weights_args):
     bits = weights_args["num_bits"]
     rows, cols = [int(x) for x in t[m + ".weight_shape"]]
@@ -70,11 +83,10 @@ def ct_module(t, m, weights_args):
 
 def gptq_module(t, m, qc):
     bits = qc["bits"]
-    pf = 32 // bits
     qweight, qzeros, scales = t[m + ".qweight"], t[m + ".qzeros"], t[m + ".scales"].astype(np.float32)
-    n_in, n_out = qweight.shape[0] * pf, qweight.shape[1]
-    q = unpack_rows(qweight.T, bits, n_in).T  # [in, out]
-    z = unpack_rows(qzeros, bits, n_out)  # [groups, out]
+    n_in, n_out = qweight.shape[0] * 32 // bits, qweight.shape[1]
+    q = unpack_bitstream(qweight.T, bits, n_in).T  # [in, out]
+    z = unpack_bitstream(qzeros, bits, n_out)  # [groups, out]
     if qc.get("checkpoint_format", "gptq") == "gptq":
         z = z + 1
     g_idx = t[m + ".g_idx"] if m + ".g_idx" in t else np.arange(n_in) // qc["group_size"]
