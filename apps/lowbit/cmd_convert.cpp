@@ -7,6 +7,7 @@
 #include "core/timer.h"
 #include "io/hf_checkpoint.h"
 #include "model/gguf_export.h"
+#include "model/gguf_model_export.h"
 #include "model/model.h"
 
 namespace {
@@ -17,9 +18,13 @@ struct Args {
 
 void setup(CLI::App& cmd) {
   static Args a;
-  cmd.add_option("-m,--model", a.model, "Source: Hugging Face directory or llama2.c .bin")->required();
+  cmd.add_option("-m,--model", a.model,
+                 "Source: Hugging Face directory or llama2.c .bin (tokenizer.bin beside it)")
+      ->required();
   cmd.add_option("-o,--out", a.out, "Output .gguf file (must not exist)")->required();
-  cmd.add_option("--type", a.type, "Matrix type: f32 (default), f16, bf16, q8_0, q4_0, q4_k");
+  cmd.add_option("--type", a.type,
+                 "Matrix type: f32 (default), f16, bf16 or a GGUF block type: q8_0, q4_0, q4_1, q5_0, q5_1, "
+                 "q2_k .. q6_k, iq4_nl, mxfp4 (lowbit formats lists them)");
   cmd.footer("Example: lowbit convert -m ../shared/models/tinystories-656K -o /tmp/ts656k.gguf --type q8_0");
   cmd.callback([] {
     using namespace lowbit;
@@ -45,14 +50,18 @@ void setup(CLI::App& cmd) {
       if (ck.config.contains("quantization_config"))
         throw UsageError("convert",
                          "'" + a.model +
-                             "' is a quantized checkpoint (quantization_config); convert the 16/32-bit "
-                             "source with --type, or hand it off with lowbit export --to "
-                             "gptq|awq|compressed-tensors");
+                             "' is a quantized checkpoint (quantization_config); write it as GGUF with its "
+                             "codes kept by lowbit export --to gguf, or convert the 16/32-bit source with "
+                             "--type");
       export_gguf(config_from_hf(ck.config), ck.tensors, ck.tokenizer, o, a.out);
     } else if (fmt == "llama2c") {
-      throw UsageError("convert",
-                       "llama2.c checkpoints cannot be converted yet (their tokenizer.bin has no "
-                       "GGUF mapping); convert a Hugging Face directory");
+      // The loaded model (tokenizer.bin as llama.cpp's "llama" vocabulary, rows already in the interleaved
+      // RoPE order), every matrix written as --type.
+      auto m = load_model(a.model);
+      GgufModelExportOptions mo;
+      mo.dense = a.type;
+      mo.name = o.name;
+      export_gguf_model(*m, mo, a.out);
     } else {
       throw UsageError("convert", "'" + a.model + "' is already GGUF");
     }
@@ -62,5 +71,5 @@ void setup(CLI::App& cmd) {
 
 }  // namespace
 
-LOWBIT_COMMAND("convert", 80, "Convert a Hugging Face model directory to a GGUF file (llama.cpp naming).",
+LOWBIT_COMMAND("convert", 80, "Convert a Hugging Face or llama2.c model to a GGUF file (llama.cpp naming).",
                setup);

@@ -13,11 +13,13 @@
 #include "formats/format.h"
 #include "formats/ggml_types.h"
 #include "io/gguf.h"
+#include "model/gguf_export_common.h"
+#include "tokenizer/tokenizer.h"
 
 using nlohmann::json;
 
 namespace lowbit {
-namespace {
+namespace gguf_detail {
 
 // llama.cpp's converter reorders each head's rows from HF's [first halves | second halves] to interleaved
 // pairs: GGUF row 2i = HF row i, row 2i+1 = HF row i + head_dim/2.
@@ -39,29 +41,64 @@ std::string gguf_name(const std::string& hf, RoleRef* ref) {
 }
 
 int type_id(const std::string& t) {
-  // The types lowbit can write (dense, and the block types the formats library quantizes to).
-  static const std::map<std::string, int> kTypes = {{"f32", 0},  {"f16", 1},  {"bf16", 30},
-                                                    {"q4_0", 2}, {"q8_0", 8}, {"q4_k", 12}};
-  auto it = kTypes.find(t);
-  if (it == kTypes.end())
-    throw UsageError("model",
-                     "unsupported GGUF tensor type '" + t + "'; use f32, f16, bf16, q8_0, q4_0 or q4_k");
-  return it->second;
+  std::string n;
+  for (char ch : t) n += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (n == "f32") return 0;
+  if (n == "f16") return 1;
+  if (n == "bf16") return 30;
+  if (n == "mxfp4") n = "ggml_mxfp4";  // in a GGUF file, MXFP4 is ggml's block
+  const FormatInfo* f = find_format(n);
+  if (f && f->is_gguf() && (f->quantize_row || f->quantize_row_weighted)) return f->ggml_type;
+  std::string names = "f32, f16, bf16";
+  for (const FormatInfo& r : format_table())
+    if (r.is_gguf() && (r.quantize_row || r.quantize_row_weighted)) names += std::string(", ") + r.name;
+  throw UsageError("model", "unsupported GGUF tensor type '" + t + "'; use one of " + names);
 }
 
-// Rows the export appends to the embedding (and output) matrices for tokens the source vocabulary lacks.
-struct VocabExtension {
-  int64_t n_tokens = 0;  // tokens written (source vocabulary + appended)
-  int64_t appended = 0;
-  int64_t row_source = -1;  // the source row each appended row copies (<unk>), or -1 for zero rows
-};
+std::string type_name(int ggml_type) {
+  if (ggml_type == 0) return "f32";
+  if (ggml_type == 1) return "f16";
+  if (ggml_type == 30) return "bf16";
+  const FormatInfo* f = format_by_ggml_type(ggml_type);
+  return f ? f->name : "ggml type " + std::to_string(ggml_type);
+}
+
+namespace {
 
 bool is_byte_piece(const std::string& p) {
   return p.size() == 6 && p.rfind("<0x", 0) == 0 && p[5] == '>' &&
          std::isxdigit(static_cast<unsigned char>(p[3])) && std::isxdigit(static_cast<unsigned char>(p[4]));
 }
 
-VocabExtension tokenizer_metadata(io::GgufWriter& w, const json& tj, const ModelConfig& c) {
+// llama.cpp's SPM spells a character missing from the vocabulary as its UTF-8 bytes, the tokens "<0xXX>",
+// and throws (std::out_of_range: the server answers 500, llama-perplexity aborts) when one is missing. A
+// vocabulary may lack them (Hugging Face byte_fallback then gives <unk>): append the missing ones as BYTE
+// tokens, whose embedding (and output) rows copy <unk>'s, so that llama.cpp tokenizes every text.
+int64_t append_byte_tokens(std::vector<std::string>& tokens, std::vector<int32_t>& types,
+                           std::vector<float>& scores) {
+  static const char* kHex = "0123456789ABCDEF";
+  auto byte_piece = [](int b) { return std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">"; };
+  std::vector<bool> have(256, false);  // llama.cpp looks up the upper-case spelling only
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (is_byte_piece(tokens[i])) {
+      types[i] = 6;
+      const int b = std::stoi(tokens[i].substr(3, 2), nullptr, 16);
+      if (tokens[i] == byte_piece(b)) have[b] = true;
+    }
+  int64_t appended = 0;
+  for (int b = 0; b < 256; ++b)
+    if (!have[b]) {
+      tokens.push_back(byte_piece(b));
+      types.push_back(6);
+      scores.push_back(0.0f);
+      ++appended;
+    }
+  return appended;
+}
+
+}  // namespace
+
+VocabExtension write_tokenizer_json(io::GgufWriter& w, const json& tj, const ModelConfig& c) {
   VocabExtension ext;
   ext.n_tokens = c.vocab_size;
   if (tj.is_null()) return ext;
@@ -114,26 +151,7 @@ VocabExtension tokenizer_metadata(io::GgufWriter& w, const json& tj, const Model
       auto it = m.at("vocab").find(merged);
       if (it != m.at("vocab").end()) scores[it->get<int64_t>()] = -static_cast<float>(r + 1);
     }
-    // llama.cpp's SPM spells a character missing from the vocabulary as its UTF-8 bytes, the tokens "<0xXX>",
-    // and throws (std::out_of_range: the server answers 500, llama-perplexity aborts) when one is missing. A
-    // Hugging Face vocabulary may lack them (byte_fallback then gives <unk>): append the missing ones as BYTE
-    // tokens, whose embedding (and output) rows copy <unk>'s, so that llama.cpp tokenizes every text.
-    static const char* kHex = "0123456789ABCDEF";
-    auto byte_piece = [](int b) { return std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">"; };
-    std::vector<bool> have(256, false);  // llama.cpp looks up the upper-case spelling only
-    for (size_t i = 0; i < tokens.size(); ++i)
-      if (is_byte_piece(tokens[i])) {
-        types[i] = 6;
-        const int b = std::stoi(tokens[i].substr(3, 2), nullptr, 16);
-        if (tokens[i] == byte_piece(b)) have[b] = true;
-      }
-    for (int b = 0; b < 256; ++b)
-      if (!have[b]) {
-        tokens.push_back(byte_piece(b));
-        types.push_back(6);
-        scores.push_back(0.0f);
-        ++ext.appended;
-      }
+    ext.appended = append_byte_tokens(tokens, types, scores);
     ext.row_source = unk;
     // The dummy prefix: Hugging Face's Prepend("▁") normalizer or a Metaspace pre-tokenizer that prepends.
     const bool prefix =
@@ -148,6 +166,51 @@ VocabExtension tokenizer_metadata(io::GgufWriter& w, const json& tj, const Model
   w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(c.bos_id));
   w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_id));
   if (unk >= 0) w.set_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(unk));
+  return ext;
+}
+
+VocabExtension write_tokenizer_spm(io::GgufWriter& w, const Tokenizer& tok, const ModelConfig& c) {
+  if (tok.options().algo != TokenizerAlgo::ScoreMerge)
+    fail("model",
+         "GGUF export of a '" + tok.options().name +
+             "' tokenizer from memory is not supported; export a model directory with tokenizer.json");
+  // As llama.cpp's convert-llama2c-to-ggml: pieces with spaces spelled "▁", <unk> UNKNOWN, BOS/EOS and
+  // empty pieces CONTROL, <0xXX> BYTE, the rest as the tokenizer marks them; the scores as stored.
+  const int32_t n = tok.vocab_size();
+  std::vector<std::string> tokens(static_cast<size_t>(n));
+  std::vector<int32_t> types(tokens.size(), 1);
+  std::vector<float> scores(tokens.size(), 0.0f);
+  for (int32_t i = 0; i < n; ++i) {
+    std::string p = tok.piece(i);
+    if (!tok.options().escape_spaces) {
+      std::string e;
+      for (char ch : p) {
+        if (ch == ' ')
+          e.append("\xe2\x96\x81");
+        else
+          e.push_back(ch);
+      }
+      p = std::move(e);
+    }
+    tokens[i] = p;
+    scores[i] = tok.score(i);
+    types[i] = static_cast<int32_t>(tok.attr(i));
+    if (i == tok.unk_id()) types[i] = 2;
+    if (i == tok.bos_id() || i == tok.eos_id() || p.empty()) types[i] = 3;
+  }
+  VocabExtension ext;
+  ext.appended = append_byte_tokens(tokens, types, scores);
+  ext.row_source = tok.unk_id();
+  ext.n_tokens = static_cast<int64_t>(tokens.size());
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_string("tokenizer.ggml.pre", "default");
+  w.set_bool("tokenizer.ggml.add_space_prefix", tok.options().prefix != PrefixMode::Never);
+  w.set_array_string("tokenizer.ggml.tokens", tokens);
+  w.set_array_f32("tokenizer.ggml.scores", scores);
+  w.set_array_i32("tokenizer.ggml.token_type", types);
+  if (tok.bos_id() >= 0) w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(tok.bos_id()));
+  if (tok.eos_id() >= 0) w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tok.eos_id()));
+  if (tok.unk_id() >= 0) w.set_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(tok.unk_id()));
   return ext;
 }
 
@@ -180,25 +243,26 @@ uint32_t llama_file_type(int ggml_type) {
       return 16;  // MOSTLY_Q5_K_S
     case 14:
       return 18;  // MOSTLY_Q6_K
+    case 20:
+      return 25;  // MOSTLY_IQ4_NL
+    case 23:
+      return 30;  // MOSTLY_IQ4_XS
     case 30:
       return 32;  // MOSTLY_BF16
+    case 39:
+      return 38;  // MOSTLY_MXFP4_MOE
     default:
       return 0;
   }
 }
 
-}  // namespace
-
-void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& hf,
-                 const json& tokenizer_json, const GgufExportOptions& o, const std::string& path) {
-  const int mat_type = type_id(o.type);
-  const ArchRow& row = arch_row(c.arch);
-  const std::string arch = row.gguf_arch;
-  io::GgufWriter w;
+void write_hparams(io::GgufWriter& w, const ModelConfig& c, const std::string& name, int file_ggml_type) {
+  const std::string arch = arch_row(c.arch).gguf_arch;
   w.set_string("general.architecture", arch);
-  w.set_string("general.name", o.name);
-  w.set_u32("general.file_type", llama_file_type(mat_type));
-  if (mat_type != 0 && mat_type != 1 && mat_type != 30) w.set_u32("general.quantization_version", 2);
+  w.set_string("general.name", name);
+  w.set_u32("general.file_type", llama_file_type(file_ggml_type));
+  if (file_ggml_type != 0 && file_ggml_type != 1 && file_ggml_type != 30)
+    w.set_u32("general.quantization_version", 2);
   auto k = [&](const std::string& s) { return arch + "." + s; };
   w.set_u32(k("context_length"), static_cast<uint32_t>(c.max_seq_len));
   w.set_u32(k("embedding_length"), static_cast<uint32_t>(c.dim));
@@ -215,8 +279,20 @@ void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& 
     w.set_string(k("rope.scaling.type"), "linear");
     w.set_f32(k("rope.scaling.factor"), static_cast<float>(c.rope_scaling.factor));
   }
-  const VocabExtension ext = tokenizer_metadata(w, tokenizer_json, c);
-  w.set_u32(k("vocab_size"), static_cast<uint32_t>(ext.n_tokens));
+}
+
+}  // namespace gguf_detail
+
+using namespace gguf_detail;
+
+void export_gguf(const ModelConfig& c, const std::map<std::string, TensorView>& hf,
+                 const json& tokenizer_json, const GgufExportOptions& o, const std::string& path) {
+  const int mat_type = type_id(o.type);
+  const ArchRow& row = arch_row(c.arch);
+  io::GgufWriter w;
+  write_hparams(w, c, o.name, mat_type);
+  const VocabExtension ext = write_tokenizer_json(w, tokenizer_json, c);
+  w.set_u32(row.gguf_arch + std::string(".vocab_size"), static_cast<uint32_t>(ext.n_tokens));
 
   // Tensor payloads must outlive write(): keep them here.
   std::vector<std::vector<uint8_t>> store;

@@ -164,6 +164,11 @@ int32_t Tokenizer::piece_to_id(std::string_view piece) const {
   return lookup(piece);
 }
 
+float Tokenizer::score(int32_t id) const {
+  piece(id);  // range check
+  return static_cast<size_t>(id) < scores_.size() ? scores_[static_cast<size_t>(id)] : 0.0f;
+}
+
 const std::string& Tokenizer::piece(int32_t id) const {
   if (id < 0 || id >= vocab_size()) {
     fail("model", "token id " + std::to_string(id) + " is outside the vocabulary (" +

@@ -106,6 +106,8 @@ class Tokenizer {
   // Exact lookup of a stored piece; -1 when absent.
   int32_t piece_to_id(std::string_view piece) const;
   TokenAttr attr(int32_t id) const;
+  // The merge score of a piece (ScoreMerge vocabularies: llama2.c, GGUF "llama"); 0 where none was given.
+  float score(int32_t id) const;
   bool is_control(int32_t id) const;
 
   int32_t vocab_size() const { return static_cast<int32_t>(pieces_.size()); }
