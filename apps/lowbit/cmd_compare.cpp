@@ -2,11 +2,13 @@
 // measured on the same inputs; report.md / report.json / report.html with pass/fail and rollback commands.
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -18,10 +20,62 @@
 #include "eval/compare_report.h"
 #include "eval/compare_runner.h"
 #include "io/mapped_file.h"
+#include "plan/plan.h"
 
 namespace fs = std::filesystem;
 
 namespace {
+
+// The serving command for the best passing variant (least peak memory among the passing non-baseline
+// variants), from `lowbit plan`'s launch lines. Only recipes with a plan configuration get one: a variant
+// measured with another recipe would be served as something else than what passed.
+void print_launch(const nlohmann::json& summary, const lowbit::compare::Experiment& e) {
+  using namespace lowbit;
+  const nlohmann::json* best = nullptr;
+  auto mem = [](const nlohmann::json& r) {
+    return r["peak_rss_bytes"].is_number() ? r["peak_rss_bytes"].get<double>() : 1e300;
+  };
+  for (const auto& r : summary)
+    if (r["pass"].get<bool>() && !r["baseline"].get<bool>() && (!best || mem(r) < mem(*best))) best = &r;
+  if (!best) return;
+  const std::string name = (*best)["name"].get<std::string>();
+  const compare::VariantSpec* v = nullptr;
+  for (const auto& x : e.variants)
+    if (x.name == name) v = &x;
+  if (!v) return;
+  static const std::map<std::string, std::string> weights = {{"", "bf16"},
+                                                             {"W4A16", "w4a16"},
+                                                             {"W4A16,algo=gptq", "w4a16"},
+                                                             {"W4A16,algo=awq", "w4a16"},
+                                                             {"W4A16_ASYM", "w4a16-asym"},
+                                                             {"W8A8", "w8a8-int8"},
+                                                             {"W8A8,algo=smoothquant+rtn", "w8a8-int8"},
+                                                             {"FP8_DYNAMIC", "w8a8-fp8"},
+                                                             {"NF4", "nf4"},
+                                                             {"NVFP4", "nvfp4"},
+                                                             {"MXFP4", "mxfp4"}};
+  static const std::map<std::string, std::string> kvs = {{"f16", "bf16"}, {"bf16", "bf16"}, {"f32", "bf16"},
+                                                         {"e4m3", "fp8"}, {"int8", "int8"}, {"int4", "int4"}};
+  const auto w = weights.find(v->online ? std::string("online") : v->recipe);
+  const auto k = kvs.find(v->kv_cache);
+  std::printf("\nserve the best passing variant (%s, least peak memory):\n", name.c_str());
+  if (w == weights.end() || k == kvs.end() || !v->budget.empty() || !v->kv_evict.empty()) {
+    std::printf("  no launch line: its recipe '%s' / KV '%s'%s has no `lowbit plan` configuration\n",
+                v->recipe.c_str(), v->kv_cache.c_str(), v->kv_evict.empty() ? "" : " with eviction");
+    return;
+  }
+  plan::PlanModel m;
+  m.name = m.compare_model = e.model;
+  const std::string ext = std::filesystem::path(e.model).extension().string();
+  m.source = ext == ".gguf" ? "gguf" : ext == ".bin" ? "llama2c" : "hf";
+  plan::PlanRequest r;
+  r.concurrency = 1;
+  for (int c : e.concurrency) r.concurrency = std::max<int64_t>(r.concurrency, c);
+  for (const auto& l : plan::launch_lines(m, r, e.ctx > 0 ? e.ctx : 512, w->second, k->second)) {
+    std::printf("  %s: %s\n", l.engine.c_str(), l.available ? l.command.c_str() : "(no launch line)");
+    for (const auto& n : l.notes) std::printf("      %s\n", n.c_str());
+  }
+}
 
 struct Args {
   std::string model, experiment, preset = "default", out = "lowbit-compare", cache, text, calib, variants;
@@ -185,6 +239,7 @@ void setup(CLI::App& cmd) {
       }
       std::printf("\nreports: %s/report.md, report.html, report.json\nrerun:   %s\n", a.out.c_str(),
                   rerun.c_str());
+      print_launch(summary, e);
     }
     if (!all_pass) app::set_exit_code(3);
   });

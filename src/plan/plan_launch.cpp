@@ -123,6 +123,13 @@ std::vector<LaunchLine> launch_lines(const PlanModel& m, const PlanRequest& r, i
   const std::string model = m.compare_model.empty() ? m.name : m.compare_model;
   const std::string util = fmt_util(r.gpu_memory_utilization);
   const bool multi = r.tp > 1 || r.pp > 1;
+  // vLLM and SGLang load Hugging Face directories (or hub ids); other inputs need a conversion first.
+  const std::string hf_note = m.source == "llama2c" || m.source == "gguf"
+                                  ? "MODEL must be a Hugging Face directory: " + model + " is a " +
+                                        (m.source == "gguf" ? "GGUF file" : "llama2.c checkpoint") +
+                                        " (`lowbit quantize` writes a Hugging Face checkpoint of it)"
+                                  : "";
+  const std::string hf_model = hf_note.empty() ? model : "HF_CHECKPOINT";
 
   // vLLM
   {
@@ -138,12 +145,13 @@ std::vector<LaunchLine> launch_lines(const PlanModel& m, const PlanRequest& r, i
           "in recent versions store different scales than this plan counts)");
     if (w.ok && !kv.empty()) {
       l.available = true;
-      l.command = "vllm serve " + (w.needs_checkpoint ? std::string("QUANTIZED_CHECKPOINT") : model) +
+      l.command = "vllm serve " + (w.needs_checkpoint ? std::string("QUANTIZED_CHECKPOINT") : hf_model) +
                   " --tensor-parallel-size " + std::to_string(r.tp) +
                   (r.pp > 1 ? " --pipeline-parallel-size " + std::to_string(r.pp) : std::string()) + w.flags +
                   " --kv-cache-dtype " + kv + " --max-model-len " + std::to_string(tokens) +
                   " --max-num-seqs " + std::to_string(conc) + " --gpu-memory-utilization " + util;
       if (!w.note.empty()) l.notes.push_back(w.note);
+      if (!hf_note.empty()) l.notes.push_back(hf_note);
       if (kv_id == "fp8")
         l.notes.push_back(
             "FP8 KV uses the checkpoint's k_scale/v_scale when it has them, else scale 1.0: calibrate them "
@@ -164,11 +172,12 @@ std::vector<LaunchLine> launch_lines(const PlanModel& m, const PlanRequest& r, i
     if (w.ok && !kv.empty()) {
       l.available = true;
       l.command = "python -m sglang.launch_server --model-path " +
-                  (w.needs_checkpoint ? std::string("QUANTIZED_CHECKPOINT") : model) + " --tp-size " +
+                  (w.needs_checkpoint ? std::string("QUANTIZED_CHECKPOINT") : hf_model) + " --tp-size " +
                   std::to_string(r.tp) + (r.pp > 1 ? " --pp-size " + std::to_string(r.pp) : std::string()) +
                   w.flags + " --kv-cache-dtype " + kv + " --context-length " + std::to_string(tokens) +
                   " --max-running-requests " + std::to_string(conc) + " --mem-fraction-static " + util;
       if (!w.note.empty()) l.notes.push_back(w.note);
+      if (!hf_note.empty()) l.notes.push_back(hf_note);
       l.notes.push_back(
           "--mem-fraction-static covers weights + KV pool only (activations outside it), vLLM's "
           "--gpu-memory-utilization everything: the same number is slightly more generous in SGLang");

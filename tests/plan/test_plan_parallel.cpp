@@ -268,6 +268,18 @@ TEST(PlanLaunch, ConfigurationsWithoutAFlagGetNoLine) {
   EXPECT_FALSE(launch_lines(m, r, 2048, "mxfp4", "bf16")[0].available);
 }
 
+TEST(PlanLaunch, NonHfModelsGetAPlaceholderForVllmAndSglang) {
+  PlanModel m;
+  m.name = m.compare_model = "/models/x.bin";
+  m.source = "llama2c";
+  PlanRequest r = gpu_request(1, 1);
+  const auto ls = launch_lines(m, r, 1024, "bf16", "fp8");
+  ASSERT_TRUE(ls[0].available);
+  EXPECT_TRUE(has(ls[0].command, "vllm serve HF_CHECKPOINT "));
+  EXPECT_TRUE(has(ls[1].command, "--model-path HF_CHECKPOINT "));
+  EXPECT_TRUE(has(ls[0].notes[0], "must be a Hugging Face directory"));
+}
+
 TEST(PlanParallelCli, TpFlagsAndExitCodes) {
   using lowbit::testing_cli::run_cli;
   auto ok = run_cli("plan --preset llama-3-70b --ctx 8192 --concurrency 32 --device h100 --tp 4 --pp 2");

@@ -2,10 +2,13 @@
 // whole plan for each (integration: needs LOWBIT_SHARED_DIR).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "kv/kv_cache.h"
 #include "plan/plan.h"
+#include "tests/common/run_cli.h"
 
 namespace lowbit::plan {
 namespace {
@@ -86,6 +89,23 @@ TEST(PlanShared, TinyStoriesFilesAreEveryFileOnDisk) {
                                  std::filesystem::file_size(shared("models/kjv-brown-6M/tokenizer.bin"))));
   // Presets have no files.
   EXPECT_TRUE(load_plan_model("llama-3-8b", true).files.empty());
+}
+
+// `lowbit compare` prints the launch line of its best passing variant (stories260K: FP8 KV passes).
+TEST(PlanShared, BestPassingVariantGetsALaunchLine) {
+  using lowbit::testing_cli::run_cli;
+  auto has = [](const std::string& s, const std::string& p) { return s.find(p) != std::string::npos; };
+  const std::string out = ::testing::TempDir() + "lowbit_plan_compare_" + std::to_string(::getpid());
+  const auto r =
+      run_cli("compare -m " + std::string(LOWBIT_SHARED_DIR) +
+              "/models/stories260K/stories260K.bin --preset kv-first --variants kv-e4m3 --chunks 2 "
+              "--concurrency 1,2 -o " +
+              out);
+  std::filesystem::remove_all(out);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "serve the best passing variant (kv-e4m3")) << r.out;
+  EXPECT_TRUE(has(r.out, "--kv-cache-dtype fp8 --max-model-len")) << r.out;
+  EXPECT_TRUE(has(r.out, "--max-num-seqs 2")) << r.out;
 }
 
 }  // namespace
