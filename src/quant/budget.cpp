@@ -327,6 +327,16 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
   for (auto& [n, w] : m.weights.named_matrices()) mats[n] = w;
   const bool tied = m.weights.tied();
   std::vector<QuantScheme> cands = spec.candidates.empty() ? default_candidates() : spec.candidates;
+  // Refused before minutes of sensitivity measurement, not after.
+  for (const QuantScheme& s : cands)
+    if (r.algorithm == Algorithm::Gptq && s.info().is_gguf() && !s.info().row_grid)
+      throw UsageError(
+          "quant", std::string("--candidates ") + s.info().name + ": GPTQ cannot produce " + s.info().name +
+                       " blocks (only the k-quants q2_k..q6_k); use " +
+                       (s.format == FormatId::Q8_0   ? "int8:g32 (written to GGUF as Q8_0, exactly)"
+                        : s.format == FormatId::Q4_0 ? "int4:g32 (written to GGUF as Q4_0, exactly)"
+                                                     : "a k-quant") +
+                       " or a recipe without algo=gptq");
   std::set<std::string> group_schemes, pinned_schemes;  // config.json groups: candidates, overrides
   // Offsets in the safetensors header have at most the digits of the F32 model's size.
   int64_t od = 1;

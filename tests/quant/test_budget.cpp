@@ -246,6 +246,12 @@ TEST(Budget, CliRefusesBudgetsWithoutWhatTheyNeed) {
               true);
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("rotate"), std::string::npos) << r.out;
+  // A candidate GPTQ cannot produce is refused before any sensitivity is measured (a fraction of a second).
+  r = run_cli("quantize -m " + kStories + " -r W4A16,algo=gptq --bpw 6 --candidates q4_k,q8_0 -c " +
+                  kTinyText + " -o " + out,
+              true, 20);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("int8:g32"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(out)) << "a refused run must not leave an output";
 }
 
