@@ -99,8 +99,10 @@ CkptLayout checkpoint_layout(const QuantScheme& s, int64_t cols) {
       s.scale_type == ScaleType::F32 || s.scale_type == ScaleType::F16 || s.scale_type == ScaleType::BF16;
   if (fi.kind == FormatKind::Int && plain_scale && s.gran != Granularity::Native && fi.bits <= 8)
     return CkptLayout::PackQuantized;
-  if ((fi.id == FormatId::E4M3FN || fi.id == FormatId::E5M2) && plain_scale)
-    return CkptLayout::FloatQuantized;
+  // compressed-tensors' float-quantized is E4M3FN: its args (type float, num_bits 8) have no E5M2, and vLLM
+  // loads the weight into a float8_e4m3fn parameter. E5M2 weights go to lowbit-packed (older checkpoints
+  // that hold them as float-quantized still load: unpack_quantized).
+  if (fi.id == FormatId::E4M3FN && plain_scale) return CkptLayout::FloatQuantized;
   if (fi.id == FormatId::NVFP4 && cols % 2 == 0) return CkptLayout::Nvfp4Packed;
   if (fi.id == FormatId::MXFP4 && cols % 2 == 0) return CkptLayout::Mxfp4Packed;
   return CkptLayout::LowbitPacked;
@@ -215,7 +217,10 @@ QuantizedMatrix unpack_quantized(const std::map<std::string, TensorView>& t, con
     q.row_bytes = (cols * q.bits + 7) / 8;
     q.grid = scale_grid(s, rows, cols);
   }
-  const CkptLayout layout = checkpoint_layout(s, cols);
+  CkptLayout layout = checkpoint_layout(s, cols);
+  // E5M2 weights written before they moved to lowbit-packed: M.weight F8_E5M2, as float-quantized.
+  if (fi.id == FormatId::E5M2 && !t.count(m + ".weight_packed") && t.count(m + ".weight"))
+    layout = CkptLayout::FloatQuantized;
   const int64_t cells = q.grid.cells();
   auto copy = [](const TensorView& v) { return std::vector<uint8_t>(v.data, v.data + v.nbytes); };
   if (layout != CkptLayout::FloatQuantized && t.count(m + ".weight_shape")) {
@@ -313,7 +318,9 @@ nlohmann::json ct_args_from_scheme(const QuantScheme& s) {
       w["strategy"] = "native";
       break;
   }
-  w["scale_dtype"] = scale_type_name(s.scale_type);
+  // No "scale_dtype": compressed-tensors 0.12's QuantizationArgs has no such field and forbids extra keys;
+  // 0.18's takes a torch dtype name. The scale dtype is the stored tensor's; lowbit's exact scheme is in
+  // quantization_config.lowbit_groups.
   return w;
 }
 
@@ -484,14 +491,36 @@ ModelWeights load_quantized_weights(const io::HfCheckpoint& ck, const ModelConfi
     try {
       for (auto& t : g.at("targets")) gr.targets.push_back(t.get<std::string>());
       const std::string fmt = g.value("format", global_format);
-      if (g.contains("lowbit_scheme"))
+      // lowbit's exact scheme: quantization_config.lowbit_groups.<group> (compressed-tensors' own group and
+      // args models forbid extra keys), or the group's "lowbit_scheme" in checkpoints written before that.
+      const json* lg = nullptr;
+      if (qc.contains("lowbit_groups") && qc["lowbit_groups"].is_object() &&
+          qc["lowbit_groups"].contains(it.key()))
+        lg = &qc["lowbit_groups"][it.key()];
+      if (lg && lg->contains("scheme"))
+        gr.mq.scheme = parse_scheme(lg->at("scheme").get<std::string>());
+      else if (g.contains("lowbit_scheme"))
         gr.mq.scheme = parse_scheme(g["lowbit_scheme"].get<std::string>());
       else
         gr.mq.scheme = scheme_from_ct_args(g.at("weights"), fmt, where);
       if (g.contains("input_activations") && !g["input_activations"].is_null()) {
         gr.mq.act = act_format_from_args(g["input_activations"], where);
+        // compressed-tensors' args say "float, 8 bits" for E4M3 and E5M2 alike; lowbit_groups names which.
+        // (Checkpoints written before lowbit_groups: input_activations.lowbit_format.)
+        const json* an = lg && lg->contains("act") ? &lg->at("act")
+                         : g["input_activations"].contains("lowbit_format")
+                             ? &g["input_activations"]["lowbit_format"]
+                             : nullptr;
+        if (an) {
+          const FormatInfo* fa = an->is_string() ? find_format(an->get<std::string>()) : nullptr;
+          if (!fa || fa->bits != g["input_activations"].value("num_bits", 8))
+            bad(where + ": lowbit activation format " + an->dump() +
+                " is not a format of the group's input_activations num_bits");
+          gr.mq.act = fa->id;
+        }
         gr.mq.act_static = !g["input_activations"].value("dynamic", true);
-        gr.mq.act_clip = g["input_activations"].value("lowbit_clip", 1.0f);
+        gr.mq.act_clip = lg && lg->contains("act_clip") ? lg->at("act_clip").get<float>()
+                                                        : g["input_activations"].value("lowbit_clip", 1.0f);
         if (!(gr.mq.act_clip > 0.0f && gr.mq.act_clip <= 1.0f))
           bad(where + ": input_activations.lowbit_clip " + std::to_string(gr.mq.act_clip) +
               " is outside (0, 1]");

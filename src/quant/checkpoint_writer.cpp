@@ -183,7 +183,15 @@ json quantization_config(const Model& m, const QuantReport& rep,
     g.st = st;
     g.modules.push_back(hf);
   }
-  json cg = json::object();
+  // A head tied to an unquantized embedding is not written, but compressed-tensors' "Linear" target matches
+  // the model's lm_head nn.Linear (transformers then looks for its quantized tensors): ignore it by name, as
+  // llm-compressor does.
+  const bool head_written = std::any_of(mats.begin(), mats.end(), [](const auto& p) {
+    return p.first == lowbit_tensor_name(TensorRole::LmHead, -1);
+  });
+  if (!head_written && !embed_quantized)
+    ignore.push_back(hf_module_name(lowbit_tensor_name(TensorRole::LmHead, -1)));
+  json cg = json::object(), lg = json::object();
   std::set<std::string> layouts;
   int i = 0;
   const bool single = groups.size() == 1 && !embed_quantized;
@@ -197,26 +205,35 @@ json quantization_config(const Model& m, const QuantReport& rep,
     json act = nullptr;
     if (g.act != FormatId::F32) {
       const FormatInfo& fi = format_info(g.act);
-      act = {{"num_bits", fi.bits},     {"type", fi.kind == FormatKind::Int ? "int" : "float"},
-             {"symmetric", true},       {"strategy", g.st ? "tensor" : "token"},
-             {"dynamic", !g.st},        {"observer", g.st ? json("minmax") : json(nullptr)},
-             {"lowbit_format", fi.name}};
-      // INT4 activations: the clipping ratio of the per-token absmax (not a compressed-tensors field).
-      if (g.act == FormatId::INT4) act["lowbit_clip"] = short_decimal(g.clip);
+      act = {{"num_bits", fi.bits}, {"type", fi.kind == FormatKind::Int ? "int" : "float"},
+             {"symmetric", true},   {"strategy", g.st ? "tensor" : "token"},
+             {"dynamic", !g.st},    {"observer", g.st ? json("minmax") : json(nullptr)}};
     }
     const std::string layout = layout_name(checkpoint_layout(g.s, 2));
     layouts.insert(layout);
     json targets = single ? json::array({"Linear"}) : json(g.modules);
-    cg["group_" + std::to_string(i++)] = {{"targets", targets},       {"weights", w},
-                                          {"input_activations", act}, {"output_activations", nullptr},
-                                          {"format", layout},         {"lowbit_scheme", to_string(g.s)}};
+    const std::string name = "group_" + std::to_string(i++);
+    // Only compressed-tensors' own fields here: its QuantizationScheme and QuantizationArgs forbid extra keys
+    // (pydantic extra="forbid"), so vLLM and transformers refuse a group that carries one. lowbit's exact
+    // scheme (scale dtype, search, ...) and the INT4 activation clip go into lowbit_groups, a key of
+    // quantization_config, which compressed-tensors ignores (extra="ignore").
+    cg[name] = {{"targets", targets},
+                {"weights", w},
+                {"input_activations", act},
+                {"output_activations", nullptr},
+                {"format", layout}};
+    lg[name] = {{"scheme", to_string(g.s)}};
+    if (g.act != FormatId::F32) lg[name]["act"] = format_info(g.act).name;  // E4M3FN or E5M2: args cannot say
+    // INT4 activations: the clipping ratio of the per-token absmax.
+    if (g.act == FormatId::INT4) lg[name]["act_clip"] = short_decimal(g.clip);
   }
-  json kv = nullptr;
+  json kv = nullptr, kv_format = nullptr;
   if (rep.recipe.kv.enabled()) {
+    kv_format = format_info(rep.recipe.kv.format).name;  // E4M3FN or E5M2: the args cannot say which
     const FormatInfo& fi = format_info(rep.recipe.kv.format);
     kv = {{"num_bits", fi.bits}, {"type", fi.kind == FormatKind::Int ? "int" : "float"},
           {"symmetric", true},   {"strategy", rep.recipe.kv.per_head ? "attn_head" : "tensor"},
-          {"dynamic", false},    {"lowbit_format", fi.name}};
+          {"dynamic", false},    {"observer", "minmax"}};
   }
   (void)m;
   return {{"quant_method", "compressed-tensors"},
@@ -225,6 +242,8 @@ json quantization_config(const Model& m, const QuantReport& rep,
           {"config_groups", cg},
           {"ignore", ignore},
           {"kv_cache_scheme", kv},
+          {"lowbit_groups", lg},
+          {"lowbit_kv_format", kv_format},
           {"lowbit_version", version()},
           {"lowbit_recipe", rep.recipe.name}};
 }
