@@ -188,8 +188,9 @@ QuantizedMatrix gptq_quantize(const float* w, int64_t rows, int64_t cols, const 
   // column loop then rounds each error-updated weight to the nearest entry of its row's table.
   RowMajorF W0 = W;
   const bool codebook = fi.kind == FormatKind::Codebook;
-  QuantizedMatrix q = quantize_matrix(W0.data(), rows, cols, s,
-                                      s.search == ScaleSearch::Mse || codebook ? importance.data() : nullptr);
+  QuantizedMatrix q =
+      quantize_matrix(W0.data(), rows, cols, s,
+                      s.search == ScaleSearch::Mse || codebook ? importance.data() : nullptr, o.nvfp4_amax);
   const bool lazy =
       s.gran == Granularity::Group && !o.act_order && s.format != FormatId::NVFP4 && !s.double_quant;
   const ScaleGrid g = q.grid;

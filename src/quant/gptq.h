@@ -28,6 +28,7 @@ struct GptqOptions {
   int block = 128;
   float damp = 0.01f;
   bool act_order = true;
+  float nvfp4_amax = 0.0f;  // NVFP4: the fused group's largest |w| for the global scale (quantize_matrix)
 };
 
 // w: [rows, cols] row-major; gram: [cols, cols] symmetric, sum over calibration tokens of x x^T (any positive

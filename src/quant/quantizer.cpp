@@ -102,7 +102,7 @@ struct Ctx {
 
 // Quantizes one float matrix under the recipe's algorithm, fills the report row, and returns the weight.
 WeightMatrix quantize_one(Ctx& cx, const TensorPlan& p, const std::vector<float>& w, const SiteStats* ss,
-                          TensorReport* tr) {
+                          TensorReport* tr, float nvfp4_amax = 0.0f) {
   QuantScheme s = p.scheme;
   Algorithm a = cx.r.algorithm;
   // Statistics-driven algorithms fall back to RTN where no statistics exist (tok_embed, lm_head).
@@ -124,10 +124,10 @@ WeightMatrix quantize_one(Ctx& cx, const TensorPlan& p, const std::vector<float>
   }
   Timer tq;
   if (a == Algorithm::Gptq) {
-    GptqOptions go{cx.r.gptq_block, cx.r.gptq_damp, cx.r.gptq_act_order};
+    GptqOptions go{cx.r.gptq_block, cx.r.gptq_damp, cx.r.gptq_act_order, nvfp4_amax};
     q = gptq_quantize(w.data(), p.rows, p.cols, ss->gram, s, go);
   } else {
-    q = quantize_matrix(w.data(), p.rows, p.cols, s, importance);
+    q = quantize_matrix(w.data(), p.rows, p.cols, s, importance, nvfp4_amax);
   }
   cx.rep.phase_seconds.quantize += tq.seconds();
   Timer tr_timer;
@@ -275,6 +275,18 @@ void process_layer(Ctx& cx, int l, LayerStats* st) {
       ss.divide_channels(s);
     }
   }
+  // NVFP4: vLLM serves q/k/v and gate/up as one fused matrix each, with one global scale (it takes the
+  // smallest of the parts'); the parts share the scale of their group's largest |w|, as llm-compressor writes
+  // them, so that each part's values are what vLLM computes.
+  float nvfp4_amax[kRoles] = {};
+  for (const std::vector<int>& fused : {std::vector<int>{0, 1, 2}, std::vector<int>{4, 5}}) {
+    float amax = 0;
+    for (int k : fused)
+      if (pl[k]->quantize && pl[k]->scheme.format == FormatId::NVFP4)
+        for (float x : W[k]) amax = std::fmax(amax, std::fabs(x));
+    for (int k : fused)
+      if (pl[k]->quantize && pl[k]->scheme.format == FormatId::NVFP4) nvfp4_amax[k] = amax;
+  }
   // The seven matrices are independent: quantize them in parallel (one task each), so the many small parallel
   // loops inside quantize_matrix run inline instead of paying a thread barrier each.
   std::vector<WeightMatrix> outs(kRoles);
@@ -284,7 +296,7 @@ void process_layer(Ctx& cx, int l, LayerStats* st) {
       if (!pl[k]->quantize) continue;
       try {
         outs[k] = quantize_one(cx, *pl[k], W[k], st ? &st->at(kRoleSite[k]) : nullptr,
-                               &report_of(cx.rep, pre + role_row(kRole[k]).key));
+                               &report_of(cx.rep, pre + role_row(kRole[k]).key), nvfp4_amax[k]);
       } catch (...) {
         errs[k] = std::current_exception();
       }

@@ -228,7 +228,7 @@ size_t QuantizedMatrix::storage_bytes() const {
 }
 
 QuantizedMatrix quantize_matrix(const float* w, int64_t rows, int64_t cols, const QuantScheme& s,
-                                const float* importance) {
+                                const float* importance, float nvfp4_amax) {
   validate(s, rows, cols);
   check_finite(w, rows, cols);
   const FormatInfo& fi = s.info();
@@ -291,6 +291,12 @@ QuantizedMatrix quantize_matrix(const float* w, int64_t rows, int64_t cols, cons
   if (coder.nvfp4) {
     float amax = 0.0f;
     for (int64_t i = 0; i < rows * cols; ++i) amax = std::fmax(amax, std::fabs(w[i]));
+    if (nvfp4_amax > 0) {
+      if (nvfp4_amax < amax)
+        fail("tensor", "NVFP4 group amax " + std::to_string(nvfp4_amax) + " is below the matrix's own " +
+                           std::to_string(amax) + "; pass the largest |w| of the fused group");
+      amax = nvfp4_amax;
+    }
     q.global_scale = amax > 0 ? 448.0f * 6.0f / amax : 1.0f;
     coder.global = q.global_scale;
   }

@@ -73,8 +73,12 @@ struct QuantizedMatrix {
 // k-means weights; the GGUF k-quants (q2_k..q6_k) always use it in their scale/min search. Parallel over
 // scale rows and then over rows. Throws UsageError (validate) for impossible shapes and Error for non-finite
 // input.
+// nvfp4_amax > 0: the NVFP4 global scale is 448 * 6 / nvfp4_amax instead of this matrix's own |w| max.
+// Engines that fuse matrices (vLLM's q/k/v and gate/up) hold one global scale per fused matrix, so the
+// quantizer passes the largest |w| of the fused group (which must be >= this matrix's). Ignored by other
+// formats.
 QuantizedMatrix quantize_matrix(const float* w, int64_t rows, int64_t cols, const QuantScheme& scheme,
-                                const float* importance = nullptr);
+                                const float* importance = nullptr, float nvfp4_amax = 0.0f);
 
 // Wraps existing llama.cpp blocks (e.g. from a GGUF file) without copying semantics changes: copies
 // rows*cols/block*block_bytes bytes from data. Throws if cols is not a multiple of the block.

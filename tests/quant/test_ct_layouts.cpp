@@ -357,3 +357,41 @@ TEST(CtConfig, Int4ActivationClipTravelsInLowbitGroups) {
 
 }  // namespace
 }  // namespace lowbit::quant
+
+namespace lowbit::quant {
+namespace {
+
+// vLLM fuses q/k/v and gate/up and keeps one NVFP4 global scale per fused matrix: lowbit's parts share the
+// scale of their group's largest |w| (RTN and GPTQ), reload with it, and the fused group's scale is what each
+// part's own max would give for the part that holds the group max.
+TEST(CtNvfp4, FusedMatricesShareOneGlobalScale) {
+  for (const char* recipe : {"NVFP4", "NVFP4,algo=gptq"}) {
+    SCOPED_TRACE(recipe);
+    Written w =
+        write(recipe, std::string("nvfp4_fused_") + (std::string(recipe).size() > 5 ? "gptq" : "rtn"));
+    auto back = load_model(w.dir);
+    for (int64_t l = 0; l < w.model->config.n_layers; ++l) {
+      const LayerWeights& L = back->weights.layers[l];
+      for (const auto& group : {std::vector<const WeightMatrix*>{&L.wq, &L.wk, &L.wv},
+                                std::vector<const WeightMatrix*>{&L.w_gate, &L.w_up}}) {
+        ASSERT_TRUE(group[0]->q);
+        const float g = group[0]->q->global_scale;
+        float amax = 0;
+        for (const WeightMatrix* m : group) {
+          ASSERT_EQ(m->kind, WeightKind::Quant);
+          EXPECT_EQ(m->q->global_scale, g) << "layer " << l;
+          for (float x : dequantized(*m)) amax = std::max(amax, std::fabs(x));
+        }
+        // 448 * 6 / amax of the source group; the dequantized max is within NVFP4's rounding of it.
+        EXPECT_GT(g, 0.0f);
+        EXPECT_NEAR(448.0f * 6.0f / g, amax, 0.2f * amax) << "layer " << l;
+      }
+      // o_proj and down_proj are not fused: their own scale.
+      EXPECT_NE(L.wo.q->global_scale, L.w_down.q->global_scale);
+    }
+    fs::remove_all(w.dir);
+  }
+}
+
+}  // namespace
+}  // namespace lowbit::quant
