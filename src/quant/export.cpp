@@ -131,17 +131,20 @@ json ct_config(const Modules& mods) {
     groups[to_string(q->scheme)].push_back(module);
     schemes[to_string(q->scheme)] = q->scheme;
   }
-  json cg = json::object();
+  json cg = json::object(), lg = json::object();
   int i = 0;
   for (auto& [key, modules] : groups) {
     json w = ct_args_from_scheme(schemes[key]);
     w["actorder"] = nullptr;
-    cg["group_" + std::to_string(i++)] = {{"targets", modules},
-                                          {"weights", w},
-                                          {"input_activations", nullptr},
-                                          {"output_activations", nullptr},
-                                          {"format", layout_name(checkpoint_layout(schemes[key], 2))},
-                                          {"lowbit_scheme", key}};
+    const std::string name = "group_" + std::to_string(i++);
+    // compressed-tensors' own fields only (it refuses extra keys in a group); lowbit's exact scheme goes into
+    // lowbit_groups, as the checkpoint writer does.
+    cg[name] = {{"targets", modules},
+                {"weights", w},
+                {"input_activations", nullptr},
+                {"output_activations", nullptr},
+                {"format", layout_name(checkpoint_layout(schemes[key], 2))}};
+    lg[name] = {{"scheme", key}};
   }
   json ignore = json::array();
   if (!mods.q.count("lm_head")) ignore.push_back("lm_head");
@@ -151,6 +154,7 @@ json ct_config(const Modules& mods) {
           {"config_groups", cg},
           {"ignore", ignore},
           {"kv_cache_scheme", nullptr},
+          {"lowbit_groups", lg},
           {"lowbit_version", version()}};
 }
 

@@ -26,6 +26,7 @@
 #include "kernels/matmul.h"
 #include "model/quantized_checkpoint.h"
 #include "quant/checkpoint_writer.h"
+#include "quant/export.h"
 #include "quant/quantizer.h"
 #include "tests/quant/quant_test_util.h"
 
@@ -391,6 +392,24 @@ TEST(CtNvfp4, FusedMatricesShareOneGlobalScale) {
     }
     fs::remove_all(w.dir);
   }
+}
+
+// A GPTQ / AWQ checkpoint re-emitted as compressed-tensors carries the same compressed-tensors-only groups
+// (lowbit's scheme in lowbit_groups), and loads back to the same model.
+TEST(CtConfig, ExportFromGptqIsCompressedTensors) {
+  Written w = write("int4:g32:asym", "export_src");
+  ExportOptions o;
+  o.to = "gptq";
+  o.gptq_v2 = true;
+  export_checkpoint(w.dir, w.dir + "-gptq", o);
+  o.to = "compressed-tensors";
+  export_checkpoint(w.dir + "-gptq", w.dir + "-ct", o);
+  const json qc = read_json(w.dir + "-ct/config.json").at("quantization_config");
+  expect_ct_config(qc, "gptq -> compressed-tensors");
+  auto a = load_model(w.dir);
+  auto b = load_model(w.dir + "-ct");
+  expect_same_model(*a, *b, "gptq -> compressed-tensors");
+  for (const char* d : {"", "-gptq", "-ct"}) fs::remove_all(w.dir + d);
 }
 
 }  // namespace
