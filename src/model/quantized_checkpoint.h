@@ -2,8 +2,10 @@
 // the loader (here, model rung) and the writer (quant rung) so both sides use one definition of every layout.
 //
 // config.json["quantization_config"] (quant_method "compressed-tensors") lists config_groups; each group has
-// targets (exact module names, "re:" regexes or "Linear"), "weights" args, "input_activations" args and, as a
-// lowbit extension, "lowbit_scheme" (the exact QuantScheme string) and "format". Tensors per quantized module
+// targets (exact module names, "re:" regexes or "Linear"), "weights" args, "input_activations" args and "format";
+// lowbit's exact QuantScheme string per group is in quantization_config.lowbit_groups (older checkpoints:
+// "lowbit_scheme" inside the group), where compressed-tensors, which refuses extra group keys, ignores it.
+// Tensors per quantized module
 // M (M = "model.layers.0.self_attn.q_proj"), by layout:
 //   pack-quantized (INT, f32/f16/bf16 scales):
 //     M.weight_packed     int32 [rows, ceil(cols/pf)], pf = 32/b values per word, value k of a word at bits
