@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -132,6 +134,46 @@ void expect_close_logits(const Exported& e, double rel_rms) {
   EXPECT_GE(same_top1, static_cast<int>(toks.size()) - 2);
 }
 
+// One tensor of a GGUF file decoded by tests/reference/gguf_tensor.py (an independent NumPy reader written
+// from the GGUF and ggml block definitions), row-major.
+std::vector<float> numpy_decode(const std::string& gguf, const std::string& name, size_t n) {
+  const std::string out = gguf + "." + name + ".f32";
+  const std::string cmd = "timeout -k 5 120 /usr/bin/python3 " LOWBIT_SOURCE_DIR
+                          "/tests/reference/gguf_tensor.py " +
+                          gguf + " " + name + " " + out;
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << "the reference reader failed (needs /usr/bin/python3 with numpy)";
+  std::vector<float> v(n);
+  std::FILE* f = std::fopen(out.c_str(), "rb");
+  EXPECT_TRUE(f) << out;
+  if (f) {
+    EXPECT_EQ(std::fread(v.data(), sizeof(float), n, f), n) << out;
+    std::fclose(f);
+  }
+  fs::remove(out);
+  return v;
+}
+
+// The NumPy reader's values of a matrix against the checkpoint's (exact mappings: bit for bit; Q4_1's
+// re-rounded min: against lowbit's decoding of the same GGUF rows, within float rounding of d*q + m).
+void expect_numpy_agrees(const Exported& e, TensorRole role, int64_t layer) {
+  const std::string name = gguf_tensor_name(role, layer);
+  const WeightMatrix& a = *e.ck->weights.matrix(role, layer);
+  const WeightMatrix& g = *e.gguf->weights.matrix(role, layer);
+  const GgufTensorExport& t = entry(e.rep, name);
+  const auto ref = numpy_decode(e.path, name, static_cast<size_t>(a.rows * a.cols));
+  std::vector<float> row(static_cast<size_t>(a.cols));
+  for (int64_t r = 0; r < a.rows; ++r) {
+    weight_row_f32(t.changed == 0 ? a : g, r, row.data());
+    for (int64_t c = 0; c < a.cols; ++c) {
+      const float x = ref[static_cast<size_t>(r * a.cols + c)];
+      if (t.changed == 0)
+        ASSERT_EQ(x, row[c]) << name << " (" << t.type << ") at " << r << "," << c;
+      else
+        ASSERT_NEAR(x, row[c], 1e-6f * std::fabs(row[c]) + 1e-12f) << name << " at " << r << "," << c;
+    }
+  }
+}
+
 }  // namespace
 
 // kjv-brown-6M (llama2.c: rows already interleaved) in Q4_K: the blocks are copied, the values identical.
@@ -172,6 +214,7 @@ TEST(GgufHandoff, IntAndMxfp4MapExactly) {
     if (k.tol == 0) EXPECT_EQ(q.mapping, "exact");
     expect_same_values(e, false, k.tol);
     expect_close_logits(e, 0.02);
+    for (TensorRole role : {TensorRole::Q, TensorRole::Down}) expect_numpy_agrees(e, role, 1);
     fs::remove_all(ck);
     fs::remove(e.path);
   }
