@@ -70,6 +70,27 @@ AwqResult awq_search(const std::vector<AwqTarget>& targets, int64_t cols, const 
   std::vector<std::vector<float>> scales(static_cast<size_t>(grid + 1));
   std::vector<double> losses(static_cast<size_t>(grid + 1), 0.0);
   const OutputErrorMetric metric(gram);
+  // The loss of a large matrix is estimated from every k-th row: its exact value costs rows x cols^2 / 2 per
+  // alpha (down_proj of a 0.5B model: 896 x 4864^2 / 2), and the search only compares alphas, which every row
+  // ranks alike. Only per-row scale cells (group / channel) allow it: a row's codes then do not depend on the
+  // other rows. Matrices up to kExactCost keep every row (kjv-brown-6M's largest is 256 x 768^2).
+  constexpr double kExactCost = 2147483648.0;  // multiply-adds of one exact loss
+  std::vector<AwqTarget> eval = targets;
+  std::vector<std::vector<float>> subsets(targets.size());
+  std::vector<double> weight(targets.size(), 1.0);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const AwqTarget& t = targets[i];
+    const double cost = static_cast<double>(t.rows) * static_cast<double>(cols) * static_cast<double>(cols);
+    const bool per_row = (t.scheme.gran == Granularity::Group || t.scheme.gran == Granularity::Channel) &&
+                         t.scheme.format != FormatId::NVFP4;
+    if (!per_row || cost <= kExactCost) continue;
+    const int64_t stride = static_cast<int64_t>(std::ceil(cost / kExactCost));
+    std::vector<float>& sub = subsets[i];
+    for (int64_t r = 0; r < t.rows; r += stride) sub.insert(sub.end(), t.w + r * cols, t.w + (r + 1) * cols);
+    eval[i].w = sub.data();
+    eval[i].rows = static_cast<int64_t>(sub.size()) / cols;
+    weight[i] = static_cast<double>(t.rows) / static_cast<double>(eval[i].rows);
+  }
   {
     std::vector<float> ws, wq, d;
     for (int64_t k = 0; k <= grid; ++k) {
@@ -87,7 +108,8 @@ AwqResult awq_search(const std::vector<AwqTarget>& targets, int64_t cols, const 
         for (auto& v : s) v /= norm;
       }
       double loss = 0;
-      for (const auto& t : targets) {
+      for (size_t ti = 0; ti < eval.size(); ++ti) {
+        const AwqTarget& t = eval[ti];
         const int64_t n = t.rows * cols;
         ws.assign(t.w, t.w + n);
         scale_columns(ws.data(), t.rows, cols, s);
@@ -96,7 +118,7 @@ AwqResult awq_search(const std::vector<AwqTarget>& targets, int64_t cols, const 
         dequantize_matrix(q, wq.data());
         for (int64_t r = 0; r < t.rows; ++r)
           for (int64_t j = 0; j < cols; ++j) wq[r * cols + j] /= s[j];
-        loss += metric(t.w, wq.data(), t.rows, d);
+        loss += weight[ti] * metric(t.w, wq.data(), t.rows, d);
       }
       losses[k] = loss;
     }

@@ -32,7 +32,9 @@ struct AwqResult {
 
 // Grid search over alpha in {0, 1/grid, ..., 1}: s = mean|x|^alpha (clamped at 1e-4, normalised so that
 // sqrt(max(s) min(s)) = 1); picks the alpha minimising the summed output error of the targets, each quantized
-// (RTN under its scheme) as Q(W diag(s)) diag(s)^-1, on inputs with Gram matrix `gram`.
+// (RTN under its scheme) as Q(W diag(s)) diag(s)^-1, on inputs with Gram matrix `gram`. A target whose exact
+// error costs over 2^31 multiply-adds (rows x cols^2) and whose scheme has per-row scale cells is scored on
+// every k-th row, the sum scaled by k (the 0.5B fixture's down_proj and gate/up; no kjv-brown-6M matrix).
 AwqResult awq_search(const std::vector<AwqTarget>& targets, int64_t cols, const std::vector<float>& mean_abs,
                      const Eigen::MatrixXf& gram, int grid);
 
