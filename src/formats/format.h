@@ -12,7 +12,8 @@
 //  - per-row codebook formats (LUT2/3/4, formats/codebook.h): decode/encode map a code to its index; the
 //    values are the row's table, stored as the matrix's [rows, 2^bits] f16 scale grid.
 //  - GGUF block formats (Q4_0 ... Q6_K, IQ4_NL, ggml MXFP4): self-contained blocks; `dequantize_row` (and for
-//    a few `quantize_row`) work on whole rows of blocks, byte-compatible with llama.cpp.
+//    Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q2_K..Q6_K, IQ4_NL and ggml MXFP4 `quantize_row`) work on whole rows of
+//    blocks, byte-compatible with llama.cpp.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -72,13 +73,16 @@ struct FormatInfo {
   float (*decode)(uint32_t code) = nullptr;
   uint32_t (*encode)(float x, bool saturate) = nullptr;
 
-  // Row codecs for GGUF block rows (n = multiple of block_elems); quantize_row is nullptr where unsupported.
+  // Row codecs for GGUF block rows (n = multiple of block_elems); quantize_row is nullptr where unsupported
+  // (the IQ2/IQ3/IQ1/IQ4_XS/TQ rows). Without importance every encoder is llama.cpp's own reference rule,
+  // byte for byte (what llama-quantize writes without an imatrix).
   void (*dequantize_row)(const void* src, float* dst, int64_t n) = nullptr;
   void (*quantize_row)(const float* src, void* dst, int64_t n) = nullptr;
-  // GGUF k-quants (Q2_K .. Q6_K), nullptr elsewhere: the encoder with optional per-element importance
-  // (imatrix / Hessian diagonal; `values` receives what it encoded), and the grid of an encoded row for
-  // quantizers that choose the codes themselves (GPTQ): element i = scale[i] * q + offset[i] for a code q in
-  // [code_min, code_max]; set_row_codes stores a row's codes and keeps its scales.
+  // GGUF k-quants (Q2_K .. Q6_K) and IQ4_NL, nullptr elsewhere: the encoder with optional per-element
+  // importance (imatrix / Hessian diagonal; `values` receives what it encoded). K-quants only (nullptr for
+  // IQ4_NL, whose grid is not affine): the grid of an encoded row for quantizers that choose the codes
+  // themselves (GPTQ): element i = scale[i] * q + offset[i] for a code q in [code_min, code_max];
+  // set_row_codes stores a row's codes and keeps its scales.
   void (*quantize_row_weighted)(const float* src, void* dst, int64_t n, const float* importance,
                                 float* values) = nullptr;
   void (*row_grid)(const void* row, float* scale, float* offset, int64_t n) = nullptr;

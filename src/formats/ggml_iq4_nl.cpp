@@ -4,6 +4,19 @@
 //          | d | qs[16]                             |
 //   qs[j] low nibble -> element j, high nibble -> element j+16;  x = d * kIq4Grid[nibble]
 //   kIq4Grid (ggml_iq4_grid.h) = {-127,-104,-83,-65,-49,-35,-22,-10,1,13,25,38,53,69,89,113}
+//
+// Quantization (llama.cpp's quantize_iq4_nl, what llama-quantize runs; byte-compatible with and without an
+// importance vector): per block weights w_i = x_i^2, or imp_i * sqrt(sigma^2 + x_i^2) with sigma^2 = 2 mean
+// x^2 over the block; m = the element of largest |x| (sign kept). Start from d = m / 127 (m toward the grid's
+// +113 end), map every x / d to the nearest grid value g (ties to the upper one), fit d by weighted least
+// squares; then try the 15 inverse scales (k - 127) / m, k = -7..7 (m toward the -127 end), keeping the fit
+// with the largest (sum w g x)^2 / sum w g^2; finally every element is re-mapped under the FP32 d (stored
+// rounded to fp16). Blocks with max |x| < 1e-15 store d = 0.
+// (llama.cpp's quantize_row_iq4_nl_ref, used for on-the-fly conversion, skips the search; llama-quantize
+// does not use it.) Importance entries that are negative or non-finite count as 0; a block whose weights
+// are all 0 falls back to the unweighted rule (llama.cpp would store a NaN scale there); a step beyond fp16
+// saturates to +-65504 (llama.cpp stores Inf) with the codes re-mapped under it.
+#include <cmath>
 #include <cstring>
 
 #include "core/half.h"
@@ -31,10 +44,111 @@ void deq(const void* src, float* y, int64_t n) {
     }
   }
 }
+// Index of the grid value nearest to v (llama.cpp's best_index_int8: binary search, ties to the upper one).
+int nearest_index(float v) {
+  if (v <= kIq4Grid[0]) return 0;
+  if (v >= kIq4Grid[15]) return 15;
+  int lo = 0, hi = 15;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (v < kIq4Grid[mid])
+      hi = mid;
+    else
+      lo = mid;
+  }
+  return v - kIq4Grid[hi - 1] < kIq4Grid[hi] - v ? hi - 1 : hi;
+}
+
+// One block of 32: the step d and the 32 grid indices. imp: the block's 32 importances or nullptr.
+float encode_block(const float* x, const float* imp, uint8_t* L) {
+  float w[32];
+  float sigma2 = 0;
+  for (int j = 0; j < 32; ++j) sigma2 += x[j] * x[j];
+  sigma2 *= 2.f / 32;
+  bool weighted = false;
+  if (imp) {
+    for (int j = 0; j < 32; ++j) {
+      const float v = std::isfinite(imp[j]) && imp[j] > 0 ? imp[j] : 0.0f;
+      w[j] = v * std::sqrt(sigma2 + x[j] * x[j]);
+      weighted = weighted || w[j] > 0;
+    }
+  }
+  if (!weighted)
+    for (int j = 0; j < 32; ++j) w[j] = x[j] * x[j];
+  float amax = 0, mx = 0;
+  for (int j = 0; j < 32; ++j)
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      mx = x[j];
+    }
+  if (amax < 1e-15f) {
+    for (int j = 0; j < 32; ++j) L[j] = static_cast<uint8_t>(nearest_index(0.0f));
+    return 0.0f;
+  }
+  float d = -mx / static_cast<float>(kIq4Grid[0]);
+  float id = 1 / d, sumqx = 0, sumq2 = 0;
+  for (int j = 0; j < 32; ++j) {
+    const float q = kIq4Grid[nearest_index(id * x[j])];
+    sumqx += w[j] * q * x[j];
+    sumq2 += w[j] * q * q;
+  }
+  d = sumqx / sumq2;
+  float best = d * sumqx;
+  for (int k = -7; k <= 7; ++k) {
+    id = static_cast<float>(k + kIq4Grid[0]) / mx;
+    sumqx = sumq2 = 0;
+    for (int j = 0; j < 32; ++j) {
+      const float q = kIq4Grid[nearest_index(id * x[j])];
+      sumqx += w[j] * q * x[j];
+      sumq2 += w[j] * q * q;
+    }
+    if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+      d = sumqx / sumq2;
+      best = d * sumqx;
+    }
+  }
+  id = d != 0 ? 1 / d : 0;
+  for (int j = 0; j < 32; ++j) L[j] = static_cast<uint8_t>(nearest_index(id * x[j]));
+  return d;
+}
+
+// Blocks whose sums overflow (|x| beyond ~1e12) are encoded in units scaled by a power of two (exact:
+// the same codes and, scaled back, the same d wherever the plain sums stay finite).
+void weighted(const float* x, void* dst, int64_t n, const float* importance, float* values) {
+  auto* p = static_cast<uint8_t*>(dst);
+  for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+    const float* imp = importance ? importance + 32 * b : nullptr;
+    uint8_t L[32];
+    float d = encode_block(x, imp, L);
+    if (!std::isfinite(d)) {
+      float amax = 0, xs[32];
+      for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+      int e = 0;
+      std::frexp(amax, &e);
+      for (int j = 0; j < 32; ++j) xs[j] = std::ldexp(x[j], 1 - e);
+      d = std::ldexp(encode_block(xs, imp, L), e - 1);
+    }
+    BlockIq4Nl blk;
+    if (std::fabs(d) > 65504.0f) {  // beyond fp16 (llama.cpp stores Inf): saturate, re-map under that step
+      d = d < 0 ? -65504.0f : 65504.0f;
+      for (int j = 0; j < 32; ++j) L[j] = static_cast<uint8_t>(nearest_index(x[j] / d));
+    }
+    blk.d = f32_to_f16(d);
+    for (int j = 0; j < 16; ++j) blk.qs[j] = static_cast<uint8_t>(L[j] | L[j + 16] << 4);
+    std::memcpy(p + b * sizeof blk, &blk, sizeof blk);
+  }
+  if (values) deq(dst, values, n);
+}
+
+void quant(const float* x, void* dst, int64_t n) {
+  weighted(x, dst, n, nullptr, nullptr);
+}
 }  // namespace
 
 FormatInfo row_iq4_nl() {
-  return make_gguf_row(FormatId::IQ4_NL, "iq4_nl", ggml::IQ4_NL, 4,
-                       "GGUF IQ4_NL: 32 x 4-bit non-linear grid + fp16 (4.5 bpw)", deq, nullptr);
+  FormatInfo r = make_gguf_row(FormatId::IQ4_NL, "iq4_nl", ggml::IQ4_NL, 4,
+                               "GGUF IQ4_NL: 32 x 4-bit non-linear grid + fp16 (4.5 bpw)", deq, quant);
+  r.quantize_row_weighted = weighted;
+  return r;
 }
 }  // namespace lowbit::formats_detail

@@ -64,9 +64,10 @@ inline uint16_t f16_step(float d) {
 // Weighted affine fit of n values to codes in [0, nmax] (llama.cpp's make_qkx2_quants rule, written from its
 // description): x ~ step * L + offset with offset <= 0. Tries steps (nmax + rmin + rdelta * k) / (max - min),
 // k = 0..nstep, refits step and offset by weighted least squares for each, keeps the lowest weighted squared
-// error. Returns the step; *neg_min = -offset >= 0. n <= 32.
+// error (abs_error: the lowest weighted absolute error, llama.cpp's use_mad = true of Q2_K). Returns the
+// step; *neg_min = -offset >= 0. n <= 32.
 inline float fit_scale_min(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min,
-                           float rmin, float rdelta, int nstep) {
+                           float rmin, float rdelta, int nstep, bool abs_error = false) {
   float mn = x[0], mx = x[0], sum_w = w[0], sum_x = sum_w * x[0];
   for (int i = 1; i < n; ++i) {
     if (x[i] < mn) mn = x[i];
@@ -86,7 +87,7 @@ inline float fit_scale_min(int n, int nmax, const float* x, const float* w, uint
   for (int i = 0; i < n; ++i) {
     L[i] = static_cast<uint8_t>(rne_clamp(iscale * (x[i] - mn), 0, nmax));
     const float diff = scale * L[i] + mn - x[i];
-    best += w[i] * (diff * diff);
+    best += w[i] * (abs_error ? std::fabs(diff) : diff * diff);
   }
   uint8_t aux[32];
   for (int k = 0; k <= nstep; ++k) {
@@ -110,7 +111,7 @@ inline float fit_scale_min(int n, int nmax, const float* x, const float* w, uint
       float err = 0;
       for (int i = 0; i < n; ++i) {
         const float diff = this_scale * aux[i] + this_min - x[i];
-        err += w[i] * (diff * diff);
+        err += w[i] * (abs_error ? std::fabs(diff) : diff * diff);
       }
       if (err < best) {
         std::memcpy(L, aux, static_cast<size_t>(n));
@@ -162,6 +163,103 @@ inline float fit_signed(int n, int nmax, const float* x, const float* w, int* L)
   if (L)
     for (int i = 0; i < n; ++i) L[i] = rne_clamp(x[i] / best_scale, -nmax, nmax - 1);
   return best_scale;
+}
+
+// ---- llama.cpp's reference (no-importance) rules, bit for bit: quantize_row_q2_K_ref .. q6_K_ref. ----
+// kquant_quantize_row runs them on the caller's values as given, so that every float operation is the
+// reference's (and in power-of-two scaled units only where those sums overflow); `eps` is the reference's
+// "all zero" threshold (GROUP_MAX_EPS = 1e-15) in the units of the values passed.
+constexpr float kGroupMaxEps = 1e-15f;
+
+// make_qx_quants with x_i^2 weights (rmse_type 1): the code range is [-nmax, nmax - 1] and the value of
+// largest magnitude goes to -nmax; 18 inverse scales -(nmax + 0.1 k) / max, k = +-1..+-9, are tried against
+// the first one by their least-squares fit, and the codes of the winner kept. Returns the least-squares
+// scale; L receives signed codes. An all-zero group (max |x| < eps) gets scale 0 and codes -nmax (the
+// reference's stored 0).
+inline float ref_fit_signed_x2(int n, int nmax, const float* x, float eps, int8_t* L) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  if (amax < eps) {
+    for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(-nmax);
+    return 0.0f;
+  }
+  float iscale = -nmax / max, sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = rne_clamp(iscale * x[i], -nmax, nmax - 1);
+    L[i] = static_cast<int8_t>(l);
+    const float w = x[i] * x[i];
+    sumlx += w * x[i] * l;
+    suml2 += w * l * l;
+  }
+  float scale = suml2 != 0 ? sumlx / suml2 : 0.0f;
+  float best = scale * sumlx;
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    iscale = -(nmax + 0.1f * is) / max;
+    sumlx = suml2 = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = rne_clamp(iscale * x[i], -nmax, nmax - 1);
+      const float w = x[i] * x[i];
+      sumlx += w * x[i] * l;
+      suml2 += w * l * l;
+    }
+    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+      for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(rne_clamp(iscale * x[i], -nmax, nmax - 1));
+      scale = sumlx / suml2;
+      best = scale * sumlx;
+    }
+  }
+  return scale;
+}
+
+// make_q3_quants with do_rmse: codes in [-nmax, nmax - 1] from -nmax / max, then up to 5 sweeps that move one
+// code at a time to the value its least-squares fit (x_i^2 weights) asks for when that raises the fit.
+// Returns sum(w x L) / sum(w L^2); L receives signed codes; all-zero groups as ref_fit_signed_x2.
+inline float ref_fit_q3(int n, int nmax, const float* x, float eps, int8_t* L) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  if (amax < eps) {
+    for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(-nmax);
+    return 0.0f;
+  }
+  const float iscale = -nmax / max;
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = rne_clamp(iscale * x[i], -nmax, nmax - 1);
+    L[i] = static_cast<int8_t>(l);
+    const float w = x[i] * x[i];
+    sumlx += w * x[i] * l;
+    suml2 += w * l * l;
+  }
+  for (int sweep = 0; sweep < 5; ++sweep) {
+    int changed = 0;
+    for (int i = 0; i < n; ++i) {
+      const float w = x[i] * x[i];
+      float slx = sumlx - w * x[i] * L[i];
+      if (!(slx > 0)) continue;
+      float sl2 = suml2 - w * L[i] * L[i];
+      const int nl = rne_clamp(x[i] * sl2 / slx, -nmax, nmax - 1);
+      if (nl == L[i]) continue;
+      slx += w * x[i] * nl;
+      sl2 += w * nl * nl;
+      if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+        L[i] = static_cast<int8_t>(nl);
+        sumlx = slx;
+        suml2 = sl2;
+        ++changed;
+      }
+    }
+    if (!changed) break;
+  }
+  return sumlx / suml2;
 }
 
 // Second level for non-negative sub-block values v (scales or mins) under one f16 step: codes L in [0, K].
@@ -258,9 +356,9 @@ inline void k16_signed_grid(float d, const int8_t* sc16, float* scale, float* of
 // mins): per sub-block of 32 a weighted scale/min fit to codes 0..nmax (unweighted: llama.cpp's weights
 // av|x| + |x_i|; fit_scale_min's search from rmin in nstep steps of rdelta), then the 8 scales and 8 mins to
 // 6 bits under d and dmin (quantize_positive, weighted by each sub-block's total weight when weights are
-// given).
+// given). fit_codes (optional, [256]) receives each sub-block's fitted codes.
 inline void k4_choose_header(const float* x, const float* w, float unit, int nmax, float rmin, float rdelta,
-                             int nstep, uint8_t* header) {
+                             int nstep, uint8_t* header, uint8_t* fit_codes = nullptr) {
   float ws[32], scales[8], mins[8], sw[8];
   uint8_t L[32], ls[8], lm[8];
   for (int j = 0; j < 8; ++j) {
@@ -273,6 +371,7 @@ inline void k4_choose_header(const float* x, const float* w, float unit, int nma
     for (int l = 0; l < 32; ++l) sw[j] += ws[l];
     scales[j] = unit * fit_scale_min(32, nmax, xj, ws, L, &mins[j], rmin, rdelta, nstep);
     mins[j] *= unit;
+    if (fit_codes) std::memcpy(fit_codes + 32 * j, L, 32);
   }
   const uint16_t d = quantize_positive(8, 63, scales, w ? sw : nullptr, ls);
   const uint16_t dmin = quantize_positive(8, 63, mins, w ? sw : nullptr, lm);
@@ -280,6 +379,20 @@ inline void k4_choose_header(const float* x, const float* w, float unit, int nma
   std::memcpy(header + 2, &dmin, 2);
   std::memset(header + 4, 0, 12);
   for (int j = 0; j < 8; ++j) k4_put_scale_min(j, ls[j], lm[j], header + 4);
+}
+
+inline void k4_header_grid(const uint8_t* header, float* scale, float* offset);
+
+// llama.cpp's quantize_row_q4_K_ref / q5_K_ref (KQuantOps::reference): the unweighted header, then each
+// element rounded under the stored scale and min; a sub-block whose stored scale is 0 keeps its fitted codes.
+inline void k4_reference(const float* x, const float* xs, float unit, int nmax, float rmin, float rdelta,
+                         int nstep, int8_t* q, uint8_t* header) {
+  uint8_t L[256];
+  float scale[256], offset[256];
+  k4_choose_header(xs, nullptr, unit, nmax, rmin, rdelta, nstep, header, L);
+  k4_header_grid(header, scale, offset);
+  for (int i = 0; i < 256; ++i)
+    q[i] = static_cast<int8_t>(scale[i] != 0 ? rne_clamp((x[i] - offset[i]) / scale[i], 0, nmax) : L[i]);
 }
 
 // Per element of a Q4_K / Q5_K block the step and offset of its header (value = code * scale + offset).
@@ -310,6 +423,12 @@ struct KQuantOps {
   void (*grid)(const uint8_t* blk, float* scale, float* offset);
   // Stores the codes q[256] (in [qmin, qmax]) into the block, keeping its header.
   void (*pack)(uint8_t* blk, const int8_t* q);
+  // Optional: llama.cpp's reference encoder of one super-block (quantize_row_*_K_ref), used when there is no
+  // importance: header into blk, codes q[256] (in [qmin, qmax]) for pack. xs = x / unit (unit a power of
+  // two; xs == x with unit 1 reproduces the reference bit for bit), eps = 1e-15 / unit; the element codes
+  // are rounded from the unscaled x under the stored header.
+  void (*reference)(const float* x, const float* xs, float unit, float eps, int8_t* q,
+                    uint8_t* blk) = nullptr;
 };
 
 // Nearest code of x on one grid point set (scale, offset); a zero or non-finite scale keeps code 0's value.
@@ -357,12 +476,26 @@ inline void kquant_quantize_row(const KQuantOps& op, const float* src, void* dst
       wp = w;
     }
     std::memset(out, 0, static_cast<size_t>(op.block_bytes));
-    op.choose(xs, wp, unit, out);
-    op.grid(out, sc, off);
-    for (int i = 0; i < kQK_K; ++i) {
-      q[i] = static_cast<int8_t>(kquant_nearest(x[i], sc[i], off[i], op.qmin, op.qmax));
-      if (values) values[b * kQK_K + i] = sc[i] * static_cast<float>(q[i]) + off[i];
+    if (!wp && op.reference) {
+      // The reference rule on the values as given, bit-compatible with llama.cpp; where its sums overflow
+      // (a non-finite header) the same rule again in the scaled units.
+      op.reference(x, x, 1.0f, kGroupMaxEps, q, out);
+      op.grid(out, sc, off);
+      bool finite = true;
+      for (int i = 0; i < kQK_K; ++i) finite = finite && std::isfinite(sc[i]) && std::isfinite(off[i]);
+      if (!finite) {
+        std::memset(out, 0, static_cast<size_t>(op.block_bytes));
+        op.reference(x, xs, unit, std::ldexp(kGroupMaxEps, 1 - e), q, out);
+        op.grid(out, sc, off);
+      }
+    } else {
+      op.choose(xs, wp, unit, out);
+      op.grid(out, sc, off);
+      for (int i = 0; i < kQK_K; ++i)
+        q[i] = static_cast<int8_t>(kquant_nearest(x[i], sc[i], off[i], op.qmin, op.qmax));
     }
+    if (values)
+      for (int i = 0; i < kQK_K; ++i) values[b * kQK_K + i] = sc[i] * static_cast<float>(q[i]) + off[i];
     op.pack(out, q);
   }
 }

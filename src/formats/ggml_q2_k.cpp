@@ -11,6 +11,7 @@
 // Quantization: per sub-block a weighted affine fit to codes 0..3 (fit_scale_min, ggml_kquants.h; weights
 // |x_i|, or imp_i sqrt(sigma^2 + x_i^2) with an importance vector), then the 16 scales and 16 mins to 4 bits
 // against the fp16 d and dmin, and every element rounded to its nearest code under the stored values.
+// Without importance it is llama.cpp's quantize_row_q2_K_ref bit for bit (absolute-error fit, `reference`).
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -82,6 +83,33 @@ void grid(const uint8_t* p, float* scale, float* offset) {
   }
 }
 
+// llama.cpp's quantize_row_q2_K_ref: per sub-block the affine fit to codes 0..3 that minimises the weighted
+// absolute error (weights |x_i|), scales and mins to 4 bits as max / 15 steps, then each element rounded
+// under the stored values; a sub-block whose stored scale is 0 keeps its fitted codes.
+void reference(const float* x, const float* xs, float unit, float /*eps: Q2_K has no zero test*/, int8_t* q,
+               uint8_t* out) {
+  float ws[16], scales[16], mins[16];
+  uint8_t L[256], ls[16], lm[16];
+  for (int j = 0; j < 16; ++j) {
+    const float* xj = xs + 16 * j;
+    for (int l = 0; l < 16; ++l) ws[l] = std::fabs(xj[l]);
+    scales[j] = unit * fit_scale_min(16, 3, xj, ws, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, true);
+    mins[j] *= unit;
+  }
+  BlockQ2K blk{};
+  blk.d = quantize_positive(16, 15, scales, nullptr, ls);
+  blk.dmin = quantize_positive(16, 15, mins, nullptr, lm);
+  for (int j = 0; j < 16; ++j) blk.scales[j] = static_cast<uint8_t>(ls[j] | (lm[j] << 4));
+  const float d = f16_to_f32(blk.d), dmin = f16_to_f32(blk.dmin);
+  for (int j = 0; j < 16; ++j) {
+    const float dl = d * (blk.scales[j] & 0xF), ml = dmin * (blk.scales[j] >> 4);
+    for (int l = 0; l < 16; ++l)
+      q[16 * j + l] =
+          static_cast<int8_t>(dl != 0 ? rne_clamp((x[16 * j + l] + ml) / dl, 0, 3) : L[16 * j + l]);
+  }
+  std::memcpy(out, &blk, sizeof blk);
+}
+
 // Element e = 128h + 32k + j (j < 32) is bits 2k..2k+1 of qs[32h + j].
 void pack(uint8_t* p, const int8_t* q) {
   uint8_t qs[64] = {};
@@ -92,7 +120,7 @@ void pack(uint8_t* p, const int8_t* q) {
   std::memcpy(p + offsetof(BlockQ2K, qs), qs, sizeof qs);
 }
 
-constexpr KQuantOps kOps{sizeof(BlockQ2K), 0, 3, choose, grid, pack};
+constexpr KQuantOps kOps{sizeof(BlockQ2K), 0, 3, choose, grid, pack, reference};
 }  // namespace
 
 FormatInfo row_q2_k() {

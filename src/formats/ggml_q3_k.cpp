@@ -12,7 +12,8 @@
 //
 // Quantization: per sub-block a weighted signed fit to codes -4..3 (fit_signed, ggml_kquants.h; weights
 // x_i^2, or imp_i sqrt(sigma^2 + x_i^2) with an importance vector), then the 16 scales to signed 6 bits
-// against the fp16 d, and every element rounded to its nearest code under the stored scale.
+// against the fp16 d, and every element rounded to its nearest code under the stored scale. Without
+// importance it is llama.cpp's quantize_row_q3_K_ref bit for bit (`reference`).
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -60,17 +61,54 @@ void deq(const void* src, float* y, int64_t n) {
 
 // Header: per sub-block of 16 a weighted signed fit to codes -4..3 (unweighted: weights x_i^2), then the 16
 // signed scales to 6 bits under d (quantize_signed, weighted by each sub-block's total weight).
-void choose(const float* x, const float* w, float unit, uint8_t* out) {
-  int L[16];
-  BlockQ3K blk{};
-  blk.d = k16_fit_signed_scales(x, w, unit, 4, 32, L);
-  // Inverse of k3_scales: v = L + 32 in 0..63; low nibbles of scales 0..3 / 4..7 in bytes 0..3 / 4..7, of
-  // scales 8..11 / 12..15 in their high nibbles; the two high bits of scale 4g + i in bits 2g of byte 8 + i.
+// Inverse of k3_scales: v = L + 32 in 0..63; low nibbles of scales 0..3 / 4..7 in bytes 0..3 / 4..7, of
+// scales 8..11 / 12..15 in their high nibbles; the two high bits of scale 4g + i in bits 2g of byte 8 + i.
+void put_scales(BlockQ3K& blk, const int* L) {
+  std::memset(blk.scales, 0, sizeof blk.scales);
   for (int i = 0; i < 16; ++i) {
     const int v = L[i] + 32, g = i / 4, b = i % 4;
     uint8_t& lo = blk.scales[(g % 2) * 4 + b];
     lo = static_cast<uint8_t>(lo | (v & 0xF) << (g / 2 * 4));
     blk.scales[8 + b] = static_cast<uint8_t>(blk.scales[8 + b] | (v >> 4) << (2 * g));
+  }
+}
+
+void choose(const float* x, const float* w, float unit, uint8_t* out) {
+  int L[16];
+  BlockQ3K blk{};
+  blk.d = k16_fit_signed_scales(x, w, unit, 4, 32, L);
+  put_scales(blk, L);
+  std::memcpy(out, &blk, sizeof blk);
+}
+
+// llama.cpp's quantize_row_q3_K_ref: per sub-block make_q3_quants (ref_fit_q3), the 16 scales to 6 bits with
+// d = max / -32 (max = the scale of largest magnitude), each element rounded under the stored scale; a
+// sub-block whose stored scale is 0 keeps its fitted codes (all scale bytes 0, i.e. -32, when max is 0).
+void reference(const float* x, const float* xs, float unit, float eps, int8_t* q, uint8_t* out) {
+  float scales[16], max_scale = 0, amax = 0;
+  for (int j = 0; j < 16; ++j) {
+    scales[j] = unit * ref_fit_q3(16, 4, xs + 16 * j, eps, q + 16 * j);
+    if (std::fabs(scales[j]) > amax) {
+      amax = std::fabs(scales[j]);
+      max_scale = scales[j];
+    }
+  }
+  BlockQ3K blk{};
+  int L[16];
+  if (max_scale != 0) {
+    const float iscale = -32.f / max_scale;
+    for (int j = 0; j < 16; ++j) L[j] = rne_clamp(iscale * scales[j], -32, 31);
+    blk.d = f16_step(1 / iscale);
+  } else {
+    for (int j = 0; j < 16; ++j) L[j] = -32;
+    blk.d = 0;
+  }
+  put_scales(blk, L);
+  const float d = f16_to_f32(blk.d);
+  for (int j = 0; j < 16; ++j) {
+    const float dl = d * L[j];
+    if (dl == 0) continue;
+    for (int l = 0; l < 16; ++l) q[16 * j + l] = static_cast<int8_t>(rne_clamp(x[16 * j + l] / dl, -4, 3));
   }
   std::memcpy(out, &blk, sizeof blk);
 }
@@ -96,7 +134,7 @@ void pack(uint8_t* p, const int8_t* q) {
   std::memcpy(p + offsetof(BlockQ3K, qs), qs, sizeof qs);
 }
 
-constexpr KQuantOps kOps{sizeof(BlockQ3K), -4, 3, choose, grid, pack};
+constexpr KQuantOps kOps{sizeof(BlockQ3K), -4, 3, choose, grid, pack, reference};
 }  // namespace
 
 FormatInfo row_q3_k() {

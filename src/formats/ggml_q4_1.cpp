@@ -3,6 +3,10 @@
 //   offset 0   2   4                               20
 //          | d | m | qs[16]                         |
 //   d, m: fp16; qs[j] low nibble = element j, high nibble = element j+16.  x = d * q + m, q in [0, 15].
+//
+// Quantization (llama.cpp's quantize_row_q4_1_ref, byte-compatible): d = (max - min) / 15, m = min (both
+// rounded to fp16 for storage), q = min(15, trunc((x - min) / d + 0.5)) using the FP32 d and min.
+#include <cfloat>
 #include <cstring>
 
 #include "core/half.h"
@@ -29,10 +33,31 @@ void deq(const void* src, float* y, int64_t n) {
     }
   }
 }
+void quant(const float* x, void* dst, int64_t n) {
+  auto* p = static_cast<uint8_t*>(dst);
+  for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+    float mn = FLT_MAX, mx = -FLT_MAX;
+    for (int j = 0; j < 32; ++j) {
+      if (x[j] < mn) mn = x[j];
+      if (x[j] > mx) mx = x[j];
+    }
+    const float d = (mx - mn) / 15;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    BlockQ4_1 blk;
+    blk.d = f32_to_f16(d);
+    blk.m = f32_to_f16(mn);
+    for (int j = 0; j < 16; ++j) {
+      const int q0 = static_cast<int>((x[j] - mn) * id + 0.5f);
+      const int q1 = static_cast<int>((x[j + 16] - mn) * id + 0.5f);
+      blk.qs[j] = static_cast<uint8_t>((q0 < 15 ? q0 : 15) | (q1 < 15 ? q1 : 15) << 4);
+    }
+    std::memcpy(p + b * sizeof blk, &blk, sizeof blk);
+  }
+}
 }  // namespace
 
 FormatInfo row_q4_1() {
   return make_gguf_row(FormatId::Q4_1, "q4_1", ggml::Q4_1, 4,
-                       "GGUF Q4_1: 32 x 4-bit + fp16 scale and min (5.0 bpw)", deq, nullptr);
+                       "GGUF Q4_1: 32 x 4-bit + fp16 scale and min (5.0 bpw)", deq, quant);
 }
 }  // namespace lowbit::formats_detail

@@ -56,6 +56,10 @@ void choose(const float* x, const float* w, float unit, uint8_t* out) {
   k4_choose_header(x, w, unit, 15, -1.0f, 0.1f, 20, out);
 }
 
+void reference(const float* x, const float* xs, float unit, float, int8_t* q, uint8_t* out) {
+  k4_reference(x, xs, unit, 15, -1.0f, 0.1f, 20, q, out);
+}
+
 void grid(const uint8_t* p, float* scale, float* offset) {
   k4_header_grid(p, scale, offset);
 }
@@ -67,7 +71,7 @@ void pack(uint8_t* p, const int8_t* q) {
       qs[32 * c + l] = static_cast<uint8_t>(q[64 * c + l] | (q[64 * c + l + 32] << 4));
 }
 
-constexpr KQuantOps kOps{sizeof(BlockQ4K), 0, 15, choose, grid, pack};
+constexpr KQuantOps kOps{sizeof(BlockQ4K), 0, 15, choose, grid, pack, reference};
 
 }  // namespace
 

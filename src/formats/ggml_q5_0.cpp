@@ -5,6 +5,10 @@
 //   d: fp16. qh: 32 fifth bits as a little-endian uint32, bit j = 5th bit of element j.
 //   element j      (j < 16) = (qs[j] & 0xF) | ((qh >> j) & 1) << 4
 //   element j + 16          = (qs[j] >> 4)  | ((qh >> (j + 16)) & 1) << 4        x = d * (q - 16)
+//
+// Quantization (llama.cpp's quantize_row_q5_0_ref, byte-compatible): m = the element of largest |x| (sign
+// kept), d = m / -16, q = min(31, trunc(x / d + 16.5)) using the FP32 d (stored rounded to fp16).
+#include <cmath>
 #include <cstring>
 
 #include "core/half.h"
@@ -35,10 +39,35 @@ void deq(const void* src, float* y, int64_t n) {
     }
   }
 }
+void quant(const float* x, void* dst, int64_t n) {
+  auto* p = static_cast<uint8_t*>(dst);
+  for (int64_t b = 0; b < n / 32; ++b, x += 32) {
+    float amax = 0.0f, m = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        m = x[j];
+      }
+    const float d = m / -16;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    BlockQ5_0 blk;
+    blk.d = f32_to_f16(d);
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; ++j) {
+      int q0 = static_cast<int>(x[j] * id + 16.5f), q1 = static_cast<int>(x[j + 16] * id + 16.5f);
+      q0 = q0 < 31 ? q0 : 31;
+      q1 = q1 < 31 ? q1 : 31;
+      blk.qs[j] = static_cast<uint8_t>((q0 & 0x0F) | (q1 & 0x0F) << 4);
+      qh |= static_cast<uint32_t>(q0 >> 4 & 1) << j | static_cast<uint32_t>(q1 >> 4 & 1) << (j + 16);
+    }
+    for (int k = 0; k < 4; ++k) blk.qh[k] = static_cast<uint8_t>(qh >> (8 * k));
+    std::memcpy(p + b * sizeof blk, &blk, sizeof blk);
+  }
+}
 }  // namespace
 
 FormatInfo row_q5_0() {
   return make_gguf_row(FormatId::Q5_0, "q5_0", ggml::Q5_0, 5, "GGUF Q5_0: 32 x 5-bit + fp16 scale (5.5 bpw)",
-                       deq, nullptr);
+                       deq, quant);
 }
 }  // namespace lowbit::formats_detail

@@ -55,6 +55,10 @@ void choose(const float* x, const float* w, float unit, uint8_t* out) {
   k4_choose_header(x, w, unit, 31, -0.5f, 0.1f, 15, out);
 }
 
+void reference(const float* x, const float* xs, float unit, float, int8_t* q, uint8_t* out) {
+  k4_reference(x, xs, unit, 31, -0.5f, 0.1f, 15, q, out);
+}
+
 void grid(const uint8_t* p, float* scale, float* offset) {
   k4_header_grid(p, scale, offset);
 }
@@ -72,7 +76,7 @@ void pack(uint8_t* p, const int8_t* q) {
   std::memcpy(p + offsetof(BlockQ5K, qs), qs, sizeof qs);
 }
 
-constexpr KQuantOps kOps{sizeof(BlockQ5K), 0, 31, choose, grid, pack};
+constexpr KQuantOps kOps{sizeof(BlockQ5K), 0, 31, choose, grid, pack, reference};
 }  // namespace
 
 FormatInfo row_q5_k() {

@@ -12,7 +12,8 @@
 //
 // Quantization: per sub-block a weighted signed fit to codes -32..31 (fit_signed, ggml_kquants.h; weights
 // x_i^2, or imp_i sqrt(sigma^2 + x_i^2) with an importance vector), then the 16 scales to int8 against the
-// fp16 d, and every element rounded to its nearest code under the stored scale.
+// fp16 d, and every element rounded to its nearest code under the stored scale. Without importance it is
+// llama.cpp's quantize_row_q6_K_ref bit for bit (`reference`).
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -67,6 +68,37 @@ void choose(const float* x, const float* w, float unit, uint8_t* out) {
   std::memcpy(out, &blk, sizeof blk);
 }
 
+// llama.cpp's quantize_row_q6_K_ref: per sub-block make_qx_quants with x^2 weights (ref_fit_signed_x2), the
+// 16 scales to int8 with d = max / -128 (max = the scale of largest magnitude), each element rounded under
+// the stored scale; a sub-block whose stored scale is 0 keeps its fitted codes; a super-block whose scales
+// are all below eps is all zero bytes.
+void reference(const float* x, const float* xs, float unit, float eps, int8_t* q, uint8_t* out) {
+  float scales[16], max_scale = 0, max_abs = 0;
+  for (int j = 0; j < 16; ++j) {
+    scales[j] = ref_fit_signed_x2(16, 32, xs + 16 * j, eps, q + 16 * j);
+    if (std::fabs(scales[j]) > max_abs) {
+      max_abs = std::fabs(scales[j]);
+      max_scale = scales[j];
+    }
+  }
+  BlockQ6K blk{};
+  if (max_abs < eps) {
+    for (int i = 0; i < 256; ++i) q[i] = -32;
+    std::memcpy(out, &blk, sizeof blk);
+    return;
+  }
+  const float iscale = -128.f / max_scale;
+  blk.d = f16_step(unit * (1 / iscale));
+  for (int j = 0; j < 16; ++j) blk.scales[j] = static_cast<int8_t>(rne_clamp(iscale * scales[j], -128, 127));
+  const float d = f16_to_f32(blk.d);
+  for (int j = 0; j < 16; ++j) {
+    const float dl = d * blk.scales[j];
+    if (dl == 0) continue;
+    for (int l = 0; l < 16; ++l) q[16 * j + l] = static_cast<int8_t>(rne_clamp(x[16 * j + l] / dl, -32, 31));
+  }
+  std::memcpy(out, &blk, sizeof blk);
+}
+
 void grid(const uint8_t* p, float* scale, float* offset) {
   BlockQ6K blk;
   std::memcpy(&blk, p, sizeof blk);
@@ -87,7 +119,7 @@ void pack(uint8_t* p, const int8_t* q) {
   std::memcpy(p + offsetof(BlockQ6K, qh), qh, sizeof qh);
 }
 
-constexpr KQuantOps kOps{sizeof(BlockQ6K), -32, 31, choose, grid, pack};
+constexpr KQuantOps kOps{sizeof(BlockQ6K), -32, 31, choose, grid, pack, reference};
 }  // namespace
 
 FormatInfo row_q6_k() {
