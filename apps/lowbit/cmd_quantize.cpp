@@ -1,6 +1,7 @@
 // `lowbit quantize`: model + recipe (+ calibration text) -> quantized Hugging Face style checkpoint +
 // manifest.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,16 +14,18 @@
 #include "core/memory.h"
 #include "core/progress.h"
 #include "core/timer.h"
+#include "model/gguf_model_export.h"
 #include "model/model.h"
 #include "quant/budget.h"
 #include "quant/checkpoint_writer.h"
+#include "quant/export.h"
 #include "quant/quantizer.h"
 #include "quant/recipe.h"
 
 namespace {
 
 struct QuantizeArgs {
-  std::string model, recipe, calib, out, tokenizer, dtype = "native", budget;
+  std::string model, recipe, calib, out, tokenizer, dtype = "native", budget, format = "compressed-tensors";
   std::vector<std::string> candidates;
   double bpw = 0;
   int sens_samples = 8, sens_length = 128;
@@ -52,6 +55,12 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--seed", a.seed, "Seed for the calibration window offsets (default: recipe, 0)");
   cmd.add_option("-o,--out", a.out, "Output directory (must not exist unless --force)")->required();
   cmd.add_flag("--force", a.force, "Replace an existing output directory");
+  cmd.add_option(
+         "--format", a.format,
+         "Output layout: compressed-tensors (default: lowbit's checkpoint with its manifest), gptq, awq "
+         "(lowbit export's layouts) or gguf (-o names a .gguf file; each matrix in the GGUF type that "
+         "holds it, see lowbit export --to gguf)")
+      ->check(CLI::IsMember({"compressed-tensors", "gptq", "awq", "gguf"}));
   cmd.add_flag(
       "--requantize", a.requantize,
       "Allow quantizing an already-quantized model, starting from its dequantized weights (the second "
@@ -151,7 +160,38 @@ void setup(CLI::App& cmd) {
     wo.force = a.force;
     wo.tokenizer_path = a.tokenizer;
     if (alloc) wo.max_model_bytes = alloc->budget;
-    auto res = quant::write_quantized_checkpoint(*m, rep, a.out, wo);
+    // Another layout: the checkpoint is written next to OUT, re-emitted by the exporter `lowbit export` uses
+    // (the same code path, so the same checks), then removed.
+    const bool other = a.format != "compressed-tensors";
+    namespace fs = std::filesystem;
+    if (other && fs::exists(a.out) && !a.force)
+      throw UsageError("quant", "'" + a.out + "' exists; choose another --out or pass --force");
+    const std::string ck_dir = other ? a.out + ".lowbit-ck" : a.out;
+    struct RemoveDir {
+      std::string dir;
+      ~RemoveDir() {
+        std::error_code ec;
+        if (!dir.empty()) fs::remove_all(dir, ec);
+      }
+    } cleanup{other ? ck_dir : std::string()};
+    if (other) wo.force = true;  // our own scratch directory
+    auto res = quant::write_quantized_checkpoint(*m, rep, ck_dir, wo);
+    std::string exported;
+    if (a.format == "gguf") {
+      if (a.force && fs::is_directory(a.out)) fs::remove_all(a.out);
+      if (a.force) fs::remove(a.out);
+      auto ck = load_model(ck_dir);
+      GgufModelExportOptions go;
+      go.name = fs::path(a.out).stem().string();
+      const auto gr = export_gguf_model(*ck, go, a.out);
+      exported = "gguf, " + std::to_string(gr.file_bytes) + " bytes, file type " + gr.file_type;
+    } else if (other) {
+      quant::ExportOptions eo;
+      eo.to = a.format;
+      eo.force = a.force;
+      const auto er = quant::export_checkpoint(ck_dir, a.out, eo);
+      exported = a.format + ", " + std::to_string(er.bytes) + " bytes";
+    }
     if (a.json) {
       nlohmann::json j = rep.to_json();
       j["output"] = {{"dir", res.dir},
@@ -160,6 +200,7 @@ void setup(CLI::App& cmd) {
                      {"parameters", res.parameters},
                      {"shards", res.shards},
                      {"files", res.files}};
+      if (other) j["output"]["exported"] = {{"format", a.format}, {"path", a.out}};
       j["total_seconds"] = t.seconds();
       std::cout << lowbit::json_text(j, 2) << "\n";
       return;
@@ -196,6 +237,9 @@ void setup(CLI::App& cmd) {
         res.dir.c_str(), app::human_bytes(static_cast<double>(res.bytes)).c_str(),
         static_cast<int>(res.files.size()), res.shards, t.seconds(), rep.seconds, ph.calibration, ph.search,
         ph.quantize, ph.report, app::human_bytes(static_cast<double>(rep.peak_rss_bytes)).c_str());
+    if (other)
+      std::printf("re-emitted as %s (%s); the intermediate checkpoint was removed\n", a.out.c_str(),
+                  exported.c_str());
   });
 }
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "arch/arch_table.h"
@@ -303,6 +304,29 @@ TEST(GgufHandoff, CliRefusalsAndJson) {
   EXPECT_NE(r.out.find("online Hadamard"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(out + ".5"));
   fs::remove_all(rot);
+  // quantize --format gguf / gptq: the layout directly, no intermediate checkpoint left behind.
+  r = run_cli(
+      "quantize -m " + model_path("kjv-brown-6M/model.bin") + " -r q4_k --format gguf -q -o " + out + ".6",
+      true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_FALSE(fs::exists(out + ".6.lowbit-ck"));
+  EXPECT_EQ(load_model(out + ".6")->weights.layers[0].wq.format_name(), "q4_k");
+  r = run_cli(
+      "quantize -m " + model_path("kjv-brown-6M/model.bin") + " -r q4_k --format gguf -q -o " + out + ".6",
+      true);
+  EXPECT_NE(r.rc, 0) << "an existing output needs --force";
+  r = run_cli(
+      "quantize -m " + model_path("tinystories-656K") + " -r int4:g32:asym --format gptq -q -o " + out + ".7",
+      true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_FALSE(fs::exists(out + ".7.lowbit-ck"));
+  {
+    std::ifstream f(out + ".7/config.json");
+    const auto cfg = nlohmann::json::parse(f);
+    EXPECT_EQ(cfg.at("quantization_config").at("quant_method"), "gptq");
+  }
+  fs::remove(out + ".6");
+  fs::remove_all(out + ".7");
   // A llama2.c model converts directly (dense, f16).
   r = run_cli("export -m " + model_path("stories260K/stories260K.bin") + " --to gguf --dense f16 -o " + out +
               ".4 --json");
