@@ -215,9 +215,9 @@ void error_table(const std::string& formats, const std::string& gran, int64_t ro
     QuantScheme s = scheme_for(e, gran);
     validate(s, rows, cols);
     if (s.info().is_gguf() && !s.info().quantize_row)
-      throw UsageError("cli", std::string("'") + s.info().name +
-                                  "' can be read but not quantized; GGUF quantizers: "
-                                  "q4_0, q8_0, q4_k");
+      throw UsageError("cli",
+                       std::string("'") + s.info().name +
+                           "' can be read but not quantized; GGUF quantizers: " + gguf_quantizer_names());
     schemes.push_back(s);
   }
   // Seeded data: N(0,1), and a heavy-tailed copy (Student-t with 3 dof, plus 0.1% outliers at 50x).

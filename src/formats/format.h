@@ -128,6 +128,9 @@ void dequantize_row_ggml(int ggml_type, const void* src, float* dst, int64_t n);
 void quantize_row_ggml(int ggml_type, const float* src, void* dst, int64_t n,
                        const float* importance = nullptr, float* values = nullptr);
 
+// The GGUF block types lowbit can quantize to (those with an encoder), comma-separated: "q4_0, q4_1, ...".
+std::string gguf_quantizer_names();
+
 // Edit distance helper used for "did you mean" messages (also used by scheme parsing).
 std::string closest_name(std::string_view name, const std::vector<std::string>& candidates);
 

@@ -325,6 +325,14 @@ void dequantize_row_ggml(int ggml_type, const void* src, float* dst, int64_t n) 
   }
 }
 
+std::string gguf_quantizer_names() {
+  std::string names;
+  for (const FormatInfo& f : format_table())
+    if (f.is_gguf() && (f.quantize_row || f.quantize_row_weighted))
+      names += (names.empty() ? "" : ", ") + std::string(f.name);
+  return names;
+}
+
 void quantize_row_ggml(int ggml_type, const float* src, void* dst, int64_t n, const float* importance,
                        float* values) {
   const FormatInfo& f = gguf_row_or_throw(ggml_type, n, true);

@@ -240,10 +240,9 @@ QuantizedMatrix quantize_matrix(const float* w, int64_t rows, int64_t cols, cons
 
   if (fi.is_gguf()) {
     if (!fi.quantize_row)
-      throw UsageError(
-          "formats",
-          std::string("quantizing to ") + fi.name +
-              " is not implemented (GGUF quantizers: q4_0, q8_0, q2_k..q6_k); it can only be read");
+      throw UsageError("formats", std::string("quantizing to ") + fi.name +
+                                      " is not implemented (GGUF quantizers: " + gguf_quantizer_names() +
+                                      "); it can only be read");
     q.row_bytes = cols / fi.block_elems * fi.block_bytes;
     q.codes.assign(static_cast<size_t>(rows * q.row_bytes), 0);
     // k-quants take the per-column importance into their scale/min search; the other blocks have none.
