@@ -166,6 +166,40 @@ HubQuantConfig hub_quant_config(const json& qc, const std::string& src) {
   return h;
 }
 
+std::vector<int32_t> act_order_permutation(const std::vector<int32_t>& gidx, int group_size,
+                                           int declared_group_size, const std::string& what) {
+  const int64_t cols = static_cast<int64_t>(gidx.size());
+  const int gs = group_size > 0 && group_size <= cols ? group_size : -1;
+  const int64_t groups = group_count(cols, gs);
+  std::vector<int64_t> used(static_cast<size_t>(groups), 0);
+  bool trivial = true;
+  for (int64_t c = 0; c < cols; ++c) {
+    const int32_t g = gidx[static_cast<size_t>(c)];
+    if (g < 0 || g >= groups)
+      bad(what + ": g_idx[" + std::to_string(c) + "] = " + std::to_string(g) + " is not a group of " +
+          std::to_string(cols) + " inputs in groups of " + std::to_string(declared_group_size) + " (0.." +
+          std::to_string(groups - 1) + "); the g_idx does not match the config's group_size");
+    ++used[static_cast<size_t>(g)];
+    trivial = trivial && g == (gs > 0 ? c / gs : 0);
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t size = gs > 0 ? std::min<int64_t>(gs, cols - g * gs) : cols;
+    if (used[static_cast<size_t>(g)] != size)
+      bad(what + ": group " + std::to_string(g) + " holds " + std::to_string(used[static_cast<size_t>(g)]) +
+          " input columns, but a group of " + std::to_string(declared_group_size) + " over " +
+          std::to_string(cols) + " inputs holds " + std::to_string(size) +
+          " (every group full, the last one the rest); the g_idx does not match the config's group_size");
+  }
+  std::vector<int32_t> perm;
+  if (trivial) return perm;
+  perm.resize(static_cast<size_t>(cols));
+  for (int64_t c = 0; c < cols; ++c) perm[static_cast<size_t>(c)] = static_cast<int32_t>(c);
+  std::stable_sort(perm.begin(), perm.end(), [&](int32_t a, int32_t c) {
+    return gidx[static_cast<size_t>(a)] < gidx[static_cast<size_t>(c)];
+  });
+  return perm;
+}
+
 QuantizedMatrix unpack_hub_matrix(const std::map<std::string, TensorView>& t, const std::string& m,
                                   const HubQuantConfig& hc, int64_t rows, int64_t cols,
                                   const std::string& src) {
@@ -195,37 +229,10 @@ QuantizedMatrix unpack_hub_matrix(const std::map<std::string, TensorView>& t, co
   // (stable), so that groups are consecutive, and input_perm records where each came from.
   std::vector<int32_t> perm;
   if (gptq && t.count(m + ".g_idx")) {
-    const std::string gname = "tensor '" + m + ".g_idx' in " + src;
     const TensorView& gi = need_shape(t, m + ".g_idx", DType::I32, {cols}, src, why);
     std::vector<int32_t> gidx(static_cast<size_t>(cols));
-    std::vector<int64_t> used(static_cast<size_t>(groups), 0);
-    bool trivial = true;
-    for (int64_t c = 0; c < cols; ++c) {
-      const int32_t g = static_cast<int32_t>(word_at(gi, c));
-      if (g < 0 || g >= groups)
-        bad(gname + ": g_idx[" + std::to_string(c) + "] = " + std::to_string(g) + " is not a group of " +
-            std::to_string(cols) + " inputs in groups of " + std::to_string(hc.group_size) + " (0.." +
-            std::to_string(groups - 1) + "); the g_idx does not match the config's group_size");
-      gidx[static_cast<size_t>(c)] = g;
-      ++used[static_cast<size_t>(g)];
-      trivial = trivial && g == (gs > 0 ? c / gs : 0);
-    }
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t size = gs > 0 ? std::min<int64_t>(gs, cols - g * gs) : cols;
-      if (used[static_cast<size_t>(g)] != size)
-        bad(gname + ": group " + std::to_string(g) + " holds " +
-            std::to_string(used[static_cast<size_t>(g)]) + " input columns, but a group of " +
-            std::to_string(hc.group_size) + " over " + std::to_string(cols) + " inputs holds " +
-            std::to_string(size) +
-            " (every group full, the last one the rest); the g_idx does not match the config's group_size");
-    }
-    if (!trivial) {
-      perm.resize(static_cast<size_t>(cols));
-      for (int64_t c = 0; c < cols; ++c) perm[static_cast<size_t>(c)] = static_cast<int32_t>(c);
-      std::stable_sort(perm.begin(), perm.end(), [&](int32_t a, int32_t c) {
-        return gidx[static_cast<size_t>(a)] < gidx[static_cast<size_t>(c)];
-      });
-    }
+    std::memcpy(gidx.data(), gi.data, gidx.size() * 4);
+    perm = act_order_permutation(gidx, gs, hc.group_size, "tensor '" + m + ".g_idx' in " + src);
   }
   // Zero points, [rows, groups] in lowbit's grid order.
   std::vector<int> zeros(static_cast<size_t>(rows * groups));

@@ -48,6 +48,15 @@ struct HubQuantConfig {
 HubQuantConfig hub_quant_config(const nlohmann::json& qc, const std::string& source);
 bool is_hub_quant_method(const std::string& method);  // "gptq" or "awq"
 
+// An act-order group index (GPTQ g_idx, compressed-tensors weight_g_idx): g_idx[c] is the group of input
+// column c of g_idx.size() columns in groups of `group_size` (<= 0 or wider than the row: one group). Every
+// group must hold exactly group_size columns (the last one the rest), wherever they sit. Returns the columns
+// sorted by group, stable (stored column j = input column perm[j], QuantizedMatrix::input_perm), or an empty
+// vector for the trivial c / group_size. Error("model") naming `what` (the tensor and file) otherwise;
+// `declared_group_size` is the config's value, for the message.
+std::vector<int32_t> act_order_permutation(const std::vector<int32_t>& g_idx, int group_size,
+                                           int declared_group_size, const std::string& what);
+
 // Rebuilds module `m`'s QuantizedMatrix [rows, cols] from its GPTQ / AWQ tensors.
 QuantizedMatrix unpack_hub_matrix(const std::map<std::string, TensorView>& tensors, const std::string& m,
                                   const HubQuantConfig& hc, int64_t rows, int64_t cols,

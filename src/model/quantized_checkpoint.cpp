@@ -1,6 +1,7 @@
 // Quantized checkpoint layouts (pack / unpack) and the loader (see quantized_checkpoint.h).
 #include "model/quantized_checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -141,20 +142,42 @@ std::vector<PackedTensor> pack_quantized(const QuantizedMatrix& q) {
   const CkptLayout layout = checkpoint_layout(q.scheme, q.cols);
   const std::vector<int64_t> shape2 = {q.rows, q.cols};
   auto shape_tensor = [&] { out.push_back({"weight_shape", DType::I64, {2}, to_bytes(shape2)}); };
+  const bool act_order = !q.input_perm.empty();
+  if (act_order && (layout != CkptLayout::PackQuantized || q.scheme.gran != Granularity::Group ||
+                    static_cast<int64_t>(q.input_perm.size()) != q.cols))
+    throw UsageError("export", "a matrix with act-order input columns (" + to_string(q.scheme) +
+                                   ") can only be stored as a pack-quantized INT group matrix with "
+                                   "weight_g_idx; export it with --to gptq");
   if (layout == CkptLayout::PackQuantized) {
     const int b = q.bits, pf = pack_factor(b), half = 1 << (b - 1);
     const int64_t words = (q.cols + pf - 1) / pf;
     std::vector<int32_t> packed(static_cast<size_t>(q.rows * words), 0);
+    // Act-order: stored column j is input column input_perm[j]; compressed-tensors keeps the input columns
+    // in their own order in weight_packed and names each one's group in weight_g_idx.
     for (int64_t r = 0; r < q.rows; ++r)
-      for (int64_t c = 0; c < q.cols; ++c) {
-        const uint32_t u = q.code(r, c);
+      for (int64_t j = 0; j < q.cols; ++j) {
+        const int64_t c = act_order ? q.input_perm[static_cast<size_t>(j)] : j;
+        const uint32_t u = q.code(r, j);
         auto& w = packed[r * words + c / pf];
         w = static_cast<int32_t>(static_cast<uint32_t>(w) | (u << ((c % pf) * b)));
       }
     out.push_back({"weight_packed", DType::I32, {q.rows, words}, to_bytes(packed)});
+    if (act_order) {
+      std::vector<int32_t> g_idx(static_cast<size_t>(q.cols));
+      for (int64_t j = 0; j < q.cols; ++j)
+        g_idx[static_cast<size_t>(q.input_perm[static_cast<size_t>(j)])] =
+            static_cast<int32_t>(j / q.scheme.group_size);
+      out.push_back({"weight_g_idx", DType::I32, {q.cols}, to_bytes(g_idx)});
+    }
     out.push_back({"weight_scale", scale_dtype(q.scheme), scale_shape(q), q.scales});
     if (!q.scheme.symmetric) {
       // Signed zero points packed along the row dimension (compressed-tensors pack_to_int32(packed_dim=0)).
+      // b bits hold 0 .. 2^b - 1; a zero point of 2^b (GPTQ v1's stored all-ones) does not fit.
+      for (uint8_t z : q.zeros)
+        if (z >= (1u << b))
+          throw UsageError("export", "a zero point of " + std::to_string(z) + " does not fit in " +
+                                         std::to_string(b) + "-bit compressed-tensors zero points (" +
+                                         to_string(q.scheme) + "); export it with --to gptq");
       const int64_t zr = (q.grid.rows + pf - 1) / pf;
       std::vector<int32_t> zp(static_cast<size_t>(zr * q.grid.cols), 0);
       for (int64_t i = 0; i < q.grid.rows; ++i)
@@ -234,18 +257,47 @@ QuantizedMatrix unpack_quantized(const std::map<std::string, TensorView>& t, con
   }
   if (cells > 0 && (layout != CkptLayout::LowbitPacked || !fi.is_gguf()))
     q.scales = copy(need(t, m + ".weight_scale", scale_dtype(s), cells, source));
+  const bool has_gidx = t.count(m + ".weight_g_idx") > 0;
+  if (has_gidx && (layout != CkptLayout::PackQuantized ||
+                   (s.gran != Granularity::Group && s.gran != Granularity::Channel)))
+    bad("tensor '" + m + ".weight_g_idx' in " + source + ": an activation-order group index needs a " +
+        "pack-quantized INT group scheme, but the module is " + to_string(s) + " (" + layout_name(layout) +
+        "); the checkpoint contradicts its config");
   if (layout == CkptLayout::PackQuantized) {
     const int b = q.bits, pf = pack_factor(b);
     const int64_t words = (cols + pf - 1) / pf;
     const TensorView& pv = need(t, m + ".weight_packed", DType::I32, rows * words, source);
+    // Act-order (compressed-tensors actorder "group"): weight_packed keeps the input columns in their own
+    // order and weight_g_idx names each one's group, whose scale / zero point column it uses. lowbit stores
+    // the columns sorted by group (stable, so groups are consecutive in its grid) and keeps the permutation
+    // (QuantizedMatrix::input_perm), as for a GPTQ g_idx. An index of all -1 is compressed-tensors'
+    // "not yet set" value, which its dequantize reads as column order.
+    std::vector<int32_t> perm;
+    if (has_gidx) {
+      const std::string gname = "tensor '" + m + ".weight_g_idx' in " + source;
+      const TensorView& gv = t.at(m + ".weight_g_idx");
+      if (gv.dtype != DType::I32 || gv.shape != std::vector<int64_t>{cols} ||
+          gv.nbytes != static_cast<size_t>(cols) * 4)
+        bad(gname + " has dtype " + dtype_name(gv.dtype) + " and shape " + shape_str(gv.shape) +
+            ", expected I32 [" + std::to_string(cols) + "] (the group of each input column)");
+      std::vector<int32_t> gidx(static_cast<size_t>(cols));
+      std::memcpy(gidx.data(), gv.data, gv.nbytes);
+      const bool unset = std::all_of(gidx.begin(), gidx.end(), [](int32_t g) { return g == -1; });
+      if (!unset) {
+        const int gs = s.gran == Granularity::Group ? s.group_size : -1;
+        perm = act_order_permutation(gidx, gs, gs, gname);
+      }
+    }
     q.codes.assign(static_cast<size_t>(rows * q.row_bytes), 0);
     const uint32_t mask = (1u << b) - 1;
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) {
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t c = perm.empty() ? j : perm[static_cast<size_t>(j)];  // stored column j = input c
         uint32_t w;
         std::memcpy(&w, pv.data + (r * words + c / pf) * 4, 4);
-        pack_code(q.codes.data() + r * q.row_bytes, c, b, (w >> ((c % pf) * b)) & mask);
+        pack_code(q.codes.data() + r * q.row_bytes, j, b, (w >> ((c % pf) * b)) & mask);
       }
+    q.input_perm = std::move(perm);
     if (!s.symmetric) {
       const int64_t zr = (q.grid.rows + pf - 1) / pf;
       const TensorView& zv = need(t, m + ".weight_zero_point", DType::I32, zr * q.grid.cols, source);
@@ -572,10 +624,6 @@ ModelWeights load_quantized_weights(const io::HfCheckpoint& ck, const ModelConfi
       bad("module '" + module + "' in " + ck.dir +
           " has quantized tensors but no config group targets it; "
           "config.json's quantization_config does not describe this checkpoint");
-    if (tensors.count(module + ".weight_g_idx"))
-      bad("module '" + module + "' in " + ck.dir +
-          " uses an activation-order group index (weight_g_idx); lowbit "
-          "needs static groups (actorder \"static\" or none)");
     quantized[module] = mq;
     if (!tensors.count(module + ".weight")) {
       TensorView v;

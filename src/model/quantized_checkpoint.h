@@ -2,11 +2,10 @@
 // the loader (here, model rung) and the writer (quant rung) so both sides use one definition of every layout.
 //
 // config.json["quantization_config"] (quant_method "compressed-tensors") lists config_groups; each group has
-// targets (exact module names, "re:" regexes or "Linear"), "weights" args, "input_activations" args and "format";
-// lowbit's exact QuantScheme string per group is in quantization_config.lowbit_groups (older checkpoints:
-// "lowbit_scheme" inside the group), where compressed-tensors, which refuses extra group keys, ignores it.
-// Tensors per quantized module
-// M (M = "model.layers.0.self_attn.q_proj"), by layout:
+// targets (exact module names, "re:" regexes or "Linear"), "weights" args, "input_activations" args and
+// "format"; lowbit's exact QuantScheme string per group is in quantization_config.lowbit_groups (older
+// checkpoints: "lowbit_scheme" inside the group), where compressed-tensors, which refuses extra group keys,
+// ignores it. Tensors per quantized module M (M = "model.layers.0.self_attn.q_proj"), by layout:
 //   pack-quantized (INT, f32/f16/bf16 scales):
 //     M.weight_packed     int32 [rows, ceil(cols/pf)], pf = 32/b values per word, value k of a word at bits
 //                         [k*b, k*b+b), stored offset-binary (signed q + 2^(b-1), i.e. lowbit's INT code)
@@ -14,6 +13,11 @@
 //     M.weight_zero_point int32 [ceil(grid.rows/pf), grid.cols] (asymmetric only): signed zero + 2^(b-1),
 //                         packed along rows like pack_to_int32(packed_dim=0)
 //     M.weight_shape      int64 [2] = [rows, cols]
+//     M.weight_g_idx      int32 [cols] (act-order only, weights args "actorder": "group"): the group of each
+//                         input column; weight_packed keeps the columns in their own order and the scale /
+//                         zero point of column c is cell g_idx[c]. Loads as QuantizedMatrix::input_perm
+//                         (columns sorted by group, as a GPTQ g_idx: model/hub_layouts.h); written for a
+//                         matrix that has one.
 //   float-quantized (E4M3FN/E5M2 elements, f32/f16/bf16 scales): M.weight F8 [rows, cols], M.weight_scale
 //   nvfp4-pack-quantized: M.weight_packed uint8 [rows, cols/2] (two E2M1, low nibble first),
 //     M.weight_scale F8_E4M3 [rows, ceil(cols/16)], M.weight_global_scale F32 [1] (x = e2m1 * s / global)

@@ -160,6 +160,7 @@ json quantization_config(const Model& m, const QuantReport& rep,
     FormatId act;
     float clip;
     bool st;
+    bool act_order = false;  // input_perm (a matrix kept from an act-order GPTQ source): weight_g_idx
     std::vector<std::string> modules;
   };
   std::map<std::string, Group> groups;
@@ -175,8 +176,10 @@ json quantization_config(const Model& m, const QuantReport& rep,
     const bool st = w->act_format != FormatId::F32 && w->act_static_scale > 0;
     const std::string key = to_string(w->q->scheme) + "|" + format_info(w->act_format).name + "|" +
                             (st ? "s" : "d") +
-                            (w->act_format == FormatId::INT4 ? "|" + std::to_string(w->act_clip) : "");
+                            (w->act_format == FormatId::INT4 ? "|" + std::to_string(w->act_clip) : "") +
+                            (w->q->input_perm.empty() ? "" : "|act-order");
     auto& g = groups[key];
+    g.act_order = !w->q->input_perm.empty();
     g.s = w->q->scheme;
     g.act = w->act_format;
     g.clip = w->act_clip;
@@ -197,8 +200,10 @@ json quantization_config(const Model& m, const QuantReport& rep,
   const bool single = groups.size() == 1 && !embed_quantized;
   for (auto& [key, g] : groups) {
     json w = ct_args_from_scheme(g.s);
-    if (rep.recipe.algorithm == Algorithm::Gptq && rep.recipe.gptq_act_order &&
-        g.s.gran == Granularity::Group)
+    if (g.act_order)
+      w["actorder"] = "group";  // pack_quantized writes weight_g_idx; vLLM reads it only with "group"
+    else if (rep.recipe.algorithm == Algorithm::Gptq && rep.recipe.gptq_act_order &&
+             g.s.gran == Granularity::Group)
       w["actorder"] = "static";
     else
       w["actorder"] = nullptr;

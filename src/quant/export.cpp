@@ -124,18 +124,23 @@ json hub_config(const Modules& mods, const ModelConfig& c, const ExportOptions& 
 }
 
 // compressed-tensors quantization_config for matrices that came from a GPTQ / AWQ checkpoint.
+// Matrices with act-order input columns (a GPTQ g_idx) go into their own groups with "actorder": "group"
+// (compressed-tensors' ActivationOrdering.GROUP; vLLM reads weight_g_idx only then) and get a weight_g_idx
+// (pack_quantized); a group never mixes them with matrices that have no g_idx.
 json ct_config(const Modules& mods) {
-  std::map<std::string, std::vector<std::string>> groups;  // scheme -> modules
+  using Key = std::pair<std::string, bool>;  // scheme, act-order
+  std::map<Key, std::vector<std::string>> groups;
   std::map<std::string, QuantScheme> schemes;
   for (auto& [module, q] : mods.q) {
-    groups[to_string(q->scheme)].push_back(module);
+    groups[{to_string(q->scheme), !q->input_perm.empty()}].push_back(module);
     schemes[to_string(q->scheme)] = q->scheme;
   }
   json cg = json::object(), lg = json::object();
   int i = 0;
-  for (auto& [key, modules] : groups) {
+  for (auto& [gk, modules] : groups) {
+    const std::string& key = gk.first;
     json w = ct_args_from_scheme(schemes[key]);
-    w["actorder"] = nullptr;
+    w["actorder"] = gk.second ? json("group") : json(nullptr);
     const std::string name = "group_" + std::to_string(i++);
     // compressed-tensors' own fields only (it refuses extra keys in a group); lowbit's exact scheme goes into
     // lowbit_groups, as the checkpoint writer does.
@@ -146,10 +151,12 @@ json ct_config(const Modules& mods) {
                 {"format", layout_name(checkpoint_layout(schemes[key], 2))}};
     lg[name] = {{"scheme", key}};
   }
+  std::set<std::string> formats;
+  for (auto& [name, g] : cg.items()) formats.insert(g["format"].get<std::string>());
   json ignore = json::array();
   if (!mods.q.count("lm_head")) ignore.push_back("lm_head");
   return {{"quant_method", "compressed-tensors"},
-          {"format", groups.size() == 1 ? cg["group_0"]["format"] : json("mixed-precision")},
+          {"format", formats.size() == 1 ? json(*formats.begin()) : json("mixed-precision")},
           {"quantization_status", "compressed"},
           {"config_groups", cg},
           {"ignore", ignore},
@@ -225,11 +232,14 @@ ExportResult export_checkpoint(const std::string& src_dir, const std::string& ou
     list.push_back({name, v.dtype, v.shape, v.data, v.nbytes});
   }
   for (auto& [module, q] : mods.q) {
-    if (o.to == "compressed-tensors" && !q->input_perm.empty())
-      refuse("module '" + module +
-             "' has act-order input columns (a GPTQ g_idx that is not c / group_size), which lowbit's "
-             "compressed-tensors writer does not store (no weight_g_idx); export with --to gptq, or quantize "
-             "the 16-bit model with lowbit");
+    if (o.to == "compressed-tensors" && checkpoint_layout(q->scheme, q->cols) == CkptLayout::PackQuantized)
+      for (uint8_t z : q->zeros)
+        if (z >= (1u << q->bits))
+          refuse("module '" + module + "' has a zero point of " + std::to_string(z) + " = 2^" +
+                 std::to_string(q->bits) +
+                 " (a GPTQ v1 checkpoint's stored all-ones, which its GPU kernels read as 2^b), which "
+                 "compressed-tensors' " +
+                 std::to_string(q->bits) + "-bit zero points cannot hold; export with --to gptq (v1)");
     std::vector<PackedTensor> packed = o.to == "gptq"  ? pack_gptq(*q, o.gptq_v2, module)
                                        : o.to == "awq" ? pack_awq(*q, module)
                                                        : pack_quantized(*q);

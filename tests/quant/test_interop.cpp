@@ -15,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -481,17 +482,92 @@ TEST(HubImport, Gptq3BitFromKnownIntegers) {
   fs::remove_all(src);
 }
 
+// Every tensor of two checkpoints: the same names, dtypes, shapes and bytes.
+void expect_same_tensors(const std::string& a_dir, const std::string& b_dir, const std::string& what) {
+  auto a = io::HfCheckpoint::open(a_dir), b = io::HfCheckpoint::open(b_dir);
+  ASSERT_EQ(a.tensors.size(), b.tensors.size()) << what;
+  for (auto& [name, v] : a.tensors) {
+    ASSERT_TRUE(b.tensors.count(name)) << what << " lacks " << name;
+    const TensorView& e = b.tensors.at(name);
+    EXPECT_TRUE(e.dtype == v.dtype && e.shape == v.shape && e.nbytes == v.nbytes &&
+                std::memcmp(e.data, v.data, v.nbytes) == 0)
+        << what << " " << name;
+  }
+}
+
+// An act-order export to compressed-tensors, as compressed-tensors and vLLM read it: each config group's
+// weights args hold only QuantizationArgs fields (test_ct_layouts.cpp's expect_ct_config checks the rest of
+// the config the same way), "actorder": "group" (ActivationOrdering.GROUP, the value vLLM's WNA16 scheme
+// reads weight_g_idx with) with strategy "group" exactly for the groups whose modules have a weight_g_idx,
+// that g_idx int32 [in] equal to the GPTQ fixture's, and weight_packed holding the known integers in the
+// original column order (offset-binary, value k of a word at bits [k*b, k*b + b)).
+void expect_ct_actorder_export(const std::string& dir, const std::map<std::string, Known>& known,
+                               const std::string& what) {
+  static const std::set<std::string> args_fields = {
+      "num_bits",        "type",    "symmetric", "group_size", "strategy",
+      "block_structure", "dynamic", "actorder",  "observer",   "observer_kwargs"};
+  static const std::set<std::string> scheme_fields = {"targets", "weights", "input_activations",
+                                                      "output_activations", "format"};
+  auto ck = io::HfCheckpoint::open(dir);
+  const json& qc = ck.config.at("quantization_config");
+  EXPECT_EQ(qc.at("quant_method"), "compressed-tensors") << what;
+  EXPECT_EQ(qc.at("format"), "pack-quantized") << what;
+  std::map<std::string, bool> group_act_order;  // module -> its group's actorder is "group"
+  for (auto& [gname, g] : qc.at("config_groups").items()) {
+    for (auto& [key, v] : g.items())
+      EXPECT_TRUE(scheme_fields.count(key)) << what << " " << gname << " " << key;
+    const json& w = g.at("weights");
+    for (auto& [key, v] : w.items())
+      EXPECT_TRUE(args_fields.count(key)) << what << " " << gname << " " << key;
+    const bool ao = w.at("actorder") == "group";
+    EXPECT_TRUE(ao || w.at("actorder").is_null()) << what << " " << gname << " " << w.at("actorder");
+    if (ao) {
+      EXPECT_EQ(w.at("strategy"), "group") << what << ": actorder needs the group strategy";
+    }
+    EXPECT_TRUE(qc.at("lowbit_groups").contains(gname)) << what;
+    for (auto& t : g.at("targets")) group_act_order[t.get<std::string>()] = ao;
+  }
+  int n = 0;
+  for (auto& [module, k] : known) {
+    ASSERT_TRUE(group_act_order.count(module)) << what << ": no group targets " << module;
+    const std::string gn = module + ".weight_g_idx";
+    EXPECT_EQ(group_act_order.at(module), k.act_order) << what << " " << module;
+    EXPECT_EQ(ck.tensors.count(gn) > 0, k.act_order) << what << " " << gn;
+    if (k.act_order) {
+      const TensorView& g = ck.tensors.at(gn);
+      EXPECT_EQ(g.dtype, DType::I32) << what;
+      EXPECT_EQ(g.shape, std::vector<int64_t>{k.cols}) << what;
+      EXPECT_EQ(std::memcmp(g.data, k.g_idx.data(), static_cast<size_t>(k.cols) * 4), 0) << what << " " << gn;
+      ++n;
+    }
+    const int bits = qc.at("config_groups").begin().value().at("weights").at("num_bits").get<int>();
+    const int pf = 32 / bits;
+    const TensorView& p = ck.tensors.at(module + ".weight_packed");
+    const int64_t words = (k.cols + pf - 1) / pf;
+    ASSERT_EQ(p.shape, (std::vector<int64_t>{k.rows, words})) << what << " " << module;
+    for (int64_t r = 0; r < k.rows; ++r)
+      for (int64_t c = 0; c < k.cols; ++c) {
+        uint32_t w;
+        std::memcpy(&w, p.data + (r * words + c / pf) * 4, 4);
+        ASSERT_EQ(static_cast<int>((w >> (bits * (c % pf))) & ((1u << bits) - 1)), k.u[r * k.cols + c])
+            << what << " " << module << " [" << r << ", " << c << "]";
+      }
+  }
+  EXPECT_GT(n, 0) << what;
+}
+
 // Act-order GPTQ (desc_act, a g_idx that scatters each group over the row): loads exactly, with the columns
 // sorted into consecutive groups and the permutation kept; dequantizes in the original column order; the
 // kernels gather x; `export --to gptq` writes the same g_idx (desc_act=true) and the original columns back;
-// compressed-tensors and AWQ refuse it.
+// `export --to compressed-tensors` writes weight_g_idx with actorder "group" (v2 zeros; v1's 2^b is refused)
+// and loads back to the same matrix, permutation and logits; AWQ refuses it.
 TEST(HubImport, GptqActOrderFromKnownIntegers) {
   const std::string src = quantized_dir("int4:g32:asym", "actorder_src");
   struct K {
     int gs, bits;
     bool v2;
-  } cases[] = {
-      {32, 4, false}, {40, 4, true}, {32, 3, true}, {64, 2, false}, {32, 8, true}};  // 40, 64: ragged
+  } cases[] = {{32, 4, false}, {40, 4, true}, {32, 3, true},
+               {64, 2, false}, {32, 8, true}, {32, 4, true}};  // 40, 64: ragged
   for (auto& k : cases) {
     const std::string what =
         "act-order gptq g" + std::to_string(k.gs) + " b" + std::to_string(k.bits) + (k.v2 ? " v2" : " v1");
@@ -536,22 +612,58 @@ TEST(HubImport, GptqActOrderFromKnownIntegers) {
     }
     expect_reference_agrees(dir + "-gptq", *back, what + " -> gptq");
     EXPECT_EQ(testing::logits_of(*m, toks), testing::logits_of(*back, toks)) << what;
-    // Layouts without a per-column group index refuse it, naming the module and what to do.
-    for (const char* to : {"compressed-tensors", "awq"}) {
-      if (k.bits != 4 && std::string(to) == "awq") continue;
+    // compressed-tensors export (pack-quantized, actorder "group"): weight_packed in the original column
+    // order, weight_g_idx = the fixture's g_idx; import gives the same matrix and permutation again. v1
+    // fixtures hold zero points of 2^b, which compressed-tensors' b-bit zero points cannot: refused.
+    ExportOptions oc;
+    oc.to = "compressed-tensors";
+    bool zero_2b = false;
+    for (auto& [mod, kn] : known)
+      for (int z : kn.zero) zero_2b = zero_2b || z == (1 << k.bits);
+    if (zero_2b) {
+      try {
+        export_checkpoint(dir, dir + "-ct", oc);
+        ADD_FAILURE() << what << ": zero points of 2^b exported to compressed-tensors";
+      } catch (const UsageError& e) {
+        EXPECT_NE(std::string(e.what()).find("--to gptq"), std::string::npos) << e.what();
+      }
+      EXPECT_FALSE(fs::exists(dir + "-ct")) << what;
+    } else {
+      export_checkpoint(dir, dir + "-ct", oc);
+      expect_ct_actorder_export(dir + "-ct", known, what);
+      auto ct = load_model(dir + "-ct");
+      expect_known(*ct, known, what + " -> ct");
+      expect_same_matrices(*m, *ct, what + " -> ct");
+      for (size_t i = 0; i < m->weights.named_matrices().size(); ++i) {
+        const WeightMatrix& a = *m->weights.named_matrices()[i].second;
+        const WeightMatrix& b = *ct->weights.named_matrices()[i].second;
+        if (a.kind == WeightKind::Quant) EXPECT_EQ(a.q->input_perm, b.q->input_perm) << what << " -> ct";
+      }
+      expect_reference_agrees(dir + "-ct", *ct, what + " -> ct");
+      EXPECT_EQ(testing::logits_of(*m, toks), testing::logits_of(*ct, toks)) << what << " -> ct";
+      // ... and compressed-tensors -> compressed-tensors / gptq again: the same tensors.
+      export_checkpoint(dir + "-ct", dir + "-ct2", oc);
+      expect_same_tensors(dir + "-ct", dir + "-ct2", what + " ct -> ct");
+      o.gptq_v2 = true;
+      export_checkpoint(dir + "-ct", dir + "-ct-gptq", o);
+      auto back2 = load_model(dir + "-ct-gptq");
+      expect_same_matrices(*m, *back2, what + " -> ct -> gptq");
+      EXPECT_EQ(testing::logits_of(*m, toks), testing::logits_of(*back2, toks)) << what << " -> ct -> gptq";
+    }
+    // AWQ has no per-column group index: refused, naming the module and what to do.
+    if (k.bits == 4) {
       ExportOptions r;
-      r.to = to;
+      r.to = "awq";
       try {
         export_checkpoint(dir, dir + "-refused", r);
-        ADD_FAILURE() << what << " exported to " << to;
+        ADD_FAILURE() << what << " exported to awq";
       } catch (const UsageError& e) {
         EXPECT_NE(std::string(e.what()).find("act-order"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("--to gptq"), std::string::npos) << e.what();
       }
-      EXPECT_FALSE(fs::exists(dir + "-refused")) << what << " " << to;
+      EXPECT_FALSE(fs::exists(dir + "-refused")) << what << " awq";
     }
-    fs::remove_all(dir);
-    fs::remove_all(dir + "-gptq");
+    for (const char* sfx : {"", "-gptq", "-ct", "-ct2", "-ct-gptq"}) fs::remove_all(dir + sfx);
   }
   fs::remove_all(src);
 }
@@ -654,6 +766,121 @@ TEST(HubImport, HostileTensorsAndConfigsAreRejected) {
       fs::remove_all(e.path());
   fs::remove_all(base);
   fs::remove_all(src);
+}
+
+// `lowbit quantize` of an act-order GPTQ model that leaves its MLP as it is (ignore + --requantize for the
+// rest): the kept matrices are written with weight_g_idx in a group of their own with actorder "group", and
+// load back with the same codes, scales, zeros and permutation.
+TEST(HubImport, QuantizeKeepsActOrderMatricesWithGidx) {
+  const std::string src = quantized_dir("int4:g32:asym", "keep_ao_src");
+  const std::string fix = temp_path("keep_ao_fixture"), out = temp_path("keep_ao_out");
+  write_hub_fixture(src, fix, "gptq", 32, 4, /*v2=*/true, /*act_order=*/true);
+  auto m = load_model(fix);
+  auto orig = load_model(fix);
+  const Recipe r = parse_recipe_arg("int8:channel,ignore=re:.*mlp.*");
+  QuantizeOptions o;
+  o.progress = false;
+  o.requantize = true;
+  QuantReport rep = quantize_model(*m, r, o);
+  write_quantized_checkpoint(*m, rep, out);
+  const json qc = io::HfCheckpoint::open(out).config.at("quantization_config");
+  int ao_groups = 0;
+  for (auto& [gname, g] : qc.at("config_groups").items()) {
+    const bool mlp = g.at("targets").at(0).get<std::string>().find(".mlp.") != std::string::npos;
+    EXPECT_EQ(g.at("weights").at("actorder") == "group", mlp) << gname << " " << g.dump();
+    ao_groups += mlp;
+  }
+  EXPECT_EQ(ao_groups, 1);
+  auto back = load_model(out);
+  int n = 0;
+  const auto na = orig->weights.named_matrices(), nb = back->weights.named_matrices();
+  ASSERT_EQ(na.size(), nb.size());
+  for (size_t i = 0; i < na.size(); ++i) {
+    const auto& [name, a] = na[i];
+    const WeightMatrix& b = *nb[i].second;
+    if (name.find("w_gate") == std::string::npos && name.find("w_up") == std::string::npos &&
+        name.find("w_down") == std::string::npos)
+      continue;
+    ASSERT_EQ(b.kind, WeightKind::Quant) << name;
+    EXPECT_FALSE(a->q->input_perm.empty()) << name;
+    EXPECT_EQ(a->q->input_perm, b.q->input_perm) << name;
+    EXPECT_EQ(a->q->codes, b.q->codes) << name;
+    EXPECT_EQ(a->q->scales, b.q->scales) << name;
+    EXPECT_EQ(a->q->zeros, b.q->zeros) << name;
+    EXPECT_EQ(dequantized(*a), dequantized(b)) << name;
+    ++n;
+  }
+  EXPECT_EQ(n, 6);
+  expect_reference_agrees(out, *back, "quantize keeping act-order MLP");
+  for (auto& p : {src, fix, out}) fs::remove_all(p);
+}
+
+// compressed-tensors weight_g_idx that does not describe groups of group_size columns, has the wrong dtype or
+// shape, or sits on a module without INT groups: Error("model") naming the tensor. An index of all -1
+// (compressed-tensors' unset value) is column order.
+TEST(HubImport, CtActOrderHostileGidxIsRejected) {
+  const std::string src = quantized_dir("int4:g32:asym", "ct_gidx_src");
+  const std::string fix = temp_path("ct_gidx_fixture"), base = temp_path("ct_gidx");
+  write_hub_fixture(src, fix, "gptq", 32, 4, /*v2=*/true, /*act_order=*/true);
+  ExportOptions oc;
+  oc.to = "compressed-tensors";
+  export_checkpoint(fix, base, oc);
+  const std::string m = "model.layers.0.self_attn.q_proj", gn = m + ".weight_g_idx";
+  auto edit = [&](const std::string& from, const std::string& name, const std::string& tensor, DType dt,
+                  std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
+    const std::string d = temp_path(name);
+    fs::create_directories(d);
+    fs::copy(from + "/config.json", d + "/config.json");
+    auto ck = io::HfCheckpoint::open(from);
+    std::vector<io::TensorToWrite> list;
+    bool put = false;
+    for (auto& [n, v] : ck.tensors)
+      if (n == tensor) {
+        list.push_back({n, dt, shape, bytes.data(), bytes.size()});
+        put = true;
+      } else {
+        list.push_back({n, v.dtype, v.shape, v.data, v.nbytes});
+      }
+    if (!put) list.push_back({tensor, dt, shape, bytes.data(), bytes.size()});
+    io::write_safetensors(d + "/model.safetensors", list);
+    return d;
+  };
+  auto ck = io::HfCheckpoint::open(base);
+  ASSERT_TRUE(ck.tensors.count(gn));
+  std::vector<int32_t> gidx(64);
+  std::memcpy(gidx.data(), ck.tensors.at(gn).data, 256);
+  auto g = gidx;
+  g[5] = 2;  // only groups 0 and 1 exist
+  expect_model_error(edit(base, "ct_g_range", gn, DType::I32, {64}, raw(g)), "g_idx[5] = 2", "range");
+  expect_model_error(edit(base, "ct_g_range2", gn, DType::I32, {64}, raw(g)), gn, "range names the tensor");
+  g = gidx;
+  g[7] = -1;  // partly unset
+  expect_model_error(edit(base, "ct_g_neg", gn, DType::I32, {64}, raw(g)), "g_idx[7] = -1", "negative");
+  g = gidx;
+  for (int i = 0; i < 64; ++i)
+    if (g[i] == 1) {
+      g[i] = 0;  // group 0 holds 33 columns
+      break;
+    }
+  expect_model_error(edit(base, "ct_g_over", gn, DType::I32, {64}, raw(g)), "group 0 holds 33", "overfull");
+  expect_model_error(edit(base, "ct_g_short", gn, DType::I32, {32}, raw(std::vector<int32_t>(32, 0))), gn,
+                     "short");
+  expect_model_error(edit(base, "ct_g_dt", gn, DType::I64, {64}, std::vector<uint8_t>(512)), "dtype",
+                     "int64");
+  // All -1: compressed-tensors' "not set", column order (no permutation).
+  {
+    auto d = edit(base, "ct_g_unset", gn, DType::I32, {64}, raw(std::vector<int32_t>(64, -1)));
+    auto ok = load_model(d);
+    EXPECT_TRUE(ok->weights.layers[0].wq.q->input_perm.empty());
+    EXPECT_FALSE(ok->weights.layers[0].wk.q->input_perm.empty());
+  }
+  // A float-quantized module cannot take a group index.
+  const std::string fp8 = quantized_dir("FP8_DYNAMIC", "ct_g_fp8src");
+  expect_model_error(edit(fp8, "ct_g_fp8", gn, DType::I32, {64}, raw(gidx)), gn, "fp8 with g_idx");
+  for (auto& e : fs::directory_iterator(fs::temp_directory_path()))
+    if (e.path().filename().string().find("lowbit_quant_test_" + std::to_string(::getpid()) + "_ct_g") == 0)
+      fs::remove_all(e.path());
+  for (auto& p : {src, fix, base}) fs::remove_all(p);
 }
 
 TEST(Export, UnrepresentableCheckpointsAreRefused) {

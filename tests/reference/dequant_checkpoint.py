@@ -5,7 +5,10 @@ sharing no code with lowbit:
   compressed-tensors "pack-quantized" (compressed_tensors/compressors/quantized_compressors/pack_quantized.py):
     weight_packed int32 [out, ceil(in / pf)], value k of a word at bits [k*b, (k+1)*b), offset-binary
     (q + 2^(b-1)); weight_zero_point int32 packed the same way along dim 0 (asymmetric only); weight_scale
-    [out, groups]; w = (q - zp) * scale with the group of column c = c // group_size.
+    [out, groups]; w = (q - zp) * scale with the group of column c = c // group_size. Act-order (weights args
+    "actorder": "group", compressed_tensors/quantization/lifecycle/forward.py): weight_g_idx int32 [in] names
+    the group of each input column, the columns staying in their own order in weight_packed; an index holding
+    -1 is unset and means column order (their dequantize checks `-1 in g_idx`).
   GPTQ (AutoGPTQ qlinear_cuda_old / GPTQModel): qweight int32 [in / pf, out] packed along the input dim, qzeros
     int32 [groups, out / pf] packed along the output dim (checkpoint_format "gptq": stored zero - 1, readers add
     1; "gptq_v2": stored as is), scales [groups, out], g_idx [in]; W^T[i, j] = scales[g, j] * (q[i, j] - z[g, j]),
@@ -73,6 +76,12 @@ def ct_module(t, m, weights_args):
     if strategy == "group":
         gs = weights_args["group_size"]
         g = np.arange(cols) // gs
+        if m + ".weight_g_idx" in t:
+            g_idx = t[m + ".weight_g_idx"].astype(np.int64)
+            if g_idx.shape != (cols,):
+                raise SystemExit(m + ".weight_g_idx has shape %s, not [%d]" % (g_idx.shape, cols))
+            if not (g_idx == -1).any():
+                g = g_idx
         return (q - zp[:, g]) * scale[:, g]
     if strategy == "channel":
         return (q - zp[:, :1]) * scale[:, :1]
