@@ -24,24 +24,11 @@ weight as F32 [out, in] under its module name.
 """
 import json
 import os
-import struct
 import sys
 
 import numpy as np
 
-from safetensors_np import read_safetensors
-
-def write_safetensors(path, tensors):
-    header, blobs, off = {}, [], 0
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name], dtype=np.float32)
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
-        blobs.append(a.tobytes())
-        off += a.nbytes
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+from safetensors_np import read_safetensors, write_safetensors
 
 
 def unpack_rows(packed, bits, n):

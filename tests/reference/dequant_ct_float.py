@@ -22,13 +22,12 @@ Usage: dequant_ct_float.py CHECKPOINT_DIR OUT.safetensors -- writes every module
 """
 import json
 import os
-import struct
 import sys
 
 import numpy as np
 
-RAW = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
-       "I8": np.int8, "U8": np.uint8, "F8_E4M3": np.uint8, "F8_E5M2": np.uint8, "BF16": np.uint16}
+from safetensors_np import read_safetensors_raw, write_safetensors
+
 E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float32)
 
 
@@ -55,22 +54,6 @@ def e8m0(u):
     return np.where(u == 255, np.nan, np.ldexp(1.0, u - 127)).astype(np.float32)
 
 
-def read(path):
-    """name -> (dtype string, array); F8/BF16 kept as their raw integers."""
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        b, e = info["data_offsets"]
-        arr = np.frombuffer(data[8 + n + b:8 + n + e], dtype=RAW[info["dtype"]]).reshape(info["shape"])
-        out[name] = (info["dtype"], arr)
-    return out
-
-
 def floats(dt, a):
     if dt == "F8_E4M3":
         return e4m3fn(a)
@@ -79,19 +62,6 @@ def floats(dt, a):
     if dt == "BF16":
         return (a.astype(np.uint32) << 16).view(np.float32)
     return a.astype(np.float32)
-
-
-def write(path, tensors):
-    header, blobs, off = {}, [], 0
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name], dtype=np.float32)
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
-        blobs.append(a.tobytes())
-        off += a.nbytes
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def expand(scale, rows, cols, args):
@@ -140,7 +110,7 @@ def main():
     ckpt, out = sys.argv[1], sys.argv[2]
     qc = json.load(open(os.path.join(ckpt, "config.json")))["quantization_config"]
     assert qc["quant_method"] == "compressed-tensors"
-    t = read(os.path.join(ckpt, "model.safetensors"))
+    t = read_safetensors_raw(os.path.join(ckpt, "model.safetensors"))
     modules = sorted({n.rsplit(".", 1)[0] for n in t if n.endswith(".weight_scale")})
     result = {}
     for m in modules:
@@ -150,7 +120,7 @@ def main():
                     m in g["targets"] or "Linear" in g["targets"]):
                 result[m] = module(t, m, fmt, g["weights"])
                 break
-    write(out, result)
+    write_safetensors(out, result)
     print(len(result), "modules")
 
 
