@@ -1,9 +1,14 @@
 // Helpers for the quant tests: a tiny random Llama-style model held in memory, logits of a token sequence,
-// and random calibration windows.
+// random calibration windows, and the NumPy reference decoders' output.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -11,6 +16,7 @@
 
 #include <unistd.h>
 
+#include "io/safetensors.h"
 #include "kv/kv_cache.h"
 #include "model/decoder.h"
 #include "model/model.h"
@@ -116,6 +122,28 @@ inline std::string temp_path(const std::string& name) {
            ("lowbit_quant_test_" + std::to_string(::getpid()) + "_" + name);
   std::filesystem::remove_all(p);
   return p.string();
+}
+
+// The modules a NumPy reference decoder (tests/reference/SCRIPT, run as SCRIPT DIR OUT.safetensors) writes
+// for the checkpoint `dir`, by Hugging Face module name; empty (and a test failure) when the script fails.
+inline std::map<std::string, std::vector<float>> reference_decoder_modules(const std::string& script,
+                                                                           const std::string& dir) {
+  const std::string out = dir + ".ref.safetensors";
+  const std::string cmd = "timeout -k 5 120 /usr/bin/python3 " LOWBIT_SOURCE_DIR "/tests/reference/" +
+                          script + " " + dir + " " + out + " > /dev/null";
+  std::map<std::string, std::vector<float>> r;
+  if (std::system(cmd.c_str()) != 0) {
+    ADD_FAILURE() << "the reference decoder failed (needs /usr/bin/python3 with numpy): " << cmd;
+    return r;
+  }
+  auto sf = io::SafetensorsFile::open(out);
+  for (auto& [name, v] : sf.tensors) {
+    std::vector<float> f(static_cast<size_t>(v.numel()));
+    std::memcpy(f.data(), v.data, v.nbytes);
+    r[name] = f;
+  }
+  std::filesystem::remove(out);
+  return r;
 }
 
 }  // namespace lowbit::quant::testing

@@ -81,27 +81,6 @@ void write_json(const std::string& path, const json& j) {
   std::ofstream(path) << j.dump(2);
 }
 
-// The reference decoder's modules of `dir`, by Hugging Face module name.
-std::map<std::string, std::vector<float>> reference(const std::string& dir) {
-  const std::string out = dir + ".ref.safetensors";
-  const std::string cmd = "timeout -k 5 120 /usr/bin/python3 " LOWBIT_SOURCE_DIR
-                          "/tests/reference/dequant_ct_float.py " +
-                          dir + " " + out + " > /dev/null";
-  std::map<std::string, std::vector<float>> r;
-  if (std::system(cmd.c_str()) != 0) {
-    ADD_FAILURE() << "the reference decoder failed (needs /usr/bin/python3 with numpy): " << cmd;
-    return r;
-  }
-  auto sf = io::SafetensorsFile::open(out);
-  for (auto& [name, v] : sf.tensors) {
-    std::vector<float> f(static_cast<size_t>(v.numel()));
-    std::memcpy(f.data(), v.data, v.nbytes);
-    r[name] = f;
-  }
-  fs::remove(out);
-  return r;
-}
-
 // compressed-tensors 0.12 QuantizationArgs fields (0.18 adds scale_dtype / zp_dtype, torch dtype names,
 // which lowbit does not write); QuantizationScheme fields.
 const std::set<std::string> kArgsFields = {
@@ -200,7 +179,7 @@ TEST_P(CtFloatLayouts, SpecDecoderAgreesAndConfigIsCompressedTensors) {
   EXPECT_EQ(qc.at("format"), c.layout) << c.recipe;
   auto loaded = load_model(w.dir);
   expect_same_model(*w.model, *loaded, c.recipe);
-  auto ref = reference(w.dir);
+  auto ref = testing::reference_decoder_modules("dequant_ct_float.py", w.dir);
   int n = 0;
   for (auto& [name, m] : loaded->weights.named_matrices()) {
     if (m->kind != WeightKind::Quant) continue;

@@ -86,29 +86,8 @@ void expect_same_matrices(Model& a, Model& b, const std::string& what) {
   }
 }
 
-// The NumPy reference decoder's dequantized modules of `dir`, by Hugging Face module name.
-std::map<std::string, std::vector<float>> reference_dequant(const std::string& dir) {
-  const std::string out = dir + ".ref.safetensors";
-  const std::string cmd = "timeout -k 5 120 /usr/bin/python3 " LOWBIT_SOURCE_DIR
-                          "/tests/reference/dequant_checkpoint.py " +
-                          dir + " " + out + " > /dev/null";
-  std::map<std::string, std::vector<float>> r;
-  if (std::system(cmd.c_str()) != 0) {
-    ADD_FAILURE() << "the reference decoder failed (needs /usr/bin/python3 with numpy): " << cmd;
-    return r;
-  }
-  auto sf = io::SafetensorsFile::open(out);
-  for (auto& [name, v] : sf.tensors) {
-    std::vector<float> f(static_cast<size_t>(v.numel()));
-    std::memcpy(f.data(), v.data, v.nbytes);
-    r[name] = f;
-  }
-  fs::remove(out);
-  return r;
-}
-
 void expect_reference_agrees(const std::string& dir, Model& m, const std::string& what) {
-  auto ref = reference_dequant(dir);
+  auto ref = testing::reference_decoder_modules("dequant_checkpoint.py", dir);
   int n = 0;
   for (auto& [name, w] : m.weights.named_matrices()) {
     if (w->kind != WeightKind::Quant) continue;
