@@ -6,7 +6,6 @@
 //
 // Quantization (llama.cpp's quantize_row_q4_1_ref, byte-compatible): d = (max - min) / 15, m = min (both
 // rounded to fp16 for storage), q = min(15, trunc((x - min) / d + 0.5)) using the FP32 d and min.
-#include <cfloat>
 #include <cstring>
 
 #include "core/half.h"
@@ -36,11 +35,8 @@ void deq(const void* src, float* y, int64_t n) {
 void quant(const float* x, void* dst, int64_t n) {
   auto* p = static_cast<uint8_t*>(dst);
   for (int64_t b = 0; b < n / 32; ++b, x += 32) {
-    float mn = FLT_MAX, mx = -FLT_MAX;
-    for (int j = 0; j < 32; ++j) {
-      if (x[j] < mn) mn = x[j];
-      if (x[j] > mx) mx = x[j];
-    }
+    float mn, mx;
+    min_max(x, 32, &mn, &mx);
     const float d = (mx - mn) / 15;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     BlockQ4_1 blk;

@@ -42,12 +42,7 @@ void deq(const void* src, float* y, int64_t n) {
 void quant(const float* x, void* dst, int64_t n) {
   auto* p = static_cast<uint8_t*>(dst);
   for (int64_t b = 0; b < n / 32; ++b, x += 32) {
-    float amax = 0.0f, m = 0.0f;
-    for (int j = 0; j < 32; ++j)
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        m = x[j];
-      }
+    const float m = signed_absmax(x, 32);
     const float d = m / -16;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     BlockQ5_0 blk;

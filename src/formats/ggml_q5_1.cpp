@@ -7,7 +7,6 @@
 // Quantization (llama.cpp's quantize_row_q5_1_ref, byte-compatible): d = (max - min) / 31, m = min (both
 // rounded to fp16 for storage), q = trunc((x - min) / d + 0.5) using the FP32 d and min (the reference does
 // not clamp; q <= 31 holds for finite input).
-#include <cfloat>
 #include <cstring>
 
 #include "core/half.h"
@@ -41,11 +40,8 @@ void deq(const void* src, float* y, int64_t n) {
 void quant(const float* x, void* dst, int64_t n) {
   auto* p = static_cast<uint8_t*>(dst);
   for (int64_t b = 0; b < n / 32; ++b, x += 32) {
-    float mn = FLT_MAX, mx = -FLT_MAX;
-    for (int j = 0; j < 32; ++j) {
-      if (x[j] < mn) mn = x[j];
-      if (x[j] > mx) mx = x[j];
-    }
+    float mn, mx;
+    min_max(x, 32, &mn, &mx);
     const float d = (mx - mn) / 31;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     BlockQ5_1 blk;
