@@ -304,7 +304,8 @@ const FormatInfo& gguf_row_or_throw(int ggml_type, int64_t n, bool quantize) {
                         "; supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 "
                         "Q2_K..Q6_K IQ4_NL IQ4_XS MXFP4");
   if (quantize && f->is_gguf() && !f->quantize_row)
-    fail("formats", "quantizing to ggml type " + tname + " is not implemented; use Q4_0, Q8_0 or Q2_K..Q6_K");
+    fail("formats",
+         "quantizing to ggml type " + tname + " is not implemented; use one of " + gguf_quantizer_names());
   int64_t be = f->is_gguf() ? f->block_elems : 1;
   if (n < 0 || n % be != 0)
     fail("formats", "row of " + std::to_string(n) + " elements is not a multiple of the " + tname +

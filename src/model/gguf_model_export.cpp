@@ -34,32 +34,8 @@ struct Blob {
 };
 
 int64_t gguf_row_bytes(int type, int64_t cols) {
-  if (type == 0) return cols * 4;
-  if (type == 1 || type == 30) return cols * 2;
   const GgmlTypeInfo* info = ggml_type_info(type);
   return info ? ggml_row_bytes(*info, cols) : -1;
-}
-
-void decode_row(int type, const uint8_t* src, float* dst, int64_t n) {
-  if (type == 0) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-  } else if (type == 1 || type == 30) {
-    const auto* h = reinterpret_cast<const uint16_t*>(src);
-    for (int64_t i = 0; i < n; ++i) dst[i] = type == 1 ? f16_to_f32(h[i]) : bf16_to_f32(h[i]);
-  } else {
-    dequantize_row_ggml(type, src, dst, n);
-  }
-}
-
-void encode_row(int type, const float* src, uint8_t* dst, int64_t n) {
-  if (type == 0) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
-  } else if (type == 1 || type == 30) {
-    auto* h = reinterpret_cast<uint16_t*>(dst);
-    for (int64_t i = 0; i < n; ++i) h[i] = type == 1 ? f32_to_f16(src[i]) : f32_to_bf16(src[i]);
-  } else {
-    quantize_row_ggml(type, src, dst, n);
-  }
 }
 
 Blob empty_blob(int type, int64_t rows, int64_t cols, const std::string& name) {
@@ -85,7 +61,7 @@ void measure(const WeightMatrix& w, Blob& b) {
   int64_t changed = 0;
   for (int64_t r = 0; r < b.rows; ++r) {
     weight_row_f32(w, r, src.data());
-    decode_row(b.type, b.bytes.data() + r * b.row_bytes, got.data(), b.cols);
+    dequantize_row_ggml(b.type, b.bytes.data() + r * b.row_bytes, got.data(), b.cols);
     for (int64_t c = 0; c < b.cols; ++c) {
       const double d = static_cast<double>(got[c]) - src[c];
       ref2 += static_cast<double>(src[c]) * src[c];
@@ -155,7 +131,7 @@ Blob reencode(const WeightMatrix& w, int type, const std::string& name) {
   std::vector<float> f(static_cast<size_t>(w.cols));
   for (int64_t r = 0; r < w.rows; ++r) {
     weight_row_f32(w, r, f.data());
-    encode_row(type, f.data(), b.bytes.data() + r * b.row_bytes, w.cols);
+    quantize_row_ggml(type, f.data(), b.bytes.data() + r * b.row_bytes, w.cols);
   }
   return b;
 }
