@@ -1,5 +1,6 @@
 // `lowbit eval`: perplexity (llama.cpp chunks, whole windows, GOLDEN first window), KL divergence / top-1
-// agreement against a saved baseline, the NLL-by-position curve, batch consistency and NaN/Inf health checks.
+// agreement against a saved baseline, the NLL-by-position curve, batch consistency and NaN/Inf health checks;
+// `eval outliers` lives in cmd_eval_outliers.cpp.
 // Exit codes: 0 ok, 1 runtime failure, 2 bad usage / bad input, 3 a health or consistency check failed.
 #include <algorithm>
 #include <cmath>
@@ -20,6 +21,10 @@
 #include "eval/perplexity.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+
+namespace lowbit::app {
+void add_eval_outliers(CLI::App& eval);  // cmd_eval_outliers.cpp
+}  // namespace lowbit::app
 
 namespace {
 
@@ -380,6 +385,7 @@ void do_batch(const EvalArgs& a) {
 
 void setup(CLI::App& cmd) {
   static EvalArgs ppl, pos, kld, bat;
+  app::add_eval_outliers(cmd);
   cmd.require_subcommand(1, 1);
   cmd.footer(
       "Example: lowbit eval ppl -m ../shared/models/stories260K/stories260K.bin "
@@ -458,5 +464,6 @@ void setup(CLI::App& cmd) {
 LOWBIT_COMMAND(
     "eval", 50,
     "Evaluate a model: perplexity, KL divergence / top-1 agreement against a baseline, NLL by position, "
-    "batch consistency, NaN/Inf checks.\nExample: lowbit eval ppl -m MODEL --text FILE",
+    "batch consistency, NaN/Inf checks, activation outliers before/after rotation.\nExample: lowbit eval ppl "
+    "-m MODEL --text FILE",
     setup);
