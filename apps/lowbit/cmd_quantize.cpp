@@ -69,10 +69,10 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--dtype", a.dtype,
                  "How dense source weights are held while quantizing: native (default), f32");
   cmd.add_option("--budget", a.budget,
-                 "Mixed precision under a size: the checkpoint's model files (all but the manifest) must fit "
-                 "in this many bytes (4570000, 4.5MB, 4.3MiB; K/M/G alone are binary); each matrix gets the "
-                 "candidate format that "
-                 "minimises the measured KL divergence in total (needs --calib)");
+                 "Mixed precision under a size: the checkpoint's model files (all but the manifest), or with "
+                 "--format gguf the GGUF file, must fit in this many bytes (4570000, 4.5MB, 4.3MiB; K/M/G "
+                 "alone are binary); each matrix gets the candidate format that minimises the measured KL "
+                 "divergence in total (needs --calib)");
   cmd.add_option("--bpw", a.bpw,
                  "Mixed precision under a size given as bits per parameter over the whole checkpoint "
                  "(model bytes x 8 / parameters)")
@@ -142,6 +142,8 @@ void setup(CLI::App& cmd) {
       if (!a.budget.empty()) bs.bytes = parse_bytes(a.budget, "quant");
       bs.bpw = a.bpw;
       bs.sensitivity = a.sensitivity;
+      bs.gguf_file = a.format == "gguf";  // the budget is the GGUF file's size
+      bs.gguf_name = std::filesystem::path(a.out).stem().string();
       for (const auto& c : a.candidates) bs.candidates.push_back(parse_scheme(c));
       const auto windows =
           quant::sensitivity_windows(*calib, a.sens_samples, a.sens_length, m->config.vocab_size, &warnings);
@@ -159,7 +161,7 @@ void setup(CLI::App& cmd) {
     quant::WriteOptions wo;
     wo.force = a.force;
     wo.tokenizer_path = a.tokenizer;
-    if (alloc) wo.max_model_bytes = alloc->budget;
+    if (alloc && !(alloc->counts == "gguf")) wo.max_model_bytes = alloc->budget;
     // Another layout: the checkpoint is written next to OUT, re-emitted by the exporter `lowbit export` uses
     // (the same code path, so the same checks), then removed.
     const bool other = a.format != "compressed-tensors";
@@ -177,6 +179,7 @@ void setup(CLI::App& cmd) {
     if (other) wo.force = true;  // our own scratch directory
     auto res = quant::write_quantized_checkpoint(*m, rep, ck_dir, wo);
     std::string exported;
+    int64_t gguf_bytes = -1;
     if (a.format == "gguf") {
       if (a.force && fs::is_directory(a.out)) fs::remove_all(a.out);
       if (a.force) fs::remove(a.out);
@@ -184,7 +187,16 @@ void setup(CLI::App& cmd) {
       GgufModelExportOptions go;
       go.name = fs::path(a.out).stem().string();
       const auto gr = export_gguf_model(*ck, go, a.out);
+      if (alloc && gr.file_bytes > alloc->budget) {
+        fs::remove(a.out);  // never a file over the budget the user asked for
+        throw Error("quant", "the GGUF file came out at " + std::to_string(gr.file_bytes) +
+                                 " bytes, over the budget of " + std::to_string(alloc->budget) +
+                                 " (predicted " + std::to_string(alloc->predicted_bytes) +
+                                 "); nothing was written. Please report this: the prediction is meant to "
+                                 "be exact");
+      }
       exported = "gguf, " + std::to_string(gr.file_bytes) + " bytes, file type " + gr.file_type;
+      gguf_bytes = gr.file_bytes;
     } else if (other) {
       quant::ExportOptions eo;
       eo.to = a.format;
@@ -201,6 +213,7 @@ void setup(CLI::App& cmd) {
                      {"shards", res.shards},
                      {"files", res.files}};
       if (other) j["output"]["exported"] = {{"format", a.format}, {"path", a.out}};
+      if (gguf_bytes >= 0) j["output"]["exported"]["bytes"] = gguf_bytes;
       j["total_seconds"] = t.seconds();
       std::cout << lowbit::json_text(j, 2) << "\n";
       return;
@@ -222,14 +235,16 @@ void setup(CLI::App& cmd) {
                     f(x.rel_error_out_rtn).c_str());
       }
     }
-    if (alloc)
+    if (alloc) {
+      const int64_t counted = gguf_bytes >= 0 ? gguf_bytes : res.model_bytes;
       std::printf(
-          "budget %lld bytes: model files %lld bytes (%.3f bits per parameter); KLD on the %d "
+          "budget %lld bytes: %s %lld bytes (%.3f bits per parameter); KLD on the %d "
           "sensitivity tokens: predicted %.5f, measured %.5f\n",
-          static_cast<long long>(alloc->budget), static_cast<long long>(res.model_bytes),
-          8.0 * static_cast<double>(res.model_bytes) /
-              static_cast<double>(std::max<int64_t>(1, res.parameters)),
+          static_cast<long long>(alloc->budget), gguf_bytes >= 0 ? "GGUF file" : "model files",
+          static_cast<long long>(counted),
+          8.0 * static_cast<double>(counted) / static_cast<double>(std::max<int64_t>(1, res.parameters)),
           alloc->sens_tokens, alloc->predicted_kld, rep.budget["measured_kld"].get<double>());
+    }
     const auto& ph = rep.phase_seconds;
     std::printf(
         "wrote %s (%s in %d file(s), %d shard(s)) in %.2f s (quantization %.2f s: calibration %.1f, "

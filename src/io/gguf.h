@@ -143,14 +143,19 @@ class GgufWriter {
   // place.
   void set_value(const std::string& key, const GgufValue& v);
   // ggml_type: 0 F32, 1 F16, 30 BF16, or a block type id; data holds the exact bytes. The writer keeps the
-  // pointer, not a copy: `data` must stay valid until write() returns. Checks the type id, the shape (dims >
-  // 0, at most 4, row a multiple of the block size) and nbytes, throwing Error("io") naming the tensor.
+  // pointer, not a copy: `data` must stay valid until write() returns (nullptr: for file_bytes() only).
+  // Checks the type id, the shape (dims > 0, at most 4, row a multiple of the block size) and nbytes,
+  // throwing Error("io") naming the tensor.
   void add_tensor(const std::string& name, int ggml_type, const std::vector<int64_t>& shape, const void* data,
                   size_t nbytes);
   // Writes GGUF v3. An alignment other than 32 (power of two) is recorded as general.alignment.
   void write(const std::string& path, uint32_t alignment = 32) const;
+  // The size of the file write() would produce: the aligned header (metadata, tensor infos) plus every
+  // tensor's bytes padded to the alignment. The header does not depend on the tensors' types.
+  uint64_t file_bytes(uint32_t alignment = 32) const;
 
  private:
+  std::vector<uint8_t> header(uint32_t alignment, std::vector<uint64_t>* offsets) const;
   struct Kv {
     std::string key;
     std::vector<uint8_t> encoded;  // type + value, already serialised

@@ -172,7 +172,7 @@ void GgufWriter::add_tensor(const std::string& name, int ggml_type, const std::v
   tensors_.push_back({name, ggml_type, shape, data, nbytes});
 }
 
-void GgufWriter::write(const std::string& path, uint32_t alignment) const {
+std::vector<uint8_t> GgufWriter::header(uint32_t alignment, std::vector<uint64_t>* offsets) const {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
     fail("io", "GgufWriter: alignment " + std::to_string(alignment) + " is not a power of two");
   }
@@ -198,23 +198,35 @@ void GgufWriter::write(const std::string& path, uint32_t alignment) const {
   }
   auto align = [&](uint64_t x) { return (x + alignment - 1) / alignment * alignment; };
   uint64_t offset = 0;
-  std::vector<uint64_t> offsets;
   for (const T& t : tensors_) {
     put_string(head, t.name);
     put<uint32_t>(head, static_cast<uint32_t>(t.shape.size()));
     for (size_t d = t.shape.size(); d-- > 0;) put<uint64_t>(head, static_cast<uint64_t>(t.shape[d]));
     put<uint32_t>(head, static_cast<uint32_t>(t.type));
     put<uint64_t>(head, offset);
-    offsets.push_back(offset);
+    if (offsets) offsets->push_back(offset);
     offset = align(offset + t.nbytes);
   }
   head.resize(align(head.size()), 0);
+  return head;
+}
 
+uint64_t GgufWriter::file_bytes(uint32_t alignment) const {
+  uint64_t n = header(alignment, nullptr).size();
+  for (const T& t : tensors_) n += (t.nbytes + alignment - 1) / alignment * alignment;
+  return n;
+}
+
+void GgufWriter::write(const std::string& path, uint32_t alignment) const {
+  std::vector<uint64_t> offsets;
+  const std::vector<uint8_t> head = header(alignment, &offsets);
+  auto align = [&](uint64_t x) { return (x + alignment - 1) / alignment * alignment; };
   const std::vector<uint8_t> zeros(alignment, 0);
   std::vector<ByteSpan> pieces;
   pieces.push_back({head.data(), head.size()});
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const T& t = tensors_[i];
+    if (!t.data) fail("io", "GgufWriter: tensor '" + t.name + "' was added for sizing only (no data)");
     pieces.push_back({t.data, t.nbytes});
     size_t pad = align(offsets[i] + t.nbytes) - (offsets[i] + t.nbytes);
     if (pad) pieces.push_back({zeros.data(), pad});

@@ -78,13 +78,16 @@ void measure(const WeightMatrix& w, Blob& b) {
 
 // lowbit INT / MXFP4 codes re-packed into a GGUF block type that holds the same values. Only the layouts
 // whose 32-element blocks lie inside one scale cell are candidates; measure() then decides "exact".
-int exact_target(const QuantizedMatrix& q) {
-  const QuantScheme& s = q.scheme;
-  if (q.grid.col_block % 32 != 0 || q.cols % 32 != 0) return -1;
+int repack_target(const QuantScheme& s, int64_t col_block, int64_t cols) {
+  if (col_block % 32 != 0 || cols % 32 != 0) return -1;
   if (s.format == FormatId::INT4) return s.symmetric ? 2 /*Q4_0*/ : 3 /*Q4_1*/;
   if (s.format == FormatId::INT8 && s.symmetric) return 8;               // Q8_0
-  if (s.format == FormatId::MXFP4 && q.grid.col_block == 32) return 39;  // ggml MXFP4
+  if (s.format == FormatId::MXFP4 && col_block == 32) return 39;         // ggml MXFP4
   return -1;
+}
+
+int exact_target(const QuantizedMatrix& q) {
+  return repack_target(q.scheme, q.grid.col_block, q.cols);
 }
 
 void put_f16(uint8_t* p, float x) {
@@ -244,10 +247,22 @@ nlohmann::json read_tokenizer_json(const Model& m) {
   }
 }
 
-}  // namespace
+// What export_gguf_model and gguf_export_sizes share: the refusals, the hyper-parameters and tokenizer
+// written into `w`, and the tensors in file order.
+struct ExportEntry {
+  TensorRole role;
+  int64_t layer;  // -1: not per layer
+  std::string name;
+  bool matrix;
+};
+struct ExportSetup {
+  VocabExtension ext;
+  bool to_interleaved = false;
+  std::vector<ExportEntry> entries;
+};
 
-GgufModelExportReport export_gguf_model(const Model& m, const GgufModelExportOptions& o,
-                                        const std::string& path) {
+ExportSetup begin_export(const Model& m, const GgufModelExportOptions& o, io::GgufWriter& w,
+                         GgufModelExportReport& rep) {
   const ModelConfig& c = m.config;
   const ModelWeights& W = m.weights;
   if (m.format == "gguf")
@@ -262,76 +277,43 @@ GgufModelExportReport export_gguf_model(const Model& m, const GgufModelExportOpt
   if (o.dense != "keep") type_id(o.dense);
   if (!o.requant.empty() && o.requant != "auto") type_id(o.requant);
   const ArchRow& arow = arch_row(c.arch);
-  const bool to_interleaved = arow.gguf_rope == RopeStyle::Interleaved && c.rope_style == RopeStyle::Half;
+  ExportSetup st;
+  st.to_interleaved = arow.gguf_rope == RopeStyle::Interleaved && c.rope_style == RopeStyle::Half;
   if (arow.gguf_rope != RopeStyle::Interleaved && c.rope_style == RopeStyle::Interleaved)
     throw UsageError("export", "'" + m.path + "' has interleaved RoPE rows but llama.cpp's " +
                                    arow.gguf_arch +
                                    " uses the half-split order; this combination is not exported");
-
-  GgufModelExportReport rep;
-  io::GgufWriter w;
-  // general.file_type is set again below, in place, once the matrices' types are known.
+  // general.file_type is set again by the caller, in place, once the matrices' types are known.
   write_hparams(w, c, o.name, 0);
   // The tokenizer before the tensors: appended byte tokens add embedding rows.
-  VocabExtension ext;
-  ext.n_tokens = c.vocab_size;
+  st.ext.n_tokens = c.vocab_size;
   const nlohmann::json tj = m.format == "hf" ? read_tokenizer_json(m) : nlohmann::json();
   if (!tj.is_null())
-    ext = write_tokenizer_json(w, tj, c);
+    st.ext = write_tokenizer_json(w, tj, c);
   else if (m.tokenizer)
-    ext = write_tokenizer_spm(w, *m.tokenizer, c);
+    st.ext = write_tokenizer_spm(w, *m.tokenizer, c);
   else
     rep.notes.push_back("no tokenizer found: the GGUF file has none (llama.cpp needs one to run)");
-  rep.appended_tokens = ext.appended;
-
-  w.set_u32(arow.gguf_arch + std::string(".vocab_size"), static_cast<uint32_t>(ext.n_tokens));
-
-  using enum TensorRole;
-  bool act_note = false;
-  std::vector<std::pair<std::string, Blob>> out;
+  rep.appended_tokens = st.ext.appended;
+  w.set_u32(arow.gguf_arch + std::string(".vocab_size"), static_cast<uint32_t>(st.ext.n_tokens));
   for (const TensorRoleRow& row : tensor_roles()) {
     if (row.when == Presence::QkvBias && !c.qkv_bias) continue;
     if (row.when == Presence::QkNorm && !c.qk_norm) continue;
+    if (row.role == TensorRole::LmHead && W.tied()) continue;  // llama.cpp reads token_embd for the output
     const int64_t layers = row.per_layer ? c.n_layers : 1;
     for (int64_t l = 0; l < layers; ++l) {
       const int64_t layer = row.per_layer ? l : -1;
-      const std::string name = gguf_tensor_name(row.role, layer);
-      Blob b;
-      auto& M = const_cast<ModelWeights&>(W);  // the accessors are non-const; nothing is modified
-      if (row.kind == RoleKind::Matrix) {
-        if (row.role == LmHead && W.tied()) continue;  // llama.cpp reads token_embd for the output
-        const WeightMatrix* wm = M.matrix(row.role, layer);
-        b = convert_matrix(*wm, o, name);
-        b.rep.source = source_name(*wm);
-        b.layer_matrix = row.per_layer;
-        if (wm->act_format != FormatId::F32 && !act_note && (act_note = true))
-          rep.notes.push_back("activation quantization (" + std::string(format_info(wm->act_format).name) +
-                              ") is not part of GGUF: llama.cpp quantizes activations its own way");
-      } else {
-        b = vector_blob(*M.vector(row.role, layer));
-      }
-      if (to_interleaved && (row.role == Q || row.role == BiasQ)) interleave_rows(b, c.n_heads, c.head_dim);
-      if (to_interleaved && (row.role == K || row.role == BiasK))
-        interleave_rows(b, c.n_kv_heads, c.head_dim);
-      if (ext.appended > 0 && (row.role == TokEmbed || row.role == LmHead)) {
-        // Rows of the appended byte tokens: copies of <unk>'s (the source model reads an unknown character
-        // as <unk>), zeros (every type decodes zero bytes to 0) without one.
-        const int64_t rows = b.rows;
-        b.bytes.resize(static_cast<size_t>((rows + ext.appended) * b.row_bytes), 0);
-        if (ext.row_source >= 0 && ext.row_source < rows)
-          for (int64_t r = rows; r < rows + ext.appended; ++r)
-            std::memcpy(b.bytes.data() + r * b.row_bytes, b.bytes.data() + ext.row_source * b.row_bytes,
-                        static_cast<size_t>(b.row_bytes));
-        b.rows += ext.appended;
-      }
-      b.rep.name = name;
-      b.rep.bytes = static_cast<int64_t>(b.bytes.size());
-      out.emplace_back(name, std::move(b));
+      st.entries.push_back(
+          {row.role, layer, gguf_tensor_name(row.role, layer), row.kind == RoleKind::Matrix});
     }
   }
-  if (!W.rope_freq_factors.empty()) out.emplace_back("rope_freqs.weight", vector_blob(W.rope_freq_factors));
+  return st;
+}
 
-  // general.file_type: the type holding most bytes of the decoder linears (as llama-quantize names files).
+// general.file_type and general.quantization_version, from the matrices' types.
+void set_file_type(io::GgufWriter& w, const std::vector<std::pair<std::string, Blob>>& out,
+                   GgufModelExportReport& rep) {
+  // The type holding most bytes of the decoder linears (as llama-quantize names files).
   std::map<int, int64_t> by_type;
   bool quantized = false;
   for (auto& [n, b] : out) {
@@ -344,6 +326,106 @@ GgufModelExportReport export_gguf_model(const Model& m, const GgufModelExportOpt
   rep.file_type = type_name(file_type);
   w.set_u32("general.file_type", llama_file_type(file_type));
   if (quantized) w.set_u32("general.quantization_version", 2);
+}
+
+}  // namespace
+
+int gguf_exact_type(const QuantScheme& s, int64_t rows, int64_t cols) {
+  const FormatInfo& info = s.info();
+  if (info.is_gguf()) {
+    const GgmlTypeInfo* t = ggml_type_info(info.ggml_type);
+    return t && cols % t->block_elems == 0 ? info.ggml_type : -1;
+  }
+  const int t = repack_target(s, scale_grid(s, rows, cols).col_block, cols);
+  if (t == 3) return -1;  // Q4_1's min is -zero * scale re-rounded to f16
+  if ((t == 2 || t == 8) && s.scale_type != ScaleType::F16) return -1;  // Q4_0 / Q8_0 store d as f16
+  return t;
+}
+
+int64_t GgufExportSizes::matrix_bytes(const std::string& name, int ggml_type) const {
+  const auto it = matrices.find(name);
+  if (it == matrices.end()) return -1;
+  const int64_t rb = gguf_row_bytes(ggml_type, it->second.cols);
+  if (rb < 0) return -1;
+  return (it->second.rows * rb + alignment - 1) / alignment * alignment;
+}
+
+GgufExportSizes gguf_export_sizes(const Model& m, const GgufModelExportOptions& o) {
+  GgufModelExportReport rep;
+  io::GgufWriter w;
+  const ExportSetup st = begin_export(m, o, w, rep);
+  GgufExportSizes z;
+  auto& M = const_cast<ModelWeights&>(m.weights);  // the accessors are non-const; nothing is modified
+  uint64_t data = 0;
+  auto align = [&](uint64_t n) { return (n + z.alignment - 1) / z.alignment * z.alignment; };
+  for (const ExportEntry& e : st.entries) {
+    if (e.matrix) {
+      const WeightMatrix* wm = M.matrix(e.role, e.layer);
+      int64_t rows = wm->rows;
+      if (e.role == TensorRole::TokEmbed || e.role == TensorRole::LmHead) rows += st.ext.appended;
+      z.matrices[lowbit_tensor_name(e.role, e.layer)] = {rows, wm->cols};
+      w.add_tensor(e.name, 0, {rows, wm->cols}, nullptr, static_cast<size_t>(4 * rows * wm->cols));
+      data += align(static_cast<uint64_t>(4 * rows * wm->cols));
+    } else {
+      const size_t n = M.vector(e.role, e.layer)->size();
+      w.add_tensor(e.name, 0, {static_cast<int64_t>(n)}, nullptr, 4 * n);
+    }
+  }
+  if (!m.weights.rope_freq_factors.empty()) {
+    const size_t n = m.weights.rope_freq_factors.size();
+    w.add_tensor("rope_freqs.weight", 0, {static_cast<int64_t>(n)}, nullptr, 4 * n);
+  }
+  w.set_u32("general.file_type", 0);
+  w.set_u32("general.quantization_version", 2);  // written when anything is quantized: counted always
+  // The header and the vectors: the file's bytes less the matrices' padded data.
+  z.fixed_bytes = static_cast<int64_t>(w.file_bytes(static_cast<uint32_t>(z.alignment)) - data);
+  return z;
+}
+
+GgufModelExportReport export_gguf_model(const Model& m, const GgufModelExportOptions& o,
+                                        const std::string& path) {
+  const ModelConfig& c = m.config;
+  GgufModelExportReport rep;
+  io::GgufWriter w;
+  const ExportSetup st = begin_export(m, o, w, rep);
+  const VocabExtension& ext = st.ext;
+  using enum TensorRole;
+  bool act_note = false;
+  std::vector<std::pair<std::string, Blob>> out;
+  auto& M = const_cast<ModelWeights&>(m.weights);  // the accessors are non-const; nothing is modified
+  for (const ExportEntry& e : st.entries) {
+    Blob b;
+    if (e.matrix) {
+      const WeightMatrix* wm = M.matrix(e.role, e.layer);
+      b = convert_matrix(*wm, o, e.name);
+      b.rep.source = source_name(*wm);
+      b.layer_matrix = e.layer >= 0;
+      if (wm->act_format != FormatId::F32 && !act_note && (act_note = true))
+        rep.notes.push_back("activation quantization (" + std::string(format_info(wm->act_format).name) +
+                            ") is not part of GGUF: llama.cpp quantizes activations its own way");
+    } else {
+      b = vector_blob(*M.vector(e.role, e.layer));
+    }
+    if (st.to_interleaved && (e.role == Q || e.role == BiasQ)) interleave_rows(b, c.n_heads, c.head_dim);
+    if (st.to_interleaved && (e.role == K || e.role == BiasK)) interleave_rows(b, c.n_kv_heads, c.head_dim);
+    if (ext.appended > 0 && (e.role == TokEmbed || e.role == LmHead)) {
+      // Rows of the appended byte tokens: copies of <unk>'s (the source model reads an unknown character
+      // as <unk>), zeros (every type decodes zero bytes to 0) without one.
+      const int64_t rows = b.rows;
+      b.bytes.resize(static_cast<size_t>((rows + ext.appended) * b.row_bytes), 0);
+      if (ext.row_source >= 0 && ext.row_source < rows)
+        for (int64_t r = rows; r < rows + ext.appended; ++r)
+          std::memcpy(b.bytes.data() + r * b.row_bytes, b.bytes.data() + ext.row_source * b.row_bytes,
+                      static_cast<size_t>(b.row_bytes));
+      b.rows += ext.appended;
+    }
+    b.rep.name = e.name;
+    b.rep.bytes = static_cast<int64_t>(b.bytes.size());
+    out.emplace_back(e.name, std::move(b));
+  }
+  if (!m.weights.rope_freq_factors.empty())
+    out.emplace_back("rope_freqs.weight", vector_blob(m.weights.rope_freq_factors));
+  set_file_type(w, out, rep);
   for (auto& [n, b] : out) {
     const std::vector<int64_t> shape =
         b.vector ? std::vector<int64_t>{b.rows} : std::vector<int64_t>{b.rows, b.cols};

@@ -20,8 +20,11 @@
 // with llama.cpp), a quantized matrix with no exact mapping and no --requant.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
+
+#include "formats/scheme.h"
 
 namespace lowbit {
 
@@ -55,5 +58,29 @@ struct GgufModelExportReport {
 
 GgufModelExportReport export_gguf_model(const Model& m, const GgufModelExportOptions& o,
                                         const std::string& path);
+
+// The GGUF type export_gguf_model writes a [rows, cols] matrix quantized with `s` as, when its bytes are the
+// stored values unchanged ("copied" GGUF blocks, or "exact": int4 / int8 sym with f16 scales in groups of
+// 32k -> Q4_0 / Q8_0, OCP MXFP4 -> MXFP4); -1 when the matrix would be widened, re-rounded (int4 asym ->
+// Q4_1) or re-quantized instead.
+int gguf_exact_type(const QuantScheme& s, int64_t rows, int64_t cols);
+
+// The bytes of the file export_gguf_model(m, o, ...) writes, before the matrices' types are chosen (what
+// `lowbit quantize --format gguf --budget` allocates): the file is fixed_bytes plus, per matrix,
+// matrix_bytes(name, its GGUF type). Exact: GGUF's header (metadata, tokenizer, one info per tensor) does not
+// depend on the tensors' types, and each tensor's data is padded to the alignment.
+// general.quantization_version is counted always (it is written when any matrix is quantized).
+struct GgufExportSizes {
+  struct Matrix {
+    int64_t rows = 0, cols = 0;  // as written: byte tokens llama.cpp needs appended to the embedding / head
+  };
+  int64_t fixed_bytes = 0;  // header + vectors (norms, biases, RoPE factors), padded
+  int64_t alignment = 32;
+  std::map<std::string, Matrix> matrices;  // by lowbit name ("layers.3.w_down"); a tied lm_head is absent
+  // Padded data bytes of matrix `name` in `ggml_type`; -1 for an unknown name or rows the type's block does
+  // not divide.
+  int64_t matrix_bytes(const std::string& name, int ggml_type) const;
+};
+GgufExportSizes gguf_export_sizes(const Model& m, const GgufModelExportOptions& o);
 
 }  // namespace lowbit

@@ -18,6 +18,7 @@
 #include "kernels/matmul.h"
 #include "kv/kv_cache.h"
 #include "model/decoder.h"
+#include "model/gguf_model_export.h"
 #include "model/quantized_checkpoint.h"
 #include "quant/checkpoint_writer.h"
 
@@ -298,6 +299,52 @@ int64_t dense_elem_bytes(const Recipe& r, const WeightMatrix& w) {
   return w.kind == WeightKind::F16 || w.kind == WeightKind::BF16 ? 2 : 4;  // GGUF blocks are widened to F32
 }
 
+// GGUF file bytes instead of checkpoint bytes: the exporter's own sizes (header, vectors, each matrix's
+// padded data in its GGUF type). Options the GGUF file cannot hold unchanged are dropped; what no choice
+// changes is recomputed from scratch.
+void count_gguf_bytes(Model& m, const Recipe& r, const std::vector<TensorPlan>& plans,
+                      const std::map<std::string, WeightMatrix*>& mats, const std::string& name,
+                      Allocation& a) {
+  GgufModelExportOptions o;
+  o.name = name;  // general.name: its length can move the header's padding
+  const GgufExportSizes z = gguf_export_sizes(m, o);
+  auto dense = [&](const std::string& name) {
+    return z.matrix_bytes(name, dense_elem_bytes(r, *mats.at(name)) == 2 ? 1 /*F16*/ : 0 /*F32*/);
+  };
+  a.counts = "gguf";
+  a.fixed_bytes = z.fixed_bytes;
+  for (const auto& p : plans) {
+    if (!z.matrices.count(p.name)) continue;  // a tied lm_head: token_embd serves it
+    const bool unit = std::any_of(a.units.begin(), a.units.end(),
+                                  [&](const AllocUnit& u) { return u.members[0] == p.name; });
+    if (unit) continue;
+    if (!p.quantize) {
+      a.fixed_bytes += dense(p.name);
+      continue;
+    }
+    const int t = gguf_exact_type(p.scheme, p.rows, p.cols);
+    if (t < 0)
+      throw UsageError("quant", "--format gguf: the recipe gives " + p.name + " " + to_string(p.scheme) +
+                                    ", which a GGUF file cannot hold unchanged; override it with a GGUF "
+                                    "type (q4_k, ...) or int4:g32 / int8:g32, or leave it to the allocator");
+    a.fixed_bytes += z.matrix_bytes(p.name, t);
+  }
+  for (auto& u : a.units) {
+    std::vector<AllocOption> kept;
+    for (AllocOption o : u.options) {
+      if (o.scheme == "keep") {
+        o.bytes = dense(u.members[0]);
+      } else {
+        const int t = gguf_exact_type(parse_scheme(o.scheme), u.rows, u.cols);
+        if (t < 0) continue;
+        o.bytes = z.matrix_bytes(u.members[0], t);
+      }
+      kept.push_back(o);
+    }
+    u.options = std::move(kept);
+  }
+}
+
 }  // namespace
 
 Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, KldProbe& probe,
@@ -453,6 +500,10 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
   if (m.format == "hf" && std::filesystem::is_regular_file(src_cfg, ec))
     cfg += 2 * static_cast<int64_t>(std::filesystem::file_size(src_cfg, ec));
   a.fixed_bytes += cfg + 512;  // + 480 per scheme group, counted with the allocation below
+  if (spec.gguf_file) {
+    count_gguf_bytes(m, r, plans, mats, spec.gguf_name, a);
+    group_schemes.clear(), pinned_schemes.clear();  // GGUF has no config.json groups
+  }
   a.budget = spec.bytes > 0
                  ? spec.bytes
                  : static_cast<int64_t>(std::floor(spec.bpw * static_cast<double>(a.parameters) / 8));
@@ -526,7 +577,7 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
   std::set<std::string> assumed = group_schemes;
   assumed.insert(pinned_schemes.begin(), pinned_schemes.end());
   auto groups_bytes = [&](const std::set<std::string>& g) {
-    return kGroupBytes * static_cast<int64_t>(g.size());
+    return a.counts == "gguf" ? 0 : kGroupBytes * static_cast<int64_t>(g.size());
   };
   KnapsackResult kr = solve_knapsack(items, a.budget - a.fixed_bytes - groups_bytes(assumed));
   int64_t used_groups = groups_bytes(assumed);
@@ -602,6 +653,7 @@ nlohmann::json Allocation::to_json() const {
                   {"options", opts}});
   }
   return {{"budget_bytes", budget},
+          {"counts", counts},
           {"fixed_bytes", fixed_bytes},
           {"predicted_bytes", predicted_bytes},
           {"parameters", parameters},
@@ -630,9 +682,11 @@ std::string Allocation::summary() const {
     by_scheme[o.scheme].second += o.bytes;
   }
   std::snprintf(line, sizeof line,
-                "budget %lld bytes: predicted %lld (fixed %lld), predicted KLD %.5f (bound %.5f)\n",
-                static_cast<long long>(budget), static_cast<long long>(predicted_bytes),
-                static_cast<long long>(fixed_bytes), predicted_kld, lower_bound_kld);
+                "budget %lld bytes (%s): predicted %lld (fixed %lld), predicted KLD %.5f (bound %.5f)\n",
+                static_cast<long long>(budget),
+                counts == "gguf" ? "the GGUF file" : "the checkpoint's model files",
+                static_cast<long long>(predicted_bytes), static_cast<long long>(fixed_bytes), predicted_kld,
+                lower_bound_kld);
   out += line;
   for (const auto& [s, v] : by_scheme) {
     std::snprintf(line, sizeof line, "  %-24s %4d matrices %12lld bytes\n", s.c_str(), v.first,

@@ -60,6 +60,11 @@ struct BudgetSpec {
   // auto: kld below 100 M parameters, proxy above.
   std::string sensitivity = "auto";
   bool progress = true;
+  // Count the bytes of the GGUF file `lowbit export --to gguf` (quantize --format gguf) writes instead of the
+  // checkpoint's: exact (model/gguf_model_export.h, gguf_export_sizes), and only candidates whose values the
+  // GGUF file holds unchanged (GGUF blocks; int4 / int8 sym groups of 32k with f16 scales; mxfp4).
+  bool gguf_file = false;
+  std::string gguf_name = "lowbit-export";  // the file's general.name (GgufModelExportOptions::name)
 };
 
 // The k-quants q2_k..q6_k (two-level scales, GPTQ-capable, 256-column blocks), int3 / int4 g32 and int4 g64
@@ -80,6 +85,7 @@ struct AllocUnit {
 };
 
 struct Allocation {
+  std::string counts = "checkpoint";  // what the bytes are: "checkpoint" (model files) | "gguf" (the file)
   int64_t budget = 0;           // model bytes
   int64_t fixed_bytes = 0;      // what no choice changes: norms, biases, tokenizer, config.json base
   int64_t predicted_bytes = 0;  // fixed + chosen options (an upper bound of the written model bytes)

@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "core/error.h"
+#include "model/gguf_model_export.h"
 #include "quant/budget.h"
 #include "quant/checkpoint_writer.h"
 #include "quant/inspect.h"
@@ -253,6 +255,79 @@ TEST(Budget, CliRefusesBudgetsWithoutWhatTheyNeed) {
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("int8:g32"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(out)) << "a refused run must not leave an output";
+}
+
+// --format gguf: the budget is the GGUF file's size, predicted exactly (header, vectors, each matrix padded
+// in its GGUF type); only candidates the file holds unchanged are offered. stories260K (llama2.c, 172-column
+// down_proj that no GGUF block divides) and tinystories-656K (tokenizer.json, byte tokens appended to the
+// tied embedding, GPTQ).
+TEST(Budget, GgufFileIsExactlyThePredictedBytes) {
+  using testing_cli::run_cli;
+  struct Case {
+    std::string model, recipe;
+    int64_t budget;
+  };
+  const std::vector<Case> cases = {{kStories, "W4A16", 400000},
+                                   {kShared + "/models/tinystories-656K", "W4A16,algo=gptq", 600000}};
+  for (const Case& c : cases) {
+    const std::string out = testing::temp_path("budget_gguf") + ".gguf";
+    auto r = run_cli("quantize -m " + c.model + " -r " + c.recipe + " --format gguf --budget " +
+                     std::to_string(c.budget) + " -c " + kTinyText + " -o " + out + " --json --force");
+    ASSERT_EQ(r.rc, 0) << c.model;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    const nlohmann::json& b = j["budget"];
+    EXPECT_EQ(b["counts"], "gguf");
+    const int64_t file = static_cast<int64_t>(fs::file_size(out));
+    EXPECT_EQ(j["output"]["exported"]["bytes"].get<int64_t>(), file);
+    EXPECT_EQ(b["predicted_bytes"].get<int64_t>(), file) << c.model << ": the prediction is exact";
+    EXPECT_LE(file, c.budget);
+    EXPECT_GT(file, c.budget * 97 / 100) << c.model << ": the allocation should use the budget";
+    std::set<std::string> chosen;
+    for (const auto& u : b["units"]) {
+      for (const auto& o : u["options"]) {
+        const std::string sch = o["scheme"];
+        if (sch == "keep") continue;
+        EXPECT_GE(gguf_exact_type(parse_scheme(sch), u["shape"][0], u["shape"][1]), 0)
+            << u["unit"] << " offered " << sch << ", which the GGUF file cannot hold unchanged";
+      }
+      chosen.insert(u["chosen"].get<std::string>());
+    }
+    EXPECT_GE(chosen.size(), 2u) << c.model << ": a mixed allocation was expected";
+    fs::remove(out);
+  }
+  // Too small a budget: an error and no file.
+  const std::string out = testing::temp_path("budget_gguf_small") + ".gguf";
+  auto r = run_cli(
+      "quantize -m " + kStories + " -r W4A16 --format gguf --budget 100000 -c " + kTinyText + " -o " + out,
+      true);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("below the smallest"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// gguf_export_sizes against the exporter itself: every matrix written as Q8_0 (a file with a quantization
+// version, so the prediction holds with nothing left over).
+TEST(Budget, GgufExportSizesMatchTheWrittenFile) {
+  auto m = load_model(kShared + "/models/tinystories-656K");
+  GgufModelExportOptions o;
+  o.dense = "q8_0";
+  o.name = "sizes";
+  const GgufExportSizes z = gguf_export_sizes(*m, o);
+  int64_t predicted = z.fixed_bytes;
+  for (const auto& [name, mat] : z.matrices) {
+    const int64_t b = z.matrix_bytes(name, 8);
+    ASSERT_GT(b, 0) << name;
+    EXPECT_EQ(b % 32, 0);
+    predicted += b;
+  }
+  EXPECT_EQ(z.matrices.count("lm_head"), 0u) << "tied: token_embd serves the output";
+  EXPECT_GT(z.matrices.at("tok_embed").rows, m->config.vocab_size) << "byte tokens appended";
+  EXPECT_EQ(z.matrix_bytes("no_such_matrix", 8), -1);
+  const std::string out = testing::temp_path("gguf_sizes") + ".gguf";
+  const GgufModelExportReport rep = export_gguf_model(*m, o, out);
+  EXPECT_EQ(rep.file_bytes, predicted);
+  EXPECT_EQ(static_cast<int64_t>(fs::file_size(out)), predicted);
+  fs::remove(out);
 }
 
 }  // namespace
