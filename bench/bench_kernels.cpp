@@ -142,7 +142,7 @@ int register_all() {
          kq ? std::vector<std::pair<int64_t, int64_t>>{{896, 4864}, {4864, 2048}, {131072, 2048}}
             : all_shapes)
       for (int64_t T : {int64_t{1}, int64_t{16}, int64_t{64}}) {  // 16: a serving step's decode batch
-        if (r >= 131072 && T == 64) continue;  // the lm_head: decode and a serving step
+        if (r >= 131072 && T == 64) continue;                     // the lm_head: decode and a serving step
         const std::string name = "matmul/" + std::string(f) + "/" + std::to_string(r) + "x" +
                                  std::to_string(c) + "/T" + std::to_string(T);
         benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, f, "", r, c, T)

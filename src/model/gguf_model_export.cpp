@@ -81,8 +81,8 @@ void measure(const WeightMatrix& w, Blob& b) {
 int repack_target(const QuantScheme& s, int64_t col_block, int64_t cols) {
   if (col_block % 32 != 0 || cols % 32 != 0) return -1;
   if (s.format == FormatId::INT4) return s.symmetric ? 2 /*Q4_0*/ : 3 /*Q4_1*/;
-  if (s.format == FormatId::INT8 && s.symmetric) return 8;               // Q8_0
-  if (s.format == FormatId::MXFP4 && col_block == 32) return 39;         // ggml MXFP4
+  if (s.format == FormatId::INT8 && s.symmetric) return 8;        // Q8_0
+  if (s.format == FormatId::MXFP4 && col_block == 32) return 39;  // ggml MXFP4
   return -1;
 }
 

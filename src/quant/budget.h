@@ -86,12 +86,12 @@ struct AllocUnit {
 
 struct Allocation {
   std::string counts = "checkpoint";  // what the bytes are: "checkpoint" (model files) | "gguf" (the file)
-  int64_t budget = 0;           // model bytes
-  int64_t fixed_bytes = 0;      // what no choice changes: norms, biases, tokenizer, config.json base
-  int64_t predicted_bytes = 0;  // fixed + chosen options (an upper bound of the written model bytes)
-  int64_t parameters = 0;       // every weight (matrices counted once when tied, norms, biases)
-  double predicted_kld = 0;     // sum of the chosen options' KLD
-  double lower_bound_kld = 0;   // LP relaxation bound
+  int64_t budget = 0;                 // model bytes
+  int64_t fixed_bytes = 0;            // what no choice changes: norms, biases, tokenizer, config.json base
+  int64_t predicted_bytes = 0;        // fixed + chosen options (an upper bound of the written model bytes)
+  int64_t parameters = 0;             // every weight (matrices counted once when tied, norms, biases)
+  double predicted_kld = 0;           // sum of the chosen options' KLD
+  double lower_bound_kld = 0;         // LP relaxation bound
   int64_t step = 1;
   int sens_tokens = 0;      // scored tokens per sensitivity measurement
   std::string sensitivity;  // kld | proxy
