@@ -1,7 +1,9 @@
 #include "model/sampler.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <unordered_set>
@@ -46,44 +48,108 @@ int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<in
       if (id >= 0 && id < vocab) l[id] = l[id] > 0 ? l[id] / p_.repeat_penalty : l[id] * p_.repeat_penalty;
   }
   if (p_.temperature == 0.0f) return argmax(l.data(), vocab);
+  return p_.top_k > 0 && p_.top_k < vocab ? sample_top_k(l.data(), vocab) : sample_all(l.data(), vocab);
+}
+
+// top-k: the k best sorted (a heap: one comparison with its top rejects almost every token), then the walk
+// over them.
+int32_t Sampler::sample_top_k(const float* l, int64_t vocab) {
   thread_local std::vector<int32_t> idx;
   idx.resize(static_cast<size_t>(vocab));
   std::iota(idx.begin(), idx.end(), 0);
-  size_t n = idx.size();
-  if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < n) {
-    std::partial_sort(idx.begin(), idx.begin() + p_.top_k, idx.end(),
-                      [&](int a, int b) { return l[a] > l[b]; });
-    n = p_.top_k;
-  } else {
-    std::sort(idx.begin(), idx.end(), [&](int a, int b) { return l[a] > l[b]; });
-  }
-  // Softmax over the kept candidates at the given temperature (in double for stable tails).
-  std::vector<double> pr(n);
-  double mx = l[idx[0]], sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += (pr[i] = std::exp((l[idx[i]] - mx) / p_.temperature));
-  for (auto& v : pr) v /= sum;
-  if (p_.min_p > 0) {
-    size_t keep = 1;
-    while (keep < n && pr[keep] >= p_.min_p * pr[0]) ++keep;
-    n = keep;
-  }
+  const size_t k = static_cast<size_t>(p_.top_k);
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+  std::vector<double> e(k);
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) sum += (e[i] = std::exp((l[idx[i]] - l[idx[0]]) / p_.temperature));
+  size_t n = k;
+  if (p_.min_p > 0)
+    n = std::max<size_t>(
+        1, static_cast<size_t>(std::count_if(e.begin(), e.end(), [&](double v) { return v >= p_.min_p; })));
+  double total = 0;
   if (p_.top_p < 1) {
-    double c = 0;
     size_t keep = 0;
     while (keep < n) {
-      c += pr[keep++];
-      if (c >= p_.top_p) break;
+      total += e[keep++];
+      if (total >= p_.top_p * sum) break;
     }
     n = keep;
+  } else {
+    for (size_t i = 0; i < n; ++i) total += e[i];
   }
-  double total = 0;
-  for (size_t i = 0; i < n; ++i) total += pr[i];
   double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
   for (size_t i = 0; i < n; ++i) {
-    r -= pr[i];
+    r -= e[i];
     if (r <= 0) return idx[i];
   }
   return idx[n - 1];
+}
+
+// The whole vocabulary, with no sort of it (sorting 150k logits took ~15 ms per token, more than a decode
+// step of a 0.5B model). Tokens are visited in decreasing logit order (lower index first on ties), as a full
+// sort would order them, through buckets of exp(logit) by its float bit pattern (monotone in the logit; each
+// bucket spans a factor of 2^(1/8)): whole buckets are skipped by their summed mass, and only the bucket
+// where a walk stops is gathered and sorted. min-p, top-p and the draw are such walks.
+int32_t Sampler::sample_all(const float* l, int64_t vocab) {
+  thread_local std::vector<float> e;
+  e.resize(static_cast<size_t>(vocab));
+  const float mx = *std::max_element(l, l + vocab);
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += (e[i] = std::exp((l[i] - mx) / p_.temperature));
+  // min-p keeps the tokens with p >= min_p * p_max, i.e. e >= min_p (p_max's e is exp(0) = 1).
+  const float thr = p_.min_p > 0 ? static_cast<float>(p_.min_p) : 0.0f;
+  constexpr int kBuckets = 1024;  // e in [0, 1]: bits >> 20 <= 0x3F8
+  auto bucket = [&](float v) {
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    return static_cast<int>(b >> 20);
+  };
+  std::array<double, kBuckets> mass{};
+  std::array<int64_t, kBuckets> count{};
+  int64_t kept = 0;
+  double kept_mass = 0;
+  for (int64_t i = 0; i < vocab; ++i)
+    if (e[i] >= thr) {
+      const int b = bucket(e[i]);
+      mass[b] += e[i], count[b]++, kept++, kept_mass += e[i];
+    }
+  // Walks the first `limit` tokens in order until their mass reaches x: (tokens taken, their mass, the last).
+  struct Stop {
+    int64_t k = 0;
+    double c = 0;
+    int32_t last = 0;
+  };
+  thread_local std::vector<int32_t> ids;
+  auto walk = [&](double x, int64_t limit) {
+    Stop s;
+    for (int b = kBuckets - 1; b >= 0; --b) {
+      if (count[b] == 0) continue;
+      if (s.k + count[b] <= limit && s.c + mass[b] < x) {
+        s.k += count[b], s.c += mass[b];
+        continue;
+      }
+      ids.clear();
+      for (int64_t i = 0; i < vocab; ++i)
+        if (e[i] >= thr && bucket(e[i]) == b) ids.push_back(static_cast<int32_t>(i));
+      std::sort(ids.begin(), ids.end(),
+                [&](int32_t a, int32_t c) { return l[a] > l[c] || (l[a] == l[c] && a < c); });
+      for (int32_t t : ids) {
+        if (s.k == limit) return s;
+        s.c += e[t], s.k++, s.last = t;
+        if (s.c >= x) return s;
+      }
+    }
+    return s;
+  };
+  int64_t n = std::max<int64_t>(kept, 1);
+  double total = kept_mass;
+  if (p_.top_p < 1) {
+    const Stop s = walk(p_.top_p * sum, n);
+    n = s.k, total = s.c;
+  }
+  const double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  return walk(r, n).last;
 }
 
 }  // namespace lowbit

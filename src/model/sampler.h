@@ -26,6 +26,8 @@ class Sampler {
   int32_t sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history);
 
  private:
+  int32_t sample_top_k(const float* logits, int64_t vocab);
+  int32_t sample_all(const float* logits, int64_t vocab);
   SamplerParams p_;
   std::mt19937_64 rng_;
 };
