@@ -54,7 +54,9 @@ for label, recipe in (("W4A16 RTN", "W4A16"), ("W4A16 GPTQ", "W4A16,algo=gptq"),
 for label, recipe in (("W4A4KV4 RTN", "W4A4KV4"), ("W4A4KV4 QuaRot+RTN", "W4A4KV4,rotate=quarot"),
                       ("W4A4KV4 QuaRot+RTN clip 0.9", "W4A4KV4,rotate=quarot,act_clip=0.9"),
                       ("W4A4KV4 QuaRot+GPTQ", "W4A4KV4,rotate=quarot,algo=gptq"),
-                      ("W4A4KV4 QuaRot+GPTQ clip 0.9", "W4A4KV4,rotate=quarot,algo=gptq,act_clip=0.9")):
+                      ("W4A4KV4 QuaRot+GPTQ clip 0.9", "W4A4KV4,rotate=quarot,algo=gptq,act_clip=0.9"),
+                      ("W4A4KV4 DuQuant+RTN", "W4A4KV4,rotate=duquant"),
+                      ("W4A4KV4 DuQuant+GPTQ", "W4A4KV4,rotate=duquant,algo=gptq")):
     ROTATION_RECIPES.append((label, recipe))
 
 # --set nonuniform: per-row k-means codebooks (lut2/3/4, docs/formats.md) against the uniform grids and the

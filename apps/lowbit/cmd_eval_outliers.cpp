@@ -13,6 +13,7 @@
 #include "eval/eval_text.h"
 #include "eval/outliers.h"
 #include "io/mapped_file.h"
+#include "quant/duquant.h"
 #include "quant/rotate.h"
 
 namespace {
@@ -24,13 +25,13 @@ using nlohmann::json;
 struct OutlierArgs {
   app::QuantizeFlags quant;
   std::string model, tokenizer, text, dtype = "native", rotate, factors, chart;
-  int64_t tokens = 512;
+  int64_t tokens = 512, block = 0;
   uint64_t seed = 0;
   int top = 4, threads = 0;
   bool json = false, no_progress = false;
 };
 
-const char* const kRotations[] = {"quarot"};
+const char* const kRotations[] = {"quarot", "duquant"};
 
 quant::RotationSpec rotation_spec(const OutlierArgs& a) {
   quant::RotationSpec s;
@@ -38,7 +39,8 @@ quant::RotationSpec rotation_spec(const OutlierArgs& a) {
   for (const char* r : kRotations) known |= a.rotate == r;
   if (!known)
     throw UsageError("eval", "--rotate '" + a.rotate +
-                                 "' is not a rotation lowbit builds; use --rotate quarot, or --quantize "
+                                 "' is not a rotation lowbit builds without training; use --rotate quarot or "
+                                 "duquant, or --quantize "
                                  "RECIPE for a whole recipe");
   s.method = a.rotate;
   s.seed = a.seed;
@@ -48,7 +50,9 @@ quant::RotationSpec rotation_spec(const OutlierArgs& a) {
 
 // The "after" model: a copy of the float model rotated (--rotate) or quantized with the recipe (--quantize);
 // null when neither was asked. `label` names it for the table and chart.
-std::unique_ptr<Model> after_model(const OutlierArgs& a, const Model& m, std::string* label) {
+// DuQuant builds its R1 from the same windows the statistics are measured on.
+std::unique_ptr<Model> after_model(const OutlierArgs& a, const Model& m,
+                                   const std::vector<std::vector<int32_t>>& windows, std::string* label) {
   if (!a.rotate.empty() && !a.quant.recipe.empty())
     throw UsageError("eval",
                      "--rotate and --quantize both choose the model to compare; give one (a recipe with "
@@ -61,7 +65,14 @@ std::unique_ptr<Model> after_model(const OutlierArgs& a, const Model& m, std::st
   auto c =
       std::make_unique<Model>(m);  // shares the mapped weights; rotation replaces the matrices it touches
   if (!a.rotate.empty()) {
-    quant::rotate_model(*c, rotation_spec(a));
+    quant::RotationSpec s = rotation_spec(a);
+    if (s.method != "duquant" && a.block)
+      throw UsageError("eval", "--duquant-block is only used with --rotate duquant");
+    s.duquant_block = a.block;
+    if (s.method == "duquant")
+      quant::rotate_model_duquant(*c, s, windows);
+    else
+      quant::rotate_model(*c, s);
     *label = a.rotate;
   } else {
     app::apply_online_quantization(*c, a.quant, a.json || a.no_progress);
@@ -128,7 +139,7 @@ void do_outliers(const OutlierArgs& a) {
                      "no tokenizer found for '" + a.model + "'; pass --tokenizer PATH (tokenizer.bin)");
   const auto windows = outlier_windows(*m, read_text_file(a.text), a.tokens);
   std::string label;
-  auto rotated = after_model(a, *m, &label);
+  auto rotated = after_model(a, *m, windows, &label);
   const OutlierReport before = measure_outliers(*m, windows, a.top);
   OutlierReport after;
   if (rotated) after = measure_outliers(*rotated, windows, a.top);
@@ -176,7 +187,12 @@ void add_eval_outliers(CLI::App& eval) {
   c->add_option("--text", a.text, "Text file whose tokens are fed (UTF-8)")->required();
   c->add_option("--tokens", a.tokens,
                 "Tokens of the text fed, in windows of the model's context (default 512)");
-  c->add_option("--rotate", a.rotate, "Compare with the model rotated by this method: quarot");
+  c->add_option(
+      "--rotate", a.rotate,
+      "Compare with the model rotated by this method: quarot, duquant (its R1 built from the text's "
+      "activations)");
+  c->add_option("--duquant-block", a.block,
+                "DuQuant's block size (as duquant_block=; default 128 where it divides)");
   c->add_option("--seed", a.seed, "Seed of the rotation's random signs (default 0, as rotate_seed)");
   c->add_option("--rotate-factors", a.factors,
                 "Hadamard factor file for orders no construction gives (as rotate_factors=)");

@@ -9,9 +9,11 @@
 #include <random>
 
 #include "core/error.h"
+#include "kernels/matmul.h"
 #include "kv/kv_cache.h"
 #include "model/decoder.h"
 #include "model/observer.h"
+#include "quant/rotate.h"
 
 namespace lowbit::quant {
 namespace {
@@ -233,6 +235,64 @@ std::vector<float> duquant_calibration_rows(const Model& m, const std::vector<st
     dec.forward(b, kv, none.data());
   }
   return s.rows(rows);
+}
+
+namespace {
+
+// W <- W G^T (every row r becomes G r): a linear reading the residual stream, or the embedding's rows.
+void input_side(WeightMatrix* w, const MatrixXd& g) {
+  std::vector<float> f = weight_to_f32(*w);
+  Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> a(f.data(), w->rows,
+                                                                                      w->cols);
+  a = (a.cast<double>() * g.transpose()).cast<float>();
+  *w = make_f32_weight(f.data(), w->rows, w->cols);
+}
+
+// W <- G W: a linear writing the residual stream (o_proj, down_proj).
+void output_side(WeightMatrix* w, const MatrixXd& g) {
+  std::vector<float> f = weight_to_f32(*w);
+  Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> a(f.data(), w->rows,
+                                                                                      w->cols);
+  a = (g * a.cast<double>()).cast<float>();
+  *w = make_f32_weight(f.data(), w->rows, w->cols);
+}
+
+}  // namespace
+
+json rotate_model_duquant(Model& m, const RotationSpec& s, const std::vector<std::vector<int32_t>>& windows) {
+  if (!s.r1)
+    throw UsageError("quant",
+                     "rotate=duquant builds R1 (the residual stream's rotation); rotate_r1=0 leaves "
+                     "nothing of it: drop rotate_r1=0 or use rotate=quarot");
+  if (windows.empty())
+    throw UsageError("quant",
+                     "rotate=duquant builds its rotation from calibration activations; pass --calib FILE");
+  const int64_t D = m.config.dim;
+  DuquantOptions o;
+  o.block = duquant_block_size(D, s.duquant_block);  // checked before anything runs
+  o.steps = s.duquant_steps;
+  o.seed = s.seed;
+  constexpr int64_t kMaxRows = 4096;
+  int64_t rows = 0;
+  const std::vector<float> x = duquant_calibration_rows(m, windows, kMaxRows, s.seed, &rows);
+  const DuquantTransform t = build_duquant(x, rows, D, o);
+  RotationSpec rest = s;
+  rest.r1 = false;  // norms folded, R2 and R4 as QuaRot's; G takes R1's place below
+  json rec = rotate_model(m, rest);
+  const MatrixXd g = Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+      t.g.data(), D, D);
+  ModelWeights& W = m.weights;
+  input_side(&W.tok_embed, g);
+  input_side(&W.lm_head, g);
+  for (auto& L : W.layers) {
+    for (WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.w_gate, &L.w_up}) input_side(w, g);
+    output_side(&L.wo, g);
+    output_side(&L.w_down, g);
+  }
+  rec["r1"] = t.describe();
+  rec["r1"]["calibration_rows"] = rows;
+  rec["r1"]["rows_from"] = "attn_in and mlp_in of every layer divided by the norm's gamma";
+  return rec;
 }
 
 }  // namespace lowbit::quant

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "quant/recipe.h"
 
 namespace lowbit::quant {
 
@@ -55,5 +56,14 @@ DuquantTransform build_duquant(const std::vector<float>& x, int64_t rows, int64_
 // max_rows / 4 rows with the largest max |x| plus a seeded uniform sample of the others. Returns [rows, dim].
 std::vector<float> duquant_calibration_rows(const Model& m, const std::vector<std::vector<int32_t>>& seqs,
                                             int64_t max_rows, uint64_t seed, int64_t* rows);
+
+// rotate=duquant: rotate_model (rotate.h) with R1 replaced by G. G is built from calibration rows of
+// `windows` (at most 4096) of the model as given; then rotate_model folds the norms and applies R2 / R4
+// (QuaRot's), and G is fused as R1 is: the embedding rows, the input side of q/k/v/gate/up/lm_head and the
+// output side of o/down. Returns rotate_model's record with "r1" = G's record (describe() plus the rows
+// used). UsageError("quant") without R1 (rotate_r1=0), without windows, or for a block that does not divide
+// hidden_size.
+nlohmann::json rotate_model_duquant(Model& m, const RotationSpec& s,
+                                    const std::vector<std::vector<int32_t>>& windows);
 
 }  // namespace lowbit::quant

@@ -19,6 +19,7 @@
 #include "kernels/matmul.h"
 #include "model/quantized_checkpoint.h"
 #include "quant/awq.h"
+#include "quant/duquant.h"
 #include "quant/gptq.h"
 #include "quant/rotate.h"
 #include "tokenizer/tokenizer.h"
@@ -514,7 +515,14 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
   std::map<std::string, WeightKind> source_kind;
   if (r.rotation.enabled()) {
     for (auto& [name, w] : mats) source_kind[name] = w->kind;
-    rep.rotation = rotate_model(m, r.rotation);
+    if (r.rotation.method == "duquant") {
+      Timer td;  // calibration forwards and the greedy block search (quant/duquant.h)
+      rep.rotation =
+          rotate_model_duquant(m, r.rotation, o.calib ? o.calib->seqs : std::vector<std::vector<int32_t>>{});
+      rep.phase_seconds.search += td.seconds();
+    } else {
+      rep.rotation = rotate_model(m, r.rotation);
+    }
     named = m.weights.named_matrices();
     mats = std::map<std::string, WeightMatrix*>(named.begin(), named.end());
   }

@@ -135,7 +135,7 @@ const char* algorithm_name(Algorithm a) {
 
 bool Recipe::needs_calibration() const {
   return algorithm == Algorithm::Gptq || algorithm == Algorithm::Awq || algorithm == Algorithm::Imatrix ||
-         smoothquant || (act.enabled() && !act.dynamic) || kv.enabled();
+         smoothquant || (act.enabled() && !act.dynamic) || kv.enabled() || rotation.method == "duquant";
 }
 
 std::vector<std::string> preset_names() {
@@ -282,6 +282,8 @@ nlohmann::json Recipe::to_json() const {
                                             {"r1", rotation.r1},         {"r2", rotation.r2},
                                             {"r4", rotation.r4},         {"factors", rotation.factors}}
                                      : json(nullptr);
+  if (rotation.method == "duquant")
+    j["rotation"].update({{"block", rotation.duquant_block}, {"greedy_steps", rotation.duquant_steps}});
   if (!notes.empty()) j["notes"] = notes;
   return j;
 }
@@ -290,11 +292,11 @@ namespace {
 
 std::string rotation_method(const std::string& m, const std::string& where) {
   const std::string l = lower(m);
-  if (l == "quarot") return l;
+  if (l == "quarot" || l == "duquant") return l;
   if (l == "none" || l.empty()) return "";
-  if (l == "spinquant" || l == "duquant")
+  if (l == "spinquant")
     usage(where + ": rotation '" + m + "' is not built yet; use quarot (random Hadamard, no training)");
-  usage(where + ": unknown rotation '" + m + "'; use quarot or none");
+  usage(where + ": unknown rotation '" + m + "'; use quarot, duquant or none");
 }
 
 RotationSpec rotation_from_json(const json& j, const std::string& where) {
@@ -305,7 +307,7 @@ RotationSpec rotation_from_json(const json& j, const std::string& where) {
   } else if (j.is_string()) {
     s.method = rotation_method(j.get<std::string>(), where);
   } else {
-    check_keys(j, {"method", "seed", "r1", "r2", "r4", "factors"}, where);
+    check_keys(j, {"method", "seed", "r1", "r2", "r4", "factors", "block", "greedy_steps"}, where);
     s.method =
         rotation_method(j.contains("method") ? get_as<std::string>(j, "method", where) : "quarot", where);
     if (j.contains("seed")) s.seed = get_as<uint64_t>(j, "seed", where);
@@ -313,6 +315,12 @@ RotationSpec rotation_from_json(const json& j, const std::string& where) {
     if (j.contains("r2")) s.r2 = get_as<bool>(j, "r2", where);
     if (j.contains("r4")) s.r4 = get_as<bool>(j, "r4", where);
     if (j.contains("factors")) s.factors = get_as<std::string>(j, "factors", where);
+    if ((j.contains("block") || j.contains("greedy_steps")) && s.method != "duquant")
+      usage(where + ": block and greedy_steps shape DuQuant's rotation; set \"method\": \"duquant\"");
+    if (j.contains("block")) s.duquant_block = get_as<int64_t>(j, "block", where);
+    if (j.contains("greedy_steps")) s.duquant_steps = get_as<int>(j, "greedy_steps", where);
+    if (s.duquant_block < 0 || s.duquant_steps < 0)
+      usage(where + ": DuQuant needs block >= 0 (0 = auto) and greedy_steps >= 0");
     if (s.enabled() && !s.r1 && !s.r2 && !s.r4)
       usage(where + ": r1, r2 and r4 are all off; drop \"rotation\" or turn one on");
   }
@@ -513,6 +521,7 @@ Recipe parse_recipe_arg(const std::string& arg) {
             "), the WxAy[KVz] notation, a scheme such as int4:g32:sym, or a .json recipe file");
     }
   }
+  std::string duquant_key;  // a duquant_* key, which needs rotate=duquant (given in any order)
   std::optional<int> group_override;
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
@@ -590,14 +599,21 @@ Recipe parse_recipe_arg(const std::string& arg) {
       r->rotation.r4 = flag("rotate_r4");
     else if (k == "rotate_factors")
       r->rotation.factors = v;
+    else if (k == "duquant_block")
+      r->rotation.duquant_block = static_cast<int64_t>(integer("duquant_block", 1, 1 << 20));
+    else if (k == "duquant_steps")
+      r->rotation.duquant_steps = static_cast<int>(integer("duquant_steps", 0, 4096));
     else
       usage("--recipe '" + arg + "': unknown key '" + k +
             "'; known: algo, scheme, group, act, act_clip, act_static, kv, kv_strategy, alpha, samples, "
             "length, seed, "
             "calib, act_order, damp, clip, ignore, dtype, rotate, rotate_seed, rotate_r1, rotate_r2, "
             "rotate_r4, "
-            "rotate_factors");
+            "rotate_factors, duquant_block, duquant_steps");
+    if (k.rfind("duquant_", 0) == 0) duquant_key = k;
   }
+  if (!duquant_key.empty() && r->rotation.method != "duquant")
+    usage("--recipe '" + arg + "': " + duquant_key + " shapes DuQuant's rotation; add rotate=duquant");
   if (group_override) {
     if (r->weights.gran != Granularity::Group)
       usage("--recipe '" + arg + "': group=" + std::to_string(*group_override) + " given but scheme " +

@@ -50,6 +50,22 @@ TEST(OutliersCli, JsonBeforeAndAfterQuarot) {
   std::filesystem::remove(chart);
 }
 
+TEST(OutliersCli, DuquantBuildsItsRotationFromTheText) {
+  auto r = run_cli("eval outliers -m " + kModel + " --text " + kText +
+                   " --tokens 128 --rotate duquant --duquant-block 64 --json --no-progress");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["after_label"], "duquant");
+  ASSERT_EQ(j["after"]["sites"].size(), 24u);
+  EXPECT_LT(j["after"]["summary"]["mean_ratio"].get<double>(),
+            j["before"]["summary"]["mean_ratio"].get<double>());
+  r = run_cli("eval outliers -m " + kModel + " --text " + kText +
+                  " --rotate duquant --duquant-block 48 --no-progress",
+              true);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("duquant_block=48 does not divide the hidden size 256"), std::string::npos) << r.out;
+}
+
 TEST(OutliersCli, UsageErrors) {
   auto r = run_cli("eval outliers -m " + kModel + " --no-progress", true);
   EXPECT_EQ(r.rc, 2) << r.out;
