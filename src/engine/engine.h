@@ -175,7 +175,8 @@ class Engine {
   void finish_locked(Seq& s, const std::string& reason, const std::string& error = "");  // a tokenless end
   void end_locked(Seq& s, TokenEvent e, const std::string& reason);  // e becomes the request's last event
   // Samples the next token of `s` from its logits row, delivers it and ends the request when it should.
-  void emit_locked(Seq& s, const float* logits, double t);
+  TokenEvent sample_token(Seq& s, const float* logits) const;
+  void emit_locked(Seq& s, TokenEvent e, double t);
   // Runs the batch; when the model fails (NaN / Inf logits), reruns each sequence alone so that only the
   // failing ones end with an error. Returns per sequence whether its logits row is valid.
   std::vector<bool> forward_isolated(const std::vector<Seq*>& seqs, const std::vector<int64_t>& ends,
@@ -200,9 +201,7 @@ class Engine {
   bool stopping_ = false, quit_ = false;
   uint64_t next_id_ = 1, tick_ = 0;
   EngineStats st_;
-  std::vector<float> logits_;     // [rows with logits, vocab] of the current step
-  std::vector<float> penalized_;  // [vocab] logits with presence / frequency penalties (stepping thread only)
-  std::vector<int32_t> top_idx_;  // [vocab] candidate order for top_logprobs (stepping thread only)
+  std::vector<float> logits_;  // [rows with logits, vocab] of the current step
   const double t0_;
 };
 
