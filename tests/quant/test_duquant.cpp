@@ -187,6 +187,14 @@ TEST(DuQuant, RotatedFloatModelKeepsItsLogitsAndSpreadsThePlantedOutlier) {
   double scale = 1;
   for (float v : ref) scale = std::max(scale, std::fabs(static_cast<double>(v)));
   EXPECT_LT(testing::max_abs_diff(ref, testing::logits_of(rot, toks)), 2e-4 * scale);
+  // The decode path (one token per forward) reads the same fused weights.
+  Decoder dec(rot.config, rot.weights);
+  KvCache kv(rot.config, 1, static_cast<int64_t>(toks.size()), KvDtype::F32);
+  const size_t V = static_cast<size_t>(rot.config.vocab_size);
+  std::vector<float> step(toks.size() * V);
+  for (size_t i = 0; i < toks.size(); ++i)
+    dec.forward({{toks[i], 0, static_cast<int64_t>(i), true}}, kv, step.data() + i * V);
+  EXPECT_LT(testing::max_abs_diff(ref, step), 2e-4 * scale);
   const double before = attn_in_ratio(*base, toks), after = attn_in_ratio(rot, toks);
   EXPECT_GT(before, 6.0);
   EXPECT_LT(after, before / 2) << "before " << before << " after " << after;
