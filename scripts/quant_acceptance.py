@@ -11,7 +11,7 @@ Everything goes through the CLI: `lowbit eval ppl --save-baseline` (float32), `l
 
 Usage: scripts/quant_acceptance.py [--lowbit build/apps/lowbit/lowbit] [--shared ../shared] [--chunks 24]
                                    [--model kjv|stories260K] [--out out/quant_acceptance]
-                                   [--set ptq|rotations|nonuniform|kquants]
+                                   [--set ptq|rotations|nonuniform|kquants] [--only LABEL_TEXT ...]
 Prints one markdown table per model; keeps checkpoints and JSON under --out.
 """
 import argparse
@@ -57,6 +57,11 @@ for label, recipe in (("W4A4KV4 RTN", "W4A4KV4"), ("W4A4KV4 QuaRot+RTN", "W4A4KV
                       ("W4A4KV4 QuaRot+GPTQ clip 0.9", "W4A4KV4,rotate=quarot,algo=gptq,act_clip=0.9"),
                       ("W4A4KV4 DuQuant+RTN", "W4A4KV4,rotate=duquant"),
                       ("W4A4KV4 DuQuant+GPTQ", "W4A4KV4,rotate=duquant,algo=gptq")):
+    ROTATION_RECIPES.append((label, recipe))
+# SpinQuant: R1 / R2 learned from QuaRot's start (Cayley SGD on the calibration loss with int4 activations and
+# the int4+rot KV cache fake-quantized; spin_steps / spin_lr / spin_tokens at their defaults).
+for label, recipe in (("W4A4KV4 SpinQuant+RTN", "W4A4KV4,rotate=spinquant"),
+                      ("W4A4KV4 SpinQuant+GPTQ", "W4A4KV4,rotate=spinquant,algo=gptq")):
     ROTATION_RECIPES.append((label, recipe))
 
 # --set nonuniform: per-row k-means codebooks (lut2/3/4, docs/formats.md) against the uniform grids and the
@@ -139,6 +144,8 @@ def main():
                     help="ptq: the PTQ table; rotations: recipes with and without rotate=quarot; nonuniform: "
                     "lut2/3/4 codebooks against int3/int4 g32 and q3_k/q4_k under RTN, imatrix, GPTQ; kquants: "
                     "q2_k..q6_k under RTN, imatrix, GPTQ")
+    ap.add_argument("--only", action="append", default=[],
+                    help="run only the recipes whose label contains this text (repeatable), e.g. SpinQuant")
     a = ap.parse_args()
     recipes = {"rotations": ROTATION_RECIPES, "nonuniform": NONUNIFORM_RECIPES,
                "kquants": KQUANT_RECIPES}.get(a.set, RECIPES)
@@ -157,6 +164,8 @@ def main():
               "| quantize s |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for label, recipe in recipes:
+            if a.only and not any(o in label for o in a.only):
+                continue
             ck = os.path.join(a.out, "ck", name + "." + "".join(c if c.isalnum() else "_" for c in recipe))
             shutil.rmtree(ck, ignore_errors=True)
             t0 = time.time()

@@ -10,7 +10,7 @@ PKGS=(build-essential cmake ninja-build git pkg-config
       libgtest-dev libgmock-dev googletest libbenchmark-dev
       nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libeigen3-dev libssl-dev libomp-dev
       clang-16 libclang-rt-16-dev clang-format-14 python3-numpy python3-jinja2
-      libopenblas-dev liblapacke-dev)
+      libopenblas-dev liblapacke-dev libtorch-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -515,14 +515,25 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
   std::map<std::string, WeightKind> source_kind;
   if (r.rotation.enabled()) {
     for (auto& [name, w] : mats) source_kind[name] = w->kind;
-    if (r.rotation.method == "duquant") {
+    RotationSpec rs = r.rotation;
+    json spin;
+    if (rs.method == "spinquant") {
+      if (!o.calib)
+        throw UsageError("quant",
+                         "rotate=spinquant learns its rotations on calibration text; pass --calib FILE");
+      Timer ts;
+      spin = learn_spinquant(m, r, o.calib->seqs, &rs);
+      rep.phase_seconds.search += ts.seconds();
+    }
+    if (rs.method == "duquant") {
       Timer td;  // calibration forwards and the greedy block search (quant/duquant.h)
       rep.rotation =
-          rotate_model_duquant(m, r.rotation, o.calib ? o.calib->seqs : std::vector<std::vector<int32_t>>{});
+          rotate_model_duquant(m, rs, o.calib ? o.calib->seqs : std::vector<std::vector<int32_t>>{});
       rep.phase_seconds.search += td.seconds();
     } else {
-      rep.rotation = rotate_model(m, r.rotation);
+      rep.rotation = rotate_model(m, rs);
     }
+    if (!spin.is_null()) rep.rotation["spinquant"] = spin;
     named = m.weights.named_matrices();
     mats = std::map<std::string, WeightMatrix*>(named.begin(), named.end());
   }

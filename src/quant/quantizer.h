@@ -68,7 +68,8 @@ struct QuantReport {
   double seconds = 0;
   uint64_t peak_rss_bytes = 0;
   // Where the seconds went (wall time): calibration forwards and statistics, the AWQ / SmoothQuant scale
-  // search, quantization itself (GPTQ, RTN and its clip search), and the output-error report rows.
+  // search and SpinQuant's rotation training, quantization itself (GPTQ, RTN and its clip search), and the
+  // output-error report rows.
   struct Phases {
     double calibration = 0, search = 0, quantize = 0, report = 0;
   } phase_seconds;

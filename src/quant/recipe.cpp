@@ -135,7 +135,8 @@ const char* algorithm_name(Algorithm a) {
 
 bool Recipe::needs_calibration() const {
   return algorithm == Algorithm::Gptq || algorithm == Algorithm::Awq || algorithm == Algorithm::Imatrix ||
-         smoothquant || (act.enabled() && !act.dynamic) || kv.enabled() || rotation.method == "duquant";
+         smoothquant || (act.enabled() && !act.dynamic) || kv.enabled() || rotation.method == "spinquant" ||
+         rotation.method == "duquant";
 }
 
 std::vector<std::string> preset_names() {
@@ -282,6 +283,11 @@ nlohmann::json Recipe::to_json() const {
                                             {"r1", rotation.r1},         {"r2", rotation.r2},
                                             {"r4", rotation.r4},         {"factors", rotation.factors}}
                                      : json(nullptr);
+  if (rotation.method == "spinquant")
+    j["rotation"].update({{"steps", rotation.spin_steps},
+                          {"lr", rotation.spin_lr},
+                          {"tokens", rotation.spin_tokens},
+                          {"loss", rotation.spin_loss}});
   if (rotation.method == "duquant")
     j["rotation"].update({{"block", rotation.duquant_block}, {"greedy_steps", rotation.duquant_steps}});
   if (!notes.empty()) j["notes"] = notes;
@@ -292,11 +298,9 @@ namespace {
 
 std::string rotation_method(const std::string& m, const std::string& where) {
   const std::string l = lower(m);
-  if (l == "quarot" || l == "duquant") return l;
+  if (l == "quarot" || l == "spinquant" || l == "duquant") return l;
   if (l == "none" || l.empty()) return "";
-  if (l == "spinquant")
-    usage(where + ": rotation '" + m + "' is not built yet; use quarot (random Hadamard, no training)");
-  usage(where + ": unknown rotation '" + m + "'; use quarot, duquant or none");
+  usage(where + ": unknown rotation '" + m + "'; use quarot, spinquant, duquant or none");
 }
 
 RotationSpec rotation_from_json(const json& j, const std::string& where) {
@@ -307,7 +311,10 @@ RotationSpec rotation_from_json(const json& j, const std::string& where) {
   } else if (j.is_string()) {
     s.method = rotation_method(j.get<std::string>(), where);
   } else {
-    check_keys(j, {"method", "seed", "r1", "r2", "r4", "factors", "block", "greedy_steps"}, where);
+    check_keys(j,
+               {"method", "seed", "r1", "r2", "r4", "factors", "steps", "lr", "tokens", "loss", "block",
+                "greedy_steps"},
+               where);
     s.method =
         rotation_method(j.contains("method") ? get_as<std::string>(j, "method", where) : "quarot", where);
     if (j.contains("seed")) s.seed = get_as<uint64_t>(j, "seed", where);
@@ -315,6 +322,18 @@ RotationSpec rotation_from_json(const json& j, const std::string& where) {
     if (j.contains("r2")) s.r2 = get_as<bool>(j, "r2", where);
     if (j.contains("r4")) s.r4 = get_as<bool>(j, "r4", where);
     if (j.contains("factors")) s.factors = get_as<std::string>(j, "factors", where);
+    if ((j.contains("steps") || j.contains("lr") || j.contains("tokens") || j.contains("loss")) &&
+        s.method != "spinquant")
+      usage(where +
+            ": steps, lr, tokens and loss train SpinQuant's rotations; set \"method\": \"spinquant\"");
+    if (j.contains("loss")) s.spin_loss = get_as<std::string>(j, "loss", where);
+    if (s.spin_loss != "kl" && s.spin_loss != "ce")
+      usage(where + ": SpinQuant loss '" + s.spin_loss + "' is not kl (from the float model) or ce");
+    if (j.contains("steps")) s.spin_steps = get_as<int>(j, "steps", where);
+    if (j.contains("lr")) s.spin_lr = get_as<double>(j, "lr", where);
+    if (j.contains("tokens")) s.spin_tokens = get_as<int64_t>(j, "tokens", where);
+    if (s.spin_steps < 0 || !(s.spin_lr > 0) || s.spin_tokens < 2)
+      usage(where + ": SpinQuant needs steps >= 0, lr > 0 and tokens >= 2");
     if ((j.contains("block") || j.contains("greedy_steps")) && s.method != "duquant")
       usage(where + ": block and greedy_steps shape DuQuant's rotation; set \"method\": \"duquant\"");
     if (j.contains("block")) s.duquant_block = get_as<int64_t>(j, "block", where);
@@ -521,7 +540,8 @@ Recipe parse_recipe_arg(const std::string& arg) {
             "), the WxAy[KVz] notation, a scheme such as int4:g32:sym, or a .json recipe file");
     }
   }
-  std::string duquant_key;  // a duquant_* key, which needs rotate=duquant (given in any order)
+  std::string spin_key;     // a spin_* key, which needs rotate=spinquant (given in any order)
+  std::string duquant_key;  // likewise a duquant_* key, rotate=duquant
   std::optional<int> group_override;
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
@@ -599,6 +619,16 @@ Recipe parse_recipe_arg(const std::string& arg) {
       r->rotation.r4 = flag("rotate_r4");
     else if (k == "rotate_factors")
       r->rotation.factors = v;
+    else if (k == "spin_steps")
+      r->rotation.spin_steps = static_cast<int>(integer("spin_steps", 0, 100000));
+    else if (k == "spin_lr" && num("spin_lr") > 0)
+      r->rotation.spin_lr = num("spin_lr");
+    else if (k == "spin_lr")
+      usage("--recipe '" + arg + "': spin_lr '" + v + "' must be > 0");
+    else if (k == "spin_tokens")
+      r->rotation.spin_tokens = static_cast<int64_t>(integer("spin_tokens", 2, 1 << 24));
+    else if (k == "spin_loss")
+      r->rotation.spin_loss = lower(v);
     else if (k == "duquant_block")
       r->rotation.duquant_block = static_cast<int64_t>(integer("duquant_block", 1, 1 << 20));
     else if (k == "duquant_steps")
@@ -609,9 +639,12 @@ Recipe parse_recipe_arg(const std::string& arg) {
             "length, seed, "
             "calib, act_order, damp, clip, ignore, dtype, rotate, rotate_seed, rotate_r1, rotate_r2, "
             "rotate_r4, "
-            "rotate_factors, duquant_block, duquant_steps");
+            "rotate_factors, spin_steps, spin_lr, spin_tokens, spin_loss, duquant_block, duquant_steps");
+    if (k.rfind("spin_", 0) == 0) spin_key = k;
     if (k.rfind("duquant_", 0) == 0) duquant_key = k;
   }
+  if (!spin_key.empty() && r->rotation.method != "spinquant")
+    usage("--recipe '" + arg + "': " + spin_key + " trains SpinQuant's rotations; add rotate=spinquant");
   if (!duquant_key.empty() && r->rotation.method != "duquant")
     usage("--recipe '" + arg + "': " + duquant_key + " shapes DuQuant's rotation; add rotate=duquant");
   if (group_override) {

@@ -6,8 +6,9 @@
 //   parts int4:g32:sym:f16                                               a bare QuantScheme (weight-only)
 // each optionally followed by ",key=value" refinements: algo=gptq, scheme=int4:g32, group=32, act=int8,
 // act=int4, act_clip=0.9, act_static=1, kv=e4m3, kv_strategy=head, alpha=0.5, samples=32, length=256, seed=0,
-// calib=FILE, ignore=PATTERN, rotate=quarot|duquant, rotate_seed=0, rotate_r1=1, rotate_r2=1, rotate_r4=1,
-// rotate_factors=FILE, duquant_block=128, duquant_steps=8.
+// calib=FILE, ignore=PATTERN, rotate=quarot|spinquant|duquant, rotate_seed=0, rotate_r1=1, rotate_r2=1,
+// rotate_r4=1, rotate_factors=FILE, spin_steps=24, spin_lr=1.5, spin_tokens=2048, spin_loss=kl|ce,
+// duquant_block=128, duquant_steps=8.
 //
 // JSON form (every key optional except that some scheme must result; unknown keys are named in the error):
 //   { "name": "...", "preset": "W4A16", "scheme": "int4:g32:sym:f16", "algorithm": "gptq",
@@ -22,6 +23,7 @@
 //     "unquantized_dtype": "source"|"f32"|"f16"|"bf16",
 //     "rotation": null | "quarot" | {"method": "quarot", "seed": 0, "r1": true, "r2": true, "r4": true,
 //                                    "factors": "hadamards.safetensors"}
+//                 | {"method": "spinquant", ..., "steps": 24, "lr": 1.5, "tokens": 2048, "loss": "kl"}
 //                 | {"method": "duquant", ..., "block": 128, "greedy_steps": 8} }
 // Patterns match a matrix's lowbit name ("layers.3.wq", "lm_head", "tok_embed") or its Hugging Face module
 // name
@@ -66,15 +68,24 @@ struct CalibSpec {
 
 // QuaRot-style rotation of the dense model before quantization (quant/rotate.h): RMSNorm scales folded into
 // the linears, then R1 (residual stream), R2 (per head, V and O) and R4 (down_proj input, online).
+// SpinQuant starts R1 / R2 from QuaRot's and learns them on the calibration text (train/spinquant.h).
 struct RotationSpec {
-  std::string method;  // "" = none; "quarot"; "duquant"
+  std::string method;  // "" = none; "quarot"; "spinquant"; "duquant"
   uint64_t seed = 0;   // random signs of R1's Hadamard (or the Gaussian of its QR fallback)
   bool r1 = true, r2 = true, r4 = true;
   std::string factors;  // safetensors file of extra Hadamard factors by order (orders no construction gives)
+  // SpinQuant: Cayley SGD steps, step size, calibration tokens per step (spin_steps, spin_lr, spin_tokens).
+  int spin_steps = 24;
+  double spin_lr = 1.5;
+  int64_t spin_tokens = 2048;
+  std::string spin_loss = "kl";  // "kl" (from the float model) or "ce" (next-token cross-entropy): spin_loss
   // DuQuant (quant/duquant.h): channels per block (0 = 128 where it divides hidden_size, else its largest
   // divisor below) and greedy rotation steps per block (duquant_block, duquant_steps).
   int64_t duquant_block = 0;
   int duquant_steps = 8;
+  // Explicit matrices used instead of generated ones (row-major, x <- R x): R1 [dim, dim], R2 [head_dim,
+  // head_dim]; SpinQuant's learned rotations. Empty = generated from the seed.
+  std::vector<double> r1_matrix, r2_matrix;
   bool enabled() const { return !method.empty(); }
 };
 

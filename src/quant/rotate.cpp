@@ -3,12 +3,15 @@
 
 #include <Eigen/Dense>
 #include <filesystem>
+#include <optional>
 #include <random>
 
 #include "core/error.h"
 #include "core/parallel.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
+#include "kv/kv_rotation.h"
+#include "train/spinquant.h"
 
 namespace lowbit::quant {
 namespace {
@@ -26,6 +29,7 @@ struct Orthogonal {
   Hadamard h;                 // when valid
   std::vector<float> signs;   // [n] +-1, empty = all +1
   std::vector<double> dense;  // [n, n] row-major, when !h.valid()
+  std::string learned;        // how an explicit (learned) dense matrix was made; empty for generated ones
 
   // `count` consecutive vectors of n floats at x.
   void apply(float* x, int64_t count) const {
@@ -51,6 +55,7 @@ struct Orthogonal {
     });
   }
   json describe(bool randomized) const {
+    if (!learned.empty()) return {{"kind", "learned"}, {"order", n}, {"how", learned}};
     if (!h.valid()) return {{"kind", "random-orthogonal"}, {"order", n}, {"how", "QR of a seeded Gaussian"}};
     return {{"kind", randomized ? "randomized-hadamard" : "hadamard"},
             {"order", n},
@@ -87,6 +92,36 @@ Orthogonal make_orthogonal(int64_t n, const HadamardFactors& f, uint64_t seed, b
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) q.dense[i * n + j] = Q(i, j);
   return q;
+}
+
+// The matrix of q as row-major [n, n] doubles: apply() to the rows of the identity gives Q e_i = column i.
+std::vector<double> dense_matrix(const Orthogonal& q) {
+  const int64_t n = q.n;
+  std::vector<float> eye(static_cast<size_t>(n * n), 0.0f);
+  for (int64_t i = 0; i < n; ++i) eye[static_cast<size_t>(i * n + i)] = 1.0f;
+  q.apply(eye.data(), n);
+  std::vector<double> m(eye.size());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) m[static_cast<size_t>(i * n + j)] = eye[static_cast<size_t>(j * n + i)];
+  return m;
+}
+
+// An explicit matrix (RotationSpec::r1_matrix / r2_matrix) as an Orthogonal; UsageError when its size or
+// orthogonality is wrong.
+Orthogonal explicit_orthogonal(const char* what, int64_t n, const std::vector<double>& m) {
+  if (static_cast<int64_t>(m.size()) != n * n)
+    usage(std::string(what) + " was given as " + std::to_string(m.size()) + " numbers, not " +
+          std::to_string(n) + "^2");
+  Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> q(m.data(), n, n);
+  const double err = (q * q.transpose() - Eigen::MatrixXd::Identity(n, n)).cwiseAbs().maxCoeff();
+  if (!(err < 1e-4))
+    usage(std::string(what) + " is not orthogonal (max |R R^T - I| = " + std::to_string(err) +
+          "); rotating by it would change the model's function");
+  Orthogonal o;
+  o.n = n;
+  o.dense = m;
+  o.learned = "SpinQuant: Cayley SGD on the calibration loss, from the randomized Hadamard of the same seed";
+  return o;
 }
 
 std::vector<float> transposed(const std::vector<float>& a, int64_t rows, int64_t cols) {
@@ -171,8 +206,12 @@ json rotate_model(Model& m, const RotationSpec& s) {
   const HadamardFactors factors = s.factors.empty() ? HadamardFactors{} : load_hadamard_factors(s.factors);
   const int64_t D = c.dim, hd = c.head_dim, F = c.ffn_dim;
   if (s.r4) require_hadamard("R4 (the down_proj input)", F, factors, s);
-  const Orthogonal r1 = s.r1 ? make_orthogonal(D, factors, s.seed, true) : Orthogonal{};
-  const Orthogonal r2 = s.r2 ? make_orthogonal(hd, factors, s.seed + 1, false) : Orthogonal{};
+  const Orthogonal r1 = !s.r1                 ? Orthogonal{}
+                        : s.r1_matrix.empty() ? make_orthogonal(D, factors, s.seed, true)
+                                              : explicit_orthogonal("R1", D, s.r1_matrix);
+  const Orthogonal r2 = !s.r2                 ? Orthogonal{}
+                        : s.r2_matrix.empty() ? make_orthogonal(hd, factors, s.seed + 1, false)
+                                              : explicit_orthogonal("R2", hd, s.r2_matrix);
   Orthogonal r4;
   if (s.r4) r4.n = F, r4.h = *plan_hadamard(F, factors);
 
@@ -219,6 +258,36 @@ json rotate_model(Model& m, const RotationSpec& s) {
   }
   rec["r3"] = "not part of the checkpoint: the KV cache's +rot option rotates q/k after RoPE at run time";
   return rec;
+}
+
+json learn_spinquant(const Model& m, const Recipe& r, const std::vector<std::vector<int32_t>>& windows,
+                     RotationSpec* s) {
+  const ModelConfig& c = m.config;
+  if (m.weights.down_rotation.valid())
+    usage("'" + m.path +
+          "' is rotated already (its down_proj input has an online Hadamard); train SpinQuant "
+          "on the 16-bit source instead");
+  const HadamardFactors factors = s->factors.empty() ? HadamardFactors{} : load_hadamard_factors(s->factors);
+  if (s->r4) require_hadamard("R4 (the down_proj input)", c.ffn_dim, factors, *s);
+  // The starting point is exactly QuaRot's rotation of the same seed.
+  if (s->r1) s->r1_matrix = dense_matrix(make_orthogonal(c.dim, factors, s->seed, true));
+  if (s->r2) s->r2_matrix = dense_matrix(make_orthogonal(c.head_dim, factors, s->seed + 1, false));
+  std::optional<Hadamard> r4;
+  if (s->r4) r4 = plan_hadamard(c.ffn_dim, factors);
+  train::SpinOptions o;
+  o.steps = s->spin_steps, o.lr = s->spin_lr, o.tokens = s->spin_tokens, o.loss = s->spin_loss;
+  // The quantizers the checkpoint will run with: int4 activations (act=int4) and the KV cache format with
+  // the cache's own Hadamard (R3, `+rot`) as `lowbit eval --kv-cache int4+rot` runs it.
+  o.act_int4 = r.act.format == FormatId::INT4;
+  o.act_clip = r.act.clip;
+  if (r.kv.format == FormatId::INT4 || r.kv.format == FormatId::INT8)
+    o.kv_cache = std::string(r.kv.format == FormatId::INT4 ? "int4" : "int8") +
+                 (kv_rotation_supported(c.head_dim) ? "+rot" : "");
+  train::SpinResult res =
+      train::learn_rotations(m, windows, s->r1_matrix, s->r2_matrix, r4 ? &*r4 : nullptr, o);
+  s->r1_matrix = std::move(res.r1);
+  s->r2_matrix = std::move(res.r2);
+  return res.to_json(o);
 }
 
 }  // namespace lowbit::quant

@@ -19,6 +19,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "kernels/hadamard.h"
 #include "model/model.h"
@@ -35,6 +36,14 @@ HadamardFactors load_hadamard_factors(const std::string& path);
 // {"method", "seed", "norms_folded", "untied_embeddings", "r1": {...}, "r2": {...}, "r4": {...}, "r3"}.
 // UsageError("quant") when an order has no Hadamard (naming the order and the factor file to pass), or the
 // model is rotated already.
+// Explicit matrices in s (r1_matrix / r2_matrix) replace the generated R1 / R2 and are recorded as "learned".
 nlohmann::json rotate_model(Model& m, const RotationSpec& s);
+
+// SpinQuant (s->method "spinquant"): learns R1 / R2 on the calibration windows starting from QuaRot's
+// matrices of s->seed (train/spinquant.h), with the recipe's int4 activations and KV format fake-quantized,
+// and stores them in s->r1_matrix / r2_matrix for rotate_model. Returns the training record (steps, lr,
+// tokens, loss before and after) that the manifest keeps under rotation.spinquant.
+nlohmann::json learn_spinquant(const Model& m, const Recipe& r,
+                               const std::vector<std::vector<int32_t>>& windows, RotationSpec* s);
 
 }  // namespace lowbit::quant

@@ -1,0 +1,84 @@
+// Fake quantization through lowbit's own quantizers (see fake_quant.h).
+#include "train/fake_quant.h"
+
+#include <vector>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "kernels/matmul.h"
+#include "kv/kv_rotation.h"
+
+namespace lowbit::train {
+
+void fake_quant_act_int4(float* x, int64_t T, int64_t n, float clip) {
+  // The activation route reads only the format, the clip and the width of the matrix it feeds.
+  WeightMatrix w;
+  w.cols = n;
+  w.act_format = FormatId::INT4;
+  w.act_clip = clip;
+  std::vector<float> out(static_cast<size_t>(T * n));
+  quantize_activations(w, x, T, out.data());
+  std::copy(out.begin(), out.end(), x);
+}
+
+KvFakeQuant make_kv_fake_quant(const std::string& kv_cache, const ModelConfig& c) {
+  KvFakeQuant q;
+  q.spec = parse_kv_spec(kv_cache);
+  q.n_kv_heads = c.n_kv_heads;
+  q.head_dim = c.head_dim;
+  if (!q.enabled()) return q;
+  auto refuse = [&](const std::string& why) {
+    throw UsageError("train", "KV cache '" + kv_cache + "' cannot be fake-quantized for training: " + why +
+                                  "; train with a plain int4/int8/int2 cache spec (e.g. int4+rot)");
+  };
+  if (q.spec.window > 0 || q.spec.evict.policy != KvEvictPolicy::None || !q.spec.keep_layers.empty() ||
+      q.spec.pre_rope)
+    refuse("windows, eviction, kept layers and pre-RoPE keys are not modelled");
+  for (const KvSideSpec* s : {&q.spec.k, &q.spec.v})
+    if (s->format != KvFormat::INT4 && s->format != KvFormat::INT8 && s->format != KvFormat::INT2 &&
+        !kv_format_is_plain(s->format))
+      refuse(std::string("format ") + kv_format_name(s->format) + " takes its scales from calibration");
+  if (q.spec.rotate && !kv_rotation_supported(c.head_dim))
+    refuse("head_dim " + std::to_string(c.head_dim) + " is not a power of two (rot)");
+  q.k = kv_side_layout(q.spec.k, true, c);
+  q.v = kv_side_layout(q.spec.v, false, c);
+  return q;
+}
+
+void fake_quant_kv(const KvFakeQuant& q, bool key, float* x, int64_t S) {
+  if (!q.enabled()) return;
+  const int64_t D = q.n_kv_heads * q.head_dim;
+  const KvSideLayout& L = key ? q.k : q.v;
+  if (q.spec.rotate) rotate_heads(x, S * q.n_kv_heads, q.head_dim);
+  KvLayerScales ls;
+  ls.ready = true;  // int formats keep their scales in the rows
+  // Per-channel keys stage every row (K and V) in F16 until a block is full; other formats encode the float
+  // row directly (PagedKvCache::store_one / seal).
+  const bool staged = q.k.per_channel;
+  const int64_t B = q.spec.block_tokens, sealed = staged ? S / B * B : S;
+  if (staged)
+    for (int64_t i = 0; i < S * D; ++i) x[i] = f16_to_f32(f32_to_f16(x[i]));
+  std::vector<uint8_t> rows(static_cast<size_t>(std::max<int64_t>(B, 1) * L.row_bytes)),
+      extra(static_cast<size_t>(std::max<int64_t>(L.block_extra, 1)));
+  if (L.per_channel) {
+    for (int64_t b = 0; b < sealed; b += B) {
+      kv_encode_block(L, x + b * D, B, rows.data(), L.row_bytes, extra.data());
+      for (int64_t i = 0; i < B; ++i)
+        kv_decode_range(L, rows.data() + i * L.row_bytes, extra.data(), ls, 0, D, x + (b + i) * D);
+    }
+  } else if (!kv_format_is_plain(L.format)) {
+    for (int64_t t = 0; t < sealed; ++t) {
+      kv_encode_row(L, x + t * D, rows.data(), ls);
+      kv_decode_range(L, rows.data(), extra.data(), ls, 0, D, x + t * D);
+    }
+  } else if (L.format != KvFormat::F32) {  // a plain side of a mixed spec: f16 / bf16 rows
+    std::vector<uint8_t> row(static_cast<size_t>(L.row_bytes));
+    for (int64_t t = 0; t < sealed; ++t) {
+      kv_encode_row(L, x + t * D, row.data(), ls);
+      kv_decode_range(L, row.data(), extra.data(), ls, 0, D, x + t * D);
+    }
+  }
+  if (q.spec.rotate) rotate_heads(x, S * q.n_kv_heads, q.head_dim);
+}
+
+}  // namespace lowbit::train
