@@ -41,6 +41,15 @@ void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols,
   for (int j = 0; j < NT; ++j) accf[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* cb = base + p.code_off(b);
+    // Several tokens per tile make it compute-bound, and the hardware prefetcher then lets the stream from
+    // DRAM fall behind (the block pair's scales, after its codes, missed): software prefetch of the pair 8
+    // blocks ahead (into the next row block's region at the end; it is contiguous). Qwen2.5-0.5B Q4_0, 16
+    // decode sequences (lowbit throughput -c 16): +25-30 % tokens/s. A lone token (NT = 1) streams at the
+    // bandwidth bound without it.
+    if (NT > 1 && (b & 1) == 0) {
+      const char* pf = reinterpret_cast<const char*>(base + (b + 8) * p.block_bytes);
+      for (int64_t o = 0; o < 2 * p.block_bytes; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+    }
     const int8_t* xb = q + t0 * cols + 32 * b;
     __m512i acc[NT];
     constexpr bool kMin = TY == ggml::Q4_1 || TY == ggml::Q5_1;
