@@ -1,6 +1,10 @@
 // QuaRot-style offline rotation (see rotate.h).
 #include "quant/rotate.h"
 
+#include <dlfcn.h>
+
+#include <cstdlib>
+
 #include <Eigen/Dense>
 #include <filesystem>
 #include <optional>
@@ -260,6 +264,30 @@ json rotate_model(Model& m, const RotationSpec& s) {
   return rec;
 }
 
+namespace {
+// The train library (libtorch), opened on first use: only a SpinQuant run pays for loading torch.
+// LOWBIT_TRAIN_LIBRARY in the environment names another copy of it.
+train::LearnRotationsFn train_library() {
+  static const train::LearnRotationsFn fn = [] {
+    const char* env = std::getenv("LOWBIT_TRAIN_LIBRARY");
+    const std::string path = env && *env ? env : LOWBIT_TRAIN_LIBRARY;
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+      throw UsageError("quant",
+                       std::string("rotate=spinquant needs lowbit's train library (libtorch), which did "
+                                   "not load: ") +
+                           dlerror() +
+                           "; build lowbit with scripts/setup.sh (libtorch-dev) or point "
+                           "LOWBIT_TRAIN_LIBRARY at liblowbit_train.so");
+    auto entry = reinterpret_cast<train::LearnRotationsFn (*)()>(dlsym(h, "lowbit_train_entry"));
+    if (!entry)
+      throw UsageError("quant", "'" + path + "' has no lowbit_train_entry: not lowbit's train library");
+    return entry();
+  }();
+  return fn;
+}
+}  // namespace
+
 json learn_spinquant(const Model& m, const Recipe& r, const std::vector<std::vector<int32_t>>& windows,
                      RotationSpec* s) {
   const ModelConfig& c = m.config;
@@ -283,11 +311,12 @@ json learn_spinquant(const Model& m, const Recipe& r, const std::vector<std::vec
   if (r.kv.format == FormatId::INT4 || r.kv.format == FormatId::INT8)
     o.kv_cache = std::string(r.kv.format == FormatId::INT4 ? "int4" : "int8") +
                  (kv_rotation_supported(c.head_dim) ? "+rot" : "");
+  json record;
   train::SpinResult res =
-      train::learn_rotations(m, windows, s->r1_matrix, s->r2_matrix, r4 ? &*r4 : nullptr, o);
+      train_library()(m, windows, s->r1_matrix, s->r2_matrix, r4 ? &*r4 : nullptr, o, &record);
   s->r1_matrix = std::move(res.r1);
   s->r2_matrix = std::move(res.r2);
-  return res.to_json(o);
+  return record;
 }
 
 }  // namespace lowbit::quant

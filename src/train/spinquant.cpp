@@ -139,4 +139,18 @@ SpinResult learn_rotations(const Model& m, const std::vector<std::vector<int32_t
   return res;
 }
 
+namespace {
+SpinResult learn_with_record(const Model& m, const std::vector<std::vector<int32_t>>& windows,
+                             std::vector<double> r1, std::vector<double> r2, const Hadamard* r4,
+                             const SpinOptions& o, nlohmann::json* record) {
+  SpinResult r = learn_rotations(m, windows, std::move(r1), std::move(r2), r4, o);
+  if (record) *record = r.to_json(o);
+  return r;
+}
+}  // namespace
+
 }  // namespace lowbit::train
+
+extern "C" lowbit::train::LearnRotationsFn lowbit_train_entry() {
+  return &lowbit::train::learn_with_record;
+}

@@ -55,4 +55,15 @@ SpinResult learn_rotations(const Model& m, const std::vector<std::vector<int32_t
                            std::vector<double> r1, std::vector<double> r2, const Hadamard* r4,
                            const SpinOptions& o);
 
+// What quant calls through the library it opens at run time (src/train/CMakeLists.txt): learn_rotations,
+// and the manifest record (SpinResult::to_json) in `record`.
+using LearnRotationsFn = SpinResult (*)(const Model& m, const std::vector<std::vector<int32_t>>& windows,
+                                        std::vector<double> r1, std::vector<double> r2, const Hadamard* r4,
+                                        const SpinOptions& o, nlohmann::json* record);
+
 }  // namespace lowbit::train
+
+// The library's one entry symbol (dlsym): returns the function above.
+extern "C" lowbit::train::LearnRotationsFn lowbit_train_entry();
+
+namespace lowbit::train {}  // namespace lowbit::train

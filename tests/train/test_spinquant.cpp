@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 #include "core/error.h"
 #include "kernels/matmul.h"
@@ -13,6 +14,7 @@
 #include "quant/checkpoint_writer.h"
 #include "quant/quantizer.h"
 #include "quant/rotate.h"
+#include "tests/common/run_cli.h"
 #include "tests/quant/quant_test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "train/cayley.h"
@@ -185,4 +187,32 @@ TEST(SpinQuant, CheckpointReloadsAndRunsLikeQuaRot) {
 }
 
 }  // namespace
+// The `lowbit` executable does not link libtorch (its start-up stays fast); rotate=spinquant opens the train
+// library at run time and resolves every lowbit function it calls in the executable.
+TEST(SpinQuant, CliLoadsTheTrainLibraryOnlyWhenAsked) {
+  using testing_cli::run_cli;
+  const std::string shared = LOWBIT_SHARED_DIR;
+  const std::string out = testing::temp_path("spinquant_cli");
+  auto r = run_cli("quantize -m " + shared + "/models/stories260K/stories260K.bin -r " +
+                       "W4A4KV4,group=32,rotate=spinquant,spin_steps=1,rotate_r4=0 -c " + shared +
+                       "/data/tinystories/tinystories_train_head.txt -o " + out + " --force --json",
+                   true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::ifstream mf(out + "/lowbit_manifest.json");
+  ASSERT_TRUE(mf.good());
+  std::stringstream ss;
+  ss << mf.rdbuf();
+  EXPECT_NE(ss.str().find("cayley-sgd"), std::string::npos) << "the SpinQuant record is in the manifest";
+  std::filesystem::remove_all(out);
+  // ldd: the executable itself has no libtorch among its libraries.
+  FILE* p = popen(("ldd " + testing_cli::lowbit_exe() + " 2>/dev/null").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string libs;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) libs.append(buf, n);
+  pclose(p);
+  EXPECT_EQ(libs.find("libtorch"), std::string::npos) << libs;
+}
+
 }  // namespace lowbit::quant
