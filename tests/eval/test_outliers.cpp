@@ -13,6 +13,7 @@
 #include "kernels/matmul.h"
 #include "model/fixture.h"
 #include "quant/rotate.h"
+#include "tests/quant/quant_test_util.h"
 
 namespace lowbit::eval {
 namespace {
@@ -88,21 +89,10 @@ TEST(Outliers, GaussianKurtosisIsThree) {
   EXPECT_NEAR(obs.report().sites[0].kurtosis, 3.0, 0.1);  // Pearson, not excess
 }
 
-// The tiny llama fixture with residual channel `c` of every token embedding scaled up: RMSNorm keeps it the
-// largest channel of every attention / FFN input.
+// The tiny llama fixture with residual channel `c` of every token embedding scaled up.
 std::unique_ptr<Model> planted_model(int64_t c, float gain) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("lowbit_outliers_" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
-  FixtureOptions o;
-  o.seed = 3;
-  o.dtype = "f32";
-  write_fixture_hf(fixture_shape("tiny-llama"), o, dir);
-  auto m = load_model(dir, {DenseMode::F32, {}});
-  WeightMatrix& e = m->weights.tok_embed;
-  std::vector<float> f = weight_to_f32(e);
-  for (int64_t r = 0; r < e.rows; ++r) f[r * e.cols + c] *= gain;
-  e = make_f32_weight(f.data(), e.rows, e.cols);
+  const std::string dir = quant::testing::temp_path("outliers_fixture");
+  auto m = quant::testing::planted_outlier_model(dir, c, gain);
   std::filesystem::remove_all(dir);
   return m;
 }

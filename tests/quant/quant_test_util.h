@@ -17,8 +17,10 @@
 #include <unistd.h>
 
 #include "io/safetensors.h"
+#include "kernels/matmul.h"
 #include "kv/kv_cache.h"
 #include "model/decoder.h"
+#include "model/fixture.h"
 #include "model/model.h"
 #include "quant/calibration.h"
 
@@ -144,6 +146,22 @@ inline std::map<std::string, std::vector<float>> reference_decoder_modules(const
   }
   std::filesystem::remove(out);
   return r;
+}
+
+// The tiny llama fixture (Hugging Face, f32) written to `dir` and loaded, with residual channel `channel` of
+// every token embedding scaled by `gain`: RMSNorm keeps it the largest channel of every attention / FFN
+// input.
+inline std::unique_ptr<Model> planted_outlier_model(const std::string& dir, int64_t channel, float gain) {
+  FixtureOptions o;
+  o.seed = 3;
+  o.dtype = "f32";
+  write_fixture_hf(fixture_shape("tiny-llama"), o, dir);
+  auto m = load_model(dir, {DenseMode::F32, {}});
+  WeightMatrix& e = m->weights.tok_embed;
+  std::vector<float> f = weight_to_f32(e);
+  for (int64_t r = 0; r < e.rows; ++r) f[r * e.cols + channel] *= gain;
+  e = make_f32_weight(f.data(), e.rows, e.cols);
+  return m;
 }
 
 }  // namespace lowbit::quant::testing

@@ -124,15 +124,7 @@ TEST(DuQuant, BlockSize) {
 // The tiny llama fixture (dim 64: four DuQuant blocks of 16) with residual channel 13 of every token
 // embedding x 40 and norms with spread, in `dir` (kept: checkpoints copy its tokenizer).
 std::unique_ptr<Model> planted_fixture(const std::string& dir) {
-  FixtureOptions o;
-  o.seed = 3;
-  o.dtype = "f32";
-  write_fixture_hf(fixture_shape("tiny-llama"), o, dir);
-  auto m = load_model(dir, {DenseMode::F32, {}});
-  WeightMatrix& e = m->weights.tok_embed;
-  std::vector<float> f = weight_to_f32(e);
-  for (int64_t r = 0; r < e.rows; ++r) f[r * e.cols + 13] *= 40.0f;
-  e = make_f32_weight(f.data(), e.rows, e.cols);
+  auto m = testing::planted_outlier_model(dir, 13, 40.0f);
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<float> u(0.5f, 1.8f);
   for (auto& L : m->weights.layers)
