@@ -60,7 +60,10 @@ void OutlierObserver::observe(int layer, ActSite site, const float* x, int64_t T
 OutlierReport OutlierObserver::report() const {
   OutlierReport r;
   double sum_ratio = 0, sum_kurt = 0, sum_tr = 0;
-  for (const auto& [key, a] : acc_) {
+  for (const auto& entry : acc_) {
+    // Not a structured binding: clang 16 with OpenMP (the sanitizer build) cannot capture one in a lambda.
+    const auto& key = entry.first;
+    const auto& a = entry.second;
     SiteOutliers s;
     s.layer = key.first;
     s.site = outlier_sites()[static_cast<size_t>(key.second)];
