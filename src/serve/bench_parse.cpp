@@ -92,7 +92,10 @@ void append_string(const nlohmann::json& o, const char* key, std::string& out) {
 int64_t int_field(const nlohmann::json& o, const char* key) {
   auto it = o.find(key);
   if (it == o.end() || !it->is_number()) return -1;
-  return it->is_number_integer() ? it->get<int64_t>() : static_cast<int64_t>(it->get<double>());
+  if (it->is_number_integer()) return it->get<int64_t>();
+  // A server's float count: only a value an int64 holds is converted (a cast of 1e56 is undefined behaviour).
+  const double d = it->get<double>();
+  return d >= -9.2e18 && d <= 9.2e18 ? static_cast<int64_t>(d) : -1;
 }
 
 std::string error_text(const nlohmann::json& e) {
