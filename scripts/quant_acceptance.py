@@ -22,10 +22,22 @@ import subprocess
 import sys
 import time
 
+# name: (checkpoint under --shared, calibration half, group for the g128 presets W4A16 / W4A4KV4 or None).
+# stories260K's rows have 64 columns, so g128 does not fit (`lowbit quantize` refuses it: "group size 128 does not
+# fit matrix [64, 64]"); its W4A16 / W4A4KV4 recipes get group=64, the largest group that does.
 MODELS = {
-    "kjv": ("models/kjv-brown-6M/model.bin", "wiki"),
-    "stories260K": ("models/stories260K/stories260K.bin", "stories"),
+    "kjv": ("models/kjv-brown-6M/model.bin", "wiki", None),
+    "stories260K": ("models/stories260K/stories260K.bin", "stories", 64),
 }
+
+
+def fit_recipe(recipe, group):
+    """`recipe` with group=GROUP after a g128 preset (W4A16, W4A4KV4) when the model needs a smaller group."""
+    head, _, rest = recipe.partition(",")
+    if group is None or head not in ("W4A16", "W4A4KV4"):
+        return recipe
+    return head + ",group=%d" % group + ("," + rest if rest else "")
+
 
 RECIPES = []
 for algo, label in (("", "RTN"), ("imatrix", "imatrix-RTN"), ("gptq", "GPTQ"), ("awq", "AWQ")):
@@ -153,7 +165,7 @@ def main():
     texts = split_texts(a.shared, a.out)
     LB = a.lowbit
     for name in a.model or ["kjv", "stories260K"]:
-        rel, calib_key = MODELS[name]
+        rel, calib_key, group = MODELS[name]
         model = os.path.join(a.shared, rel)
         base = float32_baselines(LB, model, name, texts, a.out, a.chunks)
         print("\n### %s (calibration: %s, 32 x 256 tokens; float32 PPL: TinyStories %.3f over %d tokens, "
@@ -166,6 +178,7 @@ def main():
         for label, recipe in recipes:
             if a.only and not any(o in label for o in a.only):
                 continue
+            recipe = fit_recipe(recipe, group)
             ck = os.path.join(a.out, "ck", name + "." + "".join(c if c.isalnum() else "_" for c in recipe))
             shutil.rmtree(ck, ignore_errors=True)
             t0 = time.time()
