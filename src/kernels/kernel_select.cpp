@@ -112,6 +112,9 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
     case Route::Dense:
       return {Kernel::Dense, ActRounding::None};
     case Route::GgmlQ8:
+      // NVFP4 activations are an exact emulation: no Q8 rounding on top (unfused decode, FP32 tile prefill).
+      if (w.act_format == FormatId::NVFP4)
+        return {prefill ? Kernel::F32Tile : Kernel::Deq, ActRounding::None};
       // Q8 blocks of x against the load-time pack; without one, decode by row and prefill on a per-call pack
       // where the type has one, else (Q2_K / Q3_K held as rows) rows dequantized into the FP32 tile.
       if (p.qblk || p.kpack) return {Kernel::Q8Pack, ActRounding::Q8};

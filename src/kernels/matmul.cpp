@@ -139,6 +139,7 @@ void quantize_activations(const WeightMatrix& w, const float* x, int64_t T, floa
     std::memcpy(xq, x, static_cast<size_t>(T * n) * sizeof(float));
     return;
   }
+  if (w.act_format == FormatId::NVFP4) return quantize_activations_nvfp4(w, x, T, xq, nullptr);
   std::vector<uint8_t> codes(static_cast<size_t>(n));
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x + t * n;
@@ -756,10 +757,8 @@ void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x,
       static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
-}  // namespace
-
-void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
-  if (T <= 0 || w.rows <= 0) return;
+// matmul after its activation route's entry: route_done means x has been through the route already.
+void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool route_done) {
   // An input-permuted weight (GPTQ act-order): every kernel multiplies the stored columns by x[perm].
   thread_local std::vector<float> x_perm;
   x = gather_input(w, x, T, x_perm);
@@ -788,7 +787,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
       break;
   }
   std::vector<float> xq_storage;
-  if (w.act_format != FormatId::F32) {
+  if (w.act_format != FormatId::F32 && !route_done) {
     xq_storage.resize(static_cast<size_t>(T * w.cols));
     quantize_activations(w, x, T, xq_storage.data());
     x = xq_storage.data();
@@ -819,6 +818,23 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
     default:
       return run_deq(w, p, isa, x, T, y);
   }
+}
+
+}  // namespace
+
+void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
+  if (T <= 0 || w.rows <= 0) return;
+  if (w.act_format != FormatId::NVFP4) return run_matmul(w, x, T, y, false);
+  // NVFP4 activations: the route runs before the input permutation (its blocks are 16 consecutive inputs in
+  // the model's order), and the kernels multiply e2m1 * s_b, exact in BF16, with each token's global scale
+  // applied to its outputs afterwards (one float rounding, as the reference's x_hat = e2m1 * s_b * g).
+  thread_local std::vector<float> xs, g;
+  xs.resize(static_cast<size_t>(T * w.cols));
+  g.resize(static_cast<size_t>(T));
+  quantize_activations_nvfp4(w, x, T, xs.data(), g.data());
+  run_matmul(w, xs.data(), T, y, true);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t r = 0; r < w.rows; ++r) y[t * w.rows + r] *= g[static_cast<size_t>(t)];
 }
 
 float dot_f32(const float* a, const float* b, int64_t n) {

@@ -16,6 +16,12 @@
 //                  otherwise (other weight formats, tiers below AVX-512) emulated exactly.
 //   E4M3FN / E5M2 / FNUZ   x is quantized per token to FP8 and dequantized, then a float product (exact
 //   emulation).
+//   NVFP4          x is quantized per token to blocks of 16 E2M1 codes with E4M3 block scales under a dynamic
+//                  FP32 per-token global scale (quantize_activation_nvfp4), then a float product for every
+//                  weight format (exact emulation; "+a_nvfp4" in the kernel name). The kernels multiply the
+//                  unscaled e2m1 * s_b (exact in BF16, so the BF16-activation kernels round nothing) and
+//                  scale each token's outputs by its global scale; GGUF weights skip their Q8 activation
+//                  blocks (f32tile / deq) so that nothing else rounds x.
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q2_K .. Q6_K weights on AVX-512 additionally quantize activations
 // to Q8 blocks of 32 (like llama.cpp; its k-quant kernels use one scale per 256 instead) in decode (T < 4),
 // and in prefill too where a pack serves it (load-time, or per call for the QBlkPack / KPack types held as
@@ -98,6 +104,28 @@ void quantize_activation_int8(const WeightMatrix& w, const float* x, int8_t* cod
 // +-Inf saturates to +-7; no finite non-zero value gives s = 0 and codes 0 (+-7 for infinities). Codes are
 // symmetric (-8 is never used) so that code and value tables of the weights' symmetric INT4 match.
 void quantize_activation_int4(const float* x, int64_t n, float clip, int8_t* codes, float* scale);
+// NVFP4 route, one token, the definition (scalar). NVIDIA's NVFP4 takes one FP32 scale per tensor (static, or
+// from the tensor's amax); here it is dynamic per token, like the INT4 route's scale:
+//   g      = act_clip * amax / (6 * 448), amax = max |x_i| over the finite x_i   (FP32; 6 * 448 = E2M1 max
+//            times E4M3 max, so the token's largest block scale lands at the top of E4M3's range)
+//   s_b    = e4m3(bmax_b / 6 / g) per block b of 16 consecutive inputs (the last block may be shorter;
+//            bmax over its finite values; RNE, saturating at 448: with act_clip < 1 the largest saturate)
+//   code_i = e2m1(x_i / (s_b * g))  (RNE, saturating at +-6)
+//   x_hat  = e2m1(code_i) * s_b * g  (dequantize_activation_nvfp4; the first product is exact)
+// codes[n]: one E2M1 code per byte (low nibble; 0x8 is -0); block_scales[ceil(n / 16)]: E4M3FN codes (sign
+// 0); *global_scale: g. Non-finite inputs as the INT4 route: a NaN makes g NaN (the whole token dequantizes
+// to NaN) and its code 0; +-Inf codes +-6 (0x7 / 0xF); no finite non-zero value (or amax so small that g
+// underflows) gives g = 0 and codes 0 (+-6 for infinities); s_b == 0 (a block of zeros, or one whose bmax is
+// at most clip * amax / (448 * 2^10), half E4M3's smallest step) gives codes 0 (+-6 for infinities), so the
+// block dequantizes to zeros.
+constexpr int kNvfp4ActBlock = 16;
+void quantize_activation_nvfp4(const float* x, int64_t n, float clip, uint8_t* codes, uint8_t* block_scales,
+                               float* global_scale);
+void dequantize_activation_nvfp4(const uint8_t* codes, const uint8_t* block_scales, float global_scale,
+                                 int64_t n, float* out);
+// The NVFP4 route of w over T tokens (x and xq: [T, cols], input order): g == nullptr: xq = x_hat; otherwise
+// xq = e2m1 * s_b (x_hat without the global scale, which goes to g[T]): what the kernels multiply.
+void quantize_activations_nvfp4(const WeightMatrix& w, const float* x, int64_t T, float* xq, float* g);
 // The integer activation routes (INT8, INT4) of w, one token, with the current ISA tier (bit-identical to
 // the scalar definitions).
 void quantize_activation_codes(const WeightMatrix& w, const float* x, int8_t* codes, float* scale);

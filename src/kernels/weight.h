@@ -29,11 +29,13 @@ struct WeightMatrix {
   std::shared_ptr<const void> owner;         // an mmap'd file or a heap buffer
   std::shared_ptr<const QuantizedMatrix> q;  // when kind == Quant (data/owner unused)
   // Activation route (W8A8, FP8 W/A): the input x is quantized per token to this format before the product
-  // (INT8 symmetric, or an FP8 format), emulating exactly what a W8A8 engine computes. F32 = weight-only.
+  // (INT8 / INT4 symmetric, an FP8 format, or NVFP4 blocks), emulating exactly what a W8A8 engine computes.
+  // F32 = weight-only.
   FormatId act_format = FormatId::F32;
   float act_static_scale = 0.0f;  // > 0: one calibrated per-tensor scale instead of dynamic per-token scales
   // INT4 route: the per-token scale is act_clip * absmax / 7 (values beyond the clipped range saturate at
-  // +-7; QuaRot clips activations at 0.9). 1 = no clipping; the other routes ignore it.
+  // +-7; QuaRot clips activations at 0.9); NVFP4 route: the per-token global scale is act_clip * absmax /
+  // (6 * 448) (the largest block scales saturate at E4M3's 448). 1 = no clipping; the other routes ignore it.
   float act_clip = 1.0f;
   // Kernel side tables (decoded scales, code LUT), built by make_quant_weight / prepare_weight, or lazily
   // (and cached process-wide) by the first matmul when absent.

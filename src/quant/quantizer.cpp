@@ -357,7 +357,8 @@ nlohmann::json TensorReport::to_json() const {
                    {"dynamic", !act_static},
                    {"static_scale", act_static ? json(act_scale) : json(nullptr)},
                    {"scale_source", act_static ? "calibrated absmax / format max" : "per token"}};
-    if (act_format == FormatId::INT4) j["activations"]["clip"] = short_decimal(act_clip);
+    if (act_format == FormatId::INT4 || act_format == FormatId::NVFP4)
+      j["activations"]["clip"] = short_decimal(act_clip);
   }
   return j;
 }

@@ -51,7 +51,7 @@ struct TensorReport {
   FormatId act_format = FormatId::F32;
   bool act_static = false;
   float act_scale = 0;  // static per-tensor activation scale (absmax / format max)
-  float act_clip = 1;   // INT4 activations: the per-token absmax clipping ratio
+  float act_clip = 1;   // INT4 / NVFP4 activations: the per-token absmax clipping ratio
   nlohmann::json to_json() const;
 };
 

@@ -47,7 +47,8 @@ FormatId act_format_from_name(const std::string& s, const std::string& where) {
   std::string l = lower(s);
   if (l == "none" || l == "f16" || l == "bf16" || l == "f32" || l == "16" || l.empty()) return FormatId::F32;
   const FormatInfo* fi = find_format(l);
-  if (!fi) usage(where + ": unknown activation format '" + s + "'; use int8, int4, e4m3 (fp8), e5m2 or none");
+  if (!fi)
+    usage(where + ": unknown activation format '" + s + "'; use int8, int4, nvfp4, e4m3 (fp8), e5m2 or none");
   return fi->id;
 }
 
@@ -173,8 +174,9 @@ std::optional<Recipe> preset_recipe(const std::string& name_in) {
     r = base_recipe(n, "nvfp4");
     if (n == "NVFP4")
       r.notes.push_back(
-          "NVFP4: compressed-tensors' NVFP4 also quantizes activations to FP4; lowbit kernels "
-          "quantize activations only to int8/fp8, so this runs as NVFP4A16 (weight-only)");
+          "NVFP4: compressed-tensors' NVFP4 also quantizes activations to FP4 (with a calibrated per-tensor "
+          "global scale); this preset runs as NVFP4A16 (weight-only): add act=nvfp4 for lowbit's FP4 "
+          "activations with dynamic per-token global scales");
   } else if (n == "MXFP4" || n == "MXFP4A16")
     r = base_recipe(n, "mxfp4");
   else if (n == "MXFP8" || n == "MXFP8A16")
@@ -259,7 +261,8 @@ nlohmann::json Recipe::to_json() const {
                                    : json(nullptr);
   // The clip goes out whenever it is set, so that plan_recipe can refuse it on a format it does not apply to.
   if (!act.enabled() && act.clip != 1.0f) j["activations"] = {{"format", "none"}, {"dynamic", act.dynamic}};
-  if (act.format == FormatId::INT4 || act.clip != 1.0f) j["activations"]["clip"] = short_decimal(act.clip);
+  if (act.format == FormatId::INT4 || act.format == FormatId::NVFP4 || act.clip != 1.0f)
+    j["activations"]["clip"] = short_decimal(act.clip);
   j["kv_cache"] = kv.enabled() ? json{{"format", format_info(kv.format).name},
                                       {"strategy", kv.per_head ? "head" : "tensor"}}
                                : json(nullptr);

@@ -142,20 +142,23 @@ std::vector<TensorPlan> plan_recipe(const Recipe& r, const ModelConfig& c,
   // Activation route checks (model independent).
   if (r.act.enabled()) {
     const FormatId f = r.act.format;
-    if (f != FormatId::INT8 && f != FormatId::INT4 && !is_fp8(f))
+    const bool clip_ok = f == FormatId::INT4 || f == FormatId::NVFP4;  // the formats with a per-token absmax
+    if (f != FormatId::INT8 && !clip_ok && !is_fp8(f))
       errors.push_back(
           std::string("activation format '") + format_info(f).name +
-          "' cannot serve activations: lowbit kernels quantize activations to int8, int4 or an FP8 format "
-          "(e4m3fn, e5m2); use act=int8, act=int4 or act=e4m3, or drop activation quantization (A16)");
-    if (f == FormatId::INT4 && !r.act.dynamic)
-      errors.push_back(
-          "int4 activations are dynamic only (per-token scales); drop act_static / \"dynamic\": false");
+          "' cannot serve activations: lowbit kernels quantize activations to int8, int4, nvfp4 or an FP8 "
+          "format (e4m3fn, e5m2); use act=int8, act=int4, act=nvfp4 or act=e4m3, or drop activation "
+          "quantization (A16)");
+    if (clip_ok && !r.act.dynamic)
+      errors.push_back(std::string(format_info(f).name) +
+                       " activations are dynamic only (per-token scales); drop act_static / \"dynamic\": "
+                       "false");
     if (!(r.act.clip > 0.0f && r.act.clip <= 1.0f))
       errors.push_back("activation clip " + std::to_string(r.act.clip) +
                        " is outside (0, 1]; it scales the per-token absmax (QuaRot uses 0.9)");
-    else if (r.act.clip != 1.0f && f != FormatId::INT4)
-      errors.push_back(std::string("activation clip applies to int4 activations, not ") +
-                       format_info(f).name + "; drop act_clip or use act=int4");
+    else if (r.act.clip != 1.0f && !clip_ok)
+      errors.push_back(std::string("activation clip applies to int4 and nvfp4 activations, not ") +
+                       format_info(f).name + "; drop act_clip or use act=int4 or act=nvfp4");
     const int wb = r.weights.elem_info().bits;
     if (wb <= 4 && format_info(f).bits <= 4 && !r.rotation.enabled())
       warn.push_back(
