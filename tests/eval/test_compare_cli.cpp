@@ -58,7 +58,7 @@ TEST(CompareCli, ThresholdFailureReportsAndResume) {
                       {{"name", "budget-170kB"},
                        {"dtype", "f32"},
                        {"kv_cache", "f32"},
-                       {"recipe", "W4A16,algo=gptq"},
+                       {"recipe", "W4A16,algo=gptq,samples=8,length=64"},
                        {"budget", "170kB"}}}},
                     {"calib", {{"text", kShared + "/data/tinystories/tinystories_train_head.txt"}}},
                     {"eval", {{"text", text_file.string()}, {"ctx", 128}, {"chunks", 2}}},
