@@ -472,8 +472,17 @@ FormatId act_format_from_args(const json& a, const std::string& where) {
           "per-token dynamic scales)");
     return FormatId::INT4;
   }
+  // NVFP4: dynamic groups of 16 (lowbit_groups' "act" names the format; without it these args mean NVFP4).
+  if (bits == 4 && type == "float" && a.value("strategy", std::string()) == "group" &&
+      a.value("group_size", 0) == 16) {
+    if (!(a.contains("dynamic") && a["dynamic"] == true))
+      bad(where +
+          ": static 4-bit float input activations are not supported (lowbit's nvfp4 activations take "
+          "per-token dynamic scales)");
+    return FormatId::NVFP4;
+  }
   bad(where + ": input activations of " + std::to_string(bits) + "-bit " + type +
-      " are not supported (lowbit serves int8, int4 and fp8 activations)");
+      " are not supported (lowbit serves int8, int4, nvfp4 (float, groups of 16) and fp8 activations)");
 }
 
 }  // namespace

@@ -32,6 +32,11 @@ namespace {
 
 using nlohmann::json;
 
+// The activation routes whose per-token scale carries a clipping ratio (act_clip).
+bool clipped_act(FormatId f) {
+  return f == FormatId::INT4 || f == FormatId::NVFP4;
+}
+
 struct Files {
   std::string dir;
   int written = 0;
@@ -176,7 +181,7 @@ json quantization_config(const Model& m, const QuantReport& rep,
     const bool st = w->act_format != FormatId::F32 && w->act_static_scale > 0;
     const std::string key = to_string(w->q->scheme) + "|" + format_info(w->act_format).name + "|" +
                             (st ? "s" : "d") +
-                            (w->act_format == FormatId::INT4 ? "|" + std::to_string(w->act_clip) : "") +
+                            (clipped_act(w->act_format) ? "|" + std::to_string(w->act_clip) : "") +
                             (w->q->input_perm.empty() ? "" : "|act-order");
     auto& g = groups[key];
     g.act_order = !w->q->input_perm.empty();
@@ -213,6 +218,9 @@ json quantization_config(const Model& m, const QuantReport& rep,
       act = {{"num_bits", fi.bits}, {"type", fi.kind == FormatKind::Int ? "int" : "float"},
              {"symmetric", true},   {"strategy", g.st ? "tensor" : "token"},
              {"dynamic", !g.st},    {"observer", g.st ? json("minmax") : json(nullptr)}};
+      // NVFP4 activations: dynamic groups of 16 consecutive inputs (their E4M3 block scales under a per-token
+      // FP32 scale, which compressed-tensors' args cannot say; lowbit_groups names the format).
+      if (g.act == FormatId::NVFP4) act["strategy"] = "group", act["group_size"] = 16;
     }
     const std::string layout = layout_name(checkpoint_layout(g.s, 2));
     layouts.insert(layout);
@@ -229,8 +237,8 @@ json quantization_config(const Model& m, const QuantReport& rep,
                 {"format", layout}};
     lg[name] = {{"scheme", to_string(g.s)}};
     if (g.act != FormatId::F32) lg[name]["act"] = format_info(g.act).name;  // E4M3FN or E5M2: args cannot say
-    // INT4 activations: the clipping ratio of the per-token absmax.
-    if (g.act == FormatId::INT4) lg[name]["act_clip"] = short_decimal(g.clip);
+    // INT4 / NVFP4 activations: the clipping ratio of the per-token absmax.
+    if (clipped_act(g.act)) lg[name]["act_clip"] = short_decimal(g.clip);
   }
   json kv = nullptr, kv_format = nullptr;
   if (rep.recipe.kv.enabled()) {

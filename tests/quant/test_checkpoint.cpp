@@ -104,6 +104,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"int4:g32:sym,algo=gptq,kv=int8,kv_strategy=head", true},
                       // W4A4: int4 per-token activations (with QuaRot's clip), the int4 KV scales
                       Case{"int4:channel:sym,act=int4", false}, Case{"W4A4KV4,group=32,act_clip=0.9", true},
+                      Case{"nvfp4,act=nvfp4,act_clip=0.9", false}, Case{"int4:g32:sym,act=nvfp4", true},
                       // per-row codebooks (lowbit-packed codes + the [rows, 2^b] f16 tables as weight_scale)
                       Case{"lut3", false}, Case{"lut4,algo=gptq", true}, Case{"lut2,algo=imatrix", false}),
     [](const ::testing::TestParamInfo<Case>& info) {

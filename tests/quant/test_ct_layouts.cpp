@@ -320,19 +320,25 @@ TEST(CtConfig, UnquantizedHeadIsIgnoredTiedOrNot) {
   fs::remove_all(q.dir);
 }
 
-// The INT4 activation clip comes back from lowbit_groups (not from the activation args).
+// The INT4 / NVFP4 activation clip comes back from lowbit_groups (not from the activation args); NVFP4
+// activations are written as compressed-tensors' dynamic float groups of 16.
 TEST(CtConfig, Int4ActivationClipTravelsInLowbitGroups) {
-  Written w = write("int4:g32:sym,act=int4,act_clip=0.9", "clip");
-  const json qc = read_json(w.dir + "/config.json").at("quantization_config");
-  expect_ct_config(qc, "int4 act clip");
-  EXPECT_EQ(qc["lowbit_groups"]["group_0"].at("act_clip"), 0.9);
-  auto loaded = load_model(w.dir);
-  for (auto& [name, m] : loaded->weights.named_matrices()) {
-    if (m->kind == WeightKind::Quant) {
-      EXPECT_FLOAT_EQ(m->act_clip, 0.9f) << name;
+  for (const char* act : {"int4", "nvfp4"}) {
+    Written w = write(std::string("int4:g32:sym,act=") + act + ",act_clip=0.9", "clip");
+    const json qc = read_json(w.dir + "/config.json").at("quantization_config");
+    expect_ct_config(qc, std::string(act) + " act clip");
+    EXPECT_EQ(qc["lowbit_groups"]["group_0"].at("act_clip"), 0.9) << act;
+    const json& ia = qc["config_groups"]["group_0"].at("input_activations");
+    EXPECT_EQ(ia.at("strategy"), std::string(act) == "nvfp4" ? "group" : "token") << act;
+    auto loaded = load_model(w.dir);
+    for (auto& [name, m] : loaded->weights.named_matrices()) {
+      if (m->kind == WeightKind::Quant) {
+        EXPECT_FLOAT_EQ(m->act_clip, 0.9f) << name;
+        EXPECT_EQ(m->act_format, std::string(act) == "nvfp4" ? FormatId::NVFP4 : FormatId::INT4) << name;
+      }
     }
+    fs::remove_all(w.dir);
   }
-  fs::remove_all(w.dir);
 }
 
 }  // namespace
