@@ -539,6 +539,7 @@ Recipe parse_recipe_arg(const std::string& arg) {
             "), the WxAy[KVz] notation, a scheme such as int4:g32:sym, or a .json recipe file");
     }
   }
+  const QuantScheme preset_weights = r->weights;
   std::string spin_key;     // a spin_* key, which needs rotate=spinquant (given in any order)
   std::string duquant_key;  // likewise a duquant_* key, rotate=duquant
   std::optional<int> group_override;
@@ -652,6 +653,11 @@ Recipe parse_recipe_arg(const std::string& arg) {
             to_string(r->weights) + " is not per-group");
     r->weights.group_size = *group_override;
   }
+  // A preset's "weight format not stated" note describes its default weights: drop it once scheme= or group=
+  // has stated them (the plan prints the scheme that is applied).
+  if (r->weights != preset_weights)
+    std::erase_if(r->notes,
+                  [](const std::string& n) { return n.find("weight format not stated") != n.npos; });
   if (parts.size() > 1) r->name = arg;
   // Re-run the range checks through the JSON path so both forms validate the same way.
   json j = r->to_json();

@@ -304,6 +304,15 @@ TEST(Recipe, Int4ActivationsShorthandJsonRoundTripAndErrors) {
   EXPECT_EQ(back.act.clip, 0.9f);
   EXPECT_EQ(back.to_json(), j);
   // The clip survives a later act= (order of refinements does not matter).
+  // The preset's "weight format not stated" note goes once group= or scheme= states the weights.
+  auto stated = [](const Recipe& r) {
+    return std::any_of(r.notes.begin(), r.notes.end(),
+                       [](const std::string& n) { return n.find("not stated: int4") != n.npos; });
+  };
+  EXPECT_TRUE(stated(parse_recipe_arg("W4A4KV4")));
+  EXPECT_FALSE(stated(parse_recipe_arg("W4A4KV4,group=64")));
+  EXPECT_FALSE(stated(parse_recipe_arg("W4A8,scheme=int4:channel:sym")));
+  EXPECT_TRUE(stated(parse_recipe_arg("W4A4KV4,group=128")));
   EXPECT_EQ(parse_recipe_arg("W4A16,act_clip=0.8,act=int4").act.clip, 0.8f);
   Recipe o = recipe_from_json(json::parse(
       R"({"scheme": "int4:g32:sym", "activations": {"format": "int4", "dynamic": true, "clip": 0.9}})"));
