@@ -15,14 +15,8 @@ namespace lowbit {
 
 void quantize_activation_nvfp4(const float* x, int64_t n, float clip, uint8_t* codes, uint8_t* block_scales,
                                float* global_scale) {
-  float amax = 0.0f;
   bool has_nan = false;
-  for (int64_t i = 0; i < n; ++i) {
-    if (std::isnan(x[i]))
-      has_nan = true;
-    else if (std::isfinite(x[i]))
-      amax = std::fmax(amax, std::fabs(x[i]));
-  }
+  const float amax = finite_absmax(x, n, &has_nan);
   // 6 * 448: the largest E2M1 value times the largest E4M3 value, so the token's largest block gets the top
   // of E4M3's range and the smaller blocks keep its 2^-9 .. 448 dynamic range below it.
   const float g = amax * clip / (6.0f * 448.0f);

@@ -104,15 +104,21 @@ void quantize_activation_int8(const WeightMatrix& w, const float* x, int8_t* cod
   quantize_activation_row(FormatId::INT8, x, n, 0, reinterpret_cast<uint8_t*>(codes), scale);
 }
 
-void quantize_activation_int4(const float* x, int64_t n, float clip, int8_t* codes, float* scale) {
+float finite_absmax(const float* x, int64_t n, bool* has_nan) {
   float amax = 0.0f;
-  bool has_nan = false;
+  *has_nan = false;
   for (int64_t i = 0; i < n; ++i) {
     if (std::isnan(x[i]))
-      has_nan = true;
+      *has_nan = true;
     else if (std::isfinite(x[i]))
       amax = std::fmax(amax, std::fabs(x[i]));
   }
+  return amax;
+}
+
+void quantize_activation_int4(const float* x, int64_t n, float clip, int8_t* codes, float* scale) {
+  bool has_nan = false;
+  const float amax = finite_absmax(x, n, &has_nan);
   const float s = amax * clip / 7.0f;
   *scale = has_nan ? std::numeric_limits<float>::quiet_NaN() : s;
   for (int64_t i = 0; i < n; ++i) {

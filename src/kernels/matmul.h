@@ -104,6 +104,9 @@ void quantize_activation_int8(const WeightMatrix& w, const float* x, int8_t* cod
 // +-Inf saturates to +-7; no finite non-zero value gives s = 0 and codes 0 (+-7 for infinities). Codes are
 // symmetric (-8 is never used) so that code and value tables of the weights' symmetric INT4 match.
 void quantize_activation_int4(const float* x, int64_t n, float clip, int8_t* codes, float* scale);
+// max |x_i| over the finite x_i of one token, and whether any is NaN: the per-token scale of the INT4 and
+// NVFP4 routes (a NaN poisons the token's scale, an Inf saturates).
+float finite_absmax(const float* x, int64_t n, bool* has_nan);
 // NVFP4 route, one token, the definition (scalar). NVIDIA's NVFP4 takes one FP32 scale per tensor (static, or
 // from the tensor's amax); here it is dynamic per token, like the INT4 route's scale:
 //   g      = act_clip * amax / (6 * 448), amax = max |x_i| over the finite x_i   (FP32; 6 * 448 = E2M1 max
