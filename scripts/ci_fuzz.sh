@@ -5,7 +5,7 @@
 # to build-san/fuzz-ci/crashes/<target>/. Prints per target: executions, crashes, leaks, OOMs, timeouts,
 # peak RSS; exits non-zero on any finding or abnormal exit.
 #
-# Usage: scripts/ci_fuzz.sh [SECONDS_PER_TARGET (default 25)] [TARGET...]
+# Usage: scripts/ci_fuzz.sh [SECONDS_PER_TARGET (default 15)] [TARGET...]
 #        scripts/ci_fuzz.sh --list | --max-len TARGET
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +28,7 @@ if [ "${1:-}" = "--max-len" ]; then
   max_len "$2"
   exit 0
 fi
-SECS="${1:-${LOWBIT_FUZZ_SECONDS:-25}}"
+SECS="${1:-${LOWBIT_FUZZ_SECONDS:-15}}"
 shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=("${ALL[@]}")

@@ -14,8 +14,13 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export ASAN_OPTIONS="detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_invalid_pointer_pairs=0"
 export LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp:print_suppressions=0"
 t1=$SECONDS
-# QualityGuard re-measures published KLD numbers (GPTQ on kjv-brown-6M, 24 windows of 256 tokens): minutes
-# unsanitized work that takes over its 300 s timeout at -O1 under ASan. It checks numbers, not memory; its code
-# paths (quantizers, eval, KV formats) run here in the smaller tests, and it runs unsanitized in the README stage.
-ctest --test-dir "$BUILD" -LE slow -E '^QualityGuard\.' --output-on-failure -j2 "$@"
+# Left to the README stage (unsanitized), because they re-measure numbers, not memory, with minutes of work
+# under ASan at -O1, while their code paths run here in smaller tests:
+# - QualityGuard: published KLD numbers (GPTQ on kjv-brown-6M, 24 windows of 256 tokens; over its 300 s timeout);
+# - Budget.SensitivitiesAreReproducible*: three whole budget searches compared with each other (the same
+#   allocator and measured sensitivities run in the other Budget tests);
+# - KQuantGptq.LowerOutputError*: GPTQ vs RTN output error on a kjv layer (GPTQ on k-quants runs in
+#   KQuantGptq.Q*_KCheckpointRoundTripsAndRunsFused).
+SKIP='^(QualityGuard\.|Budget\.SensitivitiesAreReproducible|KQuantGptq\.LowerOutputError)'
+ctest --test-dir "$BUILD" -LE slow -E "$SKIP" --output-on-failure -j2 "$@"
 echo "ci_sanitize: tests $((SECONDS - t1)) s"
