@@ -28,6 +28,7 @@
 #include "kernels/weight.h"
 #include "quant/recipe.h"
 #include "tensor/qtensor.h"
+#include "tests/common/usage_message.h"
 
 namespace lowbit {
 namespace {
@@ -317,14 +318,7 @@ TEST(ActivationNvfp4Matmul, InputPermutedWeights) {
 
 // ---- recipe ----
 
-std::string usage_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing_util::usage_message;
 
 ModelConfig small_config() {
   ModelConfig c;

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "quant/recipe.h"
+#include "tests/common/usage_message.h"
 
 namespace lowbit::quant {
 namespace {
@@ -23,14 +24,7 @@ ModelConfig small_config(int64_t dim = 64, int64_t ffn = 172) {
   return c;
 }
 
-std::string usage_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing_util::usage_message;
 
 bool has_note(const Recipe& r, const std::string& needle) {
   for (auto& n : r.notes)
