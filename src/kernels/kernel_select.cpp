@@ -92,6 +92,11 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
                                       : KernelChoice{Kernel::LutAvx512, ActRounding::None};
     return {isa >= Isa::Avx2 ? Kernel::LutAvx2 : Kernel::LutGeneric, ActRounding::None};
   }
+  // GGUF legacy blocks on the AVX2 tier: Q8 activation blocks and integer dots by row, decode and prefill
+  // (NVFP4 activations stay an exact emulation: unfused).
+  if (isa == Isa::Avx2 && p.route == Route::GgmlQ8 && kern::ggml_q8_avx2_supported(p.ggml_type) &&
+      w.act_format != FormatId::NVFP4)
+    return {Kernel::Q8RowAvx2, ActRounding::Q8};
   if (isa < Isa::Avx512) return {Kernel::Deq, ActRounding::None};
   // INT4 / INT8 codes with INT8 or INT4 activations (W4A4: the 4-bit codes are widened to bytes and run on
   // the same integer kernels, exact in int32): integer products. Prefill: W8A8 per-channel on AMX tiles (from
@@ -168,6 +173,8 @@ const char* kernel_short_name(Kernel k) {
       return "f32tile";
     case Kernel::Q8Row:
       return "q8vnni";
+    case Kernel::Q8RowAvx2:
+      return "q8dot";
     case Kernel::Q8Pack:
     case Kernel::Q8PackPerCall:
       return "q8vnni16";
@@ -206,6 +213,7 @@ Isa kernel_tier(Kernel k) {
     case Kernel::LutGeneric:
       return Isa::Generic;
     case Kernel::LutAvx2:
+    case Kernel::Q8RowAvx2:
       return Isa::Avx2;
     default:
       return Isa::Avx512;

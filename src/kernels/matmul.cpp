@@ -717,13 +717,15 @@ void run_kpack512(const WeightMatrix& w, const KPack& pk, const float* x, int64_
       static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
-void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+// GGUF blocks held as rows against activations in Q8 blocks of 32: the AVX-512 VNNI row kernels (every type,
+// k-quants included), or on the AVX2 tier the vpmaddubsw ones (the legacy types; ggml_q8_avx2_supported).
+void run_ggml_q8(const WeightMatrix& w, const KernelPlan& p, bool avx2, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols, nb = cols / 32;
   const int type = p.ggml_type;
   // Per token: int8 codes (Q8 blocks of 32) and per-block floats: the block scales (Q4_0/Q8_0), or the
   // k-quant kernels' per-super-block factors (same rounding, codes re-laid out for their loads; see
   // ggml_k_prep_x).
-  const bool kq = kern::ggml_k_supported(type);
+  const bool kq = !avx2 && kern::ggml_k_supported(type);
   const int64_t nf = kq ? cols / 256 * kern::ggml_k_xk_floats(type) : nb;
   thread_local std::vector<int8_t> qx;
   thread_local std::vector<float> dx;
@@ -733,13 +735,18 @@ void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x,
     if (kq)
       kern::ggml_k_prep_x(type, x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nf);
     else
-      kern::quantize_q8_blocks_avx512(x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nf);
+      (avx2 ? kern::quantize_q8_blocks_avx2 : kern::quantize_q8_blocks_avx512)(
+          x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nf);
   }
   const int8_t* qxp = qx.data();
   const float* dxp = dx.data();
   // Q4_0, Q8_0: four rows per call, or long rows one after another (kern::kSeqRowBytes).
   const bool long_rows = static_cast<int64_t>(w.row_bytes()) > kern::kSeqRowBytes;
   const bool four = (type == ggml::Q4_0 || type == ggml::Q8_0) && !long_rows;
+  const auto dot4 = avx2 ? kern::ggml_q8_dot4_avx2 : kern::ggml_q8_dot4_avx512;
+  const auto dot1 = avx2        ? kern::ggml_q8_dot_avx2
+                    : long_rows ? kern::ggml_q8_dot1_avx512
+                                : kern::ggml_q8_dot_avx512;
   for_row_blocks(
       rows,
       [&](int64_t r0, int64_t r1) {
@@ -749,15 +756,13 @@ void run_ggml_q8_512(const WeightMatrix& w, const KernelPlan& p, const float* x,
             for (; r + 4 <= r1; r += 4) {
               const uint8_t* rp[4] = {row_ptr(w, r), row_ptr(w, r + 1), row_ptr(w, r + 2), row_ptr(w, r + 3)};
               float o[4];
-              kern::ggml_q8_dot4_avx512(type, rp, cols, qxp + t * cols, dxp + t * nf, o);
+              dot4(type, rp, cols, qxp + t * cols, dxp + t * nf, o);
               for (int i = 0; i < 4; ++i) y[t * rows + r + i] = o[i];
             }
           for (; r < r1; ++r)
             y[t * rows + r] =
                 kq ? kern::ggml_k_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
-                : long_rows
-                    ? kern::ggml_q8_dot1_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
-                    : kern::ggml_q8_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf);
+                   : dot1(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf);
         }
       },
       static_cast<double>(w.nbytes()) * static_cast<double>(T));
@@ -808,7 +813,8 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
       return kpack_supported(p.ggml_type, w.cols) ? run_kpack_transient(w, p, x, T, y)
                                                   : run_qblk_transient(w, p, x, T, y);
     case Kernel::Q8Row:
-      return run_ggml_q8_512(w, p, x, T, y);
+    case Kernel::Q8RowAvx2:
+      return run_ggml_q8(w, p, k == Kernel::Q8RowAvx2, x, T, y);
     case Kernel::Bf16Tile:
       return run_bf16_tile(w, p, x, T, y);
     case Kernel::Nib16:

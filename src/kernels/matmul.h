@@ -53,6 +53,7 @@ enum class Kernel : uint8_t {
   VnniBlock,        // other INT4 / INT8 codes x INT8 activations, prefill over per-call decoded blocks
   F32Tile,          // prefill: 16-row blocks dequantized into the dense FP32 tile
   Q8Row,            // GGUF blocks x Q8 activations, decode by row
+  Q8RowAvx2,        // the same on the AVX2 tier (vpmaddubsw), decode and prefill
   Q8Pack,           // GGUF on the load-time pack (QBlkPack / KPack), decode and prefill
   Q8PackPerCall,    // GGUF prefill on a pack made per call
   NibLane,          // 4-bit codes, lane kernel, FP32 activations (avx512 tier)

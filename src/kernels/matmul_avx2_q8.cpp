@@ -1,0 +1,188 @@
+// AVX2 + FMA tier: GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows against activations rounded to Q8 blocks of 32
+// (the tier's "q8dot" kernel, decode and prefill). Without VNNI the integer product is vpmaddubsw (unsigned x
+// signed bytes -> saturating int16 pairs) then vpmaddwd by ones (-> int32). No pair can saturate here:
+//   Q4_0: unsigned nibble u (0..15) x q (|q| <= 127), the offset 8 taken off with 8 * sum(q) per lane;
+//   Q4_1 / Q5_0 / Q5_1: unsigned u (0..31), the min (or Q5_0's -16 d) times sum(q) per lane;
+//   Q8_0: signed w, so |w| (as unsigned, 0..128) x sign(w) * q: at most 2 * 128 * 127 = 32512.
+// Each block adds dw * dx * (its int32 lanes as float); the lanes are summed at the end, so the result equals
+// the scalar reference up to float summation order (tests/kernels/test_q8_avx2.cpp).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "formats/ggml_types.h"
+#include "kernels/kernel_plan.h"
+
+namespace lowbit::kern {
+
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+inline float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// The 32 nibbles of a 16-byte block as bytes 0..15 in element order: element j < 16 is the low nibble of
+// byte j, element j + 16 its high nibble (the GGUF layout of Q4_0 / Q4_1 / Q5_0 / Q5_1).
+inline __m256i nibbles(const uint8_t* qs) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+}
+
+// Byte j = 0x10 where bit j of the 32-bit qh is set, else 0 (the fifth bit of Q5_0 / Q5_1 element j).
+inline __m256i fifth_bits(const uint8_t* qh) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  // Byte j takes byte j / 8 of h, then keeps bit j % 8 of it.
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(h)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+// int32 lanes of sum u[i] * q[i] for u unsigned (0..255, pairs within int16), q signed.
+inline __m256i udot(__m256i u, __m256i q) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
+}
+
+// int32 lanes of sum w[i] * q[i] for w signed (-128..127), q signed (-127..127).
+inline __m256i sdot(__m256i w, __m256i q) {
+  return udot(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
+}
+
+inline __m256i load32(const void* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+}  // namespace
+
+bool ggml_q8_avx2_supported(int ggml_type) {
+  return ggml_type == ggml::Q4_0 || ggml_type == ggml::Q4_1 || ggml_type == ggml::Q5_0 ||
+         ggml_type == ggml::Q5_1 || ggml_type == ggml::Q8_0;
+}
+
+void quantize_q8_blocks_avx2(const float* x, int64_t n, int8_t* q, float* d) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + 32 * b;
+    __m256 v[4];
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
+    // max of |x|: max_ps keeps its second operand on NaN, as the scalar fmax keeps the number.
+    __m256 m = _mm256_and_ps(v[0], abs_mask);
+    for (int i = 1; i < 4; ++i) m = _mm256_max_ps(_mm256_and_ps(v[i], abs_mask), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float amax = _mm_cvtss_f32(h);
+    const float db = amax / 127.0f;
+    d[b] = db;
+    const __m256 id = _mm256_set1_ps(db > 0 ? 1.0f / db : 0.0f);
+    // Round to nearest even (std::nearbyint in the default rounding mode), then narrow with saturation.
+    __m256i qi[4];
+    for (int i = 0; i < 4; ++i)
+      qi[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT));
+    const __m256i p16 = _mm256_packs_epi32(qi[0], qi[1]), q16 = _mm256_packs_epi32(qi[2], qi[3]);
+    // packs works per 128-bit lane: bytes come out as dwords 0 2 4 6 1 3 5 7 of the element order.
+    const __m256i p8 = _mm256_packs_epi16(p16, q16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b),
+                        _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+}
+
+float ggml_q8_dot_avx2(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx) {
+  const int64_t nb = cols / 32;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  if (ggml_type == ggml::Q4_0) {  // d (f16), qs[16]; w = d * (u - 8)
+    const __m256i eight = _mm256_set1_epi8(8);
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = row + 18 * b;
+      const __m256i xq = load32(qx + 32 * b);
+      const __m256i is = _mm256_sub_epi32(udot(nibbles(p + 2), xq), udot(eight, xq));
+      const __m256 d = _mm256_set1_ps(f16_at(p) * dx[b]);
+      if (b & 1)
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc1);
+      else
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc0);
+    }
+  } else if (ggml_type == ggml::Q8_0) {  // d (f16), qs[32] int8
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = row + 34 * b;
+      const __m256i is = sdot(load32(p + 2), load32(qx + 32 * b));
+      const __m256 d = _mm256_set1_ps(f16_at(p) * dx[b]);
+      if (b & 1)
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc1);
+      else
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, acc0);
+    }
+  } else {
+    // Q4_1: d, m (f16), qs[16]          w = d * u + m
+    // Q5_0: d (f16), qh[4], qs[16]      w = d * (u - 16), u = nibble | fifth bit << 4
+    // Q5_1: d, m (f16), qh[4], qs[16]   w = d * u + m
+    // sum_i w_i x_i = dx * (d * sum u q + m * sum q), Q5_0 with m = -16 d.
+    const bool has_m = ggml_type != ggml::Q5_0, has_h = ggml_type != ggml::Q4_1;
+    const int64_t bs = ggml_type == ggml::Q4_1 ? 20 : ggml_type == ggml::Q5_0 ? 22 : 24;
+    const int64_t qs_off = (has_m ? 4 : 2) + (has_h ? 4 : 0);
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = row + bs * b;
+      __m256i u = nibbles(p + qs_off);
+      if (has_h) u = _mm256_or_si256(u, fifth_bits(p + (has_m ? 4 : 2)));
+      const __m256i xq = load32(qx + 32 * b);
+      const __m256 qdot = _mm256_cvtepi32_ps(udot(u, xq));
+      const __m256 xsum = _mm256_cvtepi32_ps(udot(ones, xq));
+      const float d = f16_at(p), m = has_m ? f16_at(p + 2) : -16.0f * d;
+      const __m256 t =
+          _mm256_fmadd_ps(qdot, _mm256_set1_ps(d * dx[b]), _mm256_mul_ps(xsum, _mm256_set1_ps(m * dx[b])));
+      if (b & 1)
+        acc1 = _mm256_add_ps(acc1, t);
+      else
+        acc0 = _mm256_add_ps(acc0, t);
+    }
+  }
+  return hsum(_mm256_add_ps(acc0, acc1));
+}
+
+// Four Q4_0 or Q8_0 rows against one token: the rows share each activation load (and Q4_0's offset term, one
+// 8 * sum(q) per block), and the core gets four independent accumulation chains.
+void ggml_q8_dot4_avx2(int ggml_type, const uint8_t* const* rows, int64_t cols, const int8_t* qx,
+                       const float* dx, float* out) {
+  const int64_t nb = cols / 32;
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  if (ggml_type == ggml::Q4_0) {
+    const __m256i eight = _mm256_set1_epi8(8);
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i xq = load32(qx + 32 * b);
+      const __m256i xo = udot(eight, xq);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const uint8_t* p = rows[i] + 18 * b;
+        const __m256i is = _mm256_sub_epi32(udot(nibbles(p + 2), xq), xo);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(f16_at(p) * dx[b]), acc[i]);
+      }
+    }
+  } else {  // Q8_0
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i xq = load32(qx + 32 * b);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const uint8_t* p = rows[i] + 34 * b;
+        const __m256i is = sdot(load32(p + 2), xq);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_set1_ps(f16_at(p) * dx[b]), acc[i]);
+      }
+    }
+  }
+  for (int i = 0; i < 4; ++i) out[i] = hsum(acc[i]);
+}
+
+}  // namespace lowbit::kern

@@ -1,0 +1,143 @@
+// The AVX2 tier's GGUF row kernels (matmul_avx2_q8.cpp) against the GGUF row decoder, on blocks that hold the
+// extreme codes the saturating vpmaddubsw must survive (Q8_0's -128 against +-127 activations, Q5_1's 31),
+// and their Q8 activation quantizer bit for bit against quantize_q8_blocks. The model-level products of these
+// kernels run in MatmulVsReference and GgmlRandomBlocks (test_kernels.cpp) on the avx2 tier.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/half.h"
+#include "formats/format.h"
+#include "formats/ggml_types.h"
+#include "kernels/dispatch.h"
+#include "kernels/kernel_plan.h"
+#include "kernels/matmul.h"
+#include "kernels/weight.h"
+
+namespace lowbit {
+namespace {
+
+uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+TEST(Q8Avx2, ActivationsEqualScalar) {
+  if (best_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t n = 32 * 64;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = nd(rng);
+  for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;                        // an all-zero block (scale 0)
+  x[100] = 1e4f;                                                        // an outlier block
+  for (int i = 0; i < 32; ++i) x[256 + i] = (i - 16) * 127.0f / 16.0f;  // exact halves after scaling
+  for (int i = 0; i < 32; ++i) x[512 + i] = i % 2 ? -3.0f : 3.0f;       // +-127 exactly
+  std::vector<int8_t> qa(static_cast<size_t>(n)), qb(qa.size());
+  std::vector<float> da(static_cast<size_t>(n / 32)), db(da.size());
+  quantize_q8_blocks(x.data(), n, qa.data(), da.data());
+  kern::quantize_q8_blocks_avx2(x.data(), n, qb.data(), db.data());
+  EXPECT_EQ(qa, qb);
+  for (size_t b = 0; b < da.size(); ++b) EXPECT_EQ(f32_bits(da[b]), f32_bits(db[b])) << "block " << b;
+}
+
+struct TypeCase {
+  const char* name;
+  std::vector<int> f16_offsets;  // the block's f16 fields (d, and m where the type has one)
+  int code_off, code_bytes;      // the code bytes set to their extreme in block 0
+  uint8_t extreme;               // Q8_0: 0x80 (-128); 4-bit: 0xFF (both nibbles 15)
+  int qh_off;                    // Q5_*: the fifth-bit word (all set in block 0), else -1
+};
+
+TEST(Q8Avx2, RowDotsMatchTheDecoderWithExtremeCodes) {
+  if (best_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  const std::vector<TypeCase> types = {{"q4_0", {0}, 2, 16, 0xFF, -1},
+                                       {"q4_1", {0, 2}, 4, 16, 0xFF, -1},
+                                       {"q5_0", {0}, 6, 16, 0xFF, 2},
+                                       {"q5_1", {0, 2}, 8, 16, 0xFF, 4},
+                                       {"q8_0", {0}, 2, 32, 0x80, -1}};
+  const int64_t rows = 6, cols = 32 * 12;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> ud(0.001f, 0.02f);
+  // Block 0 of every token: +-127 with the signs that make every product of the extreme codes the same sign
+  // (the largest int16 pair sums); the rest random.
+  std::vector<float> x(static_cast<size_t>(cols));
+  for (auto& v : x) v = ud(rng) * 100 - 1.0f;
+  for (int i = 0; i < 32; ++i) x[static_cast<size_t>(i)] = -2.0f;
+  std::vector<int8_t> qx(static_cast<size_t>(cols));
+  std::vector<float> dx(static_cast<size_t>(cols / 32));
+  quantize_q8_blocks(x.data(), cols, qx.data(), dx.data());
+  for (const auto& t : types) {
+    SCOPED_TRACE(t.name);
+    ASSERT_TRUE(kern::ggml_q8_avx2_supported(format_by_name(t.name).ggml_type));
+    const FormatInfo& fi = format_by_name(t.name);
+    const int64_t nblk = rows * cols / 32, bpr = cols / 32;
+    auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(nblk * fi.block_bytes));
+    for (auto& b : *buf) b = static_cast<uint8_t>(rng());
+    for (int64_t k = 0; k < nblk; ++k) {
+      uint8_t* blk = buf->data() + k * fi.block_bytes;
+      for (int off : t.f16_offsets) {
+        const uint16_t h = f32_to_f16(ud(rng));
+        std::memcpy(blk + off, &h, 2);
+      }
+      if (k % bpr == 0) {  // block 0 of each row: extreme codes
+        std::memset(blk + t.code_off, t.extreme, static_cast<size_t>(t.code_bytes));
+        if (t.qh_off >= 0) std::memset(blk + t.qh_off, 0xFF, 4);
+      }
+    }
+    const WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
+    std::vector<float> row(static_cast<size_t>(cols)), ref(static_cast<size_t>(rows)), mag(ref.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      weight_row_f32(w, r, row.data());
+      double acc = 0, m = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        const double p = static_cast<double>(row[i]) * qx[i] * dx[i / 32];
+        acc += p;
+        m += std::fabs(p);
+      }
+      ref[r] = static_cast<float>(acc);
+      mag[r] = static_cast<float>(m);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const float got = kern::ggml_q8_dot_avx2(fi.ggml_type, buf->data() + r * bpr * fi.block_bytes, cols,
+                                               qx.data(), dx.data());
+      EXPECT_NEAR(got, ref[r], 2e-5 * mag[r] + 1e-6) << "row " << r;
+    }
+    if (fi.ggml_type == ggml::Q4_0 || fi.ggml_type == ggml::Q8_0) {
+      const uint8_t* rp[4];
+      for (int i = 0; i < 4; ++i) rp[i] = buf->data() + (i + 1) * bpr * fi.block_bytes;
+      float out[4];
+      kern::ggml_q8_dot4_avx2(fi.ggml_type, rp, cols, qx.data(), dx.data(), out);
+      for (int i = 0; i < 4; ++i)
+        EXPECT_NEAR(out[i], ref[i + 1], 2e-5 * mag[i + 1] + 1e-6) << "dot4 row " << i;
+    }
+  }
+}
+
+// The avx2 tier names the fused kernel for the legacy GGUF types and the unfused one where it has none.
+TEST(Q8Avx2, KernelNames) {
+  if (best_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  auto name = [](const char* type) {
+    const FormatInfo& fi = format_by_name(type);
+    const int64_t rows = 4, cols = 256;
+    auto buf = std::make_shared<std::vector<uint8_t>>(
+        static_cast<size_t>(rows * cols / fi.block_elems * fi.block_bytes), uint8_t{0});
+    const WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
+    return matmul_kernel_name(w);
+  };
+  set_kernel_isa(Isa::Avx2);
+  EXPECT_EQ(name("q4_0"), "q4_0.q8dot.avx2");
+  EXPECT_EQ(name("q8_0"), "q8_0.q8dot.avx2");
+  EXPECT_EQ(name("q5_1"), "q5_1.q8dot.avx2");
+  EXPECT_EQ(name("q4_k"), "q4_k.deq.avx2");  // k-quants: not on this tier's fused kernel
+  set_kernel_isa(best_isa());
+}
+
+}  // namespace
+}  // namespace lowbit
