@@ -17,10 +17,15 @@ t1=$SECONDS
 # Left to the README stage (unsanitized), because they re-measure numbers, not memory, with minutes of work
 # under ASan at -O1, while their code paths run here in smaller tests:
 # - QualityGuard: published KLD numbers (GPTQ on kjv-brown-6M, 24 windows of 256 tokens; over its 300 s timeout);
-# - Budget.SensitivitiesAreReproducible*: three whole budget searches compared with each other (the same
-#   allocator and measured sensitivities run in the other Budget tests);
-# - KQuantGptq.LowerOutputError*: GPTQ vs RTN output error on a kjv layer (GPTQ on k-quants runs in
-#   KQuantGptq.Q*_KCheckpointRoundTripsAndRunsFused).
-SKIP='^(QualityGuard\.|Budget\.SensitivitiesAreReproducible|KQuantGptq\.LowerOutputError)'
+# - Budget searches on the real models (sensitivities measured per matrix, then allocated and written):
+#   Budget.GgufExportSizesMatchTheWrittenFile and Budget.CliRefusesBudgetsWithoutWhatTheyNeed stay, as do the
+#   quantizers, the GGUF writer and the CLI paths they call, in their own tests;
+# - CompareCli.ThresholdFailureReportsAndResume: a whole compare run (eval of several variants; the CLI's
+#   refusals stay in HostileCli and CompareCli.BudgetVariants*);
+# - KQuantGptq.LowerOutputError* and .Q3_K*: GPTQ numbers on k-quants (KQuantGptq.Q4_K* stays: the same
+#   writer, reader and GPTQ code).
+# The train rung (libtorch, SpinQuant) is not built here at all (LOWBIT_BUILD_TRAIN=OFF, ci_san_build.sh).
+SKIP='^(QualityGuard\.|Budget\.(GgufFileIsExactly|Sensitivities|Proxy|Stories260k|Overrides|TooSmall)'
+SKIP+='|CompareCli\.ThresholdFailure|KQuantGptq\.(LowerOutputError|Q3_K))'
 ctest --test-dir "$BUILD" -LE slow -E "$SKIP" --output-on-failure -j2 "$@"
 echo "ci_sanitize: tests $((SECONDS - t1)) s"

@@ -271,6 +271,11 @@ train::LearnRotationsFn train_library() {
   static const train::LearnRotationsFn fn = [] {
     const char* env = std::getenv("LOWBIT_TRAIN_LIBRARY");
     const std::string path = env && *env ? env : LOWBIT_TRAIN_LIBRARY;
+    if (path.empty())
+      throw UsageError("quant",
+                       "rotate=spinquant needs lowbit's train library (libtorch), and this build has none "
+                       "(configured with -DLOWBIT_BUILD_TRAIN=OFF); build with scripts/setup.sh or point "
+                       "LOWBIT_TRAIN_LIBRARY at liblowbit_train.so");
     void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h)
       throw UsageError("quant",
