@@ -279,6 +279,12 @@ float dot_f32_avx2(const float* a, const float* b, int64_t n);
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows against Q8 blocks of 32 on the AVX2 tier (matmul_avx2_q8.cpp):
 // the same contracts as quantize_q8_blocks_avx512 (bit-identical to quantize_q8_blocks), ggml_q8_dot_avx512
 // and ggml_q8_dot4_avx512 (Q4_0 / Q8_0).
+// 4-bit code rows of the nib route on the AVX2 tier (matmul_avx2.cpp): nib_dot_avx512 / nib_deq_avx512's
+// contracts (groups of 16k columns or one group; lut16: the plan's 16 values).
+float nib_dot_avx2(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                   const float* lut16, const float* x);
+void nib_deq_avx2(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                  const float* lut16, float* out);
 bool ggml_q8_avx2_supported(int ggml_type);
 void quantize_q8_blocks_avx2(const float* x, int64_t n, int8_t* q, float* d);
 float ggml_q8_dot_avx2(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx);

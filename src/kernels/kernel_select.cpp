@@ -97,6 +97,9 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
   if (isa == Isa::Avx2 && p.route == Route::GgmlQ8 && kern::ggml_q8_avx2_supported(p.ggml_type) &&
       w.act_format != FormatId::NVFP4)
     return {Kernel::Q8RowAvx2, ActRounding::Q8};
+  // The nib route's 4-bit codes (INT4, NF4, FP4, MXFP4, NVFP4 weights) on the AVX2 tier.
+  if (isa == Isa::Avx2 && p.route == Route::Nib && w.kind == WeightKind::Quant && p.lut.size() >= 16)
+    return {Kernel::NibAvx2, ActRounding::None};
   if (isa < Isa::Avx512) return {Kernel::Deq, ActRounding::None};
   // INT4 / INT8 codes with INT8 or INT4 activations (W4A4: the 4-bit codes are widened to bytes and run on
   // the same integer kernels, exact in int32): integer products. Prefill: W8A8 per-channel on AMX tiles (from
@@ -180,6 +183,7 @@ const char* kernel_short_name(Kernel k) {
       return "q8vnni16";
     case Kernel::NibLane:
     case Kernel::NibDot:
+    case Kernel::NibAvx2:
       return "nib";
     case Kernel::Nib16:
       return "nib16";
@@ -214,6 +218,7 @@ Isa kernel_tier(Kernel k) {
       return Isa::Generic;
     case Kernel::LutAvx2:
     case Kernel::Q8RowAvx2:
+    case Kernel::NibAvx2:
       return Isa::Avx2;
     default:
       return Isa::Avx512;

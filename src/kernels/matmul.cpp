@@ -320,6 +320,29 @@ void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
       work);
 }
 
+// The nib route on the AVX2 tier: decode (T < kPrefillTokens) one fused dot per row and token; prefill each
+// row decoded once (nib_deq_avx2), then dotted with every token.
+void run_nib_avx2(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  const int64_t rows = w.rows, cols = w.cols;
+  for_row_blocks(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        float* buf = T >= kPrefillTokens ? tls_floats(static_cast<size_t>(cols)).data() : nullptr;
+        for (int64_t r = r0; r < r1; ++r) {
+          const uint8_t* row = row_ptr(w, r);
+          if (buf) {
+            kern::nib_deq_avx2(row, cols, p.group, p.scale_row(r), p.zero_row(r), p.lut.data(), buf);
+            for (int64_t t = 0; t < T; ++t) y[t * rows + r] = kern::dot_f32_avx2(buf, x + t * cols, cols);
+          } else {
+            for (int64_t t = 0; t < T; ++t)
+              y[t * rows + r] = kern::nib_dot_avx2(row, cols, p.group, p.scale_row(r), p.zero_row(r),
+                                                   p.lut.data(), x + t * cols);
+          }
+        }
+      },
+      static_cast<double>(w.nbytes()) * static_cast<double>(T));
+}
+
 // fn(nr, rows, scales, zeros, r0) for each block of rows of a nib / byte route weight, in parallel: the
 // block's row codes, scale cells and zero cells as pointer arrays, the kernels' input. scales / zeros: the
 // cell arrays [grid.rows, gcols] the kernel reads (the plan's FP32 tables, or the stored cells); zeros null
@@ -825,6 +848,8 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
     case Kernel::NibDot:
     case Kernel::ByteDot:
       return run_code_dots512(w, p, x, T, y);
+    case Kernel::NibAvx2:
+      return run_nib_avx2(w, p, x, T, y);
     case Kernel::F32Tile:
       return run_deq(w, p, Isa::Avx512, x, T, y);
     default:

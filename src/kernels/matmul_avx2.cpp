@@ -1,5 +1,9 @@
-// AVX2 + FMA tier: float dot products (the generic dequantize-a-row path uses them).
+// AVX2 + FMA tier: float dot products (the generic dequantize-a-row path uses them), and the 4-bit code
+// rows of the nib route (nib.avx2).
 #include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
 
 #include "kernels/kernel_plan.h"
 
@@ -38,6 +42,79 @@ void axpy_f32_avx2(float a, const float* x, float* y, int64_t n) {
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] += a * x[i];
+}
+
+namespace {
+
+inline float hsum8(__m256 v) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+// Elements c..c+7 of a 4-bit code row (c even; code i is nibble i, low nibble first) through the 16-entry
+// value table held as two halves: each dword lane shifts the 32 bits of the four bytes right by 4k, vpermps
+// reads the low 3 bits of the index, and bit 3 (moved to the sign) chooses the half.
+inline __m256 nib8(const uint8_t* row, int64_t c, __m256 lo, __m256 hi, __m256i shifts) {
+  uint32_t v;
+  std::memcpy(&v, row + c / 2, 4);
+  const __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(v)), shifts);
+  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx), _mm256_permutevar8x32_ps(hi, idx),
+                          _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+
+inline uint32_t nib_at(const uint8_t* row, int64_t c) {
+  return (row[c / 2] >> ((c & 1) * 4)) & 15u;
+}
+
+}  // namespace
+
+// sum_c s[g] * (lut16[code c] - z[g]) * x[c] over the row, g = c / group (groups of 16k columns, or one
+// group); the same contract as nib_dot_avx512.
+float nib_dot_avx2(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                   const float* lut16, const float* x) {
+  const __m256 lo = _mm256_loadu_ps(lut16), hi = _mm256_loadu_ps(lut16 + 8);
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  const int64_t G = std::min(group, cols);
+  __m256 acc = _mm256_setzero_ps();
+  float tail = 0;
+  for (int64_t c0 = 0, j = 0; c0 < cols; c0 += G, ++j) {
+    const int64_t c1 = std::min(cols, c0 + G);
+    const float zj = z ? z[j] : 0.0f;
+    const __m256 zv = _mm256_set1_ps(zj);
+    __m256 ga = _mm256_setzero_ps(), gb = _mm256_setzero_ps();
+    int64_t c = c0;
+    for (; c + 16 <= c1; c += 16) {
+      ga = _mm256_fmadd_ps(_mm256_sub_ps(nib8(row, c, lo, hi, shifts), zv), _mm256_loadu_ps(x + c), ga);
+      gb = _mm256_fmadd_ps(_mm256_sub_ps(nib8(row, c + 8, lo, hi, shifts), zv), _mm256_loadu_ps(x + c + 8),
+                           gb);
+    }
+    for (; c + 8 <= c1; c += 8)
+      ga = _mm256_fmadd_ps(_mm256_sub_ps(nib8(row, c, lo, hi, shifts), zv), _mm256_loadu_ps(x + c), ga);
+    float gt = 0;  // a row end that is not a multiple of 8
+    for (; c < c1; ++c) gt += (lut16[nib_at(row, c)] - zj) * x[c];
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(s[j]), _mm256_add_ps(ga, gb), acc);
+    tail += s[j] * gt;
+  }
+  return hsum8(acc) + tail;
+}
+
+// The row as floats: out[c] = s[g] * (lut16[code c] - z[g]) (nib_deq_avx512's contract).
+void nib_deq_avx2(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                  const float* lut16, float* out) {
+  const __m256 lo = _mm256_loadu_ps(lut16), hi = _mm256_loadu_ps(lut16 + 8);
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  const int64_t G = std::min(group, cols);
+  for (int64_t c0 = 0, j = 0; c0 < cols; c0 += G, ++j) {
+    const int64_t c1 = std::min(cols, c0 + G);
+    const float zj = z ? z[j] : 0.0f;
+    const __m256 sv = _mm256_set1_ps(s[j]), zv = _mm256_set1_ps(zj);
+    int64_t c = c0;
+    for (; c + 8 <= c1; c += 8)
+      _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_sub_ps(nib8(row, c, lo, hi, shifts), zv), sv));
+    for (; c < c1; ++c) out[c] = (lut16[nib_at(row, c)] - zj) * s[j];
+  }
 }
 
 }  // namespace lowbit::kern

@@ -328,6 +328,23 @@ TEST(KernelNames, FastPathsSelected) {
   set_kernel_isa(best_isa());
 }
 
+// The avx2 tier names its own fused kernels (a silent deq fallback would pass the accuracy tests): the nib
+// route's 4-bit formats on nib.avx2, the GGUF legacy types on q8dot.avx2 (test_q8_avx2.cpp checks GGUF
+// files); other formats stay on deq.
+TEST(KernelNames, Avx2TierKernels) {
+  if (best_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  set_kernel_isa(Isa::Avx2);
+  const std::pair<const char*, const char*> want[] = {{"int4:g128", "int4:g128:sym:f16.nib.avx2"},
+                                                      {"int4:g32:asym", "int4:g32:asym:f16.nib.avx2"},
+                                                      {"nf4:g64", "nf4:g64:f32.nib.avx2"},
+                                                      {"q4_0", "q4_0.q8dot.avx2"},
+                                                      {"q8_0", "q8_0.q8dot.avx2"},
+                                                      {"int8:channel", "int8:channel:sym:f16.deq.avx2"}};
+  for (const auto& [weight, name] : want)
+    EXPECT_EQ(matmul_kernel_name(make_weight({weight, ""}, 8, 256, 1)), name) << weight;
+  set_kernel_isa(best_isa());
+}
+
 // On CPUs with AVX512_BF16 + VBMI, 4- and 8-bit weight-only decode runs the BF16-activation kernels.
 // Per-row codebooks run their own lut kernel on every tier (a silent deq fallback would pass the accuracy
 // tests): decode fused (VBMI code extraction on the avx512bf16 tier), prefill on the FP32 tile over
