@@ -97,6 +97,7 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
   if (isa == Isa::Avx2 && p.route == Route::GgmlQ8 && kern::ggml_q8_avx2_supported(p.ggml_type) &&
       w.act_format != FormatId::NVFP4)
     return {Kernel::Q8RowAvx2, ActRounding::Q8};
+  if (isa == Isa::Avx2 && p.route == Route::Dense) return {Kernel::DenseAvx2, ActRounding::None};
   // The nib route's 4-bit codes (INT4, NF4, FP4, MXFP4, NVFP4 weights) on the AVX2 tier.
   if (isa == Isa::Avx2 && p.route == Route::Nib && w.kind == WeightKind::Quant && p.lut.size() >= 16)
     return {Kernel::NibAvx2, ActRounding::None};
@@ -161,6 +162,7 @@ const char* kernel_short_name(Kernel k) {
     case Kernel::Deq:
       return "deq";
     case Kernel::Dense:
+    case Kernel::DenseAvx2:
       return "dense";
     case Kernel::VnniGemv:
       return "vnni";
@@ -219,6 +221,7 @@ Isa kernel_tier(Kernel k) {
     case Kernel::LutAvx2:
     case Kernel::Q8RowAvx2:
     case Kernel::NibAvx2:
+    case Kernel::DenseAvx2:
       return Isa::Avx2;
     default:
       return Isa::Avx512;

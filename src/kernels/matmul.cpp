@@ -320,6 +320,37 @@ void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
       work);
 }
 
+// F32 / F16 / BF16 weights on the AVX2 tier: decode one fused widen + dot per row and token; prefill each row
+// widened once, then dotted with every token (F32 rows are read as they are).
+void run_dense_avx2(const WeightMatrix& w, const float* x, int64_t T, float* y) {
+  const int64_t rows = w.rows, cols = w.cols;
+  const bool bf16 = w.kind == WeightKind::BF16;
+  for_row_blocks(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        float* buf = tls_floats(static_cast<size_t>(cols)).data();
+        for (int64_t r = r0; r < r1; ++r) {
+          const uint8_t* row = row_ptr(w, r);
+          const uint16_t* h = reinterpret_cast<const uint16_t*>(row);
+          const float* wr = reinterpret_cast<const float*>(row);
+          if (w.kind != WeightKind::F32 && T < kPrefillTokens) {
+            for (int64_t t = 0; t < T; ++t)
+              y[t * rows + r] = kern::dot_half_avx2(h, bf16, x + t * cols, cols);
+            continue;
+          }
+          if (w.kind == WeightKind::F16) {
+            kern::widen_f16_avx2(h, buf, cols);
+            wr = buf;
+          } else if (bf16) {
+            kern::widen_bf16_generic(h, buf, cols);
+            wr = buf;
+          }
+          for (int64_t t = 0; t < T; ++t) y[t * rows + r] = kern::dot_f32_avx2(wr, x + t * cols, cols);
+        }
+      },
+      static_cast<double>(w.nbytes()) * static_cast<double>(T));
+}
+
 // The nib route on the AVX2 tier: decode (T < kPrefillTokens) one fused dot per row and token; prefill each
 // row decoded once (nib_deq_avx2), then dotted with every token.
 void run_nib_avx2(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
@@ -850,6 +881,8 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
       return run_code_dots512(w, p, x, T, y);
     case Kernel::NibAvx2:
       return run_nib_avx2(w, p, x, T, y);
+    case Kernel::DenseAvx2:
+      return run_dense_avx2(w, x, T, y);
     case Kernel::F32Tile:
       return run_deq(w, p, Isa::Avx512, x, T, y);
     default:

@@ -54,6 +54,7 @@ enum class Kernel : uint8_t {
   F32Tile,          // prefill: 16-row blocks dequantized into the dense FP32 tile
   Q8Row,            // GGUF blocks x Q8 activations, decode by row
   Q8RowAvx2,        // the same on the AVX2 tier (vpmaddubsw), decode and prefill
+  DenseAvx2,        // F32 / F16 / BF16 weights on the AVX2 tier: fused widen + FMA per row (decode)
   NibAvx2,  // 4-bit codes on the AVX2 tier: fused dot per row (decode), rows decoded then dotted (prefill)
   Q8Pack,   // GGUF on the load-time pack (QBlkPack / KPack), decode and prefill
   Q8PackPerCall,  // GGUF prefill on a pack made per call
