@@ -279,6 +279,11 @@ float dot_f32_avx2(const float* a, const float* b, int64_t n);
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows against Q8 blocks of 32 on the AVX2 tier (matmul_avx2_q8.cpp):
 // the same contracts as quantize_q8_blocks_avx512 (bit-identical to quantize_q8_blocks), ggml_q8_dot_avx512
 // and ggml_q8_dot4_avx512 (Q4_0 / Q8_0).
+// 8-bit code rows of the byte route on the AVX2 tier: byte_dot_avx512 / byte_deq_avx512's contracts.
+float byte_dot_avx2(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                    ByteDec dec, const float* x);
+void byte_deq_avx2(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                   ByteDec dec, float* out);
 // sum_i w[i] x[i] for an F16 (bf16 false) or BF16 row on the AVX2 tier (matmul_avx2.cpp).
 float dot_half_avx2(const uint16_t* w, bool bf16, const float* x, int64_t n);
 // 4-bit code rows of the nib route on the AVX2 tier (matmul_avx2.cpp): nib_dot_avx512 / nib_deq_avx512's

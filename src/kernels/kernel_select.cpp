@@ -101,6 +101,8 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
   // The nib route's 4-bit codes (INT4, NF4, FP4, MXFP4, NVFP4 weights) on the AVX2 tier.
   if (isa == Isa::Avx2 && p.route == Route::Nib && w.kind == WeightKind::Quant && p.lut.size() >= 16)
     return {Kernel::NibAvx2, ActRounding::None};
+  if (isa == Isa::Avx2 && p.route == Route::Byte && w.kind == WeightKind::Quant)
+    return {Kernel::ByteAvx2, ActRounding::None};
   if (isa < Isa::Avx512) return {Kernel::Deq, ActRounding::None};
   // INT4 / INT8 codes with INT8 or INT4 activations (W4A4: the 4-bit codes are widened to bytes and run on
   // the same integer kernels, exact in int32): integer products. Prefill: W8A8 per-channel on AMX tiles (from
@@ -193,6 +195,7 @@ const char* kernel_short_name(Kernel k) {
     case Kernel::Fp6Byte16:
       return "byte16";
     case Kernel::ByteDot:
+    case Kernel::ByteAvx2:
       return "byte";
     case Kernel::Bf16Tile:
       return "bf16tile";
@@ -222,6 +225,7 @@ Isa kernel_tier(Kernel k) {
     case Kernel::Q8RowAvx2:
     case Kernel::NibAvx2:
     case Kernel::DenseAvx2:
+    case Kernel::ByteAvx2:
       return Isa::Avx2;
     default:
       return Isa::Avx512;

@@ -351,23 +351,28 @@ void run_dense_avx2(const WeightMatrix& w, const float* x, int64_t T, float* y) 
       static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
-// The nib route on the AVX2 tier: decode (T < kPrefillTokens) one fused dot per row and token; prefill each
-// row decoded once (nib_deq_avx2), then dotted with every token.
-void run_nib_avx2(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+// The nib / byte routes on the AVX2 tier: decode (T < kPrefillTokens) one fused dot per row and token;
+// prefill each row decoded once (nib_deq_avx2 / byte_deq_avx2), then dotted with every token.
+void run_codes_avx2(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols;
+  const bool nib = p.route == Route::Nib;
   for_row_blocks(
       rows,
       [&](int64_t r0, int64_t r1) {
         float* buf = T >= kPrefillTokens ? tls_floats(static_cast<size_t>(cols)).data() : nullptr;
         for (int64_t r = r0; r < r1; ++r) {
           const uint8_t* row = row_ptr(w, r);
+          const float *s = p.scale_row(r), *z = p.zero_row(r);
           if (buf) {
-            kern::nib_deq_avx2(row, cols, p.group, p.scale_row(r), p.zero_row(r), p.lut.data(), buf);
+            if (nib)
+              kern::nib_deq_avx2(row, cols, p.group, s, z, p.lut.data(), buf);
+            else
+              kern::byte_deq_avx2(row, cols, p.group, s, z, p.byte_dec, buf);
             for (int64_t t = 0; t < T; ++t) y[t * rows + r] = kern::dot_f32_avx2(buf, x + t * cols, cols);
           } else {
             for (int64_t t = 0; t < T; ++t)
-              y[t * rows + r] = kern::nib_dot_avx2(row, cols, p.group, p.scale_row(r), p.zero_row(r),
-                                                   p.lut.data(), x + t * cols);
+              y[t * rows + r] = nib ? kern::nib_dot_avx2(row, cols, p.group, s, z, p.lut.data(), x + t * cols)
+                                    : kern::byte_dot_avx2(row, cols, p.group, s, z, p.byte_dec, x + t * cols);
           }
         }
       },
@@ -880,7 +885,8 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
     case Kernel::ByteDot:
       return run_code_dots512(w, p, x, T, y);
     case Kernel::NibAvx2:
-      return run_nib_avx2(w, p, x, T, y);
+    case Kernel::ByteAvx2:
+      return run_codes_avx2(w, p, x, T, y);
     case Kernel::DenseAvx2:
       return run_dense_avx2(w, x, T, y);
     case Kernel::F32Tile:

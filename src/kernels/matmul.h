@@ -53,22 +53,25 @@ enum class Kernel : uint8_t {
   VnniBlock,        // other INT4 / INT8 codes x INT8 activations, prefill over per-call decoded blocks
   F32Tile,          // prefill: 16-row blocks dequantized into the dense FP32 tile
   Q8Row,            // GGUF blocks x Q8 activations, decode by row
-  Q8RowAvx2,        // the same on the AVX2 tier (vpmaddubsw), decode and prefill
-  DenseAvx2,        // F32 / F16 / BF16 weights on the AVX2 tier: fused widen + FMA per row (decode)
-  NibAvx2,  // 4-bit codes on the AVX2 tier: fused dot per row (decode), rows decoded then dotted (prefill)
-  Q8Pack,   // GGUF on the load-time pack (QBlkPack / KPack), decode and prefill
-  Q8PackPerCall,  // GGUF prefill on a pack made per call
-  NibLane,        // 4-bit codes, lane kernel, FP32 activations (avx512 tier)
-  Nib16,          // 4-bit (and INT2 / INT3 widened) codes, lane kernel, BF16 activations
-  NibDot,         // 4-bit codes, one fused dot per row (groups the lanes cannot serve)
-  Byte16,         // 8-bit codes, lane kernel, BF16 activations
-  Fp6Byte16,      // FP6 rows widened per block to bytes, then the byte16 kernel
-  ByteDot,        // 8-bit codes, one fused dot per row
-  Bf16Tile,       // weight-only prefill on the BF16 tile
-  LutBf16,        // LUT2/3/4 per-row codebooks, Avx512Bf16 tier: BF16 tables, vpermw + vdpbf16ps
-  LutAvx512,      // LUT2/3/4 per-row codebooks: table in a register, vpermps lookups fused with the FMA
-  LutAvx2,        // the same with two vpermps + blend per 8 codes
-  LutGeneric,     // the same in scalar code (the generic tier)
+  Q8Pack,           // GGUF on the load-time pack (QBlkPack / KPack), decode and prefill
+  Q8PackPerCall,    // GGUF prefill on a pack made per call
+  NibLane,          // 4-bit codes, lane kernel, FP32 activations (avx512 tier)
+  Nib16,            // 4-bit (and INT2 / INT3 widened) codes, lane kernel, BF16 activations
+  NibDot,           // 4-bit codes, one fused dot per row (groups the lanes cannot serve)
+  Byte16,           // 8-bit codes, lane kernel, BF16 activations
+  Fp6Byte16,        // FP6 rows widened per block to bytes, then the byte16 kernel
+  ByteDot,          // 8-bit codes, one fused dot per row
+  Bf16Tile,         // weight-only prefill on the BF16 tile
+  LutBf16,          // LUT2/3/4 per-row codebooks, Avx512Bf16 tier: BF16 tables, vpermw + vdpbf16ps
+  LutAvx512,        // LUT2/3/4 per-row codebooks: table in a register, vpermps lookups fused with the FMA
+  LutAvx2,          // the same with two vpermps + blend per 8 codes
+  LutGeneric,       // the same in scalar code (the generic tier)
+  // The AVX2 tier (matmul_avx2*.cpp). Decode: one fused dot per row and token; prefill: Q8RowAvx2 the same,
+  // the others each row decoded / widened once, then dotted with every token.
+  Q8RowAvx2,  // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 x Q8 activations (vpmaddubsw)
+  DenseAvx2,  // F32 / F16 / BF16
+  NibAvx2,    // 4-bit codes (the nib route)
+  ByteAvx2,   // 8-bit codes (the byte route)
 };
 // What a kernel rounds the activations to beyond the weight's activation route.
 enum class ActRounding : uint8_t { None, Bf16, Q8 };

@@ -1,11 +1,13 @@
 // AVX2 + FMA tier: float dot products (the generic dequantize-a-row path uses them), F16 / BF16 rows
-// (dense.avx2) and the 4-bit code rows of the nib route (nib.avx2).
+// (dense.avx2), the 4-bit code rows of the nib route (nib.avx2) and the 8-bit ones of the byte route
+// (byte.avx2).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/kernel_plan.h"
+#include "kernels/lane_avx2.h"
 
 namespace lowbit::kern {
 
@@ -21,10 +23,7 @@ float dot_f32_avx2(const float* a, const float* b, int64_t n) {
   }
   for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), a0);
   __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  float r = _mm_cvtss_f32(h);
+  float r = hsum8(s);
   for (; i < n; ++i) r += a[i] * b[i];
   return r;
 }
@@ -49,10 +48,7 @@ float dot_half_avx2(const uint16_t* w, bool bf16, const float* x, int64_t n) {
   }
   for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(wide8(w + i, bf16), _mm256_loadu_ps(x + i), a0);
   __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  float r = _mm_cvtss_f32(h);
+  float r = hsum8(s);
   for (; i < n; ++i) {
     float v;
     if (bf16) {
@@ -82,13 +78,6 @@ void axpy_f32_avx2(float a, const float* x, float* y, int64_t n) {
 }
 
 namespace {
-
-inline float hsum8(__m256 v) {
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
-}
 
 // Elements c..c+7 of a 4-bit code row (c even; code i is nibble i, low nibble first) through the 16-entry
 // value table held as two halves: each dword lane shifts the 32 bits of the four bytes right by 4k, vpermps
@@ -178,6 +167,86 @@ void nib_deq_avx2(const uint8_t* row, int64_t cols, int64_t group, const float* 
     for (; c + 8 <= c1; c += 8)
       _mm256_storeu_ps(out + c, _mm256_mul_ps(_mm256_sub_ps(nib8(row, c, lo, hi, shifts), zv), sv));
     for (; c < c1; ++c) out[c] = (lut16[nib_at(row, c)] - zj) * s[j];
+  }
+}
+
+namespace {
+// 8 code bytes -> 8 floats in element units, as byte16 in matmul_avx512_q.cpp: INT8 symmetric codes are
+// stored offset by 128; FP8 codes become IEEE halves (E5M2: the top byte; E4M3FN: code << 7 with the sign
+// carried from bit 14 into bit 15, i.e. the value times 2^-8, see byte_scale; NaN codes are not masked, as
+// there: the quantizer never writes them).
+inline __m256 byte8(const uint8_t* p, ByteDec dec) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  switch (dec) {
+    case ByteDec::Int8Sym:
+      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_xor_si128(b, _mm_set1_epi8(-128))));
+    case ByteDec::Int8Asym:
+      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+    case ByteDec::E4M3: {
+      const __m128i t = _mm_slli_epi16(_mm_cvtepu8_epi16(b), 7);
+      return _mm256_cvtph_ps(_mm_add_epi16(t, _mm_and_si128(t, _mm_set1_epi16(0x4000))));
+    }
+    case ByteDec::E5M2:
+      return _mm256_cvtph_ps(_mm_slli_epi16(_mm_cvtepu8_epi16(b), 8));
+  }
+  return _mm256_setzero_ps();
+}
+inline float byte_scale(ByteDec dec, float s) {
+  return dec == ByteDec::E4M3 ? s * 256.0f : s;
+}
+}  // namespace
+
+// byte_dot_avx512's contract: sum_c s[g] * (value(code c) - z[g]) * x[c], groups of 16k columns or one group.
+float byte_dot_avx2(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                    ByteDec dec, const float* x) {
+  const int64_t G = std::min(group, cols);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t c0 = 0, j = 0; c0 < cols; c0 += G, ++j) {
+    const int64_t c1 = std::min(cols, c0 + G);
+    const __m256 zv = _mm256_set1_ps(z ? z[j] : 0.0f);
+    __m256 ga = _mm256_setzero_ps(), gb = _mm256_setzero_ps();
+    int64_t c = c0;
+    for (; c + 16 <= c1; c += 16) {
+      ga = _mm256_fmadd_ps(_mm256_sub_ps(byte8(row + c, dec), zv), _mm256_loadu_ps(x + c), ga);
+      gb = _mm256_fmadd_ps(_mm256_sub_ps(byte8(row + c + 8, dec), zv), _mm256_loadu_ps(x + c + 8), gb);
+    }
+    for (; c < c1; c += 8) {  // the last 1..15 columns, padded with zero activations
+      alignas(32) uint8_t cb[8] = {};
+      alignas(32) float xb[8] = {};
+      const int64_t n = std::min<int64_t>(8, c1 - c);
+      std::memcpy(cb, row + c, static_cast<size_t>(n));
+      std::memcpy(xb, x + c, static_cast<size_t>(n) * sizeof(float));
+      ga = _mm256_fmadd_ps(_mm256_sub_ps(byte8(cb, dec), zv), _mm256_load_ps(xb), ga);
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(byte_scale(dec, s[j])), _mm256_add_ps(ga, gb), acc);
+  }
+  return hsum8(acc);
+}
+
+// byte_deq_avx512's contract: out[c] = s[g] * (value(code c) - z[g]).
+void byte_deq_avx2(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                   ByteDec dec, float* out) {
+  const int64_t G = std::min(group, cols);
+  for (int64_t c0 = 0, j = 0; c0 < cols; c0 += G, ++j) {
+    const int64_t c1 = std::min(cols, c0 + G);
+    const __m256 sv = _mm256_set1_ps(byte_scale(dec, s[j])), zv = _mm256_set1_ps(z ? z[j] : 0.0f);
+    for (int64_t c = c0; c < c1; c += 8) {
+      const int64_t n = std::min<int64_t>(8, c1 - c);
+      alignas(32) uint8_t cb[8] = {};
+      const uint8_t* src = row + c;
+      if (n < 8) {
+        std::memcpy(cb, row + c, static_cast<size_t>(n));
+        src = cb;
+      }
+      const __m256 v = _mm256_mul_ps(_mm256_sub_ps(byte8(src, dec), zv), sv);
+      if (n == 8) {
+        _mm256_storeu_ps(out + c, v);
+      } else {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, v);
+        std::memcpy(out + c, tmp, static_cast<size_t>(n) * sizeof(float));
+      }
+    }
   }
 }
 

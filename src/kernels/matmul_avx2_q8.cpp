@@ -12,17 +12,11 @@
 
 #include "formats/ggml_types.h"
 #include "kernels/kernel_plan.h"
+#include "kernels/lane_avx2.h"
 
 namespace lowbit::kern {
 
 namespace {
-
-inline float hsum(__m256 v) {
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
-}
 
 inline float f16_at(const uint8_t* p) {
   uint16_t h;
@@ -150,7 +144,7 @@ float ggml_q8_dot_avx2(int ggml_type, const uint8_t* row, int64_t cols, const in
         acc0 = _mm256_add_ps(acc0, t);
     }
   }
-  return hsum(_mm256_add_ps(acc0, acc1));
+  return hsum8(_mm256_add_ps(acc0, acc1));
 }
 
 // Four Q4_0 or Q8_0 rows against one token: the rows share each activation load (and Q4_0's offset term, one
@@ -182,7 +176,7 @@ void ggml_q8_dot4_avx2(int ggml_type, const uint8_t* const* rows, int64_t cols, 
       }
     }
   }
-  for (int i = 0; i < 4; ++i) out[i] = hsum(acc[i]);
+  for (int i = 0; i < 4; ++i) out[i] = hsum8(acc[i]);
 }
 
 }  // namespace lowbit::kern

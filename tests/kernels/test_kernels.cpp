@@ -329,8 +329,8 @@ TEST(KernelNames, FastPathsSelected) {
 }
 
 // The avx2 tier names its own fused kernels (a silent deq fallback would pass the accuracy tests): F32 / F16
-// / BF16 on dense.avx2, the nib route's 4-bit formats on nib.avx2, the GGUF legacy types on q8dot.avx2
-// (test_q8_avx2.cpp checks GGUF files); other formats stay on deq.
+// / BF16 on dense.avx2, the nib route's 4-bit formats on nib.avx2, INT8 / FP8 on byte.avx2, the GGUF legacy
+// types on q8dot.avx2 (test_q8_avx2.cpp checks GGUF files); other formats stay on deq.
 TEST(KernelNames, Avx2TierKernels) {
   if (best_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
   set_kernel_isa(Isa::Avx2);
@@ -342,7 +342,9 @@ TEST(KernelNames, Avx2TierKernels) {
                                                       {"f32", "f32.dense.avx2"},
                                                       {"f16", "f16.dense.avx2"},
                                                       {"bf16", "bf16.dense.avx2"},
-                                                      {"int8:channel", "int8:channel:sym:f16.deq.avx2"}};
+                                                      {"int8:channel", "int8:channel:sym:f16.byte.avx2"},
+                                                      {"e4m3:channel", "e4m3fn:channel:f32.byte.avx2"},
+                                                      {"int3:g64", "int3:g64:sym:f16.deq.avx2"}};
   for (const auto& [weight, name] : want)
     EXPECT_EQ(matmul_kernel_name(make_weight({weight, ""}, 8, 256, 1)), name) << weight;
   set_kernel_isa(best_isa());
