@@ -4,11 +4,13 @@
 // kernels run in MatmulVsReference and GgmlRandomBlocks (test_kernels.cpp) on the avx2 tier.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/half.h"
@@ -28,7 +30,9 @@ uint32_t f32_bits(float f) {
   return u;
 }
 
-TEST(Q8Avx2, ActivationsEqualScalar) {
+// The vectorized Q8 activation quantizers of both tiers (AVX2 here, AVX-512 for the VNNI kernels) equal the
+// scalar quantize_q8_blocks bit for bit.
+TEST(Q8Activations, SimdEqualsScalarOnEveryTier) {
   if (best_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -42,9 +46,16 @@ TEST(Q8Avx2, ActivationsEqualScalar) {
   std::vector<int8_t> qa(static_cast<size_t>(n)), qb(qa.size());
   std::vector<float> da(static_cast<size_t>(n / 32)), db(da.size());
   quantize_q8_blocks(x.data(), n, qa.data(), da.data());
-  kern::quantize_q8_blocks_avx2(x.data(), n, qb.data(), db.data());
-  EXPECT_EQ(qa, qb);
-  for (size_t b = 0; b < da.size(); ++b) EXPECT_EQ(f32_bits(da[b]), f32_bits(db[b])) << "block " << b;
+  std::vector<std::pair<const char*, void (*)(const float*, int64_t, int8_t*, float*)>> tiers = {
+      {"avx2", kern::quantize_q8_blocks_avx2}};
+  if (best_isa() >= Isa::Avx512) tiers.emplace_back("avx512", kern::quantize_q8_blocks_avx512);
+  for (const auto& [tier, quantize] : tiers) {
+    std::fill(qb.begin(), qb.end(), int8_t{0});
+    quantize(x.data(), n, qb.data(), db.data());
+    EXPECT_EQ(qa, qb) << tier;
+    for (size_t b = 0; b < da.size(); ++b)
+      EXPECT_EQ(f32_bits(da[b]), f32_bits(db[b])) << tier << " block " << b;
+  }
 }
 
 struct TypeCase {

@@ -133,23 +133,5 @@ TEST(QBlkPack, RepackedWeightCountsThePackNotTheStoredRowsTwice) {
   EXPECT_EQ(table.nbytes(), buf->size());  // the stored rows only
 }
 
-TEST(QBlkPack, SimdQ8ActivationsEqualScalar) {
-  if (best_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int64_t n = 32 * 64;
-  std::vector<float> x(static_cast<size_t>(n));
-  for (auto& v : x) v = nd(rng);
-  for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;                        // an all-zero block (scale 0)
-  x[100] = 1e4f;                                                        // an outlier block
-  for (int i = 0; i < 32; ++i) x[256 + i] = (i - 16) * 127.0f / 16.0f;  // exact halves after scaling
-  std::vector<int8_t> qa(static_cast<size_t>(n)), qb(qa.size());
-  std::vector<float> da(static_cast<size_t>(n / 32)), db(da.size());
-  quantize_q8_blocks(x.data(), n, qa.data(), da.data());
-  kern::quantize_q8_blocks_avx512(x.data(), n, qb.data(), db.data());
-  EXPECT_EQ(qa, qb);
-  for (size_t b = 0; b < da.size(); ++b) EXPECT_EQ(f32_bits(da[b]), f32_bits(db[b])) << "block " << b;
-}
-
 }  // namespace
 }  // namespace lowbit
