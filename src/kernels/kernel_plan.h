@@ -276,7 +276,8 @@ void lut_deq_avx512(const uint8_t* row, int64_t cols, int bits, const uint16_t* 
 // ---- generic / AVX2 ----
 float dot_f32_generic(const float* a, const float* b, int64_t n);
 float dot_f32_avx2(const float* a, const float* b, int64_t n);
-// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows against Q8 blocks of 32 on the AVX2 tier (matmul_avx2_q8.cpp):
+// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (and Q4_K / Q6_K) rows against Q8 blocks of 32 on the AVX2 tier
+// (matmul_avx2_q8.cpp):
 // the same contracts as quantize_q8_blocks_avx512 (bit-identical to quantize_q8_blocks), ggml_q8_dot_avx512
 // and ggml_q8_dot4_avx512 (Q4_0 / Q8_0).
 // 8-bit code rows of the byte route on the AVX2 tier: byte_dot_avx512 / byte_deq_avx512's contracts.
@@ -294,6 +295,10 @@ void nib_deq_avx2(const uint8_t* row, int64_t cols, int64_t group, const float* 
                   const float* lut16, float* out);
 bool ggml_q8_avx2_supported(int ggml_type);
 void quantize_q8_blocks_avx2(const float* x, int64_t n, int8_t* q, float* d);
+// GGUF Q4_K / Q6_K rows on the AVX2 tier against the same Q8 blocks; bsum [cols / 32] their code sums.
+bool ggml_k_avx2_supported(int ggml_type);
+float ggml_k_dot_avx2(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx,
+                      const int32_t* bsum);
 float ggml_q8_dot_avx2(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx);
 void ggml_q8_dot4_avx2(int ggml_type, const uint8_t* const* rows, int64_t cols, const int8_t* qx,
                        const float* dx, float* out);

@@ -799,6 +799,18 @@ void run_ggml_q8(const WeightMatrix& w, const KernelPlan& p, bool avx2, const fl
   }
   const int8_t* qxp = qx.data();
   const float* dxp = dx.data();
+  // The AVX2 k-quant rows (Q4_K's mins) take each Q8 block's code sum.
+  const bool kq2 = avx2 && kern::ggml_k_avx2_supported(type);
+  thread_local std::vector<int32_t> bsum;
+  if (kq2) {
+    bsum.resize(static_cast<size_t>(T * nb));
+    for (int64_t i = 0; i < T * nb; ++i) {
+      int32_t sum = 0;
+      for (int k = 0; k < 32; ++k) sum += qxp[32 * i + k];
+      bsum[static_cast<size_t>(i)] = sum;
+    }
+  }
+  const int32_t* bsp = bsum.data();  // the calling thread's buffer (the lambda below runs on the pool)
   // Q4_0, Q8_0: four rows per call, or long rows one after another (kern::kSeqRowBytes).
   const bool long_rows = static_cast<int64_t>(w.row_bytes()) > kern::kSeqRowBytes;
   const bool four = (type == ggml::Q4_0 || type == ggml::Q8_0) && !long_rows;
@@ -820,8 +832,10 @@ void run_ggml_q8(const WeightMatrix& w, const KernelPlan& p, bool avx2, const fl
             }
           for (; r < r1; ++r)
             y[t * rows + r] =
-                kq ? kern::ggml_k_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
-                   : dot1(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf);
+                kq    ? kern::ggml_k_dot_avx512(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf)
+                : kq2 ? kern::ggml_k_dot_avx2(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf,
+                                              bsp + t * nb)
+                      : dot1(type, row_ptr(w, r), cols, qxp + t * cols, dxp + t * nf);
         }
       },
       static_cast<double>(w.nbytes()) * static_cast<double>(T));

@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "formats/ggml_kquants.h"
 #include "formats/ggml_types.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/lane_avx2.h"
@@ -63,7 +64,11 @@ inline __m256i load32(const void* p) {
 
 bool ggml_q8_avx2_supported(int ggml_type) {
   return ggml_type == ggml::Q4_0 || ggml_type == ggml::Q4_1 || ggml_type == ggml::Q5_0 ||
-         ggml_type == ggml::Q5_1 || ggml_type == ggml::Q8_0;
+         ggml_type == ggml::Q5_1 || ggml_type == ggml::Q8_0 || ggml_k_avx2_supported(ggml_type);
+}
+
+bool ggml_k_avx2_supported(int ggml_type) {
+  return ggml_type == ggml::Q4_K || ggml_type == ggml::Q6_K;
 }
 
 void quantize_q8_blocks_avx2(const float* x, int64_t n, int8_t* q, float* d) {
@@ -177,6 +182,74 @@ void ggml_q8_dot4_avx2(int ggml_type, const uint8_t* const* rows, int64_t cols, 
     }
   }
   for (int i = 0; i < 4; ++i) out[i] = hsum8(acc[i]);
+}
+
+// Q4_K (144 bytes per 256: d, dmin, 12 bytes of 6-bit scales / mins, 128 bytes of nibbles; sub-block j of 32
+// has w = d sc_j u - dmin m_j) and Q6_K (210 bytes: ql[128], qh[64], int8 scales[16], d; sub-blocks of 16,
+// w = d sc_i (u - 32), u = 4 low bits from ql | 2 high bits from qh << 4) against Q8 blocks of 32 (bsum: each
+// block's code sum, for Q4_K's mins).
+float ggml_k_dot_avx2(int ggml_type, const uint8_t* row, int64_t cols, const int8_t* qx, const float* dx,
+                      const int32_t* bsum) {
+  const int64_t ns = cols / 256;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  if (ggml_type == ggml::Q4_K) {
+    float mins = 0;
+    for (int64_t s = 0; s < ns; ++s) {
+      const uint8_t* p = row + 144 * s;
+      const float d = f16_at(p), dmin = f16_at(p + 2);
+      uint8_t sc[8], m[8];
+      for (int j = 0; j < 8; ++j) formats_detail::k4_scale_min(j, p + 4, &sc[j], &m[j]);
+      float ms = 0;
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = load32(p + 16 + 32 * c);
+        const int64_t b0 = 8 * s + 2 * c, b1 = b0 + 1;
+        const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(udot(lo, load32(qx + 32 * b0))),
+                               _mm256_set1_ps(d * sc[2 * c] * dx[b0]), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(udot(hi, load32(qx + 32 * b1))),
+                               _mm256_set1_ps(d * sc[2 * c + 1] * dx[b1]), acc1);
+        ms += m[2 * c] * dx[b0] * static_cast<float>(bsum[b0]) +
+              m[2 * c + 1] * dx[b1] * static_cast<float>(bsum[b1]);
+      }
+      mins += dmin * ms;
+    }
+    return hsum8(_mm256_add_ps(acc0, acc1)) - mins;
+  }
+  // Q6_K
+  const __m256i m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+  for (int64_t s = 0; s < ns; ++s) {
+    const uint8_t* p = row + 210 * s;
+    const float d = f16_at(p + 208);
+    const auto* sc = reinterpret_cast<const int8_t*>(p + 192);
+    for (int n = 0; n < 2; ++n) {
+      const __m256i l0 = load32(p + 64 * n), l1 = load32(p + 64 * n + 32), h = load32(p + 128 + 32 * n);
+      // Elements 128n + 32k .. +31 (k = 0..3): low nibbles of ql[0..31] / ql[32..63], then their high
+      // nibbles, with bits 2k..2k+1 of qh as bits 4..5.
+      const __m256i u[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4))};
+      for (int k = 0; k < 4; ++k) {
+        const int64_t b = 8 * s + 4 * n + k;
+        const __m256i xq = load32(qx + 32 * b);
+        const __m256i is = _mm256_sub_epi32(udot(u[k], xq), udot(k32, xq));
+        // int32 lanes 0..3 hold elements 0..15 of the block (scale sc[8n + 2k]), lanes 4..7 elements 16..31.
+        const float f = d * dx[b];
+        const __m256 sv =
+            _mm256_set_m128(_mm_set1_ps(f * sc[8 * n + 2 * k + 1]), _mm_set1_ps(f * sc[8 * n + 2 * k]));
+        if (k & 1)
+          acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), sv, acc1);
+        else
+          acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), sv, acc0);
+      }
+    }
+  }
+  return hsum8(_mm256_add_ps(acc0, acc1));
 }
 
 }  // namespace lowbit::kern

@@ -131,7 +131,8 @@ TEST(Q8Avx2, RowDotsMatchTheDecoderWithExtremeCodes) {
   }
 }
 
-// The avx2 tier names the fused kernel for the legacy GGUF types and the unfused one where it has none.
+// The avx2 tier names the fused kernel for the legacy GGUF types, Q4_K and Q6_K, and the unfused one where it
+// has none.
 TEST(Q8Avx2, KernelNames) {
   if (best_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
   auto name = [](const char* type) {
@@ -146,7 +147,9 @@ TEST(Q8Avx2, KernelNames) {
   EXPECT_EQ(name("q4_0"), "q4_0.q8dot.avx2");
   EXPECT_EQ(name("q8_0"), "q8_0.q8dot.avx2");
   EXPECT_EQ(name("q5_1"), "q5_1.q8dot.avx2");
-  EXPECT_EQ(name("q4_k"), "q4_k.deq.avx2");  // k-quants: not on this tier's fused kernel
+  EXPECT_EQ(name("q4_k"), "q4_k.q8dot.avx2");
+  EXPECT_EQ(name("q6_k"), "q6_k.q8dot.avx2");
+  EXPECT_EQ(name("q5_k"), "q5_k.deq.avx2");  // the other k-quants: not on this tier's fused kernel yet
   set_kernel_isa(best_isa());
 }
 

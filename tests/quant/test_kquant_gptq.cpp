@@ -115,8 +115,10 @@ void round_trip(const std::string& recipe, const std::string& prefix) {
     if (na[i].first.rfind("layers.", 0) == 0) {
       const std::string k = matmul_kernel_name(b);
       EXPECT_EQ(k.rfind(prefix, 0), 0u) << k;
-      // The fused k-quant kernels (KPack, Q8 activations) are AVX-512 VNNI; below it the generic deq route.
-      if (kernel_isa() >= Isa::Avx512)
+      // The fused k-quant kernels: every k-quant on AVX-512 VNNI (KPack, Q8 activations), Q4_K / Q6_K rows on
+      // the avx2 tier (q8dot); otherwise the generic deq route.
+      const bool avx2_k = kernel_isa() == Isa::Avx2 && (prefix == "q4_k." || prefix == "q6_k.");
+      if (kernel_isa() >= Isa::Avx512 || avx2_k)
         EXPECT_EQ(k.find(".deq"), std::string::npos) << na[i].first << " runs the unfused fallback: " << k;
       else
         EXPECT_NE(k.find(".deq"), std::string::npos) << k;
