@@ -28,9 +28,11 @@ inline float f16_at(const uint8_t* p) {
 // The 32 nibbles of a 16-byte block as bytes 0..15 in element order: element j < 16 is the low nibble of
 // byte j, element j + 16 its high nibble (the GGUF layout of Q4_0 / Q4_1 / Q5_0 / Q5_1).
 inline __m256i nibbles(const uint8_t* qs) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m4 = _mm_set1_epi8(0x0F);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+  // The 16 bytes in both halves (one load), the upper half shifted right by 4 per 64-bit lane: each byte's
+  // low 4 bits are then its low nibble (lower half) or its high nibble (upper half); the mask drops what
+  // the shift carried in from the next byte.
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
 }
 
 // Byte j = 0x10 where bit j of the 32-bit qh is set, else 0 (the fifth bit of Q5_0 / Q5_1 element j).
