@@ -92,8 +92,8 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
                                       : KernelChoice{Kernel::LutAvx512, ActRounding::None};
     return {isa >= Isa::Avx2 ? Kernel::LutAvx2 : Kernel::LutGeneric, ActRounding::None};
   }
-  // GGUF legacy blocks on the AVX2 tier: Q8 activation blocks and integer dots by row, decode and prefill
-  // (NVFP4 activations stay an exact emulation: unfused).
+  // GGUF legacy blocks, Q4_K and Q6_K on the AVX2 tier: Q8 activation blocks and integer dots by row, decode
+  // and prefill (NVFP4 activations stay an exact emulation: unfused).
   if (isa == Isa::Avx2 && p.route == Route::GgmlQ8 && kern::ggml_q8_avx2_supported(p.ggml_type) &&
       w.act_format != FormatId::NVFP4)
     return {Kernel::Q8RowAvx2, ActRounding::Q8};

@@ -320,60 +320,47 @@ void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
       work);
 }
 
-// F32 / F16 / BF16 weights on the AVX2 tier: decode one fused widen + dot per row and token; prefill each row
-// widened once, then dotted with every token (F32 rows are read as they are).
-void run_dense_avx2(const WeightMatrix& w, const float* x, int64_t T, float* y) {
+// The AVX2 tier's row kernels (DenseAvx2, NibAvx2, ByteAvx2): decode (T < kPrefillTokens) one fused dot per
+// row and token; prefill each row decoded once with the tier's decoder (F32 rows read as they are), then
+// dotted with every token.
+void run_rows_avx2(const WeightMatrix& w, const KernelPlan& p, Kernel k, const float* x, int64_t T,
+                   float* y) {
   const int64_t rows = w.rows, cols = w.cols;
   const bool bf16 = w.kind == WeightKind::BF16;
-  for_row_blocks(
-      rows,
-      [&](int64_t r0, int64_t r1) {
-        float* buf = tls_floats(static_cast<size_t>(cols)).data();
-        for (int64_t r = r0; r < r1; ++r) {
-          const uint8_t* row = row_ptr(w, r);
-          const uint16_t* h = reinterpret_cast<const uint16_t*>(row);
-          const float* wr = reinterpret_cast<const float*>(row);
-          if (w.kind != WeightKind::F32 && T < kPrefillTokens) {
-            for (int64_t t = 0; t < T; ++t)
-              y[t * rows + r] = kern::dot_half_avx2(h, bf16, x + t * cols, cols);
-            continue;
-          }
-          if (w.kind == WeightKind::F16) {
-            kern::widen_f16_avx2(h, buf, cols);
-            wr = buf;
-          } else if (bf16) {
-            kern::widen_bf16_generic(h, buf, cols);
-            wr = buf;
-          }
-          for (int64_t t = 0; t < T; ++t) y[t * rows + r] = kern::dot_f32_avx2(wr, x + t * cols, cols);
-        }
-      },
-      static_cast<double>(w.nbytes()) * static_cast<double>(T));
-}
-
-// The nib / byte routes on the AVX2 tier: decode (T < kPrefillTokens) one fused dot per row and token;
-// prefill each row decoded once (nib_deq_avx2 / byte_deq_avx2), then dotted with every token.
-void run_codes_avx2(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
-  const int64_t rows = w.rows, cols = w.cols;
-  const bool nib = p.route == Route::Nib;
+  auto dot = [&](const uint8_t* row, int64_t r, const float* xt) {
+    if (k == Kernel::NibAvx2)
+      return kern::nib_dot_avx2(row, cols, p.group, p.scale_row(r), p.zero_row(r), p.lut.data(), xt);
+    if (k == Kernel::ByteAvx2)
+      return kern::byte_dot_avx2(row, cols, p.group, p.scale_row(r), p.zero_row(r), p.byte_dec, xt);
+    if (w.kind == WeightKind::F32) return kern::dot_f32_avx2(reinterpret_cast<const float*>(row), xt, cols);
+    return kern::dot_half_avx2(reinterpret_cast<const uint16_t*>(row), bf16, xt, cols);
+  };
+  auto decode = [&](const uint8_t* row, int64_t r, float* out) -> const float* {
+    const auto* h = reinterpret_cast<const uint16_t*>(row);
+    if (k == Kernel::NibAvx2)
+      kern::nib_deq_avx2(row, cols, p.group, p.scale_row(r), p.zero_row(r), p.lut.data(), out);
+    else if (k == Kernel::ByteAvx2)
+      kern::byte_deq_avx2(row, cols, p.group, p.scale_row(r), p.zero_row(r), p.byte_dec, out);
+    else if (w.kind == WeightKind::F32)
+      return reinterpret_cast<const float*>(row);
+    else if (bf16)
+      kern::widen_bf16_generic(h, out, cols);
+    else
+      kern::widen_f16_avx2(h, out, cols);
+    return out;
+  };
   for_row_blocks(
       rows,
       [&](int64_t r0, int64_t r1) {
         float* buf = T >= kPrefillTokens ? tls_floats(static_cast<size_t>(cols)).data() : nullptr;
         for (int64_t r = r0; r < r1; ++r) {
           const uint8_t* row = row_ptr(w, r);
-          const float *s = p.scale_row(r), *z = p.zero_row(r);
-          if (buf) {
-            if (nib)
-              kern::nib_deq_avx2(row, cols, p.group, s, z, p.lut.data(), buf);
-            else
-              kern::byte_deq_avx2(row, cols, p.group, s, z, p.byte_dec, buf);
-            for (int64_t t = 0; t < T; ++t) y[t * rows + r] = kern::dot_f32_avx2(buf, x + t * cols, cols);
-          } else {
-            for (int64_t t = 0; t < T; ++t)
-              y[t * rows + r] = nib ? kern::nib_dot_avx2(row, cols, p.group, s, z, p.lut.data(), x + t * cols)
-                                    : kern::byte_dot_avx2(row, cols, p.group, s, z, p.byte_dec, x + t * cols);
+          if (!buf) {
+            for (int64_t t = 0; t < T; ++t) y[t * rows + r] = dot(row, r, x + t * cols);
+            continue;
           }
+          const float* wr = decode(row, r, buf);
+          for (int64_t t = 0; t < T; ++t) y[t * rows + r] = kern::dot_f32_avx2(wr, x + t * cols, cols);
         }
       },
       static_cast<double>(w.nbytes()) * static_cast<double>(T));
@@ -672,15 +659,16 @@ void run_amx_w8a8(const WeightMatrix& w, const KernelPlan& p, const AmxInt8Pack&
       2 * kRowBlock);  // the kernel's 2 x 2 tile blocking
 }
 
-// Activations of the load-time packs: per token Q8 blocks of 32 (q [T, cols], dx [T, cols/32]) and the sums
-// of the codes per `width` columns (sums [T, cols/width]). Thread-local buffers, valid until the next call.
+// Activations of the load-time packs and the AVX2 row kernels: per token Q8 blocks of 32 (q [T, cols], dx
+// [T, cols/32]; the AVX2 tier's quantizer when avx2, bit-identical) and the sums of the codes per `width`
+// columns (sums [T, cols/width]; none for width 0). Thread-local buffers, valid until the next call.
 struct Q8Acts {
   const int8_t* q;
   const float* dx;
   int32_t* sums;
 };
-Q8Acts q8_acts(const float* x, int64_t T, int64_t cols, int64_t width) {
-  const int64_t nb = cols / 32, ns = cols / width;
+Q8Acts q8_acts(const float* x, int64_t T, int64_t cols, int64_t width, bool avx2 = false) {
+  const int64_t nb = cols / 32, ns = width ? cols / width : 0;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> dx;
   thread_local std::vector<int32_t> sums;
@@ -689,7 +677,8 @@ Q8Acts q8_acts(const float* x, int64_t T, int64_t cols, int64_t width) {
   sums.resize(static_cast<size_t>(T * ns));
   for (int64_t t = 0; t < T; ++t) {
     int8_t* qt = q.data() + t * cols;
-    kern::quantize_q8_blocks_avx512(x + t * cols, cols, qt, dx.data() + t * nb);
+    (avx2 ? kern::quantize_q8_blocks_avx2 : kern::quantize_q8_blocks_avx512)(x + t * cols, cols, qt,
+                                                                             dx.data() + t * nb);
     for (int64_t b = 0; b < ns; ++b) {
       int32_t s = 0;
       for (int64_t i = 0; i < width; ++i) s += qt[b * width + i];
@@ -777,40 +766,35 @@ void run_kpack512(const WeightMatrix& w, const KPack& pk, const float* x, int64_
 }
 
 // GGUF blocks held as rows against activations in Q8 blocks of 32: the AVX-512 VNNI row kernels (every type,
-// k-quants included), or on the AVX2 tier the vpmaddubsw ones (the legacy types; ggml_q8_avx2_supported).
+// k-quants included), or on the AVX2 tier the vpmaddubsw ones (ggml_q8_avx2_supported: the legacy types, Q4_K
+// and Q6_K).
 void run_ggml_q8(const WeightMatrix& w, const KernelPlan& p, bool avx2, const float* x, int64_t T, float* y) {
   const int64_t rows = w.rows, cols = w.cols, nb = cols / 32;
   const int type = p.ggml_type;
-  // Per token: int8 codes (Q8 blocks of 32) and per-block floats: the block scales (Q4_0/Q8_0), or the
-  // k-quant kernels' per-super-block factors (same rounding, codes re-laid out for their loads; see
-  // ggml_k_prep_x).
+  // Per token: int8 codes (Q8 blocks of 32) and per-block floats: the block scales, or the AVX-512 k-quant
+  // kernels' per-super-block factors (same rounding, codes re-laid out for their loads; see ggml_k_prep_x).
+  // The AVX2 k-quant rows also take each Q8 block's code sum (Q4_K's mins).
   const bool kq = !avx2 && kern::ggml_k_supported(type);
-  const int64_t nf = kq ? cols / 256 * kern::ggml_k_xk_floats(type) : nb;
-  thread_local std::vector<int8_t> qx;
-  thread_local std::vector<float> dx;
-  qx.resize(static_cast<size_t>(T * cols));
-  dx.resize(static_cast<size_t>(T * nf));
-  for (int64_t t = 0; t < T; ++t) {
-    if (kq)
-      kern::ggml_k_prep_x(type, x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nf);
-    else
-      (avx2 ? kern::quantize_q8_blocks_avx2 : kern::quantize_q8_blocks_avx512)(
-          x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nf);
-  }
-  const int8_t* qxp = qx.data();
-  const float* dxp = dx.data();
-  // The AVX2 k-quant rows (Q4_K's mins) take each Q8 block's code sum.
   const bool kq2 = avx2 && kern::ggml_k_avx2_supported(type);
-  thread_local std::vector<int32_t> bsum;
-  if (kq2) {
-    bsum.resize(static_cast<size_t>(T * nb));
-    for (int64_t i = 0; i < T * nb; ++i) {
-      int32_t sum = 0;
-      for (int k = 0; k < 32; ++k) sum += qxp[32 * i + k];
-      bsum[static_cast<size_t>(i)] = sum;
-    }
+  const int64_t nf = kq ? cols / 256 * kern::ggml_k_xk_floats(type) : nb;
+  const int8_t* qxp;
+  const float* dxp;
+  const int32_t* bsp = nullptr;
+  if (kq) {
+    thread_local std::vector<int8_t> qx;
+    thread_local std::vector<float> dx;
+    qx.resize(static_cast<size_t>(T * cols));
+    dx.resize(static_cast<size_t>(T * nf));
+    for (int64_t t = 0; t < T; ++t)
+      kern::ggml_k_prep_x(type, x + t * cols, cols, qx.data() + t * cols, dx.data() + t * nf);
+    qxp = qx.data();
+    dxp = dx.data();
+  } else {
+    const Q8Acts a = q8_acts(x, T, cols, kq2 ? 32 : 0, avx2);
+    qxp = a.q;
+    dxp = a.dx;
+    bsp = a.sums;
   }
-  const int32_t* bsp = bsum.data();  // the calling thread's buffer (the lambda below runs on the pool)
   // Q4_0, Q8_0: four rows per call, or long rows one after another (kern::kSeqRowBytes).
   const bool long_rows = static_cast<int64_t>(w.row_bytes()) > kern::kSeqRowBytes;
   const bool four = (type == ggml::Q4_0 || type == ggml::Q8_0) && !long_rows;
@@ -900,9 +884,8 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
       return run_code_dots512(w, p, x, T, y);
     case Kernel::NibAvx2:
     case Kernel::ByteAvx2:
-      return run_codes_avx2(w, p, x, T, y);
     case Kernel::DenseAvx2:
-      return run_dense_avx2(w, x, T, y);
+      return run_rows_avx2(w, p, k, x, T, y);
     case Kernel::F32Tile:
       return run_deq(w, p, Isa::Avx512, x, T, y);
     default:

@@ -24,12 +24,6 @@
 namespace lowbit {
 namespace {
 
-uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 // The vectorized Q8 activation quantizers of both tiers (AVX2 here, AVX-512 for the VNNI kernels) equal the
 // scalar quantize_q8_blocks bit for bit.
 TEST(Q8Activations, SimdEqualsScalarOnEveryTier) {
