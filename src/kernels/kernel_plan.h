@@ -459,6 +459,13 @@ void kpack_gemm_avx512(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, 
 // output row stride is p.rows).
 void kpack_block_gemm_avx512(const KPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q,
                              const float* dx, const int32_t* s16, int64_t T, float* y);
+// The QBlkPack kernel on the AVX2 tier (matmul_avx2_qblk.cpp): the same contract as qblk_gemm_avx512 /
+// qblk_block_gemm_avx512 (activations from quantize_q8_blocks_avx2); Q8_0 / IQ4_NL / MXFP4 take signed
+// weights and do not read xo.
+void qblk_gemm_avx2(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
+                    const int32_t* xo, int64_t T, float* y);
+void qblk_block_gemm_avx2(const QBlkPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q,
+                          const float* dx, const int32_t* xo, int64_t T, float* y, int64_t ystride);
 // quantize_q8_blocks (kernels/matmul.h) with AVX-512: the same float operations, so bit-identical.
 void quantize_q8_blocks_avx512(const float* x, int64_t n, int8_t* q, float* d);
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows as stored (weights without a QBlkPack) against activations

@@ -92,8 +92,11 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
                                       : KernelChoice{Kernel::LutAvx512, ActRounding::None};
     return {isa >= Isa::Avx2 ? Kernel::LutAvx2 : Kernel::LutGeneric, ActRounding::None};
   }
-  // GGUF legacy blocks, Q4_K and Q6_K on the AVX2 tier: Q8 activation blocks and integer dots by row, decode
-  // and prefill (NVFP4 activations stay an exact emulation: unfused).
+  // GGUF legacy blocks, Q4_K and Q6_K on the AVX2 tier: Q8 activation blocks and integer dots on the
+  // load-time QBlkPack where the weight has one (16 rows per tile), else by row, decode and prefill (NVFP4
+  // activations stay an exact emulation: unfused).
+  if (isa == Isa::Avx2 && p.route == Route::GgmlQ8 && p.qblk && w.act_format != FormatId::NVFP4)
+    return {Kernel::Q8PackAvx2, ActRounding::Q8};
   if (isa == Isa::Avx2 && p.route == Route::GgmlQ8 && kern::ggml_q8_avx2_supported(p.ggml_type) &&
       w.act_format != FormatId::NVFP4)
     return {Kernel::Q8RowAvx2, ActRounding::Q8};
@@ -182,6 +185,8 @@ const char* kernel_short_name(Kernel k) {
       return "q8vnni";
     case Kernel::Q8RowAvx2:
       return "q8dot";
+    case Kernel::Q8PackAvx2:
+      return "q8dot16";
     case Kernel::Q8Pack:
     case Kernel::Q8PackPerCall:
       return "q8vnni16";
@@ -223,6 +228,7 @@ Isa kernel_tier(Kernel k) {
       return Isa::Generic;
     case Kernel::LutAvx2:
     case Kernel::Q8RowAvx2:
+    case Kernel::Q8PackAvx2:
     case Kernel::NibAvx2:
     case Kernel::DenseAvx2:
     case Kernel::ByteAvx2:

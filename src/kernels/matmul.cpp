@@ -694,17 +694,19 @@ Q8Acts q8_acts(const float* x, int64_t T, int64_t cols, int64_t width, bool avx2
 // The QBlkPack kernel's activations: q8_acts with each block's sum turned into the integer accumulator's
 // start (see qblk_gemm_avx512: -offset * sum, or the sum itself for the types with a min). pk: the pack or
 // its layout.
-Q8Acts qblk_acts(const QBlkPack& pk, const float* x, int64_t T, int64_t cols) {
-  const Q8Acts a = q8_acts(x, T, cols, 32);
+Q8Acts qblk_acts(const QBlkPack& pk, const float* x, int64_t T, int64_t cols, bool avx2 = false) {
+  const Q8Acts a = q8_acts(x, T, cols, 32, avx2);
   if (!pk.min_bytes)
     for (int64_t i = 0; i < T * (cols / 32); ++i) a.sums[i] *= -pk.offset;
   return a;
 }
 
-void run_qblk512(const WeightMatrix& w, const QBlkPack& pk, const float* x, int64_t T, float* y) {
-  const Q8Acts a = qblk_acts(pk, x, T, w.cols);
+// avx2: the AVX2 tier's kernel and quantizer.
+void run_qblk(const WeightMatrix& w, const QBlkPack& pk, bool avx2, const float* x, int64_t T, float* y) {
+  const Q8Acts a = qblk_acts(pk, x, T, w.cols, avx2);
+  const auto gemm = avx2 ? kern::qblk_gemm_avx2 : kern::qblk_gemm_avx512;
   for_row_blocks(
-      w.rows, [&](int64_t r0, int64_t r1) { kern::qblk_gemm_avx512(pk, r0, r1, a.q, a.dx, a.sums, T, y); },
+      w.rows, [&](int64_t r0, int64_t r1) { gemm(pk, r0, r1, a.q, a.dx, a.sums, T, y); },
       static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
@@ -865,7 +867,9 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
       return matmul_dense_avx512(w, x, T, y);
     // x has been through the activation route; these kernels add the Q8 block rounding.
     case Kernel::Q8Pack:
-      return p.qblk ? run_qblk512(w, *p.qblk, x, T, y) : run_kpack512(w, *p.kpack, x, T, y);
+      return p.qblk ? run_qblk(w, *p.qblk, false, x, T, y) : run_kpack512(w, *p.kpack, x, T, y);
+    case Kernel::Q8PackAvx2:
+      return run_qblk(w, *p.qblk, true, x, T, y);
     case Kernel::Q8PackPerCall:
       return kpack_supported(p.ggml_type, w.cols) ? run_kpack_transient(w, p, x, T, y)
                                                   : run_qblk_transient(w, p, x, T, y);

@@ -66,12 +66,15 @@ enum class Kernel : uint8_t {
   LutAvx512,        // LUT2/3/4 per-row codebooks: table in a register, vpermps lookups fused with the FMA
   LutAvx2,          // the same with two vpermps + blend per 8 codes
   LutGeneric,       // the same in scalar code (the generic tier)
-  // The AVX2 tier (matmul_avx2*.cpp). Decode: one fused dot per row and token; prefill: Q8RowAvx2 the same,
-  // the others each row decoded / widened once, then dotted with every token.
-  Q8RowAvx2,  // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 x Q8 activations (vpmaddubsw)
-  DenseAvx2,  // F32 / F16 / BF16
-  NibAvx2,    // 4-bit codes (the nib route)
-  ByteAvx2,   // 8-bit codes (the byte route)
+  // The AVX2 tier (matmul_avx2*.cpp). Decode: one fused dot per row and token (Q8PackAvx2: per 16 rows);
+  // prefill: Q8RowAvx2 the same, Q8PackAvx2 its tile, the others each row decoded / widened once, then dotted
+  // with every token.
+  Q8RowAvx2,   // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 x Q8 activations (vpmaddubsw)
+  Q8PackAvx2,  // the same types and IQ4_NL / MXFP4 on the load-time QBlkPack, 16 rows x up to 4 tokens per
+               // tile
+  DenseAvx2,   // F32 / F16 / BF16
+  NibAvx2,     // 4-bit codes (the nib route)
+  ByteAvx2,    // 8-bit codes (the byte route)
 };
 // What a kernel rounds the activations to beyond the weight's activation route.
 enum class ActRounding : uint8_t { None, Bf16, Q8 };

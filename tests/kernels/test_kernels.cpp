@@ -330,7 +330,8 @@ TEST(KernelNames, FastPathsSelected) {
 
 // The avx2 tier names its own fused kernels (a silent deq fallback would pass the accuracy tests): F32 / F16
 // / BF16 on dense.avx2, the nib route's 4-bit formats on nib.avx2, INT8 / FP8 on byte.avx2, the GGUF legacy
-// types on q8dot.avx2 (test_q8_avx2.cpp checks GGUF files); other formats stay on deq.
+// types on q8dot.avx2 held as rows and on q8dot16.avx2 with the load-time pack (test_q8_avx2.cpp checks the
+// other GGUF types); other formats stay on deq.
 TEST(KernelNames, Avx2TierKernels) {
   if (best_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
   set_kernel_isa(Isa::Avx2);
@@ -339,6 +340,9 @@ TEST(KernelNames, Avx2TierKernels) {
                                                       {"nf4:g64", "nf4:g64:f32.nib.avx2"},
                                                       {"q4_0", "q4_0.q8dot.avx2"},
                                                       {"q8_0", "q8_0.q8dot.avx2"},
+                                                      {"ggml:q4_0", "q4_0.q8dot16.avx2"},
+                                                      {"ggml:q8_0", "q8_0.q8dot16.avx2"},
+                                                      {"ggml:q4_k", "q4_k.q8dot.avx2"},
                                                       {"f32", "f32.dense.avx2"},
                                                       {"f16", "f16.dense.avx2"},
                                                       {"bf16", "bf16.dense.avx2"},

@@ -1,7 +1,8 @@
-// The AVX2 tier's GGUF row kernels (matmul_avx2_q8.cpp) against the GGUF row decoder, on blocks that hold the
-// extreme codes the saturating vpmaddubsw must survive (Q8_0's -128 against +-127 activations, Q5_1's 31),
-// and their Q8 activation quantizer bit for bit against quantize_q8_blocks. The model-level products of these
-// kernels run in MatmulVsReference and GgmlRandomBlocks (test_kernels.cpp) on the avx2 tier.
+// The AVX2 tier's GGUF row kernels (matmul_avx2_q8.cpp) and pack tile (matmul_avx2_qblk.cpp) against the GGUF
+// row decoder, on blocks that hold the extreme codes the saturating vpmaddubsw must survive (Q8_0's -128
+// against +-127 activations, Q5_1's 31), and their Q8 activation quantizer bit for bit against
+// quantize_q8_blocks. The model-level products of these kernels run in MatmulVsReference and GgmlRandomBlocks
+// (test_kernels.cpp) on the avx2 tier.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -125,8 +126,75 @@ TEST(Q8Avx2, RowDotsMatchTheDecoderWithExtremeCodes) {
   }
 }
 
-// The avx2 tier names the fused kernel for the legacy GGUF types, Q4_K and Q6_K, and the unfused one where it
-// has none.
+// The AVX2 QBlkPack tile (matmul_avx2_qblk.cpp) on the same extreme blocks: 21 rows (a full 16-row block and
+// a partial one) x 6 tokens (a 4-token tile and a 2-token tile), every token's first block at -127 so that
+// the int16 sums of a whole block reach their largest magnitude (4-bit: 8 x 3810, 5-bit: 4 x 7874 per flush,
+// Q8_0 / IQ4_NL: 128 x 127 or 127 x 127 per byte product).
+TEST(Q8Avx2, PackTileMatchesTheDecoderWithExtremeCodes) {
+  if (best_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  const std::vector<TypeCase> types = {{"q4_0", {0}, 2, 16, 0xFF, -1}, {"q4_1", {0, 2}, 4, 16, 0xFF, -1},
+                                       {"q5_0", {0}, 6, 16, 0xFF, 2},  {"q5_1", {0, 2}, 8, 16, 0xFF, 4},
+                                       {"q8_0", {0}, 2, 32, 0x80, -1}, {"iq4_nl", {0}, 2, 16, 0x00, -1}};
+  const int64_t rows = 21, cols = 32 * 10, T = 6, nb = cols / 32;
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> ud(0.001f, 0.02f);
+  std::vector<float> x(static_cast<size_t>(T * cols));
+  for (auto& v : x) v = ud(rng) * 100 - 1.0f;
+  for (int64_t t = 0; t < T; ++t)
+    for (int i = 0; i < 32; ++i) x[static_cast<size_t>(t * cols + i)] = -2.0f;
+  std::vector<int8_t> qx(x.size());
+  std::vector<float> dx(static_cast<size_t>(T * nb));
+  std::vector<int32_t> sums(dx.size());
+  for (int64_t t = 0; t < T; ++t) {
+    quantize_q8_blocks(x.data() + t * cols, cols, qx.data() + t * cols, dx.data() + t * nb);
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t s = 0;
+      for (int i = 0; i < 32; ++i) s += qx[static_cast<size_t>(t * cols + 32 * b + i)];
+      sums[static_cast<size_t>(t * nb + b)] = s;
+    }
+  }
+  for (const auto& t : types) {
+    SCOPED_TRACE(t.name);
+    const FormatInfo& fi = format_by_name(t.name);
+    const int64_t nblk = rows * nb;
+    auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(nblk * fi.block_bytes));
+    for (auto& b : *buf) b = static_cast<uint8_t>(rng());
+    for (int64_t k = 0; k < nblk; ++k) {
+      uint8_t* blk = buf->data() + k * fi.block_bytes;
+      for (int off : t.f16_offsets) {
+        const uint16_t h = f32_to_f16(ud(rng));
+        std::memcpy(blk + off, &h, 2);
+      }
+      if (k % nb == 0) {
+        std::memset(blk + t.code_off, t.extreme, static_cast<size_t>(t.code_bytes));
+        if (t.qh_off >= 0) std::memset(blk + t.qh_off, 0xFF, 4);
+      }
+    }
+    const auto pk = build_qblk_pack(fi.ggml_type, buf->data(), nb * fi.block_bytes, rows, cols);
+    std::vector<int32_t> xo(sums);
+    if (!pk->min_bytes)
+      for (auto& v : xo) v *= -pk->offset;
+    std::vector<float> y(static_cast<size_t>(T * rows), -1.0f);
+    kern::qblk_gemm_avx2(*pk, 0, rows, qx.data(), dx.data(), xo.data(), T, y.data());
+    const WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      weight_row_f32(w, r, row.data());
+      for (int64_t tk = 0; tk < T; ++tk) {
+        double acc = 0, m = 0;
+        for (int64_t i = 0; i < cols; ++i) {
+          const double p = static_cast<double>(row[i]) * qx[tk * cols + i] * dx[tk * nb + i / 32];
+          acc += p;
+          m += std::fabs(p);
+        }
+        EXPECT_NEAR(y[tk * rows + r], acc, 2e-5 * m + 1e-6) << "row " << r << " token " << tk;
+      }
+    }
+  }
+}
+
+// The avx2 tier names the fused kernel for the legacy GGUF types, Q4_K and Q6_K (by row without a pack, the
+// 16-row tile with one), and the unfused one where it has none.
 TEST(Q8Avx2, KernelNames) {
   if (best_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
   auto name = [](const char* type) {
@@ -144,6 +212,15 @@ TEST(Q8Avx2, KernelNames) {
   EXPECT_EQ(name("q4_k"), "q4_k.q8dot.avx2");
   EXPECT_EQ(name("q6_k"), "q6_k.q8dot.avx2");
   EXPECT_EQ(name("q5_k"), "q5_k.deq.avx2");  // the other k-quants: not on this tier's fused kernel yet
+  // With the load-time pack (prepare_weight, as load_model does): the 16-row tile, IQ4_NL / MXFP4 included.
+  for (const char* type : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "ggml_mxfp4"}) {
+    const FormatInfo& fi = format_by_name(type);
+    auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(16 * 256 / 32 * fi.block_bytes), 1);
+    WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, 16, 256);
+    prepare_weight(w);
+    EXPECT_EQ(matmul_kernel_name(w),
+              std::string(fi.ggml_type == ggml::MXFP4 ? "mxfp4" : type) + ".q8dot16.avx2");
+  }
   set_kernel_isa(best_isa());
 }
 

@@ -1,0 +1,242 @@
+// GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 products on the load-time QBlkPack layout
+// (kernel_plan.h) on the AVX2 tier, decode and prefill ("q8dot16").
+//
+// Why: the row kernel (matmul_avx2_q8.cpp) decodes a row's nibbles once per token and ends every row with a
+// horizontal sum, so a batch of 16 decode sequences costs ~16x one sequence and batching gains little. In the
+// pack a 32-byte load holds 4 (Q8_0) or 8 (4-bit) columns of 8 rows, one row per 32-bit lane: with one
+// broadcast 32-bit word of activations, vpmaddubsw + vpmaddwd give 8 output rows at once, no horizontal sum,
+// and a tile of up to 4 tokens decodes each nibble vector once for all of them.
+//
+// Without VNNI the product is vpmaddubsw (unsigned x signed bytes -> int16 pairs, saturating), so the types
+// take two shapes:
+//   Q4_0 / Q4_1 / Q5_0 / Q5_1: unsigned codes u (0..15 / 0..31) x q (|q| <= 127). A pair is at most
+//     2 * 31 * 127 = 7874, so the int16 pairs of a whole 32-column block (4-bit: 8 products, at most
+//     8 * 3810 = 30480) or half a block (5-bit: 4 products, at most 31496) are summed before one vpmaddwd.
+//     The offset is the pack's: the int32 sum starts at -offset * sum(q) (Q4_0 / Q5_0), the min adds
+//     m * dx * sum(q) (Q4_1 / Q5_1).
+//   Q8_0 / IQ4_NL / MXFP4: signed weights w (the pack's u ^ 0x80: Q8_0's code, the grid value of the others,
+//     |w| <= 128) as |w| x sign(w) * q, at most 2 * 128 * 127 = 32512 per pair: one vpmaddwd per product, and
+//     no offset (the pack's xo is not read).
+// Each block adds d[8 rows] * dx * (int32 sums as float) per token, so the result equals the scalar reference
+// up to float summation order (tests/kernels/test_q8_avx2.cpp, test_matmul.cpp).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "formats/ggml_types.h"
+#include "kernels/kernel_plan.h"
+
+namespace lowbit::kern {
+namespace {
+
+constexpr int kMaxTokens = 4;  // tokens per register tile (2 x 4 float accumulators + the block's sums)
+
+inline __m256i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// An empty asm that pins v in a register at this point: GCC otherwise reassociates the int32 adds (plain
+// vector `+`) of a block's products into one tree at its end and spills the products it keeps live.
+inline __m256i pin(__m256i v) {
+  asm("" : "+x"(v));
+  return v;
+}
+
+inline __m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Byte i = 0x10 where bit i of h is set, else 0 (the fifth bits of Q5_0 / Q5_1 for 8 rows x 4 columns).
+inline __m256i fifth_bits(uint32_t h) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(h)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+// The 16-bit scales of 8 rows as floats (f16, or MXFP4's bf16).
+template <int TY>
+inline __m256 scales8(const uint8_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (TY == ggml::MXFP4)
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  else
+    return _mm256_cvtph_ps(h);
+}
+
+// int32 sums of the 8 rows (half h of the 16-row block) over column block b for tokens t0..t0+NT-1.
+template <int TY, int NT>
+inline void block_sums(const QBlkPack& p, const uint8_t* base, int64_t b, int64_t nb, int h, const int8_t* xb,
+                       int64_t cols, __m256i* acc) {
+  const uint8_t* cb = base + p.code_off(b) + 32 * h;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_si256();
+  if constexpr (TY == ggml::Q8_0) {
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (int k = 0; k < 8; ++k) {
+      const __m256i w = _mm256_xor_si256(load32(cb + 64 * k), flip), aw = _mm256_sign_epi8(w, w);
+      for (int j = 0; j < NT; ++j) {
+        const __m256i x = _mm256_sign_epi8(bcast4(xb + j * cols + 4 * k), w);
+        acc[j] = pin(_mm256_add_epi32(acc[j], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, x), ones)));
+      }
+    }
+  } else if constexpr (TY == ggml::IQ4_NL || TY == ggml::MXFP4) {
+    // The grid value (lut[u] - 128) per nibble.
+    const __m256i lut = _mm256_xor_si256(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.lut.data()))),
+        _mm256_set1_epi8(static_cast<char>(0x80)));
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = load32(cb + 64 * k);
+      const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+      const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+      const __m256i alo = _mm256_sign_epi8(lo, lo), ahi = _mm256_sign_epi8(hi, hi);
+      for (int j = 0; j < NT; ++j) {
+        const int8_t* x = xb + j * cols + 8 * k;
+        const __m256i pl = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast4(x), lo));
+        const __m256i ph = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast4(x + 4), hi));
+        acc[j] = pin(_mm256_add_epi32(acc[j], _mm256_madd_epi16(pl, ones)));
+        acc[j] = pin(_mm256_add_epi32(acc[j], _mm256_madd_epi16(ph, ones)));
+      }
+    }
+  } else {
+    constexpr bool kFive = TY == ggml::Q5_0 || TY == ggml::Q5_1;
+    __m256i s16[NT];
+    for (int j = 0; j < NT; ++j) s16[j] = _mm256_setzero_si256();
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = load32(cb + 64 * k);
+      __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      if constexpr (kFive) {
+        // The chunk's two uint64 masks (low / high nibbles), bit 4r + j: this half's rows are bits
+        // 32h..32h+31.
+        uint32_t ml, mh;
+        const uint8_t* hb = base + p.hbit_off(b, nb) + 16 * k + 4 * h;
+        std::memcpy(&ml, hb, 4);
+        std::memcpy(&mh, hb + 8, 4);
+        lo = _mm256_or_si256(lo, fifth_bits(ml));
+        hi = _mm256_or_si256(hi, fifth_bits(mh));
+      }
+      // Saturating adds that never saturate (the bounds above): unlike vpaddw's plain vector `+` the
+      // compiler does not reassociate them, which had it compute all 32 products of a block first and spill.
+      for (int j = 0; j < NT; ++j) {
+        const int8_t* x = xb + j * cols + 8 * k;
+        s16[j] = _mm256_adds_epi16(s16[j], _mm256_maddubs_epi16(lo, bcast4(x)));
+        s16[j] = _mm256_adds_epi16(s16[j], _mm256_maddubs_epi16(hi, bcast4(x + 4)));
+      }
+      if (!kFive ? k == 3 : (k & 1) == 1)
+        for (int j = 0; j < NT; ++j) {
+          acc[j] = pin(_mm256_add_epi32(acc[j], _mm256_madd_epi16(s16[j], ones)));
+          s16[j] = _mm256_setzero_si256();
+        }
+    }
+  }
+}
+
+// Rows [r + 8h, r + 8h + n) (half h of the 16-row block, n <= 8) x tokens [t0, t0 + NT); base = the row
+// block's region. One half at a time, over all column blocks: with both halves in one pass the compiler keeps
+// every activation broadcast of a block live across them and spills (2 x 4 tokens x 8 words); the second
+// pass reads the region (<= 44 KB at 4864 columns) from L2.
+template <int TY, int NT>
+void qblk_half(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols, const int8_t* q,
+               const float* dx, const int32_t* xo, int64_t t0, float* y, int64_t ystride, int64_t r, int h,
+               int n) {
+  constexpr bool kMin = TY == ggml::Q4_1 || TY == ggml::Q5_1;
+  constexpr bool kOffset = TY == ggml::Q4_0 || TY == ggml::Q5_0;
+  __m256 accf[NT];
+  for (int j = 0; j < NT; ++j) accf[j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    // As in the AVX-512 kernel: with several tokens the tile is compute-bound and the hardware prefetcher
+    // lets the stream fall behind; prefetch the block pair 8 blocks ahead (the first pass streams it).
+    if (NT > 1 && h == 0 && (b & 1) == 0) {
+      const char* pf = reinterpret_cast<const char*>(base + (b + 8) * p.block_bytes);
+      for (int64_t o = 0; o < 2 * p.block_bytes; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+    }
+    __m256i acc[NT];
+    block_sums<TY, NT>(p, base, b, nb, h, q + t0 * cols + 32 * b, cols, acc);
+    const __m256 d = scales8<TY>(base + p.scale_off(b, nb) + 16 * h);
+    for (int j = 0; j < NT; ++j) {
+      const int64_t tb = (t0 + j) * nb + b;
+      __m256i a = acc[j];
+      if constexpr (kOffset) a = _mm256_add_epi32(a, _mm256_set1_epi32(xo[tb]));
+      accf[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(d, _mm256_set1_ps(dx[tb])), accf[j]);
+      if constexpr (kMin) {
+        const __m256 mn = _mm256_cvtph_ps(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + p.min_off(b, nb) + 16 * h)));
+        accf[j] = _mm256_fmadd_ps(mn, _mm256_set1_ps(dx[tb] * static_cast<float>(xo[tb])), accf[j]);
+      }
+    }
+  }
+  for (int j = 0; j < NT; ++j) {
+    float* out = y + (t0 + j) * ystride + r + 8 * h;
+    if (n == 8) {
+      _mm256_storeu_ps(out, accf[j]);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, accf[j]);
+      std::copy(tmp, tmp + n, out);
+    }
+  }
+}
+
+template <int TY, int NT>
+void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols, const int8_t* q,
+               const float* dx, const int32_t* xo, int64_t t0, float* y, int64_t ystride, int64_t r, int nr) {
+  for (int h = 0; h < 2 && 8 * h < nr; ++h)
+    qblk_half<TY, NT>(p, base, nb, cols, q, dx, xo, t0, y, ystride, r, h, std::min(8, nr - 8 * h));
+}
+
+template <int NT>
+void tile_dispatch(const QBlkPack& p, const uint8_t* base, int64_t nb, const int8_t* q, const float* dx,
+                   const int32_t* xo, int64_t t0, float* y, int64_t ystride, int64_t r, int nr) {
+  switch (p.ggml_type) {
+    case ggml::Q4_0:
+      return qblk_tile<ggml::Q4_0, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, nr);
+    case ggml::Q4_1:
+      return qblk_tile<ggml::Q4_1, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, nr);
+    case ggml::Q5_0:
+      return qblk_tile<ggml::Q5_0, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, nr);
+    case ggml::Q5_1:
+      return qblk_tile<ggml::Q5_1, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, nr);
+    case ggml::IQ4_NL:
+      return qblk_tile<ggml::IQ4_NL, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, nr);
+    case ggml::MXFP4:
+      return qblk_tile<ggml::MXFP4, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, nr);
+    default:
+      return qblk_tile<ggml::Q8_0, NT>(p, base, nb, p.cols, q, dx, xo, t0, y, ystride, r, nr);
+  }
+}
+
+}  // namespace
+
+void qblk_block_gemm_avx2(const QBlkPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q,
+                          const float* dx, const int32_t* xo, int64_t T, float* y, int64_t ystride) {
+  const int64_t nb = p.cols / 32;
+  for (int64_t t0 = 0; t0 < T; t0 += kMaxTokens) {
+    switch (std::min<int64_t>(kMaxTokens, T - t0)) {
+      case 4:
+        tile_dispatch<4>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
+        break;
+      case 3:
+        tile_dispatch<3>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
+        break;
+      case 2:
+        tile_dispatch<2>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
+        break;
+      default:
+        tile_dispatch<1>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
+    }
+  }
+}
+
+void qblk_gemm_avx2(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
+                    const int32_t* xo, int64_t T, float* y) {
+  const int64_t region = p.cols / 32 * p.block_bytes;
+  for (int64_t r = r0; r < r1; r += 16)
+    qblk_block_gemm_avx2(p, p.data.get() + (r / 16) * region, r,
+                         static_cast<int>(std::min<int64_t>(16, r1 - r)), q, dx, xo, T, y, p.rows);
+}
+
+}  // namespace lowbit::kern
