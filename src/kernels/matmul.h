@@ -70,7 +70,7 @@ enum class Kernel : uint8_t {
   // prefill: Q8RowAvx2 the same, Q8PackAvx2 its tile, the others each row decoded / widened once, then dotted
   // with every token.
   Q8RowAvx2,   // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 x Q8 activations (vpmaddubsw)
-  Q8PackAvx2,  // the same types and IQ4_NL / MXFP4 on the load-time QBlkPack, 16 rows x up to 4 tokens per
+  Q8PackAvx2,  // the same types and IQ4_NL / MXFP4 on the load-time QBlkPack, 16 rows x up to 8 tokens per
                // tile
   DenseAvx2,   // F32 / F16 / BF16
   NibAvx2,     // 4-bit codes (the nib route)

@@ -5,7 +5,7 @@
 // horizontal sum, so a batch of 16 decode sequences costs ~16x one sequence and batching gains little. In the
 // pack a 32-byte load holds 4 (Q8_0) or 8 (4-bit) columns of 8 rows, one row per 32-bit lane: with one
 // broadcast 32-bit word of activations, vpmaddubsw + vpmaddwd give 8 output rows at once, no horizontal sum,
-// and a tile of up to 4 tokens decodes each nibble vector once for all of them.
+// and a tile of up to 8 tokens decodes each nibble vector once for all of them.
 //
 // Without VNNI the product is vpmaddubsw (unsigned x signed bytes -> int16 pairs, saturating), so the types
 // take two shapes:
@@ -30,7 +30,7 @@
 namespace lowbit::kern {
 namespace {
 
-constexpr int kMaxTokens = 4;  // tokens per register tile (2 x 4 float accumulators + the block's sums)
+constexpr int kMaxTokens = 8;  // tokens per register tile (8 float accumulators + 8 int16 sums, one half)
 
 inline __m256i bcast4(const int8_t* p) {
   int32_t v;
@@ -216,6 +216,18 @@ void qblk_block_gemm_avx2(const QBlkPack& p, const uint8_t* base, int64_t r, int
   const int64_t nb = p.cols / 32;
   for (int64_t t0 = 0; t0 < T; t0 += kMaxTokens) {
     switch (std::min<int64_t>(kMaxTokens, T - t0)) {
+      case 8:
+        tile_dispatch<8>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
+        break;
+      case 7:
+        tile_dispatch<7>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
+        break;
+      case 6:
+        tile_dispatch<6>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
+        break;
+      case 5:
+        tile_dispatch<5>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
+        break;
       case 4:
         tile_dispatch<4>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
         break;

@@ -135,7 +135,7 @@ TEST(Q8Avx2, PackTileMatchesTheDecoderWithExtremeCodes) {
   const std::vector<TypeCase> types = {{"q4_0", {0}, 2, 16, 0xFF, -1}, {"q4_1", {0, 2}, 4, 16, 0xFF, -1},
                                        {"q5_0", {0}, 6, 16, 0xFF, 2},  {"q5_1", {0, 2}, 8, 16, 0xFF, 4},
                                        {"q8_0", {0}, 2, 32, 0x80, -1}, {"iq4_nl", {0}, 2, 16, 0x00, -1}};
-  const int64_t rows = 21, cols = 32 * 10, T = 6, nb = cols / 32;
+  const int64_t rows = 21, cols = 32 * 10, T = 11, nb = cols / 32;
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> ud(0.001f, 0.02f);
   std::vector<float> x(static_cast<size_t>(T * cols));
