@@ -135,48 +135,57 @@ inline void block_sums(const QBlkPack& p, const uint8_t* base, int64_t b, int64_
   }
 }
 
-// Rows [r + 8h, r + 8h + n) (half h of the 16-row block, n <= 8) x tokens [t0, t0 + NT); base = the row
-// block's region. One half at a time, over all column blocks: with both halves in one pass the compiler keeps
-// every activation broadcast of a block live across them and spills (2 x 4 tokens x 8 words); the second
-// pass reads the region (<= 44 KB at 4864 columns) from L2.
-template <int TY, int NT>
-void qblk_half(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols, const int8_t* q,
-               const float* dx, const int32_t* xo, int64_t t0, float* y, int64_t ystride, int64_t r, int h,
-               int n) {
+// Rows [r + 8h0, r + 8h0 + 8NH) of the 16-row block (nr of its rows exist) x tokens [t0, t0 + NT); base = the
+// row block's region. NH = 1: one 8-row half per pass over all column blocks, so that the tiles of several
+// tokens keep their accumulators in registers (with both halves in one pass the compiler keeps every
+// activation broadcast of a block live across them and spills: 2 x 8 tokens x 8 words); the second pass
+// reads the region from L1 / L2. NH = 2 (one token): both halves in one pass, the stream read once.
+template <int TY, int NT, int NH>
+void qblk_rows(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols, const int8_t* q,
+               const float* dx, const int32_t* xo, int64_t t0, float* y, int64_t ystride, int64_t r, int h0,
+               int nr) {
   constexpr bool kMin = TY == ggml::Q4_1 || TY == ggml::Q5_1;
   constexpr bool kOffset = TY == ggml::Q4_0 || TY == ggml::Q5_0;
-  __m256 accf[NT];
-  for (int j = 0; j < NT; ++j) accf[j] = _mm256_setzero_ps();
+  __m256 accf[NH][NT];
+  for (int hh = 0; hh < NH; ++hh)
+    for (int j = 0; j < NT; ++j) accf[hh][j] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     // As in the AVX-512 kernel: with several tokens the tile is compute-bound and the hardware prefetcher
     // lets the stream fall behind; prefetch the block pair 8 blocks ahead (the first pass streams it).
-    if (NT > 1 && h == 0 && (b & 1) == 0) {
+    if (NT > 1 && h0 == 0 && (b & 1) == 0) {
       const char* pf = reinterpret_cast<const char*>(base + (b + 8) * p.block_bytes);
       for (int64_t o = 0; o < 2 * p.block_bytes; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
     }
-    __m256i acc[NT];
-    block_sums<TY, NT>(p, base, b, nb, h, q + t0 * cols + 32 * b, cols, acc);
-    const __m256 d = scales8<TY>(base + p.scale_off(b, nb) + 16 * h);
-    for (int j = 0; j < NT; ++j) {
-      const int64_t tb = (t0 + j) * nb + b;
-      __m256i a = acc[j];
-      if constexpr (kOffset) a = _mm256_add_epi32(a, _mm256_set1_epi32(xo[tb]));
-      accf[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(d, _mm256_set1_ps(dx[tb])), accf[j]);
-      if constexpr (kMin) {
-        const __m256 mn = _mm256_cvtph_ps(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + p.min_off(b, nb) + 16 * h)));
-        accf[j] = _mm256_fmadd_ps(mn, _mm256_set1_ps(dx[tb] * static_cast<float>(xo[tb])), accf[j]);
+    for (int hh = 0; hh < NH; ++hh) {
+      const int h = h0 + hh;
+      __m256i acc[NT];
+      block_sums<TY, NT>(p, base, b, nb, h, q + t0 * cols + 32 * b, cols, acc);
+      const __m256 d = scales8<TY>(base + p.scale_off(b, nb) + 16 * h);
+      for (int j = 0; j < NT; ++j) {
+        const int64_t tb = (t0 + j) * nb + b;
+        __m256i a = acc[j];
+        if constexpr (kOffset) a = _mm256_add_epi32(a, _mm256_set1_epi32(xo[tb]));
+        accf[hh][j] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(d, _mm256_set1_ps(dx[tb])), accf[hh][j]);
+        if constexpr (kMin) {
+          const __m256 mn = _mm256_cvtph_ps(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + p.min_off(b, nb) + 16 * h)));
+          accf[hh][j] = _mm256_fmadd_ps(mn, _mm256_set1_ps(dx[tb] * static_cast<float>(xo[tb])), accf[hh][j]);
+        }
       }
     }
   }
-  for (int j = 0; j < NT; ++j) {
-    float* out = y + (t0 + j) * ystride + r + 8 * h;
-    if (n == 8) {
-      _mm256_storeu_ps(out, accf[j]);
-    } else {
-      alignas(32) float tmp[8];
-      _mm256_store_ps(tmp, accf[j]);
-      std::copy(tmp, tmp + n, out);
+  for (int hh = 0; hh < NH; ++hh) {
+    const int n = std::min(8, nr - 8 * (h0 + hh));
+    for (int j = 0; j < NT; ++j) {
+      float* out = y + (t0 + j) * ystride + r + 8 * (h0 + hh);
+      if (n == 8) {
+        _mm256_storeu_ps(out, accf[hh][j]);
+      } else {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, accf[hh][j]);
+        std::copy(tmp, tmp + n, out);
+      }
     }
   }
 }
@@ -184,8 +193,10 @@ void qblk_half(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols,
 template <int TY, int NT>
 void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols, const int8_t* q,
                const float* dx, const int32_t* xo, int64_t t0, float* y, int64_t ystride, int64_t r, int nr) {
+  if (NT == 1 && nr > 8 && TY != ggml::Q5_0 && TY != ggml::Q5_1)
+    return qblk_rows<TY, 1, 2>(p, base, nb, cols, q, dx, xo, t0, y, ystride, r, 0, nr);
   for (int h = 0; h < 2 && 8 * h < nr; ++h)
-    qblk_half<TY, NT>(p, base, nb, cols, q, dx, xo, t0, y, ystride, r, h, std::min(8, nr - 8 * h));
+    qblk_rows<TY, NT, 1>(p, base, nb, cols, q, dx, xo, t0, y, ystride, r, h, nr);
 }
 
 template <int NT>

@@ -174,8 +174,9 @@ TEST(Q8Avx2, PackTileMatchesTheDecoderWithExtremeCodes) {
     std::vector<int32_t> xo(sums);
     if (!pk->min_bytes)
       for (auto& v : xo) v *= -pk->offset;
-    std::vector<float> y(static_cast<size_t>(T * rows), -1.0f);
+    std::vector<float> y(static_cast<size_t>(T * rows), -1.0f), y1(static_cast<size_t>(rows), -1.0f);
     kern::qblk_gemm_avx2(*pk, 0, rows, qx.data(), dx.data(), xo.data(), T, y.data());
+    kern::qblk_gemm_avx2(*pk, 0, rows, qx.data(), dx.data(), xo.data(), 1, y1.data());  // one token: one pass
     const WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
@@ -188,6 +189,7 @@ TEST(Q8Avx2, PackTileMatchesTheDecoderWithExtremeCodes) {
           m += std::fabs(p);
         }
         EXPECT_NEAR(y[tk * rows + r], acc, 2e-5 * m + 1e-6) << "row " << r << " token " << tk;
+        if (tk == 0) EXPECT_NEAR(y1[r], acc, 2e-5 * m + 1e-6) << "row " << r << " alone";
       }
     }
   }
