@@ -163,13 +163,12 @@ const KernelPlan& static_plan(Route r, int ggml_type = -1) {
 std::shared_ptr<const KernelPlan> build_kernel_plan(const WeightMatrix& w, bool repack) {
   if (w.kind == WeightKind::Quant) return plan_for_quant(*w.q);
   auto p = std::make_shared<KernelPlan>(kernel_plan(w));
-  // QBlkPack is read by the AVX-512 and the AVX2 kernels, KPack by the AVX-512 ones only: not built on CPUs
-  // (or LOWBIT_ISA masks) without them.
+  // The packs are read by the AVX-512 and the AVX2 kernels: not built on CPUs (or LOWBIT_ISA masks) without
+  // AVX2.
   if (!repack || w.kind != WeightKind::Ggml || best_isa() < Isa::Avx2) return p;
   const int64_t rb = static_cast<int64_t>(w.row_bytes());
   if (qblk_supported(w.ggml_type, w.cols)) p->qblk = build_qblk_pack(w.ggml_type, w.data, rb, w.rows, w.cols);
-  if (best_isa() >= Isa::Avx512 && kpack_supported(w.ggml_type, w.cols))
-    p->kpack = build_kpack(w.ggml_type, w.data, rb, w.rows, w.cols);
+  if (kpack_supported(w.ggml_type, w.cols)) p->kpack = build_kpack(w.ggml_type, w.data, rb, w.rows, w.cols);
   if (p->load_pack())
     p->route = Route::GgmlQ8;  // IQ4_NL / MXFP4: no row-at-a-time VNNI kernel, only the pack
   return p;

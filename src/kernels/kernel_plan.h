@@ -466,6 +466,10 @@ void qblk_gemm_avx2(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, 
                     const int32_t* xo, int64_t T, float* y);
 void qblk_block_gemm_avx2(const QBlkPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q,
                           const float* dx, const int32_t* xo, int64_t T, float* y, int64_t ystride);
+// The KPack kernel on the AVX2 tier (matmul_avx2_kpack.cpp): kpack_gemm_avx512's contract (activations from
+// quantize_q8_blocks_avx2).
+void kpack_gemm_avx2(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
+                     const int32_t* s16, int64_t T, float* y);
 // quantize_q8_blocks (kernels/matmul.h) with AVX-512: the same float operations, so bit-identical.
 void quantize_q8_blocks_avx512(const float* x, int64_t n, int8_t* q, float* d);
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows as stored (weights without a QBlkPack) against activations

@@ -95,7 +95,7 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
   // GGUF legacy blocks, Q4_K and Q6_K on the AVX2 tier: Q8 activation blocks and integer dots on the
   // load-time QBlkPack where the weight has one (16 rows per tile), else by row, decode and prefill (NVFP4
   // activations stay an exact emulation: unfused).
-  if (isa == Isa::Avx2 && p.route == Route::GgmlQ8 && p.qblk && w.act_format != FormatId::NVFP4)
+  if (isa == Isa::Avx2 && p.route == Route::GgmlQ8 && (p.qblk || p.kpack) && w.act_format != FormatId::NVFP4)
     return {Kernel::Q8PackAvx2, ActRounding::Q8};
   if (isa == Isa::Avx2 && p.route == Route::GgmlQ8 && kern::ggml_q8_avx2_supported(p.ggml_type) &&
       w.act_format != FormatId::NVFP4)

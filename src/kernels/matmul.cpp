@@ -758,12 +758,13 @@ void run_qblk_transient(const WeightMatrix& w, const KernelPlan& p, const float*
       });
 }
 
-// GGUF Q4_K / Q5_K / Q6_K with a load-time KPack, decode and prefill: the same Q8 blocks of 32, plus per-16
-// code sums.
-void run_kpack512(const WeightMatrix& w, const KPack& pk, const float* x, int64_t T, float* y) {
-  const Q8Acts a = q8_acts(x, T, w.cols, 16);
+// GGUF Q2_K .. Q6_K with a load-time KPack, decode and prefill: the same Q8 blocks of 32, plus per-16 code
+// sums; avx2: the AVX2 tier's kernel and quantizer.
+void run_kpack(const WeightMatrix& w, const KPack& pk, bool avx2, const float* x, int64_t T, float* y) {
+  const Q8Acts a = q8_acts(x, T, w.cols, 16, avx2);
+  const auto gemm = avx2 ? kern::kpack_gemm_avx2 : kern::kpack_gemm_avx512;
   for_row_blocks(
-      w.rows, [&](int64_t r0, int64_t r1) { kern::kpack_gemm_avx512(pk, r0, r1, a.q, a.dx, a.sums, T, y); },
+      w.rows, [&](int64_t r0, int64_t r1) { gemm(pk, r0, r1, a.q, a.dx, a.sums, T, y); },
       static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
@@ -867,9 +868,9 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
       return matmul_dense_avx512(w, x, T, y);
     // x has been through the activation route; these kernels add the Q8 block rounding.
     case Kernel::Q8Pack:
-      return p.qblk ? run_qblk(w, *p.qblk, false, x, T, y) : run_kpack512(w, *p.kpack, x, T, y);
     case Kernel::Q8PackAvx2:
-      return run_qblk(w, *p.qblk, true, x, T, y);
+      return p.qblk ? run_qblk(w, *p.qblk, k == Kernel::Q8PackAvx2, x, T, y)
+                    : run_kpack(w, *p.kpack, k == Kernel::Q8PackAvx2, x, T, y);
     case Kernel::Q8PackPerCall:
       return kpack_supported(p.ggml_type, w.cols) ? run_kpack_transient(w, p, x, T, y)
                                                   : run_qblk_transient(w, p, x, T, y);

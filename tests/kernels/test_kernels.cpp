@@ -342,7 +342,7 @@ TEST(KernelNames, Avx2TierKernels) {
                                                       {"q8_0", "q8_0.q8dot.avx2"},
                                                       {"ggml:q4_0", "q4_0.q8dot16.avx2"},
                                                       {"ggml:q8_0", "q8_0.q8dot16.avx2"},
-                                                      {"ggml:q4_k", "q4_k.q8dot.avx2"},
+                                                      {"ggml:q4_k", "q4_k.q8dot16.avx2"},
                                                       {"f32", "f32.dense.avx2"},
                                                       {"f16", "f16.dense.avx2"},
                                                       {"bf16", "bf16.dense.avx2"},

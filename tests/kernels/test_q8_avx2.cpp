@@ -195,6 +195,72 @@ TEST(Q8Avx2, PackTileMatchesTheDecoderWithExtremeCodes) {
   }
 }
 
+// The AVX2 KPack tile (matmul_avx2_kpack.cpp) against the GGUF decoder with every code at its largest (Q4_K
+// 15, Q5_K 31, Q6_K 63) and the activations of the first super-block at -127: the int16 sums between two
+// flushes reach 8 x 3810, 4 x 7874 and 2 x 16002. 21 rows x 11 tokens (8 + 3) and the first token alone.
+TEST(Q8Avx2, KPackTileMatchesTheDecoderWithExtremeCodes) {
+  if (best_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  struct K {
+    const char* name;
+    std::vector<int> f16_offsets;
+    int code_off, code_bytes;  // the bytes set to 0xFF: Q4_K qs; Q5_K qh and qs; Q6_K ql and qh
+  };
+  const std::vector<K> types = {
+      {"q4_k", {0, 2}, 16, 128}, {"q5_k", {0, 2}, 16, 160}, {"q6_k", {208}, 0, 192}};
+  const int64_t rows = 21, cols = 512, T = 11, n32 = cols / 32, n16 = cols / 16;
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> ud(0.001f, 0.02f);
+  std::vector<float> x(static_cast<size_t>(T * cols));
+  for (auto& v : x) v = ud(rng) * 100 - 1.0f;
+  for (int64_t t = 0; t < T; ++t)
+    for (int i = 0; i < 256; ++i) x[static_cast<size_t>(t * cols + i)] = -2.0f;
+  std::vector<int8_t> qx(x.size());
+  std::vector<float> dx(static_cast<size_t>(T * n32));
+  std::vector<int32_t> s16(static_cast<size_t>(T * n16));
+  for (int64_t t = 0; t < T; ++t) {
+    quantize_q8_blocks(x.data() + t * cols, cols, qx.data() + t * cols, dx.data() + t * n32);
+    for (int64_t b = 0; b < n16; ++b) {
+      int32_t sum = 0;
+      for (int i = 0; i < 16; ++i) sum += qx[static_cast<size_t>(t * cols + 16 * b + i)];
+      s16[static_cast<size_t>(t * n16 + b)] = sum;
+    }
+  }
+  for (const auto& t : types) {
+    SCOPED_TRACE(t.name);
+    const FormatInfo& fi = format_by_name(t.name);
+    const int64_t nblk = rows * cols / 256;
+    auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(nblk * fi.block_bytes));
+    for (auto& b : *buf) b = static_cast<uint8_t>(rng());
+    for (int64_t k = 0; k < nblk; ++k) {
+      uint8_t* blk = buf->data() + k * fi.block_bytes;
+      for (int off : t.f16_offsets) {
+        const uint16_t h = f32_to_f16(ud(rng));
+        std::memcpy(blk + off, &h, 2);
+      }
+      std::memset(blk + t.code_off, 0xFF, static_cast<size_t>(t.code_bytes));
+    }
+    const auto pk = build_kpack(fi.ggml_type, buf->data(), cols / 256 * fi.block_bytes, rows, cols);
+    std::vector<float> y(static_cast<size_t>(T * rows), -1.0f), y1(static_cast<size_t>(rows), -1.0f);
+    kern::kpack_gemm_avx2(*pk, 0, rows, qx.data(), dx.data(), s16.data(), T, y.data());
+    kern::kpack_gemm_avx2(*pk, 0, rows, qx.data(), dx.data(), s16.data(), 1, y1.data());
+    const WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      weight_row_f32(w, r, row.data());
+      for (int64_t tk = 0; tk < T; ++tk) {
+        double acc = 0, m = 0;
+        for (int64_t i = 0; i < cols; ++i) {
+          const double p = static_cast<double>(row[i]) * qx[tk * cols + i] * dx[tk * n32 + i / 32];
+          acc += p;
+          m += std::fabs(p);
+        }
+        EXPECT_NEAR(y[tk * rows + r], acc, 2e-5 * m + 1e-6) << "row " << r << " token " << tk;
+        if (tk == 0) EXPECT_NEAR(y1[r], acc, 2e-5 * m + 1e-6) << "row " << r << " alone";
+      }
+    }
+  }
+}
+
 // The avx2 tier names the fused kernel for the legacy GGUF types, Q4_K and Q6_K (by row without a pack, the
 // 16-row tile with one), and the unfused one where it has none.
 TEST(Q8Avx2, KernelNames) {
@@ -213,11 +279,14 @@ TEST(Q8Avx2, KernelNames) {
   EXPECT_EQ(name("q5_1"), "q5_1.q8dot.avx2");
   EXPECT_EQ(name("q4_k"), "q4_k.q8dot.avx2");
   EXPECT_EQ(name("q6_k"), "q6_k.q8dot.avx2");
-  EXPECT_EQ(name("q5_k"), "q5_k.deq.avx2");  // the other k-quants: not on this tier's fused kernel yet
-  // With the load-time pack (prepare_weight, as load_model does): the 16-row tile, IQ4_NL / MXFP4 included.
-  for (const char* type : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "ggml_mxfp4"}) {
+  EXPECT_EQ(name("q5_k"), "q5_k.deq.avx2");  // held as rows: no AVX2 row kernel for the other k-quants
+  // With the load-time pack (prepare_weight, as load_model does): the 16-row tile, IQ4_NL / MXFP4 and every
+  // k-quant included.
+  for (const char* type : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "ggml_mxfp4", "q2_k", "q3_k",
+                           "q4_k", "q5_k", "q6_k"}) {
     const FormatInfo& fi = format_by_name(type);
-    auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(16 * 256 / 32 * fi.block_bytes), 1);
+    auto buf = std::make_shared<std::vector<uint8_t>>(
+        static_cast<size_t>(16 * 256 / fi.block_elems * fi.block_bytes), 1);
     WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, 16, 256);
     prepare_weight(w);
     EXPECT_EQ(matmul_kernel_name(w),
