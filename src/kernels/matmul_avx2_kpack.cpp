@@ -81,19 +81,15 @@ constexpr int64_t k45_chunk(int k) {
   return TY == ggml::Q4_K ? 320 + 64 * k : 320 + 320 * (k / 4) + 64 * (k % 4);
 }
 
-// Rows [r + 8h, r + 8h + n) (half h of the 16-row block) x tokens [t0, t0 + NT); reg0: the row block's first
-// super-block region. One half per pass, as in matmul_avx2_qblk.cpp (registers: NT float accumulators and NT
-// int16 sums).
+// Super-block s (region reg) of half h for tokens [t0, t0 + NT), added to accf. Always inlined: the float
+// accumulators stay in registers.
 template <int TY, int NT>
-void kpack_half(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* q, const float* dx,
-                const int32_t* s16s, int64_t t0, float* y, int64_t r, int h, int n) {
+[[gnu::always_inline]] inline void sb_half(const KPack& p, const uint8_t* reg, int64_t s, int h,
+                                           const int8_t* q, const float* dx, const int32_t* s16s, int64_t t0,
+                                           __m256* accf) {
   const int64_t cols = p.cols, n32 = cols / 32, n16 = cols / 16;
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-  __m256 accf[NT];
-  for (int j = 0; j < NT; ++j) accf[j] = _mm256_setzero_ps();
-  for (int64_t s = 0; s < nsb; ++s) {
-    const uint8_t* reg = reg0 + s * p.sb_bytes;
-    if (h == 0) _mm_prefetch(reinterpret_cast<const char*>(reg + 4096), _MM_HINT_T0);
+  {
     if constexpr (TY == ggml::Q2_K || TY == ggml::Q3_K) {
       const __m256 d = f16x8(reg + 16 * h);
       const __m256 dmin = TY == ggml::Q2_K ? f16x8(reg + 32 + 16 * h) : _mm256_setzero_ps();
@@ -191,39 +187,58 @@ void kpack_half(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
       }
     }
   }
-  for (int j = 0; j < NT; ++j) {
-    float* out = y + (t0 + j) * p.rows + r + 8 * h;
-    if (n == 8) {
-      _mm256_storeu_ps(out, accf[j]);
-    } else {
-      alignas(32) float tmp[8];
-      _mm256_store_ps(tmp, accf[j]);
-      std::copy(tmp, tmp + n, out);
+}
+
+// Rows [r + 8h0, r + 8h0 + 8NH) of the 16-row block (nr of its rows exist) x tokens [t0, t0 + NT); reg0: the
+// row block's first super-block region. NH = 1: one half per pass, as in matmul_avx2_qblk.cpp (registers: NT
+// float accumulators and NT int16 sums); NH = 2 (one token): both halves in one pass, the stream read once.
+template <int TY, int NT, int NH>
+void kpack_rows(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* q, const float* dx,
+                const int32_t* s16s, int64_t t0, float* y, int64_t r, int h0, int nr) {
+  __m256 accf[NH][NT];
+  for (int hh = 0; hh < NH; ++hh)
+    for (int j = 0; j < NT; ++j) accf[hh][j] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < nsb; ++s) {
+    const uint8_t* reg = reg0 + s * p.sb_bytes;
+    if (h0 == 0) _mm_prefetch(reinterpret_cast<const char*>(reg + 4096), _MM_HINT_T0);
+    for (int hh = 0; hh < NH; ++hh) sb_half<TY, NT>(p, reg, s, h0 + hh, q, dx, s16s, t0, accf[hh]);
+  }
+  for (int hh = 0; hh < NH; ++hh) {
+    const int n = std::min(8, nr - 8 * (h0 + hh));
+    for (int j = 0; j < NT; ++j) {
+      float* out = y + (t0 + j) * p.rows + r + 8 * (h0 + hh);
+      if (n == 8) {
+        _mm256_storeu_ps(out, accf[hh][j]);
+      } else {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, accf[hh][j]);
+        std::copy(tmp, tmp + n, out);
+      }
     }
   }
+}
+
+template <int TY, int NT>
+void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* q, const float* dx,
+                const int32_t* s16, int64_t t0, float* y, int64_t r, int nr) {
+  if (NT == 1 && nr > 8) return kpack_rows<TY, 1, 2>(p, reg0, nsb, q, dx, s16, t0, y, r, 0, nr);
+  for (int h = 0; h < 2 && 8 * h < nr; ++h) kpack_rows<TY, NT, 1>(p, reg0, nsb, q, dx, s16, t0, y, r, h, nr);
 }
 
 template <int NT>
 void tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* q, const float* dx,
           const int32_t* s16, int64_t t0, float* y, int64_t r, int nr) {
-  for (int h = 0; h < 2 && 8 * h < nr; ++h) {
-    const int n = std::min(8, nr - 8 * h);
-    switch (p.ggml_type) {
-      case ggml::Q2_K:
-        kpack_half<ggml::Q2_K, NT>(p, reg0, nsb, q, dx, s16, t0, y, r, h, n);
-        break;
-      case ggml::Q3_K:
-        kpack_half<ggml::Q3_K, NT>(p, reg0, nsb, q, dx, s16, t0, y, r, h, n);
-        break;
-      case ggml::Q4_K:
-        kpack_half<ggml::Q4_K, NT>(p, reg0, nsb, q, dx, s16, t0, y, r, h, n);
-        break;
-      case ggml::Q5_K:
-        kpack_half<ggml::Q5_K, NT>(p, reg0, nsb, q, dx, s16, t0, y, r, h, n);
-        break;
-      default:
-        kpack_half<ggml::Q6_K, NT>(p, reg0, nsb, q, dx, s16, t0, y, r, h, n);
-    }
+  switch (p.ggml_type) {
+    case ggml::Q2_K:
+      return kpack_tile<ggml::Q2_K, NT>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
+    case ggml::Q3_K:
+      return kpack_tile<ggml::Q3_K, NT>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
+    case ggml::Q4_K:
+      return kpack_tile<ggml::Q4_K, NT>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
+    case ggml::Q5_K:
+      return kpack_tile<ggml::Q5_K, NT>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
+    default:
+      return kpack_tile<ggml::Q6_K, NT>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
   }
 }
 
