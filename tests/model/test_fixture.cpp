@@ -125,13 +125,13 @@ INSTANTIATE_TEST_SUITE_P(Arch, GgufConversion,
                            return s;
                          });
 
-// GGUF Q4_0 / Q8_0 / Q4_K models on AVX-512 serve their products from the load-time packs (kernels' QBlkPack
-// / KPack) and the loader drops the packed tensors' file pages: decode logits equal those of the same model
-// with plans rebuilt without the pack (the row-at-a-time kernels round activations to the same Q8 blocks), a
-// tied embedding shares lm_head's plan, and embedding rows read after the page drop still equal the file's
-// bytes decoded.
+// GGUF Q4_0 / Q8_0 / Q4_K models on AVX2 and AVX-512 serve their products from the load-time packs (kernels'
+// QBlkPack / KPack) and the loader drops the packed tensors' file pages: decode logits equal those of the
+// same model with plans rebuilt without the pack (the row-at-a-time kernels round activations to the same Q8
+// blocks), a tied embedding shares lm_head's plan, and embedding rows read after the page drop still equal
+// the file's bytes decoded.
 TEST(GgufPack, PackedModelMatchesRowKernelsAndKeepsEmbeddingRows) {
-  if (best_isa() < Isa::Avx512) GTEST_SKIP() << "the pack is only built for the AVX-512 kernels";
+  if (best_isa() < Isa::Avx2) GTEST_SKIP() << "the packs are only built for the AVX2 and AVX-512 kernels";
   FixtureOptions o;
   o.seed = 9;
   o.dtype = "f32";
