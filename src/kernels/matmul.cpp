@@ -321,8 +321,8 @@ void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
 }
 
 // The AVX2 tier's row kernels (DenseAvx2, NibAvx2, ByteAvx2): decode (T < kPrefillTokens) one fused dot per
-// row and token; prefill each row decoded once with the tier's decoder (F32 rows read as they are), then
-// dotted with every token.
+// row and token; prefill each row decoded once with the tier's decoder (F32 rows read as they are), then 4
+// rows at a time against every token on a register tile (kern::rows_gemm_f32_avx2).
 void run_rows_avx2(const WeightMatrix& w, const KernelPlan& p, Kernel k, const float* x, int64_t T,
                    float* y) {
   const int64_t rows = w.rows, cols = w.cols;
@@ -352,15 +352,17 @@ void run_rows_avx2(const WeightMatrix& w, const KernelPlan& p, Kernel k, const f
   for_row_blocks(
       rows,
       [&](int64_t r0, int64_t r1) {
-        float* buf = T >= kPrefillTokens ? tls_floats(static_cast<size_t>(cols)).data() : nullptr;
-        for (int64_t r = r0; r < r1; ++r) {
-          const uint8_t* row = row_ptr(w, r);
-          if (!buf) {
-            for (int64_t t = 0; t < T; ++t) y[t * rows + r] = dot(row, r, x + t * cols);
-            continue;
-          }
-          const float* wr = decode(row, r, buf);
-          for (int64_t t = 0; t < T; ++t) y[t * rows + r] = kern::dot_f32_avx2(wr, x + t * cols, cols);
+        if (T < kPrefillTokens) {
+          for (int64_t r = r0; r < r1; ++r)
+            for (int64_t t = 0; t < T; ++t) y[t * rows + r] = dot(row_ptr(w, r), r, x + t * cols);
+          return;
+        }
+        float* buf = tls_floats(static_cast<size_t>(4 * cols)).data();
+        for (int64_t r = r0; r < r1; r += 4) {
+          const int nr = static_cast<int>(std::min<int64_t>(4, r1 - r));
+          const float* wr[4];
+          for (int i = 0; i < nr; ++i) wr[i] = decode(row_ptr(w, r + i), r + i, buf + i * cols);
+          kern::rows_gemm_f32_avx2(wr, nr, x, T, cols, y + r, rows);
         }
       },
       static_cast<double>(w.nbytes()) * static_cast<double>(T));
