@@ -23,35 +23,16 @@
 
 #include "formats/ggml_types.h"
 #include "kernels/kernel_plan.h"
+#include "kernels/lane_avx2.h"
+#include "kernels/with_nt.h"
 
 namespace lowbit::kern {
 namespace {
 
 constexpr int kMaxTokens = 8;
 
-inline __m256i bcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
 inline __m256i load32(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
-// See matmul_avx2_qblk.cpp: keeps GCC from reassociating the int32 sums into a spilled tree.
-inline __m256i pin(__m256i v) {
-  asm("" : "+x"(v));
-  return v;
-}
-
-// Byte i = v where bit i of h is set, else 0.
-inline __m256i bits_to_bytes(uint32_t h, char v) {
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(h)),
-      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(v));
 }
 
 inline __m256 f16x8(const uint8_t* p) {
@@ -203,19 +184,9 @@ void kpack_rows(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
     if (h0 == 0) _mm_prefetch(reinterpret_cast<const char*>(reg + 4096), _MM_HINT_T0);
     for (int hh = 0; hh < NH; ++hh) sb_half<TY, NT>(p, reg, s, h0 + hh, q, dx, s16s, t0, accf[hh]);
   }
-  for (int hh = 0; hh < NH; ++hh) {
-    const int n = std::min(8, nr - 8 * (h0 + hh));
-    for (int j = 0; j < NT; ++j) {
-      float* out = y + (t0 + j) * p.rows + r + 8 * (h0 + hh);
-      if (n == 8) {
-        _mm256_storeu_ps(out, accf[hh][j]);
-      } else {
-        alignas(32) float tmp[8];
-        _mm256_store_ps(tmp, accf[hh][j]);
-        std::copy(tmp, tmp + n, out);
-      }
-    }
-  }
+  for (int hh = 0; hh < NH; ++hh)
+    for (int j = 0; j < NT; ++j)
+      store_lanes(y + (t0 + j) * p.rows + r + 8 * (h0 + hh), accf[hh][j], std::min(8, nr - 8 * (h0 + hh)));
 }
 
 template <int TY, int NT>
@@ -250,33 +221,9 @@ void kpack_gemm_avx2(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, co
   for (int64_t r = r0; r < r1; r += 16) {
     const uint8_t* reg0 = p.data.get() + (r / 16) * region;
     const int nr = static_cast<int>(std::min<int64_t>(16, r1 - r));
-    for (int64_t t0 = 0; t0 < T; t0 += kMaxTokens) {
-      switch (std::min<int64_t>(kMaxTokens, T - t0)) {
-        case 8:
-          tile<8>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
-          break;
-        case 7:
-          tile<7>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
-          break;
-        case 6:
-          tile<6>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
-          break;
-        case 5:
-          tile<5>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
-          break;
-        case 4:
-          tile<4>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
-          break;
-        case 3:
-          tile<3>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
-          break;
-        case 2:
-          tile<2>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
-          break;
-        default:
-          tile<1>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
-      }
-    }
+    for (int64_t t0 = 0; t0 < T; t0 += kMaxTokens)
+      with_nt(static_cast<int>(std::min<int64_t>(kMaxTokens, T - t0)),
+              [&](auto n) { tile<decltype(n)::value>(p, reg0, nsb, q, dx, s16, t0, y, r, nr); });
   }
 }
 

@@ -39,13 +39,7 @@ inline __m256i nibbles(const uint8_t* qs) {
 inline __m256i fifth_bits(const uint8_t* qh) {
   uint32_t h;
   std::memcpy(&h, qh, 4);
-  // Byte j takes byte j / 8 of h, then keeps bit j % 8 of it.
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(h)),
-      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+  return bits_to_bytes(h, 0x10);
 }
 
 // int32 lanes of sum u[i] * q[i] for u unsigned (0..255, pairs within int16), q signed.

@@ -26,36 +26,16 @@
 
 #include "formats/ggml_types.h"
 #include "kernels/kernel_plan.h"
+#include "kernels/lane_avx2.h"
+#include "kernels/with_nt.h"
 
 namespace lowbit::kern {
 namespace {
 
 constexpr int kMaxTokens = 8;  // tokens per register tile (8 float accumulators + 8 int16 sums, one half)
 
-inline __m256i bcast4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
-// An empty asm that pins v in a register at this point: GCC otherwise reassociates the int32 adds (plain
-// vector `+`) of a block's products into one tree at its end and spills the products it keeps live.
-inline __m256i pin(__m256i v) {
-  asm("" : "+x"(v));
-  return v;
-}
-
 inline __m256i load32(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-}
-
-// Byte i = 0x10 where bit i of h is set, else 0 (the fifth bits of Q5_0 / Q5_1 for 8 rows x 4 columns).
-inline __m256i fifth_bits(uint32_t h) {
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(h)),
-      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
 }
 
 // The 16-bit scales of 8 rows as floats (f16, or MXFP4's bf16).
@@ -116,8 +96,8 @@ inline void block_sums(const QBlkPack& p, const uint8_t* base, int64_t b, int64_
         const uint8_t* hb = base + p.hbit_off(b, nb) + 16 * k + 4 * h;
         std::memcpy(&ml, hb, 4);
         std::memcpy(&mh, hb + 8, 4);
-        lo = _mm256_or_si256(lo, fifth_bits(ml));
-        hi = _mm256_or_si256(hi, fifth_bits(mh));
+        lo = _mm256_or_si256(lo, bits_to_bytes(ml, 0x10));
+        hi = _mm256_or_si256(hi, bits_to_bytes(mh, 0x10));
       }
       // Saturating adds that never saturate (the bounds above): unlike vpaddw's plain vector `+` the
       // compiler does not reassociate them, which had it compute all 32 products of a block first and spill.
@@ -175,19 +155,9 @@ void qblk_rows(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols,
       }
     }
   }
-  for (int hh = 0; hh < NH; ++hh) {
-    const int n = std::min(8, nr - 8 * (h0 + hh));
-    for (int j = 0; j < NT; ++j) {
-      float* out = y + (t0 + j) * ystride + r + 8 * (h0 + hh);
-      if (n == 8) {
-        _mm256_storeu_ps(out, accf[hh][j]);
-      } else {
-        alignas(32) float tmp[8];
-        _mm256_store_ps(tmp, accf[hh][j]);
-        std::copy(tmp, tmp + n, out);
-      }
-    }
-  }
+  for (int hh = 0; hh < NH; ++hh)
+    for (int j = 0; j < NT; ++j)
+      store_lanes(y + (t0 + j) * ystride + r + 8 * (h0 + hh), accf[hh][j], std::min(8, nr - 8 * (h0 + hh)));
 }
 
 template <int TY, int NT>
@@ -225,33 +195,10 @@ void tile_dispatch(const QBlkPack& p, const uint8_t* base, int64_t nb, const int
 void qblk_block_gemm_avx2(const QBlkPack& p, const uint8_t* base, int64_t r, int nr, const int8_t* q,
                           const float* dx, const int32_t* xo, int64_t T, float* y, int64_t ystride) {
   const int64_t nb = p.cols / 32;
-  for (int64_t t0 = 0; t0 < T; t0 += kMaxTokens) {
-    switch (std::min<int64_t>(kMaxTokens, T - t0)) {
-      case 8:
-        tile_dispatch<8>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
-        break;
-      case 7:
-        tile_dispatch<7>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
-        break;
-      case 6:
-        tile_dispatch<6>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
-        break;
-      case 5:
-        tile_dispatch<5>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
-        break;
-      case 4:
-        tile_dispatch<4>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
-        break;
-      case 3:
-        tile_dispatch<3>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
-        break;
-      case 2:
-        tile_dispatch<2>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
-        break;
-      default:
-        tile_dispatch<1>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
-    }
-  }
+  for (int64_t t0 = 0; t0 < T; t0 += kMaxTokens)
+    with_nt(static_cast<int>(std::min<int64_t>(kMaxTokens, T - t0)), [&](auto n) {
+      tile_dispatch<decltype(n)::value>(p, base, nb, q, dx, xo, t0, y, ystride, r, nr);
+    });
 }
 
 void qblk_gemm_avx2(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,

@@ -126,6 +126,57 @@ TEST(Q8Avx2, RowDotsMatchTheDecoderWithExtremeCodes) {
   }
 }
 
+// T tokens of Q8 activations over cols columns: the first `low` columns of every token at -127 (x = -2 in
+// blocks whose largest |x| is 2), the rest random; q [T, cols], d [T, cols / 32], sums of the codes per
+// `width` columns [T, cols / width].
+struct ExtremeActs {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> sums;
+};
+ExtremeActs extreme_acts(int64_t T, int64_t cols, int64_t low, int64_t width, std::mt19937& rng) {
+  std::uniform_real_distribution<float> ud(0.001f, 0.02f);
+  std::vector<float> x(static_cast<size_t>(T * cols));
+  for (auto& v : x) v = ud(rng) * 100 - 1.0f;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < low; ++i) x[static_cast<size_t>(t * cols + i)] = -2.0f;
+  ExtremeActs a{std::vector<int8_t>(x.size()), std::vector<float>(static_cast<size_t>(T * cols / 32)),
+                std::vector<int32_t>(static_cast<size_t>(T * cols / width))};
+  for (int64_t t = 0; t < T; ++t) {
+    quantize_q8_blocks(x.data() + t * cols, cols, a.q.data() + t * cols, a.d.data() + t * cols / 32);
+    for (int64_t b = 0; b < cols / width; ++b) {
+      int32_t sum = 0;
+      for (int64_t i = 0; i < width; ++i) sum += a.q[static_cast<size_t>(t * cols + width * b + i)];
+      a.sums[static_cast<size_t>(t * (cols / width) + b)] = sum;
+    }
+  }
+  return a;
+}
+
+// y [T, rows] (and y1, the first token alone) against the GGUF row decoder's values times the Q8 activations
+// qx [T, cols] with block scales dx [T, cols / 32], in double.
+void expect_decoder_products(const WeightMatrix& w, const std::vector<int8_t>& qx,
+                             const std::vector<float>& dx, int64_t T, const std::vector<float>& y,
+                             const std::vector<float>& y1) {
+  const int64_t rows = w.rows, cols = w.cols, nb = cols / 32;
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    weight_row_f32(w, r, row.data());
+    for (int64_t tk = 0; tk < T; ++tk) {
+      double acc = 0, m = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        const double p = static_cast<double>(row[i]) * qx[tk * cols + i] * dx[tk * nb + i / 32];
+        acc += p;
+        m += std::fabs(p);
+      }
+      EXPECT_NEAR(y[tk * rows + r], acc, 2e-5 * m + 1e-6) << "row " << r << " token " << tk;
+      if (tk == 0) {
+        EXPECT_NEAR(y1[r], acc, 2e-5 * m + 1e-6) << "row " << r << " alone";
+      }
+    }
+  }
+}
+
 // The AVX2 QBlkPack tile (matmul_avx2_qblk.cpp) on the same extreme blocks: 21 rows (a full 16-row block and
 // a partial one) x 6 tokens (a 4-token tile and a 2-token tile), every token's first block at -127 so that
 // the int16 sums of a whole block reach their largest magnitude (4-bit: 8 x 3810, 5-bit: 4 x 7874 per flush,
@@ -138,21 +189,10 @@ TEST(Q8Avx2, PackTileMatchesTheDecoderWithExtremeCodes) {
   const int64_t rows = 21, cols = 32 * 10, T = 11, nb = cols / 32;
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> ud(0.001f, 0.02f);
-  std::vector<float> x(static_cast<size_t>(T * cols));
-  for (auto& v : x) v = ud(rng) * 100 - 1.0f;
-  for (int64_t t = 0; t < T; ++t)
-    for (int i = 0; i < 32; ++i) x[static_cast<size_t>(t * cols + i)] = -2.0f;
-  std::vector<int8_t> qx(x.size());
-  std::vector<float> dx(static_cast<size_t>(T * nb));
-  std::vector<int32_t> sums(dx.size());
-  for (int64_t t = 0; t < T; ++t) {
-    quantize_q8_blocks(x.data() + t * cols, cols, qx.data() + t * cols, dx.data() + t * nb);
-    for (int64_t b = 0; b < nb; ++b) {
-      int32_t s = 0;
-      for (int i = 0; i < 32; ++i) s += qx[static_cast<size_t>(t * cols + 32 * b + i)];
-      sums[static_cast<size_t>(t * nb + b)] = s;
-    }
-  }
+  const ExtremeActs a = extreme_acts(T, cols, 32, 32, rng);
+  const std::vector<int8_t>& qx = a.q;
+  const std::vector<float>& dx = a.d;
+  const std::vector<int32_t>& sums = a.sums;
   for (const auto& t : types) {
     SCOPED_TRACE(t.name);
     const FormatInfo& fi = format_by_name(t.name);
@@ -177,21 +217,7 @@ TEST(Q8Avx2, PackTileMatchesTheDecoderWithExtremeCodes) {
     std::vector<float> y(static_cast<size_t>(T * rows), -1.0f), y1(static_cast<size_t>(rows), -1.0f);
     kern::qblk_gemm_avx2(*pk, 0, rows, qx.data(), dx.data(), xo.data(), T, y.data());
     kern::qblk_gemm_avx2(*pk, 0, rows, qx.data(), dx.data(), xo.data(), 1, y1.data());  // one token: one pass
-    const WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      weight_row_f32(w, r, row.data());
-      for (int64_t tk = 0; tk < T; ++tk) {
-        double acc = 0, m = 0;
-        for (int64_t i = 0; i < cols; ++i) {
-          const double p = static_cast<double>(row[i]) * qx[tk * cols + i] * dx[tk * nb + i / 32];
-          acc += p;
-          m += std::fabs(p);
-        }
-        EXPECT_NEAR(y[tk * rows + r], acc, 2e-5 * m + 1e-6) << "row " << r << " token " << tk;
-        if (tk == 0) EXPECT_NEAR(y1[r], acc, 2e-5 * m + 1e-6) << "row " << r << " alone";
-      }
-    }
+    expect_decoder_products(make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols), qx, dx, T, y, y1);
   }
 }
 
@@ -207,24 +233,13 @@ TEST(Q8Avx2, KPackTileMatchesTheDecoderWithExtremeCodes) {
   };
   const std::vector<K> types = {
       {"q4_k", {0, 2}, 16, 128}, {"q5_k", {0, 2}, 16, 160}, {"q6_k", {208}, 0, 192}};
-  const int64_t rows = 21, cols = 512, T = 11, n32 = cols / 32, n16 = cols / 16;
+  const int64_t rows = 21, cols = 512, T = 11;
   std::mt19937 rng(13);
   std::uniform_real_distribution<float> ud(0.001f, 0.02f);
-  std::vector<float> x(static_cast<size_t>(T * cols));
-  for (auto& v : x) v = ud(rng) * 100 - 1.0f;
-  for (int64_t t = 0; t < T; ++t)
-    for (int i = 0; i < 256; ++i) x[static_cast<size_t>(t * cols + i)] = -2.0f;
-  std::vector<int8_t> qx(x.size());
-  std::vector<float> dx(static_cast<size_t>(T * n32));
-  std::vector<int32_t> s16(static_cast<size_t>(T * n16));
-  for (int64_t t = 0; t < T; ++t) {
-    quantize_q8_blocks(x.data() + t * cols, cols, qx.data() + t * cols, dx.data() + t * n32);
-    for (int64_t b = 0; b < n16; ++b) {
-      int32_t sum = 0;
-      for (int i = 0; i < 16; ++i) sum += qx[static_cast<size_t>(t * cols + 16 * b + i)];
-      s16[static_cast<size_t>(t * n16 + b)] = sum;
-    }
-  }
+  const ExtremeActs a = extreme_acts(T, cols, 256, 16, rng);
+  const std::vector<int8_t>& qx = a.q;
+  const std::vector<float>& dx = a.d;
+  const std::vector<int32_t>& s16 = a.sums;
   for (const auto& t : types) {
     SCOPED_TRACE(t.name);
     const FormatInfo& fi = format_by_name(t.name);
@@ -243,21 +258,7 @@ TEST(Q8Avx2, KPackTileMatchesTheDecoderWithExtremeCodes) {
     std::vector<float> y(static_cast<size_t>(T * rows), -1.0f), y1(static_cast<size_t>(rows), -1.0f);
     kern::kpack_gemm_avx2(*pk, 0, rows, qx.data(), dx.data(), s16.data(), T, y.data());
     kern::kpack_gemm_avx2(*pk, 0, rows, qx.data(), dx.data(), s16.data(), 1, y1.data());
-    const WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
-    std::vector<float> row(static_cast<size_t>(cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      weight_row_f32(w, r, row.data());
-      for (int64_t tk = 0; tk < T; ++tk) {
-        double acc = 0, m = 0;
-        for (int64_t i = 0; i < cols; ++i) {
-          const double p = static_cast<double>(row[i]) * qx[tk * cols + i] * dx[tk * n32 + i / 32];
-          acc += p;
-          m += std::fabs(p);
-        }
-        EXPECT_NEAR(y[tk * rows + r], acc, 2e-5 * m + 1e-6) << "row " << r << " token " << tk;
-        if (tk == 0) EXPECT_NEAR(y1[r], acc, 2e-5 * m + 1e-6) << "row " << r << " alone";
-      }
-    }
+    expect_decoder_products(make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols), qx, dx, T, y, y1);
   }
 }
 
