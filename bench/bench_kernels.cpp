@@ -89,6 +89,7 @@ WeightMatrix make(const std::string& fmt, const std::string& act, int64_t rows, 
     m = make_quant_weight(
         std::make_shared<QuantizedMatrix>(quantize_matrix(w.data(), rows, cols, parse_scheme(fmt))));
   if (act == "a8") m.act_format = FormatId::INT8;
+  if (act == "a4") m.act_format = FormatId::INT4;  // W4A4 (clip 1)
   return m;
 }
 
@@ -110,12 +111,26 @@ void BM_Matmul(benchmark::State& st, std::string fmt, std::string act, int64_t r
 
 int register_all() {
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{896, 896}, {4864, 896}, {896, 4864}};
-  const std::vector<std::pair<std::string, std::string>> fmts = {
-      {"f32", ""},       {"bf16", ""},        {"int8:channel", ""},  {"int8:channel", "a8"},
-      {"int4:g128", ""}, {"int4:g128", "a8"}, {"int4:g32:asym", ""}, {"int4:g32:asym", "a8"},
-      {"nf4:g64", ""},   {"mxfp4", ""},       {"nvfp4", ""},         {"e4m3:channel", ""},
-      {"q4_0", ""},      {"q8_0", ""},        {"q4_k", ""},          {"q5_k", ""},
-      {"q6_k", ""},      {"q2_k", ""},        {"q3_k", ""}};
+  const std::vector<std::pair<std::string, std::string>> fmts = {{"f32", ""},
+                                                                 {"bf16", ""},
+                                                                 {"int8:channel", ""},
+                                                                 {"int8:channel", "a8"},
+                                                                 {"int4:g128", ""},
+                                                                 {"int4:g128", "a8"},
+                                                                 {"int4:g32:asym", ""},
+                                                                 {"int4:g32:asym", "a8"},
+                                                                 {"int4:channel", "a4"},
+                                                                 {"nf4:g64", ""},
+                                                                 {"mxfp4", ""},
+                                                                 {"nvfp4", ""},
+                                                                 {"e4m3:channel", ""},
+                                                                 {"q4_0", ""},
+                                                                 {"q8_0", ""},
+                                                                 {"q4_k", ""},
+                                                                 {"q5_k", ""},
+                                                                 {"q6_k", ""},
+                                                                 {"q2_k", ""},
+                                                                 {"q3_k", ""}};
   // The last shape (a Qwen2.5-0.5B lm_head, 151936 x 896) streams from DRAM, decode only.
   std::vector<std::pair<int64_t, int64_t>> all_shapes = shapes;
   all_shapes.push_back({151936, 896});

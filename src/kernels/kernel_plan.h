@@ -438,6 +438,26 @@ void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const fl
 void vnni_block_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
                        int bits, int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride,
                        const int32_t* xg, int64_t ng, const float* sx, int T, float* y, int64_t ystride);
+// The same products on the AVX2 tier (matmul_avx2_int.cpp; groups per-channel or of whole 32-column chunks:
+// i8dot_avx2_ok). Decode, i8dot_rows_avx2: T tokens, xl [T, xstride] activation codes in the decode layout of
+// i8x_layout_avx2 (bits 8: natural order; bits 4: per 32 columns the 16 even ones, then the 16 odd ones; zero
+// padding to i8x_padded), xg [T, ng] their sums per scale group, sx [T] their scales; y[t * ystride + i] for
+// rows i < nr. Prefill, i8dot_block_avx2: vnni_block_avx512's arguments (natural-order xq, xstride a multiple
+// of 64 with zero padding). Both give the same bits for a token (the file's header has the formula).
+bool i8dot_avx2_ok(int64_t group, int64_t gcols);
+// The INT8 / INT4 activation quantizers on AVX2, bit for bit the scalar ones (as the _avx512 versions).
+void quantize_activation_int8_avx2(const float* x, int64_t n, int8_t* codes, float* scale);
+void int8_act_codes_avx2(const float* x, int64_t n, float s, int8_t* codes);
+void quantize_activation_int4_avx2(const float* x, int64_t n, float clip, int8_t* codes, float* scale);
+int64_t i8x_padded(int64_t cols);
+void i8x_layout_avx2(int bits, const int8_t* natural, int64_t cols, int8_t* out);
+void i8dot_rows_avx2(int bits, int nr, const uint8_t* const* rows, const float* const* s,
+                     const float* const* z, int zoff, int64_t cols, int64_t group, int64_t ng,
+                     const int8_t* xl, int64_t xstride, const int32_t* xg, const float* sx, int T, float* y,
+                     int64_t ystride);
+void i8dot_block_avx2(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                      int bits, int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride,
+                      const int32_t* xg, int64_t ng, const float* sx, int T, float* y, int64_t ystride);
 // W8A8 on AMX-INT8 (amx_tiles.h): offset-binary per-channel INT8 codes (u = q + 128) -> AmxInt8Pack.
 void pack_amx_int8(const uint8_t* codes, int64_t row_bytes, int64_t rows, int64_t cols, AmxInt8Pack& out);
 // y[t, r] for rows [r0, r1) (r0 a multiple of 16) and all T tokens: x [ceil(T/16)*16, pk.kp] signed int8

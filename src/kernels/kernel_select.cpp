@@ -101,6 +101,11 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
       w.act_format != FormatId::NVFP4)
     return {Kernel::Q8RowAvx2, ActRounding::Q8};
   if (isa == Isa::Avx2 && p.route == Route::Dense) return {Kernel::DenseAvx2, ActRounding::None};
+  // INT4 / INT8 codes with INT8 / INT4 activations on the AVX2 tier: integer products (both kernels give a
+  // token the same bits, so batching does not change it).
+  if (isa == Isa::Avx2 && (w.act_format == FormatId::INT8 || w.act_format == FormatId::INT4) &&
+      vnni_block_ok(w, p) && kern::i8dot_avx2_ok(p.group, p.gcols))
+    return {prefill ? Kernel::I8BlockAvx2 : Kernel::I8RowAvx2, ActRounding::None};
   // The nib route's 4-bit codes (INT4, NF4, FP4, MXFP4, NVFP4 weights) on the AVX2 tier.
   if (isa == Isa::Avx2 && p.route == Route::Nib && w.kind == WeightKind::Quant && p.lut.size() >= 16)
     return {Kernel::NibAvx2, ActRounding::None};
@@ -202,6 +207,10 @@ const char* kernel_short_name(Kernel k) {
     case Kernel::ByteDot:
     case Kernel::ByteAvx2:
       return "byte";
+    case Kernel::I8RowAvx2:
+      return "i8dot";
+    case Kernel::I8BlockAvx2:
+      return "i8dot16";
     case Kernel::Bf16Tile:
       return "bf16tile";
     case Kernel::LutBf16:
@@ -232,6 +241,8 @@ Isa kernel_tier(Kernel k) {
     case Kernel::NibAvx2:
     case Kernel::DenseAvx2:
     case Kernel::ByteAvx2:
+    case Kernel::I8RowAvx2:
+    case Kernel::I8BlockAvx2:
       return Isa::Avx2;
     default:
       return Isa::Avx512;

@@ -88,11 +88,12 @@ const float* gather_input(const WeightMatrix& w, const float* x, int64_t T, std:
 
 void quantize_activation_int8(const WeightMatrix& w, const float* x, int8_t* codes, float* scale) {
   const int64_t n = w.cols;
-  const bool avx512 = kernel_isa() >= Isa::Avx512;
+  const bool avx512 = kernel_isa() >= Isa::Avx512, avx2 = kernel_isa() == Isa::Avx2;
   if (w.act_static_scale > 0) {
     const float s = w.act_static_scale;
     *scale = s;
     if (avx512) return kern::int8_act_codes_avx512(x, n, s, codes);
+    if (avx2) return kern::int8_act_codes_avx2(x, n, s, codes);
     for (int64_t i = 0; i < n; ++i) {
       const float v = x[i];
       float qv = std::isnan(v) ? 0.0f : std::clamp(std::nearbyint(v / s), -127.0f, 127.0f);
@@ -101,6 +102,7 @@ void quantize_activation_int8(const WeightMatrix& w, const float* x, int8_t* cod
     return;
   }
   if (avx512) return kern::quantize_activation_int8_avx512(x, n, codes, scale);
+  if (avx2) return kern::quantize_activation_int8_avx2(x, n, codes, scale);
   quantize_activation_row(FormatId::INT8, x, n, 0, reinterpret_cast<uint8_t*>(codes), scale);
 }
 
@@ -136,6 +138,8 @@ void quantize_activation_codes(const WeightMatrix& w, const float* x, int8_t* co
   if (w.act_format != FormatId::INT4) return quantize_activation_int8(w, x, codes, scale);
   if (kernel_isa() >= Isa::Avx512)
     return kern::quantize_activation_int4_avx512(x, w.cols, w.act_clip, codes, scale);
+  if (kernel_isa() == Isa::Avx2)
+    return kern::quantize_activation_int4_avx2(x, w.cols, w.act_clip, codes, scale);
   quantize_activation_int4(x, w.cols, w.act_clip, codes, scale);
 }
 
@@ -612,7 +616,19 @@ void run_vnni_tile512(const WeightMatrix& w, const KernelPlan& p, const Int8Tile
       static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
-void run_vnni_block512(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+// xg[g] = the sum of the activation codes q of scale group g (groups of grp columns, ng of them).
+void code_group_sums(const int8_t* q, int64_t cols, int64_t grp, int64_t ng, int32_t* xg) {
+  for (int64_t g = 0; g < ng; ++g) {
+    int32_t sum = 0;
+    for (int64_t c = g * grp, e = std::min(cols, c + grp); c < e; ++c) sum += q[c];
+    xg[g] = sum;
+  }
+}
+
+// INT4 / INT8 codes x INT8 / INT4 activations over 16-row blocks laid out per call: the VNNI register tile
+// (AVX-512) or the vpmaddubsw one (avx2: I8BlockAvx2).
+void run_int_block(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y,
+                   bool avx2) {
   const int64_t cols = w.cols, xs = (cols + 63) / 64 * 64, ng = p.gcols, grp = ng == 1 ? cols : p.group;
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<int32_t> xg;
@@ -623,7 +639,7 @@ void run_vnni_block512(const WeightMatrix& w, const KernelPlan& p, const float* 
   for (int64_t t = 0; t < T; ++t) {
     int8_t* q = xq.data() + t * xs;
     quantize_activation_codes(w, x + t * cols, q, &sx[t]);
-    for (int64_t c = 0; c < cols; ++c) xg[static_cast<size_t>(t * ng + c / grp)] += q[c];
+    code_group_sums(q, cols, grp, ng, xg.data() + t * ng);
   }
   const int zoff = p.asym ? 0 : static_cast<int>(-p.lut[0]);
   // The pool's workers see their own thread_local vectors: pass the caller's buffers as plain pointers.
@@ -633,8 +649,37 @@ void run_vnni_block512(const WeightMatrix& w, const KernelPlan& p, const float* 
   for_code_row_blocks(
       w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
       [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp, int64_t r0) {
-        kern::vnni_block_avx512(nr, rp, sp, zp, p.bits, zoff, cols, p.group, xqp, xs, xgp, ng, sxp,
-                                static_cast<int>(T), y + r0, w.rows);
+        (avx2 ? kern::i8dot_block_avx2 : kern::vnni_block_avx512)(nr, rp, sp, zp, p.bits, zoff, cols, p.group,
+                                                                  xqp, xs, xgp, ng, sxp, static_cast<int>(T),
+                                                                  y + r0, w.rows);
+      });
+}
+
+// INT4 / INT8 codes x INT8 / INT4 activations on the AVX2 tier, decode: each token's codes laid out once
+// (i8x_layout_avx2) with their sums per scale group, then the row kernel per block of rows.
+void run_i8dot_rows_avx2(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+  const int64_t cols = w.cols, xs = kern::i8x_padded(cols), ng = p.gcols, grp = ng == 1 ? cols : p.group;
+  thread_local std::vector<int8_t> nat, xl;
+  thread_local std::vector<int32_t> xg;
+  thread_local std::vector<float> sx;
+  nat.resize(static_cast<size_t>(cols));
+  xl.resize(static_cast<size_t>(T * xs));
+  xg.assign(static_cast<size_t>(T * ng), 0);
+  sx.resize(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    quantize_activation_codes(w, x + t * cols, nat.data(), &sx[t]);
+    code_group_sums(nat.data(), cols, grp, ng, xg.data() + t * ng);
+    kern::i8x_layout_avx2(p.bits, nat.data(), cols, xl.data() + t * xs);
+  }
+  const int zoff = p.asym ? 0 : static_cast<int>(-p.lut[0]);
+  const int8_t* xlp = xl.data();  // the pool's workers see their own thread_local vectors
+  const int32_t* xgp = xg.data();
+  const float* sxp = sx.data();
+  for_code_row_blocks(
+      w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
+      [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp, int64_t r0) {
+        kern::i8dot_rows_avx2(p.bits, nr, rp, sp, zp, zoff, cols, p.group, ng, xlp, xs, xgp, sxp,
+                              static_cast<int>(T), y + r0, w.rows);
       });
 }
 
@@ -846,7 +891,10 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
     case Kernel::VnniTile:
       return run_vnni_tile512(w, p, *int8_tile(w, p), x, T, y);
     case Kernel::VnniBlock:
-      return run_vnni_block512(w, p, x, T, y);
+    case Kernel::I8BlockAvx2:
+      return run_int_block(w, p, x, T, y, k == Kernel::I8BlockAvx2);
+    case Kernel::I8RowAvx2:
+      return run_i8dot_rows_avx2(w, p, x, T, y);
     case Kernel::VnniGemv:
       return run_vnni512(w, p, x, T, y);
     case Kernel::Fp6Byte16:

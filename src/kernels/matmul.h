@@ -69,12 +69,15 @@ enum class Kernel : uint8_t {
   // The AVX2 tier (matmul_avx2*.cpp). Decode: one fused dot per row and token (Q8PackAvx2: per 16 rows);
   // prefill: Q8RowAvx2 the same, Q8PackAvx2 its tile, the others each row decoded / widened once, then dotted
   // with every token.
-  Q8RowAvx2,   // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 x Q8 activations (vpmaddubsw)
-  Q8PackAvx2,  // the same types and IQ4_NL / MXFP4 on the load-time QBlkPack, 16 rows x up to 8 tokens per
-               // tile
-  DenseAvx2,   // F32 / F16 / BF16
-  NibAvx2,     // 4-bit codes (the nib route)
-  ByteAvx2,    // 8-bit codes (the byte route)
+  Q8RowAvx2,    // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 x Q8 activations (vpmaddubsw)
+  Q8PackAvx2,   // the same types and IQ4_NL / MXFP4 on the load-time QBlkPack, 16 rows x up to 8 tokens per
+                // tile
+  DenseAvx2,    // F32 / F16 / BF16
+  NibAvx2,      // 4-bit codes (the nib route)
+  ByteAvx2,     // 8-bit codes (the byte route)
+  I8RowAvx2,    // INT4 / INT8 codes x INT8 / INT4 activation codes, decode by row (vpmaddubsw)
+  I8BlockAvx2,  // the same, prefill: 8-row halves laid out per call, up to 4 (INT4) / 6 (INT8) tokens per
+                // tile
 };
 // What a kernel rounds the activations to beyond the weight's activation route.
 enum class ActRounding : uint8_t { None, Bf16, Q8 };

@@ -682,7 +682,7 @@ TEST(KernelPlan, SpecialScaleCellsKeepTheTables) {
 // scale (NaN scale when an input is NaN), with NaN, infinities, signed zeros, rounding ties (x = k + 0.5 with
 // scale 1), ragged lengths, and inputs with no finite non-zero value (scale 0).
 TEST(ActivationInt8, VectorMatchesScalarBitForBit) {
-  if (best_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512 here";
+  if (best_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 here";
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 3.0f);
@@ -705,22 +705,32 @@ TEST(ActivationInt8, VectorMatchesScalarBitForBit) {
     if (n > 2) no_finite[2] = nan;
     inputs.push_back(no_finite);
   }
-  for (const auto& x : inputs) {
-    const int64_t n = static_cast<int64_t>(x.size());
-    std::vector<uint8_t> a(x.size());
-    std::vector<int8_t> b(x.size(), 99);
-    float sa = 0, sb = 0;
-    quantize_activation_row(FormatId::INT8, x.data(), n, 0, a.data(), &sa);
-    kern::quantize_activation_int8_avx512(x.data(), n, b.data(), &sb);
-    ASSERT_EQ(f32_bits(sa), f32_bits(sb)) << "n " << n;
-    for (int64_t i = 0; i < n; ++i)
-      ASSERT_EQ(static_cast<int8_t>(a[i]), b[i]) << "n " << n << " i " << i << " x " << x[i];
-    if (sa > 0 && !std::isnan(sb)) {  // the static-scale codes with the same scale
-      std::vector<int8_t> c(x.size());
-      kern::int8_act_codes_avx512(x.data(), n, sa, c.data());
-      EXPECT_EQ(std::memcmp(c.data(), b.data(), c.size()), 0) << "n " << n;
+  // The AVX2 quantizers on every CPU with AVX2, the AVX-512 ones where it has them.
+  struct Tier {
+    const char* name;
+    void (*quantize)(const float*, int64_t, int8_t*, float*);
+    void (*codes)(const float*, int64_t, float, int8_t*);
+  };
+  std::vector<Tier> tiers = {{"avx2", kern::quantize_activation_int8_avx2, kern::int8_act_codes_avx2}};
+  if (best_isa() >= Isa::Avx512)
+    tiers.push_back({"avx512", kern::quantize_activation_int8_avx512, kern::int8_act_codes_avx512});
+  for (const Tier& tier : tiers)
+    for (const auto& x : inputs) {
+      const int64_t n = static_cast<int64_t>(x.size());
+      std::vector<uint8_t> a(x.size());
+      std::vector<int8_t> b(x.size(), 99);
+      float sa = 0, sb = 0;
+      quantize_activation_row(FormatId::INT8, x.data(), n, 0, a.data(), &sa);
+      tier.quantize(x.data(), n, b.data(), &sb);
+      ASSERT_EQ(f32_bits(sa), f32_bits(sb)) << tier.name << " n " << n;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(static_cast<int8_t>(a[i]), b[i]) << tier.name << " n " << n << " i " << i << " x " << x[i];
+      if (sa > 0 && !std::isnan(sb)) {  // the static-scale codes with the same scale
+        std::vector<int8_t> c(x.size());
+        tier.codes(x.data(), n, sa, c.data());
+        EXPECT_EQ(std::memcmp(c.data(), b.data(), c.size()), 0) << tier.name << " n " << n;
+      }
     }
-  }
 }
 
 TEST(Dispatch, IsaNames) {

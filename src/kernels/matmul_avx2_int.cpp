@@ -1,0 +1,377 @@
+// INT4 / INT8 weight codes x INT8 / INT4 activation codes on the AVX2 tier (W8A8, W4A8, W4A4): integer
+// products on vpmaddubsw + vpmaddwd (no VNNI on this tier).
+//
+// Both kernels compute, for every row and token, the same numbers in the same order, so a token gives the
+// same bits alone (decode, i8dot_rows_avx2) as inside a prefill batch (i8dot_block_avx2):
+//   v_g = sum over the columns c of scale group g of (u_c - z_g) * x_c   (exact, int32)
+//   y   = fma(v_{ng-1}, s_{ng-1} * sx, ... fma(v_1, s_1 * sx, fma(v_0, s_0 * sx, 0)))
+// with u the stored code, z_g the stored zero point (asymmetric) or the code offset zoff (8 / 128,
+// symmetric), s_g the group's scale and sx the token's activation scale: the formula of the AVX-512 VNNI
+// kernels.
+//
+// vpmaddubsw multiplies unsigned bytes by signed bytes and adds pairs into saturating int16. 4-bit codes
+// (0..15) go in as they are: a pair is at most 2 * 15 * 127 = 3810, so 8 products (30480) sum in int16 before
+// one vpmaddwd widens them. 8-bit codes go in as v = u - 128 (signed) in the form |v| x sign(v) * x, a pair
+// at most 2 * 128 * 127 = 32512, widened after every product; sum (u - z) x = sum v x + (128 - z) sum x.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/kernel_plan.h"
+#include "kernels/lane_avx2.h"
+#include "kernels/with_nt.h"
+
+namespace lowbit::kern {
+
+namespace {
+
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+  return _mm_cvtsi128_si32(h);
+}
+
+// The last, partial chunk of a row (columns [c0, cols)), zero-padded; never reads past the row's last byte.
+template <int BITS>
+[[gnu::noinline]] __m256i load_tail(const uint8_t* row, int64_t cols, int64_t c0) {
+  alignas(32) uint8_t t[32] = {};
+  std::memcpy(t, row + c0 * BITS / 8, static_cast<size_t>((cols - c0) * BITS + 7) / 8);
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
+}
+
+// Codes of columns [32 ch, 32 ch + 32) of a row, past `cols` read as 0. 4-bit: the 16 code bytes (low half);
+// 8-bit: the 32.
+template <int BITS>
+inline __m256i load_chunk(const uint8_t* row, int64_t cols, int64_t ch) {
+  const int64_t c0 = 32 * ch;
+  if (c0 + 32 > cols) [[unlikely]]
+    return load_tail<BITS>(row, cols, c0);
+  const uint8_t* src = row + c0 * BITS / 8;
+  if constexpr (BITS == 4)
+    return _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+}
+
+// A 4-bit chunk in the decode activation layout: the 16 even columns' codes, then the 16 odd ones'.
+inline __m256i split_nibbles(__m256i b) {
+  const __m128i lo = _mm256_castsi256_si128(b), m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(lo, 4), m), _mm_and_si128(lo, m));
+}
+
+// A 4-bit chunk as 32 code bytes in column order.
+inline __m256i nibbles_in_order(__m256i b) {
+  const __m128i lo = _mm256_castsi256_si128(b), m = _mm_set1_epi8(0x0F);
+  const __m128i e = _mm_and_si128(lo, m), o = _mm_and_si128(_mm_srli_epi16(lo, 4), m);
+  return _mm256_set_m128i(_mm_unpackhi_epi8(e, o), _mm_unpacklo_epi8(e, o));
+}
+
+// (A function, not a namespace-scope constant: that would run an AVX2 instruction at start-up on any CPU.)
+inline __m256i flip() {
+  return _mm256_set1_epi8(static_cast<char>(0x80));
+}
+
+// The group's int32 offset term: (u - z) = v + (128 - z) for 8-bit codes (v = u - 128), u - z for 4-bit.
+template <int BITS>
+inline int32_t group_offset(const float* z, int64_t g, int zoff) {
+  const int32_t zq = z ? static_cast<int32_t>(z[g]) : zoff;
+  return BITS == 8 ? 128 - zq : -zq;
+}
+
+template <int BITS, int NT>
+void rows_nt(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int zoff,
+             int64_t cols, int64_t group, int64_t ng, const int8_t* xl, int64_t xstride, const int32_t* xg,
+             const float* sx, float* y, int64_t ystride) {
+  const int64_t nch = (cols + 31) / 32, gch = ng == 1 ? nch : group / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int i = 0; i < nr; ++i) {
+    float acc[NT] = {};
+    for (int64_t g = 0; g < ng; ++g) {
+      __m256i a32[NT];
+      for (int j = 0; j < NT; ++j) a32[j] = _mm256_setzero_si256();
+      const int64_t c1 = std::min(nch, (g + 1) * gch);
+      for (int64_t ch = g * gch; ch < c1;) {
+        if constexpr (BITS == 4) {
+          __m256i a16[NT];
+          for (int j = 0; j < NT; ++j) a16[j] = _mm256_setzero_si256();
+          for (const int64_t e = std::min(c1, ch + 8); ch < e; ++ch) {
+            const __m256i w = split_nibbles(load_chunk<4>(rows[i], cols, ch));
+            for (int j = 0; j < NT; ++j) {
+              const __m256i xv =
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xl + j * xstride + 32 * ch));
+              a16[j] = pin(_mm256_adds_epi16(a16[j], _mm256_maddubs_epi16(w, xv)));
+            }
+          }
+          for (int j = 0; j < NT; ++j)
+            a32[j] = pin(_mm256_add_epi32(a32[j], _mm256_madd_epi16(a16[j], ones)));
+        } else {
+          const __m256i v = _mm256_xor_si256(load_chunk<8>(rows[i], cols, ch), flip()),
+                        av = _mm256_abs_epi8(v);
+          for (int j = 0; j < NT; ++j) {
+            const __m256i xv =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xl + j * xstride + 32 * ch));
+            const __m256i p = _mm256_maddubs_epi16(av, _mm256_sign_epi8(xv, v));
+            a32[j] = pin(_mm256_add_epi32(a32[j], _mm256_madd_epi16(p, ones)));
+          }
+          ++ch;
+        }
+      }
+      const int32_t off = group_offset<BITS>(z[i], g, zoff);
+      for (int j = 0; j < NT; ++j) {
+        const int32_t v = hsum_epi32(a32[j]) + off * xg[j * ng + g];
+        acc[j] = std::fma(static_cast<float>(v), s[i][g] * sx[j], acc[j]);
+      }
+    }
+    for (int j = 0; j < NT; ++j) y[j * ystride + i] = acc[j];
+  }
+}
+
+// 8 x 8 transpose of 32-bit words: out[k] = word k of r[0..7].
+inline void transpose8(const __m256i* r, __m256i* out) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int k = 0; k < 4; ++k) {
+    out[k] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
+    out[k + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
+  }
+}
+
+// Rows [0, n) (n <= 8) of a half block as the tile reads them: entry kq (32 bytes) holds columns 4 kq .. 4 kq
+// + 3 of row i in its 32-bit lane i; 4-bit codes u as bytes, 8-bit ones as v = u - 128. nch chunks of 32
+// columns (8 entries each); rows past n are 0.
+template <int BITS>
+void pack_half(const uint8_t* const* rows, int n, int64_t cols, int64_t nch, uint8_t* out) {
+  for (int64_t ch = 0; ch < nch; ++ch) {
+    __m256i r[8], t[8];
+    for (int i = 0; i < 8; ++i) {
+      if (i >= n) {
+        r[i] = _mm256_setzero_si256();
+        continue;
+      }
+      const __m256i b = load_chunk<BITS>(rows[i], cols, ch);
+      r[i] = BITS == 4 ? nibbles_in_order(b) : _mm256_xor_si256(b, flip());
+    }
+    transpose8(r, t);
+    for (int k = 0; k < 8; ++k) _mm256_store_si256(reinterpret_cast<__m256i*>(out + 32 * (8 * ch + k)), t[k]);
+  }
+}
+
+// One half block (8 rows) x NT tokens: out[j] lane i = y of row i, token j. Groups are whole chunks of 32
+// columns (8 entries), each chunk's 8 steps unrolled: the int16 sums of a 4-bit chunk (8 products, at most
+// 30480) widen once per chunk, 8-bit products once each.
+template <int BITS, int NT>
+void half_tile(const uint8_t* wb, int64_t nch, int64_t gch, int64_t ng, const float* sv, const int32_t* ov,
+               const int8_t* xq, int64_t xstride, const int32_t* xg, int64_t xgs, const float* sx,
+               __m256* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 accf[NT];
+  for (int j = 0; j < NT; ++j) accf[j] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < ng; ++g) {
+    __m256i a32[NT];
+    for (int j = 0; j < NT; ++j) a32[j] = _mm256_setzero_si256();
+    for (int64_t ch = g * gch, c1 = std::min(nch, (g + 1) * gch); ch < c1; ++ch) {
+      const uint8_t* wc = wb + 256 * ch;
+      const int8_t* xc = xq + 32 * ch;
+      if constexpr (BITS == 4) {
+        __m256i s16[NT];
+        for (int j = 0; j < NT; ++j) s16[j] = _mm256_setzero_si256();
+        for (int k = 0; k < 8; ++k) {
+          const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(wc + 32 * k));
+          for (int j = 0; j < NT; ++j)
+            s16[j] = _mm256_adds_epi16(s16[j], _mm256_maddubs_epi16(w, bcast4(xc + j * xstride + 4 * k)));
+        }
+        for (int j = 0; j < NT; ++j) a32[j] = pin(_mm256_add_epi32(a32[j], _mm256_madd_epi16(s16[j], ones)));
+      } else {
+        for (int k = 0; k < 8; ++k) {
+          const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(wc + 32 * k));
+          const __m256i av = _mm256_abs_epi8(v);
+          for (int j = 0; j < NT; ++j) {
+            const __m256i p = _mm256_maddubs_epi16(av, _mm256_sign_epi8(bcast4(xc + j * xstride + 4 * k), v));
+            a32[j] = pin(_mm256_add_epi32(a32[j], _mm256_madd_epi16(p, ones)));
+          }
+        }
+      }
+    }
+    const __m256 sg = _mm256_load_ps(sv + 8 * g);
+    const __m256i og = _mm256_load_si256(reinterpret_cast<const __m256i*>(ov + 8 * g));
+    for (int j = 0; j < NT; ++j) {
+      const __m256i v = _mm256_add_epi32(a32[j], _mm256_mullo_epi32(og, _mm256_set1_epi32(xg[j * xgs + g])));
+      accf[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(sg, _mm256_set1_ps(sx[j])), accf[j]);
+    }
+  }
+  for (int j = 0; j < NT; ++j) out[j] = accf[j];
+}
+
+template <int BITS>
+void block_bits(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int zoff,
+                int64_t cols, int64_t group, const int8_t* xq, int64_t xstride, const int32_t* xg, int64_t ng,
+                const float* sx, int T, float* y, int64_t ystride) {
+  const int64_t nch = (cols + 31) / 32, k4 = 8 * nch;
+  const int64_t gch = ng == 1 ? nch : group / 32;  // chunks per scale group
+  // Tokens per register tile, measured (bench_kernels, 4864 x 896, T = 64, one thread): 4-bit keeps int16,
+  // int32 and float accumulators per token and is fastest at 4 (6: 16 % slower, 8: 15 %); 8-bit at 6 or 8.
+  constexpr int kTile = BITS == 4 ? 4 : 8;
+  struct alignas(32) Line {
+    uint8_t v[32];
+  };
+  thread_local std::vector<Line> buf;
+  buf.resize(static_cast<size_t>(k4 + 2 * ng));
+  uint8_t* wb = buf.data()->v;
+  float* sv = reinterpret_cast<float*>(buf[k4].v);
+  int32_t* ov = reinterpret_cast<int32_t*>(buf[k4 + ng].v);
+  for (int h = 0; h * 8 < nr; ++h) {
+    const int n = std::min(8, nr - 8 * h);
+    for (int64_t g = 0; g < ng; ++g)
+      for (int i = 0; i < 8; ++i) {
+        sv[8 * g + i] = i < n ? s[8 * h + i][g] : 0.0f;
+        ov[8 * g + i] = i < n ? group_offset<BITS>(z[8 * h + i], g, zoff) : 0;
+      }
+    pack_half<BITS>(rows + 8 * h, n, cols, nch, wb);
+    for (int t0 = 0; t0 < T; t0 += kTile) {
+      __m256 out[kTile];
+      const int nt = std::min(kTile, T - t0);
+      with_nt(nt, [&](auto c) {
+        constexpr int kNt = decltype(c)::value;
+        if constexpr (kNt <= kTile)
+          half_tile<BITS, kNt>(wb, nch, gch, ng, sv, ov, xq + t0 * xstride, xstride, xg + t0 * ng, ng,
+                               sx + t0, out);
+      });
+      for (int j = 0; j < nt; ++j) store_lanes(y + (t0 + j) * ystride + 8 * h, out[j], n);
+    }
+  }
+}
+
+// Codes nearbyint(x / s) clamped to +-qmax for s > 0, NaN -> 0, 8 at a time; the tail through the same scalar
+// operations (quantize_activation_row / quantize_activation_int4 lane by lane: bit-identical).
+void int_act_codes(const float* x, int64_t n, float s, float qmax, int8_t* codes) {
+  const __m256 sv = _mm256_set1_ps(s), lo = _mm256_set1_ps(-qmax), hi = _mm256_set1_ps(qmax);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    __m256 q = _mm256_round_ps(_mm256_div_ps(v, sv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q = _mm256_min_ps(_mm256_max_ps(q, lo), hi);
+    q = _mm256_andnot_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), q);  // NaN -> 0
+    const __m256i q32 = _mm256_cvtps_epi32(q);
+    const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q32), _mm256_extracti128_si256(q32, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i), _mm_packs_epi16(q16, q16));
+  }
+  for (; i < n; ++i)
+    codes[i] =
+        std::isnan(x[i]) ? int8_t{0} : static_cast<int8_t>(std::clamp(std::nearbyint(x[i] / s), -qmax, qmax));
+}
+
+void act_codes_for_scale(const float* x, int64_t n, float s, float qmax, int8_t* codes) {
+  if (s > 0) return int_act_codes(x, n, s, qmax, codes);
+  const auto q = static_cast<int8_t>(qmax);
+  for (int64_t i = 0; i < n; ++i)  // no finite non-zero value: infinities saturate, the rest is 0
+    codes[i] = std::isinf(x[i]) ? (x[i] > 0 ? q : static_cast<int8_t>(-q)) : int8_t{0};
+}
+
+// max |x_i| over the finite x_i; *nan: whether some x_i is NaN (finite_absmax, vectorized; max is exact).
+float finite_absmax_avx2(const float* x, int64_t n, bool* has_nan) {
+  const __m256i abs_bits = _mm256_set1_epi32(0x7FFFFFFF), inf_bits = _mm256_set1_epi32(0x7F800000);
+  __m256 amax = _mm256_setzero_ps();
+  __m256i nan = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), abs_bits);
+    nan = _mm256_or_si256(nan, _mm256_cmpgt_epi32(a, inf_bits));
+    const __m256i finite = _mm256_cmpgt_epi32(inf_bits, a);
+    amax = _mm256_max_ps(amax, _mm256_castsi256_ps(_mm256_and_si256(a, finite)));
+  }
+  alignas(32) float m[8];
+  _mm256_store_ps(m, amax);
+  float r = *std::max_element(m, m + 8);
+  bool any_nan = !_mm256_testz_si256(nan, nan);
+  for (; i < n; ++i) {
+    if (std::isnan(x[i]))
+      any_nan = true;
+    else if (std::isfinite(x[i]))
+      r = std::fmax(r, std::fabs(x[i]));
+  }
+  *has_nan = any_nan;
+  return r;
+}
+
+}  // namespace
+
+void quantize_activation_int8_avx2(const float* x, int64_t n, int8_t* codes, float* scale) {
+  bool nan = false;
+  const float s = finite_absmax_avx2(x, n, &nan) / 127.0f;
+  *scale = nan ? std::numeric_limits<float>::quiet_NaN() : s;
+  act_codes_for_scale(x, n, s, 127.0f, codes);
+}
+
+void int8_act_codes_avx2(const float* x, int64_t n, float s, int8_t* codes) {
+  int_act_codes(x, n, s, 127.0f, codes);
+}
+
+void quantize_activation_int4_avx2(const float* x, int64_t n, float clip, int8_t* codes, float* scale) {
+  bool nan = false;
+  const float s = finite_absmax_avx2(x, n, &nan) * clip / 7.0f;
+  *scale = nan ? std::numeric_limits<float>::quiet_NaN() : s;
+  act_codes_for_scale(x, n, s, 7.0f, codes);
+}
+
+bool i8dot_avx2_ok(int64_t group, int64_t gcols) {
+  return gcols == 1 || group % 32 == 0;
+}
+
+int64_t i8x_padded(int64_t cols) {
+  return (cols + 63) / 64 * 64;
+}
+
+void i8x_layout_avx2(int bits, const int8_t* natural, int64_t cols, int8_t* out) {
+  const int64_t pad = i8x_padded(cols);
+  std::memset(out, 0, static_cast<size_t>(pad));
+  if (bits == 8) {
+    std::memcpy(out, natural, static_cast<size_t>(cols));
+    return;
+  }
+  for (int64_t c = 0; c < cols; ++c) out[(c & ~int64_t{31}) + (c & 1) * 16 + (c & 31) / 2] = natural[c];
+}
+
+void i8dot_rows_avx2(int bits, int nr, const uint8_t* const* rows, const float* const* s,
+                     const float* const* z, int zoff, int64_t cols, int64_t group, int64_t ng,
+                     const int8_t* xl, int64_t xstride, const int32_t* xg, const float* sx, int T, float* y,
+                     int64_t ystride) {
+  for (int t0 = 0; t0 < T; t0 += 3) {
+    const int nt = std::min(3, T - t0);
+    with_nt(nt, [&](auto c) {
+      constexpr int kNt = decltype(c)::value;
+      if constexpr (kNt <= 3) {
+        if (bits == 4)
+          rows_nt<4, kNt>(nr, rows, s, z, zoff, cols, group, ng, xl + t0 * xstride, xstride, xg + t0 * ng,
+                          sx + t0, y + t0 * ystride, ystride);
+        else
+          rows_nt<8, kNt>(nr, rows, s, z, zoff, cols, group, ng, xl + t0 * xstride, xstride, xg + t0 * ng,
+                          sx + t0, y + t0 * ystride, ystride);
+      }
+    });
+  }
+}
+
+void i8dot_block_avx2(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                      int bits, int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride,
+                      const int32_t* xg, int64_t ng, const float* sx, int T, float* y, int64_t ystride) {
+  if (bits == 4)
+    block_bits<4>(nr, rows, s, z, zoff, cols, group, xq, xstride, xg, ng, sx, T, y, ystride);
+  else
+    block_bits<8>(nr, rows, s, z, zoff, cols, group, xq, xstride, xg, ng, sx, T, y, ystride);
+}
+
+}  // namespace lowbit::kern
