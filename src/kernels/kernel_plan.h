@@ -440,17 +440,18 @@ void vnni_block_avx512(int nr, const uint8_t* const* rows, const float* const* s
                        const int32_t* xg, int64_t ng, const float* sx, int T, float* y, int64_t ystride);
 // The same products on the AVX2 tier (matmul_avx2_int.cpp; groups per-channel or of whole 32-column chunks:
 // i8dot_avx2_ok). Decode, i8dot_rows_avx2: T tokens, xl [T, xstride] activation codes in the decode layout of
-// i8x_layout_avx2 (bits 8: natural order; bits 4: per 32 columns the 16 even ones, then the 16 odd ones; zero
-// padding to i8x_padded), xg [T, ng] their sums per scale group, sx [T] their scales; y[t * ystride + i] for
-// rows i < nr. Prefill, i8dot_block_avx2: vnni_block_avx512's arguments (natural-order xq, xstride a multiple
-// of 64 with zero padding). Both give the same bits for a token (the file's header has the formula).
+// i8x_layout_avx2 (bits 8: natural order; bits 4: per 64 columns the 32 even ones, then the 32 odd ones, or
+// per 32 columns 16 and 16 where the groups are not whole 64-column chunks; zero padding to i8x_padded), xg
+// [T, ng] their sums per scale group, sx [T] their scales; y[t * ystride + i] for rows i < nr. Prefill,
+// i8dot_block_avx2: vnni_block_avx512's arguments (natural-order xq, xstride a multiple of 64 with zero
+// padding). Both give the same bits for a token (the file's header has the formula).
 bool i8dot_avx2_ok(int64_t group, int64_t gcols);
 // The INT8 / INT4 activation quantizers on AVX2, bit for bit the scalar ones (as the _avx512 versions).
 void quantize_activation_int8_avx2(const float* x, int64_t n, int8_t* codes, float* scale);
 void int8_act_codes_avx2(const float* x, int64_t n, float s, int8_t* codes);
 void quantize_activation_int4_avx2(const float* x, int64_t n, float clip, int8_t* codes, float* scale);
 int64_t i8x_padded(int64_t cols);
-void i8x_layout_avx2(int bits, const int8_t* natural, int64_t cols, int8_t* out);
+void i8x_layout_avx2(int bits, int64_t group, int64_t ng, const int8_t* natural, int64_t cols, int8_t* out);
 void i8dot_rows_avx2(int bits, int nr, const uint8_t* const* rows, const float* const* s,
                      const float* const* z, int zoff, int64_t cols, int64_t group, int64_t ng,
                      const int8_t* xl, int64_t xstride, const int32_t* xg, const float* sx, int T, float* y,

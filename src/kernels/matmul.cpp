@@ -669,7 +669,7 @@ void run_i8dot_rows_avx2(const WeightMatrix& w, const KernelPlan& p, const float
   for (int64_t t = 0; t < T; ++t) {
     quantize_activation_codes(w, x + t * cols, nat.data(), &sx[t]);
     code_group_sums(nat.data(), cols, grp, ng, xg.data() + t * ng);
-    kern::i8x_layout_avx2(p.bits, nat.data(), cols, xl.data() + t * xs);
+    kern::i8x_layout_avx2(p.bits, p.group, ng, nat.data(), cols, xl.data() + t * xs);
   }
   const int zoff = p.asym ? 0 : static_cast<int>(-p.lut[0]);
   const int8_t* xlp = xl.data();  // the pool's workers see their own thread_local vectors

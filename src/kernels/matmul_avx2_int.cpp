@@ -83,12 +83,18 @@ inline int32_t group_offset(const float* z, int64_t g, int zoff) {
   return BITS == 8 ? 128 - zq : -zq;
 }
 
-template <int BITS, int NT>
+// Columns per decode chunk: 4-bit codes take 64 (one 32-byte load: low nibbles = the even columns, high = the
+// odd ones) where the groups are whole 64-column chunks, else 32 (a 16-byte load split into two halves).
+int decode_chunk(int bits, int64_t group, int64_t ng) {
+  return bits == 4 && (ng == 1 || group % 64 == 0) ? 64 : 32;
+}
+
+template <int BITS, int W, int NT>
 void rows_nt(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int zoff,
              int64_t cols, int64_t group, int64_t ng, const int8_t* xl, int64_t xstride, const int32_t* xg,
              const float* sx, float* y, int64_t ystride) {
-  const int64_t nch = (cols + 31) / 32, gch = ng == 1 ? nch : group / 32;
-  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t nch = (cols + W - 1) / W, gch = ng == 1 ? nch : group / W;
+  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
   for (int i = 0; i < nr; ++i) {
     float acc[NT] = {};
     for (int64_t g = 0; g < ng; ++g) {
@@ -96,7 +102,27 @@ void rows_nt(int nr, const uint8_t* const* rows, const float* const* s, const fl
       for (int j = 0; j < NT; ++j) a32[j] = _mm256_setzero_si256();
       const int64_t c1 = std::min(nch, (g + 1) * gch);
       for (int64_t ch = g * gch; ch < c1;) {
-        if constexpr (BITS == 4) {
+        if constexpr (W == 64) {
+          // Two products per chunk (at most 2 * 3810 per int16 lane): 4 chunks per widening.
+          __m256i a16[NT];
+          for (int j = 0; j < NT; ++j) a16[j] = _mm256_setzero_si256();
+          for (const int64_t e = std::min(c1, ch + 4); ch < e; ++ch) {
+            const int64_t c0 = 64 * ch;
+            const __m256i b = c0 + 64 <= cols
+                                  ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + c0 / 2))
+                                  : load_tail<4>(rows[i], cols, c0);
+            const __m256i lo = _mm256_and_si256(b, m4), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+            for (int j = 0; j < NT; ++j) {
+              const int8_t* xc = xl + j * xstride + 64 * ch;
+              const __m256i xe = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc));
+              const __m256i xo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + 32));
+              a16[j] = _mm256_adds_epi16(a16[j], _mm256_maddubs_epi16(lo, xe));
+              a16[j] = pin(_mm256_adds_epi16(a16[j], _mm256_maddubs_epi16(hi, xo)));
+            }
+          }
+          for (int j = 0; j < NT; ++j)
+            a32[j] = pin(_mm256_add_epi32(a32[j], _mm256_madd_epi16(a16[j], ones)));
+        } else if constexpr (BITS == 4) {
           __m256i a16[NT];
           for (int j = 0; j < NT; ++j) a16[j] = _mm256_setzero_si256();
           for (const int64_t e = std::min(c1, ch + 8); ch < e; ++ch) {
@@ -129,6 +155,65 @@ void rows_nt(int nr, const uint8_t* const* rows, const float* const* s, const fl
     }
     for (int j = 0; j < NT; ++j) y[j * ystride + i] = acc[j];
   }
+}
+
+// The int32 products of one chunk of one row with one token's codes (the chunk's part of v_g, unwidened
+// pairs summed in int32 at once: one chunk of the group at a time).
+template <int BITS, int W>
+inline __m256i chunk_dot(const uint8_t* row, int64_t cols, int64_t ch, const int8_t* xc) {
+  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
+  if constexpr (W == 64) {
+    const int64_t c0 = 64 * ch;
+    const __m256i b = c0 + 64 <= cols ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c0 / 2))
+                                      : load_tail<4>(row, cols, c0);
+    const __m256i lo = _mm256_and_si256(b, m4), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+    const __m256i xe = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc));
+    const __m256i xo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + 32));
+    return _mm256_madd_epi16(_mm256_adds_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo)),
+                             ones);
+  } else if constexpr (BITS == 4) {
+    const __m256i w = split_nibbles(load_chunk<4>(row, cols, ch));
+    return _mm256_madd_epi16(
+        _mm256_maddubs_epi16(w, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc))), ones);
+  } else {
+    const __m256i v = _mm256_xor_si256(load_chunk<8>(row, cols, ch), flip()), av = _mm256_abs_epi8(v);
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc));
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(xv, v)), ones);
+  }
+}
+
+// Lane i = the sum of the 8 lanes of r[i] (exact int32).
+inline __m256i reduce8(const __m256i* r) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(r[0], r[1]), _mm256_hadd_epi32(r[2], r[3]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(r[4], r[5]), _mm256_hadd_epi32(r[6], r[7]));
+  // a: rows 0..3 (low 128-bit half: lanes 0-3 of each row, high half: lanes 4-7), b: rows 4..7.
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// Decode of grouped weights, one token, 8 rows at a time: each group's 8 row sums reduced together (reduce8)
+// and the float step done as the tile does it (lane = row), instead of one horizontal sum per row and group.
+template <int BITS, int W>
+void rows8_grouped(const uint8_t* const* rows, const float* const* s, const float* const* z, int zoff,
+                   int64_t cols, int64_t group, int64_t ng, const int8_t* xl, const int32_t* xg, float sx,
+                   float* y) {
+  const int64_t nch = (cols + W - 1) / W, gch = group / W;
+  __m256 accf = _mm256_setzero_ps();
+  const __m256 sxv = _mm256_set1_ps(sx);
+  for (int64_t g = 0; g < ng; ++g) {
+    __m256i a[8];
+    for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_si256();
+    for (int64_t ch = g * gch, c1 = std::min(nch, (g + 1) * gch); ch < c1; ++ch)
+      for (int i = 0; i < 8; ++i)
+        a[i] = _mm256_add_epi32(a[i], chunk_dot<BITS, W>(rows[i], cols, ch, xl + W * ch));
+    alignas(32) float sg[8];
+    alignas(32) int32_t og[8];
+    for (int i = 0; i < 8; ++i) sg[i] = s[i][g], og[i] = group_offset<BITS>(z[i], g, zoff);
+    const __m256i v = _mm256_add_epi32(
+        reduce8(a), _mm256_mullo_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(og)),
+                                       _mm256_set1_epi32(xg[g])));
+    accf = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), _mm256_mul_ps(_mm256_load_ps(sg), sxv), accf);
+  }
+  _mm256_storeu_ps(y, accf);
 }
 
 // 8 x 8 transpose of 32-bit words: out[k] = word k of r[0..7].
@@ -335,31 +420,49 @@ int64_t i8x_padded(int64_t cols) {
   return (cols + 63) / 64 * 64;
 }
 
-void i8x_layout_avx2(int bits, const int8_t* natural, int64_t cols, int8_t* out) {
+void i8x_layout_avx2(int bits, int64_t group, int64_t ng, const int8_t* natural, int64_t cols, int8_t* out) {
   const int64_t pad = i8x_padded(cols);
   std::memset(out, 0, static_cast<size_t>(pad));
   if (bits == 8) {
     std::memcpy(out, natural, static_cast<size_t>(cols));
     return;
   }
-  for (int64_t c = 0; c < cols; ++c) out[(c & ~int64_t{31}) + (c & 1) * 16 + (c & 31) / 2] = natural[c];
+  const int64_t w = decode_chunk(bits, group, ng), half = w / 2;
+  for (int64_t c = 0; c < cols; ++c) out[c / w * w + (c & 1) * half + (c % w) / 2] = natural[c];
 }
 
 void i8dot_rows_avx2(int bits, int nr, const uint8_t* const* rows, const float* const* s,
                      const float* const* z, int zoff, int64_t cols, int64_t group, int64_t ng,
                      const int8_t* xl, int64_t xstride, const int32_t* xg, const float* sx, int T, float* y,
                      int64_t ystride) {
+  const int wch = decode_chunk(bits, group, ng);
+  // Grouped weights, one token: 8 rows at a time (rows8_grouped), the rest below.
+  int r8 = 0;
+  if (T == 1 && ng > 1) {
+    for (; r8 + 8 <= nr; r8 += 8) {
+      if (wch == 64)
+        rows8_grouped<4, 64>(rows + r8, s + r8, z + r8, zoff, cols, group, ng, xl, xg, sx[0], y + r8);
+      else if (bits == 4)
+        rows8_grouped<4, 32>(rows + r8, s + r8, z + r8, zoff, cols, group, ng, xl, xg, sx[0], y + r8);
+      else
+        rows8_grouped<8, 32>(rows + r8, s + r8, z + r8, zoff, cols, group, ng, xl, xg, sx[0], y + r8);
+    }
+    rows += r8, s += r8, z += r8, y += r8, nr -= r8;
+  }
   for (int t0 = 0; t0 < T; t0 += 3) {
     const int nt = std::min(3, T - t0);
     with_nt(nt, [&](auto c) {
       constexpr int kNt = decltype(c)::value;
       if constexpr (kNt <= 3) {
-        if (bits == 4)
-          rows_nt<4, kNt>(nr, rows, s, z, zoff, cols, group, ng, xl + t0 * xstride, xstride, xg + t0 * ng,
-                          sx + t0, y + t0 * ystride, ystride);
+        if (wch == 64)
+          rows_nt<4, 64, kNt>(nr, rows, s, z, zoff, cols, group, ng, xl + t0 * xstride, xstride, xg + t0 * ng,
+                              sx + t0, y + t0 * ystride, ystride);
+        else if (bits == 4)
+          rows_nt<4, 32, kNt>(nr, rows, s, z, zoff, cols, group, ng, xl + t0 * xstride, xstride, xg + t0 * ng,
+                              sx + t0, y + t0 * ystride, ystride);
         else
-          rows_nt<8, kNt>(nr, rows, s, z, zoff, cols, group, ng, xl + t0 * xstride, xstride, xg + t0 * ng,
-                          sx + t0, y + t0 * ystride, ystride);
+          rows_nt<8, 32, kNt>(nr, rows, s, z, zoff, cols, group, ng, xl + t0 * xstride, xstride, xg + t0 * ng,
+                              sx + t0, y + t0 * ystride, ystride);
       }
     });
   }

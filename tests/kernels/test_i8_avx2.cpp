@@ -140,7 +140,7 @@ TEST(I8Avx2, BothKernelsEqualTheFormulaAtTheExtremes) {
         const int64_t ls = kern::i8x_padded(c.cols);
         std::vector<int8_t> xl(static_cast<size_t>(T * ls));
         for (int t = 0; t < T; ++t)
-          kern::i8x_layout_avx2(c.bits, xq.data() + t * xs, c.cols, xl.data() + t * ls);
+          kern::i8x_layout_avx2(c.bits, c.group, ng, xq.data() + t * xs, c.cols, xl.data() + t * ls);
         std::vector<float> rows(want.size(), -1.0f);
         kern::i8dot_rows_avx2(c.bits, static_cast<int>(c.rows), rp.data(), sp.data(), zp.data(), zoff, c.cols,
                               c.group, ng, xl.data(), ls, xg.data(), sx.data(), T, rows.data(), c.rows);
