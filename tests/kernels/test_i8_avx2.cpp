@@ -103,7 +103,8 @@ TEST(I8Avx2, BothKernelsEqualTheFormulaAtTheExtremes) {
         for (int t = 0; t < T; ++t) {
           sx[t] = 0.5f + 0.125f * static_cast<float>(t);
           for (int64_t i = 0; i < c.cols; ++i) {
-            // Pattern 0: every code at its largest against -xmax (the largest int16 pair sums); 1: mixed signs.
+            // Pattern 0: every code at its largest against -xmax (the largest int16 pair sums); 1: mixed
+            // signs.
             const int v = pattern == 0 ? -xmax : pattern == 1 ? ((i + t) % 3 ? -xmax : xmax) : xd(rng);
             xq[t * xs + i] = static_cast<int8_t>(v);
             xg[t * ng + i / c.group] += v;
