@@ -298,6 +298,13 @@ float nib_dot_avx2(const uint8_t* row, int64_t cols, int64_t group, const float*
                    const float* lut16, const float* x);
 void nib_deq_avx2(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
                   const float* lut16, float* out);
+// The INT4 formats' decode (a linear table, lut16[u] = l0 + u; groups of 32k columns or one group:
+// nib_linear_ok): the token laid out once per call (xl [cols]: per 32 columns the 16 even ones, then the 16
+// odd ones; xsum [groups] its group sums), then nib_dot_linear_avx2 per row, nib_dot_avx2's value.
+bool nib_linear_ok(const float* lut16, int64_t group, int64_t cols);
+void nib_linear_layout_avx2(const float* x, int64_t cols, int64_t group, float* xl, float* xsum);
+float nib_dot_linear_avx2(const uint8_t* row, int64_t cols, int64_t group, const float* s, const float* z,
+                          float l0, const float* xl, const float* xsum);
 bool ggml_q8_avx2_supported(int ggml_type);
 void quantize_q8_blocks_avx2(const float* x, int64_t n, int8_t* q, float* d);
 // GGUF Q4_K / Q6_K rows on the AVX2 tier against the same Q8 blocks; bsum [cols / 32] their code sums.

@@ -353,9 +353,32 @@ void run_rows_avx2(const WeightMatrix& w, const KernelPlan& p, Kernel k, const f
       kern::widen_f16_avx2(h, out, cols);
     return out;
   };
+  // INT4 decode: each token laid out once for nib_dot_linear_avx2 (the pool's workers read the caller's
+  // buffers through plain pointers).
+  const bool linear =
+      k == Kernel::NibAvx2 && T < kPrefillTokens && kern::nib_linear_ok(p.lut.data(), p.group, cols);
+  const int64_t gw = std::max<int64_t>(1, std::min(p.group, cols)), ng = (cols + gw - 1) / gw;
+  float* xl = nullptr;
+  float* xsum = nullptr;
+  if (linear) {
+    thread_local std::vector<float> lay;
+    lay.resize(static_cast<size_t>(T * (cols + ng)));
+    xl = lay.data();
+    xsum = xl + T * cols;
+    for (int64_t t = 0; t < T; ++t)
+      kern::nib_linear_layout_avx2(x + t * cols, cols, p.group, xl + t * cols, xsum + t * ng);
+  }
   for_row_blocks(
       rows,
       [&](int64_t r0, int64_t r1) {
+        if (linear) {
+          for (int64_t r = r0; r < r1; ++r)
+            for (int64_t t = 0; t < T; ++t)
+              y[t * rows + r] =
+                  kern::nib_dot_linear_avx2(row_ptr(w, r), cols, p.group, p.scale_row(r), p.zero_row(r),
+                                            p.lut[0], xl + t * cols, xsum + t * ng);
+          return;
+        }
         if (T < kPrefillTokens) {
           for (int64_t r = r0; r < r1; ++r)
             for (int64_t t = 0; t < T; ++t) y[t * rows + r] = dot(row_ptr(w, r), r, x + t * cols);
