@@ -89,7 +89,8 @@ WeightMatrix make(const std::string& fmt, const std::string& act, int64_t rows, 
     m = make_quant_weight(
         std::make_shared<QuantizedMatrix>(quantize_matrix(w.data(), rows, cols, parse_scheme(fmt))));
   if (act == "a8") m.act_format = FormatId::INT8;
-  if (act == "a4") m.act_format = FormatId::INT4;  // W4A4 (clip 1)
+  if (act == "a4") m.act_format = FormatId::INT4;     // W4A4 (clip 1)
+  if (act == "anv4") m.act_format = FormatId::NVFP4;  // NVFP4 activations (clip 1)
   return m;
 }
 
@@ -120,6 +121,7 @@ int register_all() {
                                                                  {"int4:g32:asym", ""},
                                                                  {"int4:g32:asym", "a8"},
                                                                  {"int4:channel", "a4"},
+                                                                 {"int4:g128", "anv4"},
                                                                  {"nf4:g64", ""},
                                                                  {"mxfp4", ""},
                                                                  {"nvfp4", ""},

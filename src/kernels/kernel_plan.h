@@ -453,6 +453,19 @@ void vnni_block_avx512(int nr, const uint8_t* const* rows, const float* const* s
 // i8dot_block_avx2: vnni_block_avx512's arguments (natural-order xq, xstride a multiple of 64 with zero
 // padding). Both give the same bits for a token (the file's header has the formula).
 bool i8dot_avx2_ok(int64_t group, int64_t gcols);
+// INT4 codes x NVFP4 activations on the AVX2 tier (f4dot / f4dot16, matmul_avx2_int.cpp; per-channel or
+// groups of whole 64-column chunks: f4dot_avx2_ok). Activations as c = 2 * E2M1 value (int8), beta
+// [T][blocks] = E4M3 block scale / 2, xz [T][ng] = sum over a group's blocks of beta_b * (sum of the block's
+// c); the outputs are y / g (the caller multiplies by each token's global scale). Decode: xl in
+// i8x_layout_avx2's 64-column layout, bv [T][chunks * 8] the betas of each 64-column chunk's blocks 0, 0, 1,
+// 1, 2, 2, 3, 3; prefill: xq natural order (xstride a multiple of 64, zero padding).
+bool f4dot_avx2_ok(int64_t group, int64_t gcols);
+void f4dot_rows_avx2(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                     int zoff, int64_t cols, int64_t group, int64_t ng, const int8_t* xl, int64_t xstride,
+                     const float* bv, int64_t bstride, const float* xz, int T, float* y, int64_t ystride);
+void f4dot_block_avx2(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                      int zoff, int64_t cols, int64_t group, int64_t ng, const int8_t* xq, int64_t xstride,
+                      const float* beta, int64_t bstride, const float* xz, int T, float* y, int64_t ystride);
 // The INT8 / INT4 activation quantizers on AVX2, bit for bit the scalar ones (as the _avx512 versions).
 void quantize_activation_int8_avx2(const float* x, int64_t n, int8_t* codes, float* scale);
 void int8_act_codes_avx2(const float* x, int64_t n, float s, int8_t* codes);

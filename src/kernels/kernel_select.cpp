@@ -101,6 +101,11 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
       w.act_format != FormatId::NVFP4)
     return {Kernel::Q8RowAvx2, ActRounding::Q8};
   if (isa == Isa::Avx2 && p.route == Route::Dense) return {Kernel::DenseAvx2, ActRounding::None};
+  // INT4 codes with NVFP4 activations on the AVX2 tier: integer products per 16-column block (the blocks are
+  // in the model's input order, so not for an input-permuted weight).
+  if (isa == Isa::Avx2 && w.act_format == FormatId::NVFP4 && p.bits == 4 && vnni_block_ok(w, p) &&
+      kern::f4dot_avx2_ok(p.group, p.gcols) && w.q->input_perm.empty())
+    return {prefill ? Kernel::F4BlockAvx2 : Kernel::F4RowAvx2, ActRounding::None};
   // INT4 / INT8 codes with INT8 / INT4 activations on the AVX2 tier: integer products (both kernels give a
   // token the same bits, so batching does not change it).
   if (isa == Isa::Avx2 && (w.act_format == FormatId::INT8 || w.act_format == FormatId::INT4) &&
@@ -211,6 +216,10 @@ const char* kernel_short_name(Kernel k) {
       return "i8dot";
     case Kernel::I8BlockAvx2:
       return "i8dot16";
+    case Kernel::F4RowAvx2:
+      return "f4dot";
+    case Kernel::F4BlockAvx2:
+      return "f4dot16";
     case Kernel::Bf16Tile:
       return "bf16tile";
     case Kernel::LutBf16:
@@ -243,6 +252,8 @@ Isa kernel_tier(Kernel k) {
     case Kernel::ByteAvx2:
     case Kernel::I8RowAvx2:
     case Kernel::I8BlockAvx2:
+    case Kernel::F4RowAvx2:
+    case Kernel::F4BlockAvx2:
       return Isa::Avx2;
     default:
       return Isa::Avx512;

@@ -13,6 +13,7 @@
 #include "core/parallel.h"
 #include "formats/format.h"
 #include "formats/ggml_types.h"
+#include "formats/minifloat.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/matmul_avx512.h"
@@ -971,11 +972,71 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
   }
 }
 
+// INT4 codes x NVFP4 activations on the AVX2 tier (f4dot / f4dot16): each token quantized by the route's
+// definition (quantize_activation_nvfp4), its codes as c = 2 * E2M1 value, the block scales halved (beta),
+// the per-group sums xz = sum beta_b * C_b, then the kernels; the outputs times the token's global scale.
+void run_f4dot_avx2(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y,
+                    bool prefill) {
+  static constexpr int8_t kC2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const int64_t cols = w.cols, xs = (cols + 63) / 64 * 64, nb = (cols + kNvfp4ActBlock - 1) / kNvfp4ActBlock;
+  const int64_t ng = p.gcols, grp = ng == 1 ? cols : p.group, bs = xs / 16;  // bs: blocks per token, padded
+  thread_local std::vector<int8_t> c2, xl;
+  thread_local std::vector<float> beta, bv, xz, g;
+  c2.assign(static_cast<size_t>(T * xs), 0);
+  xl.resize(static_cast<size_t>(T * xs));
+  beta.assign(static_cast<size_t>(T * bs), 0.0f);
+  bv.resize(static_cast<size_t>(T * bs * 2));
+  xz.assign(static_cast<size_t>(T * ng), 0.0f);
+  g.resize(static_cast<size_t>(T));
+  int8_t *c2p = c2.data(), *xlp = xl.data();
+  float *betap0 = beta.data(), *bvp = bv.data(), *xzp0 = xz.data(), *gp = g.data();
+  // Tokens are independent and the casts scalar: prefill spreads them over the pool (as the emulation does).
+  parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<uint8_t> codes(static_cast<size_t>(cols)), scales(static_cast<size_t>(nb));
+    for (int64_t t = t0; t < t1; ++t) {
+      quantize_activation_nvfp4(x + t * cols, cols, w.act_clip, codes.data(), scales.data(), &gp[t]);
+      int8_t* ct = c2p + t * xs;
+      float* bt = betap0 + t * bs;
+      for (int64_t c = 0; c < cols; ++c) ct[c] = kC2[codes[c] & 15];
+      for (int64_t b = 0; b < nb; ++b) {
+        bt[b] = fp8_e4m3fn_to_f32(scales[b]) * 0.5f;
+        int32_t cb = 0;
+        for (int64_t c = b * kNvfp4ActBlock; c < std::min(cols, (b + 1) * kNvfp4ActBlock); ++c) cb += ct[c];
+        xzp0[t * ng + b * kNvfp4ActBlock / grp] += bt[b] * static_cast<float>(cb);
+      }
+      if (!prefill) {
+        kern::i8x_layout_avx2(4, p.group, ng, ct, cols, xlp + t * xs);
+        // Per 64-column chunk k: the betas of its blocks 4k, 4k, 4k+1, 4k+1, ... (int32 lane n = block n /
+        // 2).
+        float* v = bvp + t * bs * 2;
+        for (int64_t k = 0; k < bs * 2; ++k) v[k] = bt[(k / 8) * 4 + (k % 8) / 2];
+      }
+    }
+  });
+  const int zoff = p.asym ? 0 : static_cast<int>(-p.lut[0]);
+  const int8_t* cp = prefill ? c2p : xlp;  // the pool's workers see their own thread_locals
+  const float* betap = prefill ? betap0 : bvp;
+  const int64_t bstride = prefill ? bs : 2 * bs;
+  const float* xzp = xzp0;
+  for_code_row_blocks(
+      w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
+      [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp, int64_t r0) {
+        (prefill ? kern::f4dot_block_avx2 : kern::f4dot_rows_avx2)(nr, rp, sp, zp, zoff, cols, p.group, ng,
+                                                                   cp, xs, betap, bstride, xzp,
+                                                                   static_cast<int>(T), y + r0, w.rows);
+      });
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t r = 0; r < w.rows; ++r) y[t * w.rows + r] *= gp[t];
+}
+
 }  // namespace
 
 void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   if (T <= 0 || w.rows <= 0) return;
   if (w.act_format != FormatId::NVFP4) return run_matmul(w, x, T, y, false);
+  const KernelChoice kc = select_kernel(w, T);
+  if (kc.kernel == Kernel::F4RowAvx2 || kc.kernel == Kernel::F4BlockAvx2)
+    return run_f4dot_avx2(w, kernel_plan(w), x, T, y, kc.kernel == Kernel::F4BlockAvx2);
   // NVFP4 activations: the route runs before the input permutation (its blocks are 16 consecutive inputs in
   // the model's order), and the kernels multiply e2m1 * s_b, exact in BF16, with each token's global scale
   // applied to its outputs afterwards (one float rounding, as the reference's x_hat = e2m1 * s_b * g).

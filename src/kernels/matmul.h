@@ -76,8 +76,10 @@ enum class Kernel : uint8_t {
   NibAvx2,      // 4-bit codes (the nib route)
   ByteAvx2,     // 8-bit codes (the byte route)
   I8RowAvx2,    // INT4 / INT8 codes x INT8 / INT4 activation codes, decode by row (vpmaddubsw)
-  I8BlockAvx2,  // the same, prefill: 8-row halves laid out per call, up to 4 (INT4) / 6 (INT8) tokens per
+  I8BlockAvx2,  // the same, prefill: 8-row halves laid out per call, up to 4 (INT4) / 8 (INT8) tokens per
                 // tile
+  F4RowAvx2,    // INT4 codes x NVFP4 activation codes, decode by row
+  F4BlockAvx2,  // the same, prefill on the I8BlockAvx2 layout, one float step per 16-column block
 };
 // What a kernel rounds the activations to beyond the weight's activation route.
 enum class ActRounding : uint8_t { None, Bf16, Q8 };

@@ -392,6 +392,81 @@ float finite_absmax_avx2(const float* x, int64_t n, bool* has_nan) {
   return r;
 }
 
+// ---- INT4 codes x NVFP4 activations (f4dot / f4dot16) ----
+// The activations come as c = 2 * (E2M1 value), an integer in [-12, 12], with beta_b = s_b / 2 per 16-column
+// block b (s_b the E4M3 block scale) and the token's global scale g applied by the caller. Per block the
+// integer U_b = sum u * c (exact; at most 16 * 15 * 12) times beta_b is exact in float (12 + 4 significant
+// bits), so only the sums over blocks round:
+//   y / g = sum_groups s_g * (sum_{b in g} beta_b U_b - z_g * xz_g),   xz_g = sum_{b in g} beta_b C_b,
+// C_b the block's code sum, z_g the zero point (or the code offset 8).
+
+// Decode, one row at a time against the tokens' codes in the 64-column decode layout (even, then odd columns)
+// and bv [T][chunks * 8]: per 64-column chunk beta of its blocks 0, 0, 1, 1, 2, 2, 3, 3 (after vpmaddwd,
+// int32 lane n holds block n / 2's columns of the chunk).
+template <int NT>
+void f4_rows_nt(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int zoff,
+                int64_t cols, int64_t group, int64_t ng, const int8_t* xl, int64_t xstride, const float* bv,
+                int64_t bstride, const float* xz, float* y, int64_t ystride) {
+  const int64_t nch = (cols + 63) / 64, gch = ng == 1 ? nch : group / 64;
+  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
+  for (int i = 0; i < nr; ++i) {
+    float acc[NT] = {};
+    for (int64_t g = 0; g < ng; ++g) {
+      __m256 ag[NT];
+      for (int j = 0; j < NT; ++j) ag[j] = _mm256_setzero_ps();
+      for (int64_t ch = g * gch, c1 = std::min(nch, (g + 1) * gch); ch < c1; ++ch) {
+        const int64_t c0 = 64 * ch;
+        const __m256i b = c0 + 64 <= cols
+                              ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + c0 / 2))
+                              : load_tail<4>(rows[i], cols, c0);
+        const __m256i lo = _mm256_and_si256(b, m4), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+        for (int j = 0; j < NT; ++j) {
+          const int8_t* xc = xl + j * xstride + c0;
+          const __m256i p = _mm256_adds_epi16(
+              _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc))),
+              _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + 32))));
+          ag[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)),
+                                  _mm256_loadu_ps(bv + j * bstride + 8 * ch), ag[j]);
+        }
+      }
+      const float zq = z[i] ? z[i][g] : static_cast<float>(zoff);
+      for (int j = 0; j < NT; ++j) acc[j] += s[i][g] * (hsum8(ag[j]) - zq * xz[j * ng + g]);
+    }
+    for (int j = 0; j < NT; ++j) y[j * ystride + i] = acc[j];
+  }
+}
+
+// Prefill: one half block (pack_half<4>) x NT tokens; codes natural order, beta [T][blocks].
+template <int NT>
+void f4_half_tile(const uint8_t* wb, int64_t nch, int64_t gch, int64_t ng, const float* sv, const float* zv,
+                  const int8_t* xq, int64_t xstride, const float* beta, int64_t bstride, const float* xz,
+                  __m256* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 accf[NT];
+  for (int j = 0; j < NT; ++j) accf[j] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < ng; ++g) {
+    __m256 ag[NT];
+    for (int j = 0; j < NT; ++j) ag[j] = _mm256_setzero_ps();
+    for (int64_t blk = 2 * g * gch, b1 = 2 * std::min(nch, (g + 1) * gch); blk < b1; ++blk) {
+      __m256i s16[NT];
+      for (int j = 0; j < NT; ++j) s16[j] = _mm256_setzero_si256();
+      for (int k = 0; k < 4; ++k) {
+        const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + 32 * (4 * blk + k)));
+        for (int j = 0; j < NT; ++j)
+          s16[j] =
+              _mm256_adds_epi16(s16[j], _mm256_maddubs_epi16(w, bcast4(xq + j * xstride + 16 * blk + 4 * k)));
+      }
+      for (int j = 0; j < NT; ++j)
+        ag[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16[j], ones)),
+                                _mm256_set1_ps(beta[j * bstride + blk]), ag[j]);
+    }
+    const __m256 sg = _mm256_load_ps(sv + 8 * g), zg = _mm256_load_ps(zv + 8 * g);
+    for (int j = 0; j < NT; ++j)
+      accf[j] = _mm256_fmadd_ps(sg, _mm256_fnmadd_ps(zg, _mm256_set1_ps(xz[j * ng + g]), ag[j]), accf[j]);
+  }
+  for (int j = 0; j < NT; ++j) out[j] = accf[j];
+}
+
 }  // namespace
 
 void quantize_activation_int8_avx2(const float* x, int64_t n, int8_t* codes, float* scale) {
@@ -475,6 +550,60 @@ void i8dot_block_avx2(int nr, const uint8_t* const* rows, const float* const* s,
     block_bits<4>(nr, rows, s, z, zoff, cols, group, xq, xstride, xg, ng, sx, T, y, ystride);
   else
     block_bits<8>(nr, rows, s, z, zoff, cols, group, xq, xstride, xg, ng, sx, T, y, ystride);
+}
+
+bool f4dot_avx2_ok(int64_t group, int64_t gcols) {
+  return gcols == 1 || group % 64 == 0;
+}
+
+void f4dot_rows_avx2(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                     int zoff, int64_t cols, int64_t group, int64_t ng, const int8_t* xl, int64_t xstride,
+                     const float* bv, int64_t bstride, const float* xz, int T, float* y, int64_t ystride) {
+  for (int t0 = 0; t0 < T; t0 += 3) {
+    const int nt = std::min(3, T - t0);
+    with_nt(nt, [&](auto c) {
+      constexpr int kNt = decltype(c)::value;
+      if constexpr (kNt <= 3)
+        f4_rows_nt<kNt>(nr, rows, s, z, zoff, cols, group, ng, xl + t0 * xstride, xstride, bv + t0 * bstride,
+                        bstride, xz + t0 * ng, y + t0 * ystride, ystride);
+    });
+  }
+}
+
+void f4dot_block_avx2(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                      int zoff, int64_t cols, int64_t group, int64_t ng, const int8_t* xq, int64_t xstride,
+                      const float* beta, int64_t bstride, const float* xz, int T, float* y, int64_t ystride) {
+  const int64_t nch = (cols + 31) / 32, k4 = 8 * nch, gch = ng == 1 ? nch : group / 32;
+  constexpr int kTile = 4;  // int16, block and group accumulators per token, as the INT4 tile
+  struct alignas(32) Line {
+    uint8_t v[32];
+  };
+  thread_local std::vector<Line> buf;
+  buf.resize(static_cast<size_t>(k4 + 2 * ng));
+  uint8_t* wb = buf.data()->v;
+  float* sv = reinterpret_cast<float*>(buf[k4].v);
+  float* zv = reinterpret_cast<float*>(buf[k4 + ng].v);
+  for (int h = 0; h * 8 < nr; ++h) {
+    const int n = std::min(8, nr - 8 * h);
+    for (int64_t g = 0; g < ng; ++g)
+      for (int i = 0; i < 8; ++i) {
+        const int r = 8 * h + i;
+        sv[8 * g + i] = i < n ? s[r][g] : 0.0f;
+        zv[8 * g + i] = i >= n ? 0.0f : z[r] ? z[r][g] : static_cast<float>(zoff);
+      }
+    pack_half<4>(rows + 8 * h, n, cols, nch, wb);
+    for (int t0 = 0; t0 < T; t0 += kTile) {
+      __m256 out[kTile];
+      const int nt = std::min(kTile, T - t0);
+      with_nt(nt, [&](auto c) {
+        constexpr int kNt = decltype(c)::value;
+        if constexpr (kNt <= kTile)
+          f4_half_tile<kNt>(wb, nch, gch, ng, sv, zv, xq + t0 * xstride, xstride, beta + t0 * bstride,
+                            bstride, xz + t0 * ng, out);
+      });
+      for (int j = 0; j < nt; ++j) store_lanes(y + (t0 + j) * ystride + 8 * h, out[j], n);
+    }
+  }
 }
 
 }  // namespace lowbit::kern

@@ -219,9 +219,23 @@ void oracle(const WeightMatrix& m, const std::vector<float>& x, int64_t T, std::
   }
 }
 
-const char* const kWeights[] = {"f32",          "bf16w", "int4:g128:sym", "int4:g32:asym", "int8:channel:sym",
-                                "nf4:g64",      "nvfp4", "mxfp4",         "e4m3:channel",  "e2m3",
-                                "int3:g32:sym", "lut3",  "q4_0",          "q4_k",          "q8_0",
+const char* const kWeights[] = {"f32",
+                                "bf16w",
+                                "int4:g128:sym",
+                                "int4:g32:asym",
+                                "int4:g64:asym",
+                                "int4:channel:asym",
+                                "int8:channel:sym",
+                                "nf4:g64",
+                                "nvfp4",
+                                "mxfp4",
+                                "e4m3:channel",
+                                "e2m3",
+                                "int3:g32:sym",
+                                "lut3",
+                                "q4_0",
+                                "q4_k",
+                                "q8_0",
                                 "q6_k"};
 const std::pair<int64_t, int64_t> kShapes[] = {{37, 256}, {9, 512}, {16, 200}, {7, 333}};
 const int64_t kTokens[] = {1, 3, 17, 64};
@@ -274,6 +288,8 @@ TEST(ActivationNvfp4Matmul, EqualsTheReferenceOnEveryTier) {
 
 // Weight and activation scales that are exact: the float kernels give the exact sum, and so does the
 // oracle (int4 codes in [-7, 7] at scale 1 against x_hat on a power-of-two grid).
+// int4:g64 and per-channel weights run the integer kernels of the AVX2 tier (f4dot / f4dot16), int4:g32 the
+// float kernels.
 TEST(ActivationNvfp4Matmul, ExactOperandsAreExact) {
   const int64_t rows = 16, cols = 200;
   std::mt19937 rng(11);
@@ -281,25 +297,33 @@ TEST(ActivationNvfp4Matmul, ExactOperandsAreExact) {
   std::vector<float> w(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) w[r * cols + c] = c % 32 == 0 ? 7.0f : static_cast<float>(wd(rng));
-  const WeightMatrix m = make_weight(w, rows, cols, "int4:g32:sym");
-  for (int64_t T : kTokens) {
-    // |x| <= 6 with a 2688 in every token: g = 1, block scales 448 (block 0) and 1 (every block has a 6).
-    std::vector<float> x(static_cast<size_t>(T * cols));
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = 0; c < cols; ++c) {
-        const int v = xd(rng);
-        x[t * cols + c] = c == 0 ? 2688.0f : c % 16 == 1 ? 6.0f : static_cast<float>(v == 5 ? 4 : v);
-      }
-    std::vector<double> ref, mag;
-    oracle(m, x, T, ref, mag);
-    for (Isa isa : available_isas()) {
-      set_kernel_isa(isa);
-      std::vector<float> y(ref.size());
-      matmul(m, x.data(), T, y.data());
-      for (size_t i = 0; i < y.size(); ++i)
-        ASSERT_EQ(double{y[i]}, ref[i]) << matmul_kernel_name(m) << " T " << T << " out " << i;
+  for (const char* scheme : {"int4:g32:sym", "int4:g64:sym", "int4:channel:sym"}) {
+    const WeightMatrix m = make_weight(w, rows, cols, scheme);
+    if (best_isa() >= Isa::Avx2 && std::string(scheme) != "int4:g32:sym") {
+      set_kernel_isa(Isa::Avx2);
+      EXPECT_NE(matmul_kernel_name(m).find(".f4dot+f4dot16.avx2"), std::string::npos)
+          << matmul_kernel_name(m);
+      set_kernel_isa(best_isa());
     }
-    set_kernel_isa(best_isa());
+    for (int64_t T : kTokens) {
+      // |x| <= 6 with a 2688 in every token: g = 1, block scales 448 (block 0) and 1 (every block has a 6).
+      std::vector<float> x(static_cast<size_t>(T * cols));
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < cols; ++c) {
+          const int v = xd(rng);
+          x[t * cols + c] = c == 0 ? 2688.0f : c % 16 == 1 ? 6.0f : static_cast<float>(v == 5 ? 4 : v);
+        }
+      std::vector<double> ref, mag;
+      oracle(m, x, T, ref, mag);
+      for (Isa isa : available_isas()) {
+        set_kernel_isa(isa);
+        std::vector<float> y(ref.size());
+        matmul(m, x.data(), T, y.data());
+        for (size_t i = 0; i < y.size(); ++i)
+          ASSERT_EQ(double{y[i]}, ref[i]) << matmul_kernel_name(m) << " T " << T << " out " << i;
+      }
+      set_kernel_isa(best_isa());
+    }
   }
 }
 
