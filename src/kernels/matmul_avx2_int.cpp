@@ -301,15 +301,13 @@ void half_tile(const uint8_t* wb, int64_t nch, int64_t gch, int64_t ng, const fl
   for (int j = 0; j < NT; ++j) out[j] = accf[j];
 }
 
-template <int BITS>
-void block_bits(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int zoff,
-                int64_t cols, int64_t group, const int8_t* xq, int64_t xstride, const int32_t* xg, int64_t ng,
-                const float* sx, int T, float* y, int64_t ystride) {
+// The prefill driver of the tiles: per 8-row half of the block its cells (cells(g, r, &scale, &offset) for
+// the half's rows, 0 past them; [ng][8] each), its rows laid out (pack_half), then the tokens kTile at a time
+// through tile(integral_constant nt, wb, scales, offsets, t0, out[nt]).
+template <int BITS, int kTile, typename O, typename CellFn, typename TileFn>
+void tile_halves(int nr, const uint8_t* const* rows, int64_t cols, int64_t ng, int T, float* y,
+                 int64_t ystride, CellFn&& cells, TileFn&& tile) {
   const int64_t nch = (cols + 31) / 32, k4 = 8 * nch;
-  const int64_t gch = ng == 1 ? nch : group / 32;  // chunks per scale group
-  // Tokens per register tile, measured (bench_kernels, 4864 x 896, T = 64, one thread): 4-bit keeps int16,
-  // int32 and float accumulators per token and is fastest at 4 (6: 16 % slower, 8: 15 %); 8-bit at 6 or 8.
-  constexpr int kTile = BITS == 4 ? 4 : 8;
   struct alignas(32) Line {
     uint8_t v[32];
   };
@@ -317,27 +315,46 @@ void block_bits(int nr, const uint8_t* const* rows, const float* const* s, const
   buf.resize(static_cast<size_t>(k4 + 2 * ng));
   uint8_t* wb = buf.data()->v;
   float* sv = reinterpret_cast<float*>(buf[k4].v);
-  int32_t* ov = reinterpret_cast<int32_t*>(buf[k4 + ng].v);
+  O* ov = reinterpret_cast<O*>(buf[k4 + ng].v);
   for (int h = 0; h * 8 < nr; ++h) {
     const int n = std::min(8, nr - 8 * h);
     for (int64_t g = 0; g < ng; ++g)
       for (int i = 0; i < 8; ++i) {
-        sv[8 * g + i] = i < n ? s[8 * h + i][g] : 0.0f;
-        ov[8 * g + i] = i < n ? group_offset<BITS>(z[8 * h + i], g, zoff) : 0;
+        sv[8 * g + i] = 0.0f;
+        ov[8 * g + i] = O{0};
+        if (i < n) cells(g, 8 * h + i, &sv[8 * g + i], &ov[8 * g + i]);
       }
     pack_half<BITS>(rows + 8 * h, n, cols, nch, wb);
     for (int t0 = 0; t0 < T; t0 += kTile) {
       __m256 out[kTile];
       const int nt = std::min(kTile, T - t0);
       with_nt(nt, [&](auto c) {
-        constexpr int kNt = decltype(c)::value;
-        if constexpr (kNt <= kTile)
-          half_tile<BITS, kNt>(wb, nch, gch, ng, sv, ov, xq + t0 * xstride, xstride, xg + t0 * ng, ng,
-                               sx + t0, out);
+        if constexpr (decltype(c)::value <= kTile) tile(c, wb, sv, ov, t0, out);
       });
       for (int j = 0; j < nt; ++j) store_lanes(y + (t0 + j) * ystride + 8 * h, out[j], n);
     }
   }
+}
+
+template <int BITS>
+void block_bits(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int zoff,
+                int64_t cols, int64_t group, const int8_t* xq, int64_t xstride, const int32_t* xg, int64_t ng,
+                const float* sx, int T, float* y, int64_t ystride) {
+  const int64_t nch = (cols + 31) / 32;
+  const int64_t gch = ng == 1 ? nch : group / 32;  // chunks per scale group
+  // Tokens per register tile, measured (bench_kernels, 4864 x 896, T = 64, one thread): 4-bit keeps int16,
+  // int32 and float accumulators per token and is fastest at 4 (6: 16 % slower, 8: 15 %); 8-bit at 6 or 8.
+  constexpr int kTile = BITS == 4 ? 4 : 8;
+  tile_halves<BITS, kTile, int32_t>(
+      nr, rows, cols, ng, T, y, ystride,
+      [&](int64_t g, int r, float* sc, int32_t* off) {
+        *sc = s[r][g];
+        *off = group_offset<BITS>(z[r], g, zoff);
+      },
+      [&](auto c, const uint8_t* wb, const float* sv, const int32_t* ov, int t0, __m256* out) {
+        half_tile<BITS, decltype(c)::value>(wb, nch, gch, ng, sv, ov, xq + t0 * xstride, xstride,
+                                            xg + t0 * ng, ng, sx + t0, out);
+      });
 }
 
 // Codes nearbyint(x / s) clamped to +-qmax for s > 0, NaN -> 0, 8 at a time; the tail through the same scalar
@@ -573,37 +590,17 @@ void f4dot_rows_avx2(int nr, const uint8_t* const* rows, const float* const* s, 
 void f4dot_block_avx2(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
                       int zoff, int64_t cols, int64_t group, int64_t ng, const int8_t* xq, int64_t xstride,
                       const float* beta, int64_t bstride, const float* xz, int T, float* y, int64_t ystride) {
-  const int64_t nch = (cols + 31) / 32, k4 = 8 * nch, gch = ng == 1 ? nch : group / 32;
-  constexpr int kTile = 4;  // int16, block and group accumulators per token, as the INT4 tile
-  struct alignas(32) Line {
-    uint8_t v[32];
-  };
-  thread_local std::vector<Line> buf;
-  buf.resize(static_cast<size_t>(k4 + 2 * ng));
-  uint8_t* wb = buf.data()->v;
-  float* sv = reinterpret_cast<float*>(buf[k4].v);
-  float* zv = reinterpret_cast<float*>(buf[k4 + ng].v);
-  for (int h = 0; h * 8 < nr; ++h) {
-    const int n = std::min(8, nr - 8 * h);
-    for (int64_t g = 0; g < ng; ++g)
-      for (int i = 0; i < 8; ++i) {
-        const int r = 8 * h + i;
-        sv[8 * g + i] = i < n ? s[r][g] : 0.0f;
-        zv[8 * g + i] = i >= n ? 0.0f : z[r] ? z[r][g] : static_cast<float>(zoff);
-      }
-    pack_half<4>(rows + 8 * h, n, cols, nch, wb);
-    for (int t0 = 0; t0 < T; t0 += kTile) {
-      __m256 out[kTile];
-      const int nt = std::min(kTile, T - t0);
-      with_nt(nt, [&](auto c) {
-        constexpr int kNt = decltype(c)::value;
-        if constexpr (kNt <= kTile)
-          f4_half_tile<kNt>(wb, nch, gch, ng, sv, zv, xq + t0 * xstride, xstride, beta + t0 * bstride,
-                            bstride, xz + t0 * ng, out);
+  const int64_t nch = (cols + 31) / 32, gch = ng == 1 ? nch : group / 32;
+  tile_halves<4, 4, float>(  // 4 tokens: int16, block and group accumulators per token, as the INT4 tile
+      nr, rows, cols, ng, T, y, ystride,
+      [&](int64_t g, int r, float* sc, float* zp) {
+        *sc = s[r][g];
+        *zp = z[r] ? z[r][g] : static_cast<float>(zoff);
+      },
+      [&](auto c, const uint8_t* wb, const float* sv, const float* zv, int t0, __m256* out) {
+        f4_half_tile<decltype(c)::value>(wb, nch, gch, ng, sv, zv, xq + t0 * xstride, xstride,
+                                         beta + t0 * bstride, bstride, xz + t0 * ng, out);
       });
-      for (int j = 0; j < nt; ++j) store_lanes(y + (t0 + j) * ystride + 8 * h, out[j], n);
-    }
-  }
 }
 
 }  // namespace lowbit::kern
