@@ -9,6 +9,8 @@
 
 #include "core/parallel.h"
 #include "formats/minifloat.h"
+#include "kernels/dispatch.h"
+#include "kernels/kernel_plan.h"
 #include "kernels/matmul.h"
 
 namespace lowbit {
@@ -60,7 +62,10 @@ void quantize_activations_nvfp4(const WeightMatrix& w, const float* x, int64_t T
     std::vector<uint8_t> codes(static_cast<size_t>(n)), scales(static_cast<size_t>(nb));
     for (int64_t t = t0; t < t1; ++t) {
       float gt = 0.0f;
-      quantize_activation_nvfp4(x + t * n, n, w.act_clip, codes.data(), scales.data(), &gt);
+      if (kernel_isa() >= Isa::Avx2)  // bit-identical to the scalar definition
+        kern::quantize_activation_nvfp4_avx2(x + t * n, n, w.act_clip, codes.data(), scales.data(), &gt);
+      else
+        quantize_activation_nvfp4(x + t * n, n, w.act_clip, codes.data(), scales.data(), &gt);
       if (g) {
         g[t] = gt;
         dequantize_activation_nvfp4(codes.data(), scales.data(), 1.0f, n, xq + t * n);

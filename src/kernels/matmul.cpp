@@ -994,7 +994,8 @@ void run_f4dot_avx2(const WeightMatrix& w, const KernelPlan& p, const float* x, 
   parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
     std::vector<uint8_t> codes(static_cast<size_t>(cols)), scales(static_cast<size_t>(nb));
     for (int64_t t = t0; t < t1; ++t) {
-      quantize_activation_nvfp4(x + t * cols, cols, w.act_clip, codes.data(), scales.data(), &gp[t]);
+      kern::quantize_activation_nvfp4_avx2(x + t * cols, cols, w.act_clip, codes.data(), scales.data(),
+                                           &gp[t]);
       int8_t* ct = c2p + t * xs;
       float* bt = betap0 + t * bs;
       for (int64_t c = 0; c < cols; ++c) ct[c] = kC2[codes[c] & 15];

@@ -22,6 +22,7 @@
 #include <limits>
 #include <vector>
 
+#include "formats/minifloat.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/lane_avx2.h"
 #include "kernels/with_nt.h"
@@ -485,6 +486,67 @@ void f4_half_tile(const uint8_t* wb, int64_t nch, int64_t gch, int64_t ng, const
 }
 
 }  // namespace
+
+void quantize_activation_nvfp4_avx2(const float* x, int64_t n, float clip, uint8_t* codes,
+                                    uint8_t* block_scales, float* global_scale) {
+  bool has_nan = false;
+  const float amax = finite_absmax_avx2(x, n, &has_nan);
+  const float g = amax * clip / (6.0f * 448.0f);
+  *global_scale = has_nan ? std::numeric_limits<float>::quiet_NaN() : g;
+  const __m256i abs_bits = _mm256_set1_epi32(0x7FFFFFFF), inf_bits = _mm256_set1_epi32(0x7F800000);
+  for (int64_t b0 = 0; b0 < n; b0 += 16) {
+    const int64_t b1 = std::min(n, b0 + 16);
+    float bmax = 0.0f;
+    if (b1 - b0 == 16) {
+      __m256 m = _mm256_setzero_ps();
+      for (int k = 0; k < 16; k += 8) {
+        const __m256i a =
+            _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + b0 + k)), abs_bits);
+        m = _mm256_max_ps(m, _mm256_castsi256_ps(_mm256_and_si256(a, _mm256_cmpgt_epi32(inf_bits, a))));
+      }
+      alignas(32) float t[8];
+      _mm256_store_ps(t, m);
+      bmax = *std::max_element(t, t + 8);
+    } else {
+      for (int64_t i = b0; i < b1; ++i)
+        if (std::isfinite(x[i])) bmax = std::fmax(bmax, std::fabs(x[i]));
+    }
+    const uint8_t sc = g > 0 ? f32_to_fp8_e4m3fn(bmax / 6.0f / g, true) : 0;
+    block_scales[b0 / 16] = sc;
+    const float d = fp8_e4m3fn_to_f32(sc) * g;
+    if (!(d > 0) || b1 - b0 < 16) {  // the scalar definition (a zero block, the ragged last block)
+      for (int64_t i = b0; i < b1; ++i) {
+        const float v = x[i];
+        if (std::isnan(v))
+          codes[i] = 0;
+        else if (!(d > 0))
+          codes[i] = std::isinf(v) ? (v > 0 ? 0x7 : 0xF) : 0;
+        else
+          codes[i] = f32_to_fp4_e2m1(v / d);
+      }
+      continue;
+    }
+    // E2M1 with round-to-nearest-even and saturation as counts of thresholds passed: |q| > 0.25, >= 0.75,
+    // > 1.25, >= 1.75, > 2.5, >= 3.5, > 5 (the ties go to the even code: 0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0,
+    // 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4); the sign bit kept (-0 -> 0x8); NaN -> 0.
+    const __m256 dv = _mm256_set1_ps(d);
+    for (int k = 0; k < 16; k += 8) {
+      const __m256 v = _mm256_loadu_ps(x + b0 + k);
+      const __m256 q = _mm256_div_ps(v, dv);
+      const __m256 a = _mm256_and_ps(q, _mm256_castsi256_ps(abs_bits));
+      auto gt = [&](float t) { return _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), _CMP_GT_OQ)); };
+      auto ge = [&](float t) { return _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), _CMP_GE_OQ)); };
+      __m256i c =
+          _mm256_add_epi32(_mm256_add_epi32(gt(0.25f), ge(0.75f)), _mm256_add_epi32(gt(1.25f), ge(1.75f)));
+      c = _mm256_add_epi32(c, _mm256_add_epi32(_mm256_add_epi32(gt(2.5f), ge(3.5f)), gt(5.0f)));
+      c = _mm256_sub_epi32(_mm256_setzero_si256(), c);  // the compares are -1 each
+      c = _mm256_or_si256(c, _mm256_slli_epi32(_mm256_srli_epi32(_mm256_castps_si256(q), 31), 3));
+      c = _mm256_andnot_si256(_mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)), c);  // NaN -> 0
+      const __m128i c16 = _mm_packs_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + b0 + k), _mm_packus_epi16(c16, c16));
+    }
+  }
+}
 
 void quantize_activation_int8_avx2(const float* x, int64_t n, int8_t* codes, float* scale) {
   bool nan = false;

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -24,6 +25,7 @@
 #include "core/error.h"
 #include "formats/scheme.h"
 #include "kernels/dispatch.h"
+#include "kernels/kernel_plan.h"
 #include "kernels/matmul.h"
 #include "kernels/weight.h"
 #include "quant/recipe.h"
@@ -264,6 +266,50 @@ void check_every_tier(const WeightMatrix& m, const std::string& what, uint32_t s
     }
     set_kernel_isa(best_isa());
   }
+}
+
+// The AVX2 quantizer equals the scalar definition bit for bit (codes, block scales, global scale): random
+// tokens, every rounding tie of E2M1 at every block scale, ragged lengths, zeros, NaN, infinities, signed
+// zeros, clips.
+TEST(ActivationNvfp4, Avx2QuantizerIsTheDefinition) {
+  if (best_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 here";
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<std::vector<float>> inputs;
+  const float ties[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f,
+                        0.5f,  1.0f,  1.5f,  3.0f,  4.0f, 0.0f, 2.0f};
+  for (int64_t n : {1, 15, 16, 17, 40, 896, 4864}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = nd(rng);
+    inputs.push_back(x);
+    // Every block's largest value is 6, and the token's 2688 (n > 20) makes g = 1: block scales 1 (448 for
+    // the 2688's block), so x / (s_b g) meets every E2M1 tie exactly, both signs.
+    std::vector<float> t(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) t[i] = (i % 16 == 0 ? 6.0f : ties[i % 15]) * (i % 3 ? 1.0f : -1.0f);
+    if (n > 20) t[20] = 2688.0f;
+    inputs.push_back(t);
+    std::vector<float> special = x;
+    const float sp[] = {nan, inf, -inf, 0.0f, -0.0f, 1e-30f, -1e30f};
+    for (int64_t i = 0; i < n; i += 3) special[i] = sp[(i / 3) % 7];
+    inputs.push_back(special);
+    std::vector<float> inf_only = x;
+    for (auto& v : inf_only) v = v > 0 ? inf : -0.0f;
+    inputs.push_back(inf_only);
+    inputs.push_back(std::vector<float>(static_cast<size_t>(n), -0.0f));
+  }
+  for (const auto& x : inputs)
+    for (float clip : {1.0f, 0.9f}) {
+      const int64_t n = static_cast<int64_t>(x.size()), nb = (n + 15) / 16;
+      Bytes ca(x.size(), 99), cb(x.size(), 98), sa(static_cast<size_t>(nb), 97),
+          sb(static_cast<size_t>(nb), 96);
+      float ga = -1.0f, gb = -2.0f;
+      quantize_activation_nvfp4(x.data(), n, clip, ca.data(), sa.data(), &ga);
+      kern::quantize_activation_nvfp4_avx2(x.data(), n, clip, cb.data(), sb.data(), &gb);
+      ASSERT_EQ(std::memcmp(&ga, &gb, 4), 0) << "n " << n << " g " << ga << " vs " << gb;
+      ASSERT_EQ(sa, sb) << "n " << n;
+      ASSERT_EQ(ca, cb) << "n " << n << " clip " << clip;
+    }
 }
 
 TEST(ActivationNvfp4Matmul, EqualsTheReferenceOnEveryTier) {
