@@ -972,9 +972,10 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
   }
 }
 
-// INT4 codes x NVFP4 activations on the AVX2 tier (f4dot / f4dot16): each token quantized by the route's
-// definition (quantize_activation_nvfp4), its codes as c = 2 * E2M1 value, the block scales halved (beta),
-// the per-group sums xz = sum beta_b * C_b, then the kernels; the outputs times the token's global scale.
+// INT4 codes x NVFP4 activations on the AVX2 tier (f4dot / f4dot16): each token quantized by the route
+// (quantize_activation_nvfp4_avx2, bit-identical to the definition), its codes as c = 2 * E2M1 value, the
+// block scales halved (beta), the per-group sums xz = sum beta_b * C_b, then the kernels; the outputs times
+// the token's global scale.
 void run_f4dot_avx2(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y,
                     bool prefill) {
   static constexpr int8_t kC2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -990,7 +991,7 @@ void run_f4dot_avx2(const WeightMatrix& w, const KernelPlan& p, const float* x, 
   g.resize(static_cast<size_t>(T));
   int8_t *c2p = c2.data(), *xlp = xl.data();
   float *betap0 = beta.data(), *bvp = bv.data(), *xzp0 = xz.data(), *gp = g.data();
-  // Tokens are independent and the casts scalar: prefill spreads them over the pool (as the emulation does).
+  // Tokens are independent: prefill spreads them over the pool (as the emulation does).
   parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
     std::vector<uint8_t> codes(static_cast<size_t>(cols)), scales(static_cast<size_t>(nb));
     for (int64_t t = t0; t < t1; ++t) {

@@ -72,6 +72,17 @@ inline __m256i nibbles_in_order(__m256i b) {
   return _mm256_set_m128i(_mm_unpackhi_epi8(e, o), _mm_unpacklo_epi8(e, o));
 }
 
+// The 64 4-bit codes of columns [64 ch, 64 ch + 64) of a row (past `cols` read as 0) in the 64-column decode
+// layout: lo = the 32 even columns' codes, hi = the 32 odd ones'.
+inline void load_nib64(const uint8_t* row, int64_t cols, int64_t ch, __m256i* lo, __m256i* hi) {
+  const int64_t c0 = 64 * ch;
+  const __m256i b = c0 + 64 <= cols ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c0 / 2))
+                                    : load_tail<4>(row, cols, c0);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  *lo = _mm256_and_si256(b, m4);
+  *hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+}
+
 // (A function, not a namespace-scope constant: that would run an AVX2 instruction at start-up on any CPU.)
 inline __m256i flip() {
   return _mm256_set1_epi8(static_cast<char>(0x80));
@@ -95,7 +106,7 @@ void rows_nt(int nr, const uint8_t* const* rows, const float* const* s, const fl
              int64_t cols, int64_t group, int64_t ng, const int8_t* xl, int64_t xstride, const int32_t* xg,
              const float* sx, float* y, int64_t ystride) {
   const int64_t nch = (cols + W - 1) / W, gch = ng == 1 ? nch : group / W;
-  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int i = 0; i < nr; ++i) {
     float acc[NT] = {};
     for (int64_t g = 0; g < ng; ++g) {
@@ -108,11 +119,8 @@ void rows_nt(int nr, const uint8_t* const* rows, const float* const* s, const fl
           __m256i a16[NT];
           for (int j = 0; j < NT; ++j) a16[j] = _mm256_setzero_si256();
           for (const int64_t e = std::min(c1, ch + 4); ch < e; ++ch) {
-            const int64_t c0 = 64 * ch;
-            const __m256i b = c0 + 64 <= cols
-                                  ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + c0 / 2))
-                                  : load_tail<4>(rows[i], cols, c0);
-            const __m256i lo = _mm256_and_si256(b, m4), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+            __m256i lo, hi;
+            load_nib64(rows[i], cols, ch, &lo, &hi);
             for (int j = 0; j < NT; ++j) {
               const int8_t* xc = xl + j * xstride + 64 * ch;
               const __m256i xe = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc));
@@ -162,12 +170,10 @@ void rows_nt(int nr, const uint8_t* const* rows, const float* const* s, const fl
 // pairs summed in int32 at once: one chunk of the group at a time).
 template <int BITS, int W>
 inline __m256i chunk_dot(const uint8_t* row, int64_t cols, int64_t ch, const int8_t* xc) {
-  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
   if constexpr (W == 64) {
-    const int64_t c0 = 64 * ch;
-    const __m256i b = c0 + 64 <= cols ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c0 / 2))
-                                      : load_tail<4>(row, cols, c0);
-    const __m256i lo = _mm256_and_si256(b, m4), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+    __m256i lo, hi;
+    load_nib64(row, cols, ch, &lo, &hi);
     const __m256i xe = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc));
     const __m256i xo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + 32));
     return _mm256_madd_epi16(_mm256_adds_epi16(_mm256_maddubs_epi16(lo, xe), _mm256_maddubs_epi16(hi, xo)),
@@ -426,20 +432,17 @@ void f4_rows_nt(int nr, const uint8_t* const* rows, const float* const* s, const
                 int64_t cols, int64_t group, int64_t ng, const int8_t* xl, int64_t xstride, const float* bv,
                 int64_t bstride, const float* xz, float* y, int64_t ystride) {
   const int64_t nch = (cols + 63) / 64, gch = ng == 1 ? nch : group / 64;
-  const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int i = 0; i < nr; ++i) {
     float acc[NT] = {};
     for (int64_t g = 0; g < ng; ++g) {
       __m256 ag[NT];
       for (int j = 0; j < NT; ++j) ag[j] = _mm256_setzero_ps();
       for (int64_t ch = g * gch, c1 = std::min(nch, (g + 1) * gch); ch < c1; ++ch) {
-        const int64_t c0 = 64 * ch;
-        const __m256i b = c0 + 64 <= cols
-                              ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + c0 / 2))
-                              : load_tail<4>(rows[i], cols, c0);
-        const __m256i lo = _mm256_and_si256(b, m4), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+        __m256i lo, hi;
+        load_nib64(rows[i], cols, ch, &lo, &hi);
         for (int j = 0; j < NT; ++j) {
-          const int8_t* xc = xl + j * xstride + c0;
+          const int8_t* xc = xl + j * xstride + 64 * ch;
           const __m256i p = _mm256_adds_epi16(
               _mm256_maddubs_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc))),
               _mm256_maddubs_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + 32))));
@@ -493,24 +496,11 @@ void quantize_activation_nvfp4_avx2(const float* x, int64_t n, float clip, uint8
   const float amax = finite_absmax_avx2(x, n, &has_nan);
   const float g = amax * clip / (6.0f * 448.0f);
   *global_scale = has_nan ? std::numeric_limits<float>::quiet_NaN() : g;
-  const __m256i abs_bits = _mm256_set1_epi32(0x7FFFFFFF), inf_bits = _mm256_set1_epi32(0x7F800000);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   for (int64_t b0 = 0; b0 < n; b0 += 16) {
     const int64_t b1 = std::min(n, b0 + 16);
-    float bmax = 0.0f;
-    if (b1 - b0 == 16) {
-      __m256 m = _mm256_setzero_ps();
-      for (int k = 0; k < 16; k += 8) {
-        const __m256i a =
-            _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + b0 + k)), abs_bits);
-        m = _mm256_max_ps(m, _mm256_castsi256_ps(_mm256_and_si256(a, _mm256_cmpgt_epi32(inf_bits, a))));
-      }
-      alignas(32) float t[8];
-      _mm256_store_ps(t, m);
-      bmax = *std::max_element(t, t + 8);
-    } else {
-      for (int64_t i = b0; i < b1; ++i)
-        if (std::isfinite(x[i])) bmax = std::fmax(bmax, std::fabs(x[i]));
-    }
+    bool block_nan = false;  // already in has_nan
+    const float bmax = finite_absmax_avx2(x + b0, b1 - b0, &block_nan);
     const uint8_t sc = g > 0 ? f32_to_fp8_e4m3fn(bmax / 6.0f / g, true) : 0;
     block_scales[b0 / 16] = sc;
     const float d = fp8_e4m3fn_to_f32(sc) * g;
@@ -533,7 +523,7 @@ void quantize_activation_nvfp4_avx2(const float* x, int64_t n, float clip, uint8
     for (int k = 0; k < 16; k += 8) {
       const __m256 v = _mm256_loadu_ps(x + b0 + k);
       const __m256 q = _mm256_div_ps(v, dv);
-      const __m256 a = _mm256_and_ps(q, _mm256_castsi256_ps(abs_bits));
+      const __m256 a = _mm256_and_ps(q, abs_mask);
       auto gt = [&](float t) { return _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), _CMP_GT_OQ)); };
       auto ge = [&](float t) { return _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), _CMP_GE_OQ)); };
       __m256i c =
