@@ -21,6 +21,7 @@
 #include "model/gguf_model_export.h"
 #include "model/quantized_checkpoint.h"
 #include "quant/checkpoint_writer.h"
+#include "quant/gptq.h"
 
 namespace lowbit::quant {
 
@@ -252,10 +253,11 @@ int64_t header_entry_bytes(const std::string& name, int64_t rows, int64_t cols, 
   return static_cast<int64_t>(name.size()) + 54 + digits(rows) + digits(cols) + 2 * offset_digits;
 }
 
-// The input statistics a matrix's imatrix search reads (nullptr: embedding / lm_head, none collected).
-const SiteStats* input_stats(const std::vector<LayerStats>& stats, const std::string& name) {
+// The input statistics a layer matrix's imatrix search reads (nullptr: not a layer matrix).
+// The site of layer statistics `ls` that feeds matrix `name` (nullptr: not a per-layer linear input).
+const SiteStats* input_stats_at(const LayerStats& ls, const std::string& name) {
   RoleRef ref{};
-  if (stats.empty() || !parse_lowbit_tensor_name(name, &ref) || ref.layer < 0) return nullptr;
+  if (!parse_lowbit_tensor_name(name, &ref) || ref.layer < 0) return nullptr;
   ActSite site;
   switch (ref.role) {
     case TensorRole::Q:
@@ -276,7 +278,13 @@ const SiteStats* input_stats(const std::vector<LayerStats>& stats, const std::st
     default:
       return nullptr;
   }
-  return &stats[static_cast<size_t>(ref.layer)].at(site);
+  return &ls.at(site);
+}
+
+const SiteStats* input_stats(const std::vector<LayerStats>& stats, const std::string& name) {
+  RoleRef ref{};
+  if (stats.empty() || !parse_lowbit_tensor_name(name, &ref) || ref.layer < 0) return nullptr;
+  return input_stats_at(stats[static_cast<size_t>(ref.layer)], name);
 }
 
 int first_layer_of(const std::string& unit, int n_layers) {
@@ -516,6 +524,22 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
   // auto: every option measured below 100 M parameters (seconds to minutes on 2 cores), the proxy above.
   a.sensitivity = spec.sensitivity != "auto" ? spec.sensitivity : a.parameters < 100000000 ? "kld" : "proxy";
   const bool proxy = a.sensitivity == "proxy";
+  // Under GPTQ the measured sensitivities quantize each matrix with GPTQ on its layer's Gram matrices (the
+  // float model's inputs), so the allocation weighs the errors the checkpoint will have: GPTQ lowers a
+  // k-quant matrix's KL by a different factor at each bit width and not at all for the embedding, so
+  // imatrix-RTN sensitivities misprice the trade. The proxy keeps imatrix-RTN (one Gram per layer would
+  // defeat it).
+  const bool gptq_sens = !proxy && r.algorithm == Algorithm::Gptq;
+  a.sens_algorithm = gptq_sens                          ? "gptq"
+                     : weighted                         ? "imatrix"
+                     : r.algorithm == Algorithm::RtnMse ? "rtn-mse"
+                                                        : "rtn";
+  // The classifier's input statistics: lm_head (and a tied embedding with it) is quantized with them, as
+  // quantize_model does.
+  SiteStats head;
+  if (weighted) head = head_input_stats(m, calib, gptq_sens);
+  std::vector<LayerStats> grams;  // one layer's, with Gram matrices (gptq_sens)
+  int gram_layer = -1;
   int64_t total = 0;
   for (auto& u : a.units) total += proxy ? 1 : static_cast<int64_t>(u.options.size()) - 1;
   Progress prog("sensitivity", total);
@@ -525,6 +549,8 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
     for (auto& n : u.members) saved.push_back(*mats.at(n));
     const std::vector<float> w = weight_to_f32(saved[0]);
     const SiteStats* ss = input_stats(stats, u.members[0]);
+    const bool is_head = std::find(u.members.begin(), u.members.end(), "lm_head") != u.members.end();
+    if (!ss && is_head && head.cols > 0) ss = &head;
     std::vector<float> imp = ss ? ss->mean_sq() : std::vector<float>{};
     // proxy: the importance-weighted squared weight error of every option (the diagonal of the layer's
     // Hessian, E = sum_ij x2_j (W - Q)_ij^2), and one KL measurement at the smallest option to convert it.
@@ -535,7 +561,16 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
     for (size_t k = 1; k < u.options.size(); ++k) {
       QuantScheme s = parse_scheme(u.options[k].scheme);
       if (r.algorithm == Algorithm::RtnMse || ss) s.search = ScaleSearch::Mse;
-      QuantizedMatrix q = quantize_matrix(w.data(), u.rows, u.cols, s, ss ? imp.data() : nullptr);
+      QuantizedMatrix q;
+      if (gptq_sens && ss) {
+        const int l = first_layer_of(u.name, L);
+        if (!is_head && l != gram_layer) grams = collect_stats(m, calib, l, l, true), gram_layer = l;
+        const SiteStats* gs = is_head ? &head : input_stats_at(grams[0], u.members[0]);
+        q = gptq_quantize(w.data(), u.rows, u.cols, gs->gram, parse_scheme(u.options[k].scheme),
+                          GptqOptions{r.gptq_block, r.gptq_damp, r.gptq_act_order, 0.0f});
+      } else {
+        q = quantize_matrix(w.data(), u.rows, u.cols, s, ss ? imp.data() : nullptr);
+      }
       if (proxy) {
         std::vector<float> wq(w.size());
         dequantize_matrix(q, wq.data());
@@ -652,24 +687,29 @@ nlohmann::json Allocation::to_json() const {
                   {"chosen", u.options[static_cast<size_t>(u.chosen)].scheme},
                   {"options", opts}});
   }
-  return {{"budget_bytes", budget},
-          {"counts", counts},
-          {"fixed_bytes", fixed_bytes},
-          {"predicted_bytes", predicted_bytes},
-          {"parameters", parameters},
-          {"predicted_kld", predicted_kld},
-          {"lower_bound_kld", lower_bound_kld},
-          {"solver", "multiple-choice knapsack, dynamic programming over bytes in steps of " +
-                         std::to_string(step) + " (options rounded up); lower bound from the LP relaxation"},
-          {"sensitivity_mode", sensitivity},
-          {"sensitivity",
-           "mean KL divergence on " + std::to_string(sens_tokens) +
-               " calibration tokens with only that matrix quantized (imatrix-RTN when the recipe is "
-               "calibrated, RTN for the embedding and lm_head); predicted = sum over matrices"},
-          {"seconds", seconds},
-          {"ignored", ignored},
-          {"pinned", pinned},
-          {"units", us}};
+  return {
+      {"budget_bytes", budget},
+      {"counts", counts},
+      {"fixed_bytes", fixed_bytes},
+      {"predicted_bytes", predicted_bytes},
+      {"parameters", parameters},
+      {"predicted_kld", predicted_kld},
+      {"lower_bound_kld", lower_bound_kld},
+      {"solver", "multiple-choice knapsack, dynamic programming over bytes in steps of " +
+                     std::to_string(step) + " (options rounded up); lower bound from the LP relaxation"},
+      {"sensitivity_mode", sensitivity},
+      {"sensitivity",
+       "mean KL divergence on " + std::to_string(sens_tokens) +
+           " calibration tokens with only that matrix quantized (" +
+           (sens_algorithm == "gptq" ? std::string("GPTQ on the float model's layer inputs")
+                                     : sens_algorithm) +
+           "; lm_head and a tied embedding on the classifier's input, an untied embedding RTN); predicted = "
+           "sum over matrices"},
+      {"sensitivity_algorithm", sens_algorithm},
+      {"seconds", seconds},
+      {"ignored", ignored},
+      {"pinned", pinned},
+      {"units", us}};
 }
 
 std::string Allocation::summary() const {

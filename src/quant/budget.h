@@ -93,8 +93,9 @@ struct Allocation {
   double predicted_kld = 0;           // sum of the chosen options' KLD
   double lower_bound_kld = 0;         // LP relaxation bound
   int64_t step = 1;
-  int sens_tokens = 0;      // scored tokens per sensitivity measurement
-  std::string sensitivity;  // kld | proxy
+  int sens_tokens = 0;         // scored tokens per sensitivity measurement
+  std::string sensitivity;     // kld | proxy
+  std::string sens_algorithm;  // how each option was quantized for its KL: gptq | imatrix | rtn-mse | rtn
   double seconds = 0;
   std::vector<AllocUnit> units;
   std::vector<std::string> ignored;  // matrices the recipe itself ignores (not allocated)

@@ -13,6 +13,7 @@
 #include "core/hash.h"
 #include "kv/kv_cache.h"
 #include "model/decoder.h"
+#include "ops/norm.h"
 #include "quant/blas.h"
 #include "tokenizer/tokenizer.h"
 
@@ -291,6 +292,33 @@ void CalibStream::advance() {
   for (size_t b = 0; b < batches_.size(); ++b)
     dec.forward_layers(batches_[b], *kv_, states_[b].data(), next_, next_);
   ++next_;
+}
+
+SiteStats CalibStream::head_stats(bool gram) const {
+  if (next_ != m_.config.n_layers)
+    fail("quant", "CalibStream: head statistics need every layer streamed (at layer " +
+                      std::to_string(next_) + " of " + std::to_string(m_.config.n_layers) + ")");
+  SiteStats st;
+  st.want_gram = gram;
+  const int64_t D = m_.config.dim;
+  std::vector<float> xn;
+  for (size_t b = 0; b < batches_.size(); ++b) {
+    const int64_t T = static_cast<int64_t>(batches_[b].size());
+    xn.resize(static_cast<size_t>(T * D));
+    rms_norm(states_[b].data(), m_.weights.final_norm.data(), xn.data(), T, D, m_.config.norm_eps);
+    st.add(xn.data(), T, D);
+  }
+  if (st.gram.size() > 0) {
+    Eigen::MatrixXf full = st.gram.selfadjointView<Eigen::Lower>();
+    st.gram = full;
+  }
+  return st;
+}
+
+SiteStats head_input_stats(const Model& m, const CalibData& d, bool gram, int batch_seqs) {
+  CalibStream s(m, d, batch_seqs);
+  while (s.next_layer() < m.config.n_layers) s.advance();
+  return s.head_stats(gram);
 }
 
 }  // namespace lowbit::quant

@@ -63,6 +63,10 @@ struct LayerStats {
 std::vector<LayerStats> collect_stats(const Model& m, const CalibData& d, int first, int last, bool gram,
                                       int batch_seqs = 8);
 
+// Statistics of the classifier's input (the final RMSNorm of the last layer's output) on the calibration
+// windows: one forward through every layer (a CalibStream run to its end).
+SiteStats head_input_stats(const Model& m, const CalibData& d, bool gram, int batch_seqs = 8);
+
 // The calibration tokens streamed through the model one layer at a time, in the order GPTQ / AWQ quantize:
 // the residual stream of every token is kept ([tokens, dim] floats per batch), so layer l's statistics cost
 // one forward of layer l instead of a forward through layers 0..l (n^2 / 2 layer forwards over a model).
@@ -76,6 +80,9 @@ class CalibStream {
   LayerStats stats(bool gram);
   // Runs next_layer() with its current (by now quantized) weights: the stream moves to the next layer.
   void advance();
+  // Once every layer has been streamed: statistics of the classifier's input (the final RMSNorm of the
+  // stream), the lm_head's Gram matrix and importance.
+  SiteStats head_stats(bool gram) const;
 
  private:
   const Model& m_;

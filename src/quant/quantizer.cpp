@@ -600,14 +600,37 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
       std::snprintf(detail, sizeof detail, "layer %d: mean rel. weight error %.4f", l, n ? ew / n : 0.0);
       prog.update(l + 1, detail);
     }
-    // Embedding and classifier: RTN (no calibration statistics are collected for them).
+    // Embedding and classifier. lm_head is a matmul on the final RMSNorm's output: statistics-driven
+    // algorithms get that input's statistics (through the quantized layers for GPTQ / AWQ, as every layer's),
+    // and a tied embedding quantized in the same scheme shares them (its rows are lm_head's). An embedding of
+    // its own is a gather with no input to weight: RTN.
     const bool tied_storage = m.weights.tied();
+    const TensorPlan& head_plan = *cx.plan.at("lm_head");
+    const TensorPlan& embed_plan = *cx.plan.at("tok_embed");
+    const bool tied_same = tied_storage && head_plan.quantize && embed_plan.quantize &&
+                           to_string(embed_plan.scheme) == to_string(head_plan.scheme) &&
+                           !head_plan.act.enabled();
+    const bool head_weighted =
+        need_stats && (r.algorithm == Algorithm::Gptq || r.algorithm == Algorithm::Awq ||
+                       r.algorithm == Algorithm::Imatrix);
+    SiteStats head;
+    if (head_weighted && head_plan.quantize) {
+      tc.reset();
+      if (stream) {
+        stream->advance();  // the last layer, quantized
+        head = stream->head_stats(true);
+      } else {
+        head = head_input_stats(m, *o.calib, false, o.batch_seqs);
+      }
+      rep.phase_seconds.calibration += tc.seconds();
+    }
     std::shared_ptr<WeightMatrix> embed_done;
     for (const char* name : {"tok_embed", "lm_head"}) {
       const TensorPlan& p = *cx.plan.at(name);
       WeightMatrix* wm = mats.at(name);
       TensorReport& tr = report_of(rep, name);
       if (!p.quantize) continue;
+      const bool uses_head = std::string(name) == "lm_head" || tied_same;
       if (std::string(name) == "lm_head" && tied_storage && embed_done &&
           to_string(cx.plan.at("tok_embed")->scheme) == to_string(p.scheme) && !p.act.enabled()) {
         *wm = *embed_done;  // tied and identically quantized: share the storage
@@ -617,7 +640,7 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
         continue;
       }
       std::vector<float> w = weight_to_f32(*wm);
-      *wm = quantize_one(cx, p, w, nullptr, &tr);
+      *wm = quantize_one(cx, p, w, uses_head && head.cols > 0 ? &head : nullptr, &tr);
       if (std::string(name) == "tok_embed") embed_done = std::make_shared<WeightMatrix>(*wm);
     }
     prog.finish();

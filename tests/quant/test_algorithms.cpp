@@ -7,6 +7,9 @@
 #include <random>
 
 #include "core/error.h"
+#include "kv/kv_cache.h"
+#include "model/decoder.h"
+#include "ops/norm.h"
 #include "quant/awq.h"
 #include "quant/calibration.h"
 #include "quant/gptq.h"
@@ -102,6 +105,40 @@ TEST(CalibStream, EqualsAForwardFromTheEmbeddingPerLayer) {
     }
     if (l + 1 < m->config.n_layers) stream.advance();
   }
+}
+
+// The classifier's input statistics: the final RMSNorm of the last layer's output for every calibration
+// token, whatever the batching (reference: each window alone through the decoder, normed here).
+TEST(CalibStream, HeadStatsAreTheFinalNormOfTheLastLayersOutput) {
+  auto m = make_random_model(7);
+  auto calib = testing::random_calib(*m, 5, 24, 3);
+  const SiteStats h = head_input_stats(*m, calib, true, 2);
+  const int64_t D = m->config.dim;
+  std::vector<double> sq(static_cast<size_t>(D), 0.0);
+  int64_t n = 0;
+  Decoder dec(m->config, m->weights);
+  for (const auto& seq : calib.seqs) {
+    const int64_t T = static_cast<int64_t>(seq.size());
+    KvCache kv(m->config, 1, T, KvDtype::F32);
+    std::vector<BatchEntry> b;
+    for (int64_t p = 0; p < T; ++p) b.push_back({seq[static_cast<size_t>(p)], 0, p, false});
+    std::vector<float> x(static_cast<size_t>(T * D)), xn(x.size());
+    dec.embed(b, x.data());
+    dec.forward_layers(b, kv, x.data(), 0, static_cast<int>(m->config.n_layers) - 1);
+    rms_norm(x.data(), m->weights.final_norm.data(), xn.data(), T, D, m->config.norm_eps);
+    for (int64_t i = 0; i < T * D; ++i) sq[static_cast<size_t>(i % D)] += static_cast<double>(xn[i]) * xn[i];
+    n += T;
+  }
+  ASSERT_EQ(h.cols, D);
+  EXPECT_EQ(h.n, n);
+  ASSERT_EQ(h.gram.rows(), D);
+  for (int64_t j = 0; j < D; ++j) {
+    EXPECT_NEAR(h.sum_sq[j], sq[j], 1e-4 * sq[j]) << "column " << j;
+    EXPECT_NEAR(h.gram(j, j), sq[j], 1e-4 * sq[j]) << "column " << j;
+  }
+  EXPECT_TRUE(h.gram.isApprox(h.gram.transpose())) << "the Gram matrix must be filled on both sides";
+  CalibStream part(*m, calib, 2);
+  EXPECT_THROW(part.head_stats(false), Error) << "head statistics before the last layer is streamed";
 }
 
 // U from the Cholesky factor of the reversed matrix and a triangular inverse is the upper Cholesky factor of
@@ -255,6 +292,43 @@ TEST(Quantizer, GptqAndAwqBeatRtnOnCalibrationOutputError) {
   const double awq = run("int3:g32:sym,algo=awq");
   EXPECT_LT(gptq, rtn);
   EXPECT_LT(awq, rtn);
+}
+
+// lm_head is a matmul on the final norm's output: GPTQ quantizes it with that input's Gram matrix (a lower
+// output error than RTN on the same grid); an untied embedding is a gather and stays RTN; a tied embedding in
+// the classifier's scheme shares its GPTQ rows.
+TEST(Quantizer, ClassifierIsQuantizedWithItsInputStatistics) {
+  const std::string recipe = R"({"scheme": "int3:g32:sym", "algorithm": "gptq", "ignore": []})";
+  auto m = make_random_model(4);
+  auto orig = make_random_model(4);
+  auto calib = testing::random_calib(*m, 8, 48, 2);
+  QuantizeOptions o;
+  o.calib = &calib;
+  o.progress = false;
+  QuantReport rep = quantize_model(*m, recipe_from_json(nlohmann::json::parse(recipe)), o);
+  auto report = [&](const QuantReport& r, const std::string& name) {
+    for (const auto& t : r.tensors)
+      if (t.name == name) return t;
+    ADD_FAILURE() << name << " missing from the report";
+    return TensorReport{};
+  };
+  const TensorReport head = report(rep, "lm_head"), embed = report(rep, "tok_embed");
+  EXPECT_EQ(head.algorithm, "gptq");
+  EXPECT_GT(head.rel_error_out, 0.0);
+  EXPECT_LT(head.rel_error_out, head.rel_error_out_rtn) << "GPTQ on the classifier's inputs must beat RTN";
+  EXPECT_EQ(embed.algorithm, "rtn");
+  const WeightMatrix& oe = orig->weights.tok_embed;
+  QuantizedMatrix ref = quantize_matrix(reinterpret_cast<const float*>(oe.data), oe.rows, oe.cols,
+                                        parse_scheme("int3:g32:sym"));
+  EXPECT_EQ(m->weights.tok_embed.q->codes, ref.codes) << "an untied embedding is RTN";
+
+  auto tied = make_random_model(4);
+  tied->weights.lm_head = tied->weights.tok_embed;
+  tied->config.tie_embeddings = true;
+  QuantReport trep = quantize_model(*tied, recipe_from_json(nlohmann::json::parse(recipe)), o);
+  EXPECT_EQ(report(trep, "tok_embed").algorithm, "gptq");
+  EXPECT_EQ(tied->weights.lm_head.q, tied->weights.tok_embed.q) << "tied: one storage";
+  EXPECT_NE(tied->weights.tok_embed.q->codes, ref.codes) << "the tied rows are GPTQ's, not RTN's";
 }
 
 TEST(Quantizer, RefusesDoubleQuantizationUnlessAsked) {

@@ -12,7 +12,9 @@
 #include "core/error.h"
 #include "model/gguf_model_export.h"
 #include "quant/budget.h"
+#include "quant/calibration.h"
 #include "quant/checkpoint_writer.h"
+#include "quant/gptq.h"
 #include "quant/inspect.h"
 #include "quant/quantizer.h"
 #include "tests/common/run_cli.h"
@@ -81,6 +83,7 @@ struct BudgetRun {
   Allocation alloc;
   std::string dir;
   int64_t model_bytes = 0;
+  double measured_kld = -1;  // the quantized model's KL on the sensitivity windows (when `out` is given)
 };
 
 BudgetRun budget_run(const std::string& recipe, double bpw, const std::string& out,
@@ -102,6 +105,7 @@ BudgetRun budget_run(const std::string& recipe, double bpw, const std::string& o
   qo.calib = &*calib;
   qo.progress = false;
   QuantReport rep = quantize_model(*m, run.alloc.apply(r), qo);
+  run.measured_kld = probe.kld_from(-1);
   rep.budget = run.alloc.to_json();
   WriteOptions wo;
   wo.force = true;
@@ -161,6 +165,59 @@ TEST(Budget, SensitivitiesAreReproducibleAndAllocationsMonotone) {
       EXPECT_EQ(a.alloc.units[i].options[k].kld, b.alloc.units[i].options[k].kld) << a.alloc.units[i].name;
   BudgetRun bigger = budget_run("W4A16,group=32", 6.5, "");
   EXPECT_LE(bigger.alloc.predicted_kld, a.alloc.predicted_kld) << "more bytes cannot predict more loss";
+}
+
+// Under GPTQ each option's KL is measured with the matrix quantized by GPTQ on the float model's inputs to
+// it: a layer matrix on its layer's Gram matrix, lm_head (with a tied embedding) on the classifier's input.
+// Reproduced here for one matrix of each kind; the checkpoint then scores close to the sum.
+TEST(Budget, GptqSensitivitiesAreGptqsLosses) {
+  auto m = load_model(kStories);
+  Recipe r = parse_recipe_arg("W4A16,group=32,algo=gptq");
+  r.calib.file = kTinyText;
+  r.calib.samples = 8;
+  r.calib.length = 64;
+  auto calib = load_recipe_calibration(*m, r, nullptr);
+  KldProbe probe(*m, calib->seqs);
+  BudgetSpec spec;
+  spec.bpw = 5.0;
+  const Allocation a = allocate_budget(*m, r, *calib, probe, spec);
+  EXPECT_EQ(a.sens_algorithm, "gptq");
+  EXPECT_EQ(a.to_json()["sensitivity_algorithm"], "gptq");
+  std::map<std::string, WeightMatrix*> mats;
+  for (auto& [n, w] : m->weights.named_matrices()) mats[n] = w;
+  const SiteStats head = head_input_stats(*m, *calib, true);
+  int checked = 0;
+  for (const auto& u : a.units) {
+    const bool is_head = u.name == "tok_embed+lm_head" || u.name == "lm_head";
+    if (u.name != "layers.2.w_down" && u.name != "layers.1.wk" && !is_head) continue;
+    const int layer = is_head ? static_cast<int>(m->config.n_layers) : u.name[7] - '0';
+    const Eigen::MatrixXf gram =
+        is_head ? head.gram
+                : collect_stats(*m, *calib, layer, layer, true)[0]
+                      .at(u.name.find("w_down") != std::string::npos ? ActSite::DownIn : ActSite::AttnIn)
+                      .gram;
+    const WeightMatrix saved = *mats.at(u.members[0]);
+    const std::vector<float> w = weight_to_f32(saved);
+    for (size_t k = 1; k < u.options.size(); ++k) {
+      QuantizedMatrix q = gptq_quantize(w.data(), u.rows, u.cols, gram, parse_scheme(u.options[k].scheme),
+                                        GptqOptions{r.gptq_block, r.gptq_damp, r.gptq_act_order, 0.0f});
+      const WeightMatrix qw = make_quant_weight(std::make_shared<QuantizedMatrix>(std::move(q)));
+      for (const auto& n : u.members) *mats.at(n) = qw;
+      const double kld = probe.kld_from(is_head ? -1 : layer);
+      EXPECT_NEAR(u.options[k].kld, kld, 1e-6 * kld) << u.name << " " << u.options[k].scheme;
+      ++checked;
+    }
+    for (const auto& n : u.members) *mats.at(n) = saved;
+  }
+  EXPECT_GE(checked, 3 * 4) << "three units with their candidates";
+  QuantizeOptions qo;
+  qo.calib = &*calib;
+  qo.progress = false;
+  quantize_model(*m, a.apply(r), qo);
+  const double measured = probe.kld_from(-1);
+  std::printf("predicted %.5f measured %.5f\n", a.predicted_kld, measured);
+  EXPECT_LT(std::fabs(std::log(a.predicted_kld / measured)), std::log(2.0))
+      << "predicted " << a.predicted_kld << " measured " << measured;
 }
 
 // The cheap estimate is validated against the measurement it replaces: its one measured option per matrix is
