@@ -335,7 +335,7 @@ def main():
     if not a.llama_cpp:
         print("llama.cpp rows skipped: no --llama-cpp DIR (llama.cpp is built outside this repository)")
     for name in ("kjv", "stories260K") if a.model == "both" else (a.model,):
-        rel, calib_key = qa.MODELS[name]
+        rel, calib_key = qa.MODELS[name][:2]
         model = os.path.join(a.shared, rel)
         calib = texts[calib_key + "_calib"]
         config = json.loads(qa.run([a.lowbit, "inspect", model, "--json"]).stdout)["config"]
