@@ -138,8 +138,9 @@ int register_all() {
   all_shapes.push_back({151936, 896});
   for (const auto& [f, a] : fmts)
     for (const auto& [r, c] : all_shapes)
-      for (int64_t T : {int64_t{1}, int64_t{64}}) {
+      for (int64_t T : {int64_t{1}, int64_t{64}, int64_t{512}}) {
         if (r == 151936 && T != 1) continue;
+        if (T == 512 && f != "f32" && f != "bf16") continue;  // 16-bit prefill / calibration batches
         if (f.size() == 4 && f[3] == 'k' && c % 256 != 0)
           continue;  // K-quant rows are whole 256-element super-blocks
         const std::string name = "matmul/" + f + (a.empty() ? "" : "+" + a) + "/" + std::to_string(r) + "x" +

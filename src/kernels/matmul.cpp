@@ -326,8 +326,8 @@ void run_deq(const WeightMatrix& w, const KernelPlan& p, Isa isa, const float* x
 }
 
 // The AVX2 tier's row kernels (DenseAvx2, NibAvx2, ByteAvx2): decode (T < kPrefillTokens) one fused dot per
-// row and token; prefill each row decoded once with the tier's decoder (F32 rows read as they are), then 4
-// rows at a time against every token on a register tile (kern::rows_gemm_f32_avx2).
+// row and token; prefill each row decoded once with the tier's decoder (F32 rows read as they are), then a
+// block's 16 rows against every token on register tiles (kern::rows_gemm_f32_avx2).
 void run_rows_avx2(const WeightMatrix& w, const KernelPlan& p, Kernel k, const float* x, int64_t T,
                    float* y) {
   const int64_t rows = w.rows, cols = w.cols;
@@ -385,13 +385,11 @@ void run_rows_avx2(const WeightMatrix& w, const KernelPlan& p, Kernel k, const f
             for (int64_t t = 0; t < T; ++t) y[t * rows + r] = dot(row_ptr(w, r), r, x + t * cols);
           return;
         }
-        float* buf = tls_floats(static_cast<size_t>(4 * cols)).data();
-        for (int64_t r = r0; r < r1; r += 4) {
-          const int nr = static_cast<int>(std::min<int64_t>(4, r1 - r));
-          const float* wr[4];
-          for (int i = 0; i < nr; ++i) wr[i] = decode(row_ptr(w, r + i), r + i, buf + i * cols);
-          kern::rows_gemm_f32_avx2(wr, nr, x, T, cols, y + r, rows);
-        }
+        // The block's rows (at most kRowBlock = 16) decoded once, then one pass over the tokens.
+        float* buf = tls_floats(static_cast<size_t>(kRowBlock * cols)).data();
+        const float* wr[kRowBlock];
+        for (int64_t r = r0; r < r1; ++r) wr[r - r0] = decode(row_ptr(w, r), r, buf + (r - r0) * cols);
+        kern::rows_gemm_f32_avx2(wr, static_cast<int>(r1 - r0), x, T, cols, y + r0, rows);
       },
       static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }

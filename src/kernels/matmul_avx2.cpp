@@ -56,24 +56,43 @@ void rows_tile(const float* const* w, const float* x, int64_t T, int64_t n, int6
 void rows_gemm_f32_avx2(const float* const* w, int nr, const float* x, int64_t T, int64_t n, float* y,
                         int64_t ystride) {
   constexpr int64_t kChunk = 256;
-  const float* w4[4];
-  for (int i = 0; i < 4; ++i) w4[i] = w[i < nr ? i : 0];  // missing rows repeat row 0; their sums are dropped
+  // Up to 16 rows as 4-row groups; each token pair's chunk (2 KB) is loaded once for all of them, so the
+  // tokens stream from L2 / L3 once per 16 rows instead of once per 4 (a long prefill or a calibration batch
+  // of 2,048 tokens does not fit in L2). Every accumulator sees the same FMAs in the same order as with one
+  // group, so the result does not depend on how many rows are passed.
+  const int ng = (nr + 3) / 4;
+  const float* w4[4][4];
+  for (int g = 0; g < ng; ++g)
+    for (int i = 0; i < 4; ++i) {
+      const int r = 4 * g + i;
+      w4[g][i] = w[r < nr ? r : 4 * g];  // missing rows repeat the group's first; their sums are dropped
+    }
   thread_local std::vector<float> part_buf;
-  part_buf.assign(static_cast<size_t>(32 * T), 0.0f);
+  part_buf.assign(static_cast<size_t>(32 * T * ng), 0.0f);
   float* part = part_buf.data();
   const int64_t n8 = n / 8 * 8;
-  for (int64_t c0 = 0; c0 < n8; c0 += kChunk) {
-    const int64_t c1 = std::min(n8, c0 + kChunk);
-    int64_t t = 0;
-    for (; t + 2 <= T; t += 2) rows_tile<2>(w4, x, T, n, t, c0, c1, part);
-    if (t < T) rows_tile<1>(w4, x, T, n, t, c0, c1, part);
-  }
-  for (int i = 0; i < nr; ++i)
-    for (int64_t t = 0; t < T; ++t) {
-      float s = hsum8(_mm256_loadu_ps(part + 8 * (i * T + t)));
-      for (int64_t c = n8; c < n; ++c) s += w[i][c] * x[t * n + c];
-      y[t * ystride + i] = s;
+  // Blocks of 64 tokens outermost: their partial sums (16 KB per 4 rows) and chunks (64 KB) stay in L1 / L2
+  // while the rows' chunks (16 KB) are walked; each accumulator still sums the chunks in column order.
+  constexpr int64_t kTokBlock = 64;
+  for (int64_t tb = 0; tb < T; tb += kTokBlock) {
+    const int64_t te = std::min(T, tb + kTokBlock);
+    for (int64_t c0 = 0; c0 < n8; c0 += kChunk) {
+      const int64_t c1 = std::min(n8, c0 + kChunk);
+      int64_t t = tb;
+      for (; t + 2 <= te; t += 2)
+        for (int g = 0; g < ng; ++g) rows_tile<2>(w4[g], x, T, n, t, c0, c1, part + 32 * T * g);
+      if (t < te)
+        for (int g = 0; g < ng; ++g) rows_tile<1>(w4[g], x, T, n, t, c0, c1, part + 32 * T * g);
     }
+  }
+  for (int r = 0; r < nr; ++r) {
+    const float* pr = part + 32 * T * (r / 4) + 8 * (r % 4) * T;
+    for (int64_t t = 0; t < T; ++t) {
+      float s = hsum8(_mm256_loadu_ps(pr + 8 * t));
+      for (int64_t c = n8; c < n; ++c) s += w[r][c] * x[t * n + c];
+      y[t * ystride + r] = s;
+    }
+  }
 }
 
 namespace {

@@ -117,6 +117,25 @@ double output_error(const float* w, const float* wq, int64_t rows, int64_t cols,
   return err;
 }
 
+double output_error_rows(const float* w, const float* wq, int64_t rows, int64_t cols,
+                         const Eigen::MatrixXf& gram, double* base, int64_t* rows_used) {
+  constexpr double kExactCost = 2147483648.0;
+  const double cost = static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(cols);
+  const int64_t stride = cost > kExactCost ? static_cast<int64_t>(std::ceil(cost / kExactCost)) : 1;
+  if (stride == 1) {
+    if (rows_used) *rows_used = rows;
+    return output_error(w, wq, rows, cols, gram, base);
+  }
+  std::vector<float> ws, qs;
+  for (int64_t r = 0; r < rows; r += stride) {
+    ws.insert(ws.end(), w + r * cols, w + (r + 1) * cols);
+    qs.insert(qs.end(), wq + r * cols, wq + (r + 1) * cols);
+  }
+  const int64_t n = static_cast<int64_t>(ws.size()) / cols;
+  if (rows_used) *rows_used = n;
+  return output_error(ws.data(), qs.data(), n, cols, gram, base);
+}
+
 GptqProblem gptq_problem(const float* w, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram) {
   if (gram.rows() != cols || gram.cols() != cols)
     fail("quant", "GPTQ: Hessian is " + std::to_string(gram.rows()) + "x" + std::to_string(gram.cols()) +

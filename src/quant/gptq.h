@@ -75,6 +75,12 @@ Eigen::MatrixXf gptq_inverse_hessian_factor(const Eigen::MatrixXd& H, const std:
 // (optional) receives trace(W G W^T), so err/base is the relative squared output error.
 double output_error(const float* w, const float* wq, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram,
                     double* base = nullptr);
+// output_error for reports: above 2^31 multiply-adds (rows x cols^2; down_proj of a 0.5B model costs 21 G,
+// and GPTQ's report took three per matrix, a third of a GPTQ run) measured on every k-th row, k = ceil(cost /
+// 2^31), as AWQ's search scores large matrices. The error and base are sums over the rows measured: compare
+// them with each other (a relative error), not with a full output_error. rows_used (optional) receives them.
+double output_error_rows(const float* w, const float* wq, int64_t rows, int64_t cols,
+                         const Eigen::MatrixXf& gram, double* base = nullptr, int64_t* rows_used = nullptr);
 // ||w - wq||_F / ||w||_F.
 double relative_frobenius(const float* w, const float* wq, int64_t n);
 

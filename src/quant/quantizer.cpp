@@ -143,14 +143,15 @@ WeightMatrix quantize_one(Ctx& cx, const TensorPlan& p, const std::vector<float>
   tr->bytes = static_cast<int64_t>(storage_bits(q.scheme, q.rows, q.cols).total() / 8);
   tr->rel_error_w = relative_frobenius(w.data(), wq.data(), static_cast<int64_t>(w.size()));
   if (ss && ss->gram.size() > 0) {
+    // A report, not a choice: large matrices are measured on every k-th row (output_error_rows).
     double base = 0;
-    const double e = output_error(w.data(), wq.data(), p.rows, p.cols, ss->gram, &base);
+    const double e = output_error_rows(w.data(), wq.data(), p.rows, p.cols, ss->gram, &base, &tr->error_rows);
     tr->rel_error_out = base > 0 ? std::sqrt(std::max(0.0, e) / base) : 0.0;
     if (a == Algorithm::Gptq) {
       QuantizedMatrix qr = quantize_matrix(w.data(), p.rows, p.cols, p.scheme);
       std::vector<float> wr(w.size());
       dequantize_matrix(qr, wr.data());
-      const double er = output_error(w.data(), wr.data(), p.rows, p.cols, ss->gram);
+      const double er = output_error_rows(w.data(), wr.data(), p.rows, p.cols, ss->gram);
       tr->rel_error_out_rtn = base > 0 ? std::sqrt(std::max(0.0, er) / base) : 0.0;
     }
   }
@@ -349,6 +350,7 @@ nlohmann::json TensorReport::to_json() const {
     j["scale_source"] = scale_source;
     j["rel_error_weight"] = rel_error_w;
     if (rel_error_out >= 0) j["rel_error_output"] = rel_error_out;
+    if (rel_error_out >= 0 && error_rows < rows) j["rel_error_output_rows"] = error_rows;  // every k-th row
     if (rel_error_out_rtn >= 0) j["rel_error_output_rtn"] = rel_error_out_rtn;
     j["activations"] =
         act_format == FormatId::F32

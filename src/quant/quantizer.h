@@ -48,6 +48,7 @@ struct TensorReport {
   double rel_error_w = -1;    // ||W - Q||_F / ||W||_F (W after any folded scales)
   double rel_error_out = -1;  // sqrt(trace(D G D^T) / trace(W G W^T)) on calibration inputs, when measured
   double rel_error_out_rtn = -1;  // the same for plain RTN of the same weights (GPTQ only)
+  int64_t error_rows = 0;         // rows the output errors were measured on (every k-th of large matrices)
   FormatId act_format = FormatId::F32;
   bool act_static = false;
   float act_scale = 0;  // static per-tensor activation scale (absmax / format max)

@@ -544,6 +544,38 @@ TEST(RowHelpers, MatchScalarOnEveryIsa) {
   set_kernel_isa(best_isa());
 }
 
+// The AVX2 prefill tile over up to 16 decoded rows: every (row, token) sum is the same FMAs in the same
+// order whether the rows come 16, 5 or one at a time, across token blocks (T = 1, 3, 130) and column tails,
+// and it is the dot product (double reference).
+TEST(RowsGemmAvx2, RowCountDoesNotChangeTheBits) {
+  if (best_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t n : {int64_t(8), int64_t(261), int64_t(1029)})
+    for (int64_t T : {int64_t(1), int64_t(3), int64_t(130)}) {
+      std::vector<float> w(static_cast<size_t>(16 * n)), x(static_cast<size_t>(T * n));
+      for (auto& v : w) v = nd(rng);
+      for (auto& v : x) v = nd(rng);
+      const float* rows[16];
+      for (int i = 0; i < 16; ++i) rows[i] = w.data() + i * n;
+      for (int nr : {16, 13, 5, 1}) {
+        std::vector<float> all(static_cast<size_t>(T * nr)), one(all.size());
+        kern::rows_gemm_f32_avx2(rows, nr, x.data(), T, n, all.data(), nr);
+        for (int i = 0; i < nr; ++i)
+          kern::rows_gemm_f32_avx2(rows + i, 1, x.data(), T, n, one.data() + i, nr);
+        for (int64_t t = 0; t < T; ++t)
+          for (int i = 0; i < nr; ++i) {
+            const size_t k = static_cast<size_t>(t * nr + i);
+            ASSERT_EQ(std::memcmp(&all[k], &one[k], 4), 0)
+                << "n " << n << " T " << T << " nr " << nr << " row " << i << " token " << t;
+            double ref = 0;
+            for (int64_t c = 0; c < n; ++c) ref += static_cast<double>(rows[i][c]) * x[t * n + c];
+            ASSERT_NEAR(all[k], ref, 1e-4 * std::sqrt(static_cast<double>(n))) << n << " " << T << " " << i;
+          }
+      }
+    }
+}
+
 TEST(KernelPlan, SideTablesCountedInNbytes) {
   WeightMatrix w = make_weight({"int4:g32", ""}, 64, 256, 3);
   // codes 64*128 + f16 scales 64*8*2; decoded float scales 64*8*4 + 16-entry LUT.

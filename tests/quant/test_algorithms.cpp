@@ -164,6 +164,29 @@ TEST(Gptq, InverseHessianFactorIsTheUpperCholeskyOfTheInverse) {
   EXPECT_LT((Ud - ref).norm() / ref.norm(), 1e-4);
 }
 
+// The report's relative output error: exact below 2^31 multiply-adds, every k-th row above (520 x 2048: 2.2
+// G, every second row), and the estimate close to the exact ratio.
+TEST(Gptq, ReportErrorSamplesRowsOfLargeMatricesOnly) {
+  std::mt19937_64 rng(11);
+  auto check = [&](int64_t rows, int64_t cols, int64_t want_rows) {
+    const std::vector<float> w = randn(rows * cols, rng, 0.05f);
+    std::vector<float> wq = w;
+    const std::vector<float> noise = randn(rows * cols, rng, 0.005f);
+    for (size_t i = 0; i < wq.size(); ++i) wq[i] += noise[i];
+    Eigen::MatrixXf X = Eigen::Map<Eigen::MatrixXf>(randn(64 * cols, rng, 1.0f).data(), 64, cols);
+    const Eigen::MatrixXf gram = X.transpose() * X;
+    double bx = 0, bs = 0;
+    int64_t used = 0;
+    const double ex = output_error(w.data(), wq.data(), rows, cols, gram, &bx);
+    const double es = output_error_rows(w.data(), wq.data(), rows, cols, gram, &bs, &used);
+    EXPECT_EQ(used, want_rows) << rows << "x" << cols;
+    if (used == rows) EXPECT_EQ(es, ex);
+    EXPECT_NEAR(std::sqrt(es / bs), std::sqrt(ex / bx), 0.03 * std::sqrt(ex / bx)) << rows << "x" << cols;
+  };
+  check(100, 256, 100);
+  check(520, 2048, 260);
+}
+
 TEST(Gptq, RejectsBadInput) {
   Layer l = synthetic_layer(8, 32, 3);
   EXPECT_THROW(gptq_quantize(l.w.data(), 8, 32, l.gram, parse_scheme("q4_0"), {}), UsageError);
