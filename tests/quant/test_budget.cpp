@@ -86,13 +86,19 @@ struct BudgetRun {
   double measured_kld = -1;  // the quantized model's KL on the sensitivity windows (when `out` is given)
 };
 
-BudgetRun budget_run(const std::string& recipe, double bpw, const std::string& out,
-                     const std::string& sensitivity = "auto") {
-  auto m = load_model(kStories);
+// A recipe calibrated on 8 windows of 64 TinyStories tokens (the allocator tests' setting).
+Recipe stories_recipe(const std::string& recipe) {
   Recipe r = parse_recipe_arg(recipe);
   r.calib.file = kTinyText;
   r.calib.samples = 8;
   r.calib.length = 64;
+  return r;
+}
+
+BudgetRun budget_run(const std::string& recipe, double bpw, const std::string& out,
+                     const std::string& sensitivity = "auto") {
+  auto m = load_model(kStories);
+  Recipe r = stories_recipe(recipe);
   auto calib = load_recipe_calibration(*m, r, nullptr);
   KldProbe probe(*m, calib->seqs);
   BudgetSpec spec;
@@ -172,10 +178,7 @@ TEST(Budget, SensitivitiesAreReproducibleAndAllocationsMonotone) {
 // Reproduced here for one matrix of each kind; the checkpoint then scores close to the sum.
 TEST(Budget, GptqSensitivitiesAreGptqsLosses) {
   auto m = load_model(kStories);
-  Recipe r = parse_recipe_arg("W4A16,group=32,algo=gptq");
-  r.calib.file = kTinyText;
-  r.calib.samples = 8;
-  r.calib.length = 64;
+  Recipe r = stories_recipe("W4A16,group=32,algo=gptq");
   auto calib = load_recipe_calibration(*m, r, nullptr);
   KldProbe probe(*m, calib->seqs);
   BudgetSpec spec;
