@@ -253,38 +253,39 @@ int64_t header_entry_bytes(const std::string& name, int64_t rows, int64_t cols, 
   return static_cast<int64_t>(name.size()) + 54 + digits(rows) + digits(cols) + 2 * offset_digits;
 }
 
-// The input statistics a layer matrix's imatrix search reads (nullptr: not a layer matrix).
-// The site of layer statistics `ls` that feeds matrix `name` (nullptr: not a per-layer linear input).
-const SiteStats* input_stats_at(const LayerStats& ls, const std::string& name) {
+// The layer and input site of a per-layer linear matrix (false for the embedding, lm_head, ...).
+bool input_site(const std::string& name, int64_t* layer, ActSite* site) {
   RoleRef ref{};
-  if (!parse_lowbit_tensor_name(name, &ref) || ref.layer < 0) return nullptr;
-  ActSite site;
+  if (!parse_lowbit_tensor_name(name, &ref) || ref.layer < 0) return false;
+  *layer = ref.layer;
   switch (ref.role) {
     case TensorRole::Q:
     case TensorRole::K:
     case TensorRole::V:
-      site = ActSite::AttnIn;
+      *site = ActSite::AttnIn;
       break;
     case TensorRole::O:
-      site = ActSite::OIn;
+      *site = ActSite::OIn;
       break;
     case TensorRole::Gate:
     case TensorRole::Up:
-      site = ActSite::MlpIn;
+      *site = ActSite::MlpIn;
       break;
     case TensorRole::Down:
-      site = ActSite::DownIn;
+      *site = ActSite::DownIn;
       break;
     default:
-      return nullptr;
+      return false;
   }
-  return &ls.at(site);
+  return true;
 }
 
+// The input statistics a layer matrix's imatrix search reads (nullptr: not a layer matrix, or no statistics).
 const SiteStats* input_stats(const std::vector<LayerStats>& stats, const std::string& name) {
-  RoleRef ref{};
-  if (stats.empty() || !parse_lowbit_tensor_name(name, &ref) || ref.layer < 0) return nullptr;
-  return input_stats_at(stats[static_cast<size_t>(ref.layer)], name);
+  int64_t layer = 0;
+  ActSite site{};
+  if (stats.empty() || !input_site(name, &layer, &site)) return nullptr;
+  return &stats[static_cast<size_t>(layer)].at(site);
 }
 
 int first_layer_of(const std::string& unit, int n_layers) {
@@ -538,8 +539,13 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
   // quantize_model does.
   SiteStats head;
   if (weighted) head = head_input_stats(m, calib, gptq_sens);
-  std::vector<LayerStats> grams;  // one layer's, with Gram matrices (gptq_sens)
-  int gram_layer = -1;
+  // GPTQ's Gram matrices one layer at a time from a stream of the float model (units come in layer order;
+  // every matrix is restored before the stream moves on): bit for bit collect_stats(l, l), at one layer
+  // forward per layer instead of a forward from the embedding.
+  std::unique_ptr<CalibStream> gram_stream;
+  if (gptq_sens) gram_stream = std::make_unique<CalibStream>(m, calib);
+  LayerStats grams;
+  int64_t gram_layer = -1;
   int64_t total = 0;
   for (auto& u : a.units) total += proxy ? 1 : static_cast<int64_t>(u.options.size()) - 1;
   Progress prog("sensitivity", total);
@@ -559,16 +565,29 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
       if (u.options[k].bytes < u.options[ref].bytes) ref = k;
     std::vector<double> err(u.options.size(), 0.0);
     for (size_t k = 1; k < u.options.size(); ++k) {
-      QuantScheme s = parse_scheme(u.options[k].scheme);
-      if (r.algorithm == Algorithm::RtnMse || ss) s.search = ScaleSearch::Mse;
+      const QuantScheme scheme = parse_scheme(u.options[k].scheme);
       QuantizedMatrix q;
       if (gptq_sens && ss) {
-        const int l = first_layer_of(u.name, L);
-        if (!is_head && l != gram_layer) grams = collect_stats(m, calib, l, l, true), gram_layer = l;
-        const SiteStats* gs = is_head ? &head : input_stats_at(grams[0], u.members[0]);
-        q = gptq_quantize(w.data(), u.rows, u.cols, gs->gram, parse_scheme(u.options[k].scheme),
+        const SiteStats* gs = &head;
+        int64_t l = 0;
+        ActSite site{};
+        if (!is_head && input_site(u.members[0], &l, &site)) {
+          if (l != gram_layer) {
+            if (l >= gram_stream->next_layer()) {
+              while (gram_stream->next_layer() < l) gram_stream->advance();
+              grams = gram_stream->stats(true);
+            } else {  // a unit before the stream (not in layer order): from the embedding
+              grams = std::move(collect_stats(m, calib, static_cast<int>(l), static_cast<int>(l), true)[0]);
+            }
+            gram_layer = l;
+          }
+          gs = &grams.at(site);
+        }
+        q = gptq_quantize(w.data(), u.rows, u.cols, gs->gram, scheme,
                           GptqOptions{r.gptq_block, r.gptq_damp, r.gptq_act_order, 0.0f});
       } else {
+        QuantScheme s = scheme;
+        if (r.algorithm == Algorithm::RtnMse || ss) s.search = ScaleSearch::Mse;
         q = quantize_matrix(w.data(), u.rows, u.cols, s, ss ? imp.data() : nullptr);
       }
       if (proxy) {

@@ -180,12 +180,15 @@ namespace {
 struct StopForward {};
 
 // SiteStats::add accumulates the lower triangle of each Gram matrix (ssyrk): make them full symmetric.
+void fill_upper_gram(SiteStats& s) {
+  if (s.gram.size() > 0) {
+    Eigen::MatrixXf full = s.gram.selfadjointView<Eigen::Lower>();
+    s.gram = full;
+  }
+}
+
 void fill_upper_grams(LayerStats& L) {
-  for (auto& s : L.sites)
-    if (s.gram.size() > 0) {
-      Eigen::MatrixXf full = s.gram.selfadjointView<Eigen::Lower>();
-      s.gram = full;
-    }
+  for (auto& s : L.sites) fill_upper_gram(s);
 }
 
 class StatsObserver : public ActivationObserver {
@@ -308,10 +311,7 @@ SiteStats CalibStream::head_stats(bool gram) const {
     rms_norm(states_[b].data(), m_.weights.final_norm.data(), xn.data(), T, D, m_.config.norm_eps);
     st.add(xn.data(), T, D);
   }
-  if (st.gram.size() > 0) {
-    Eigen::MatrixXf full = st.gram.selfadjointView<Eigen::Lower>();
-    st.gram = full;
-  }
+  fill_upper_gram(st);
   return st;
 }
 

@@ -633,8 +633,7 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
       TensorReport& tr = report_of(rep, name);
       if (!p.quantize) continue;
       const bool uses_head = std::string(name) == "lm_head" || tied_same;
-      if (std::string(name) == "lm_head" && tied_storage && embed_done &&
-          to_string(cx.plan.at("tok_embed")->scheme) == to_string(p.scheme) && !p.act.enabled()) {
+      if (std::string(name) == "lm_head" && tied_same && embed_done) {
         *wm = *embed_done;  // tied and identically quantized: share the storage
         tr = report_of(rep, "tok_embed");
         tr.name = "lm_head";
