@@ -110,6 +110,9 @@ void setup(CLI::App& cmd) {
   cmd.callback([] {
     using namespace lowbit;
     app::apply_threads(a.threads);
+    // Refused before minutes of quantization, not after (the writer checks again when it renames).
+    if (!a.force && std::filesystem::exists(a.out))
+      throw UsageError("quant", "'" + a.out + "' exists; choose another --out or pass --force to replace it");
     quant::Recipe r = quant::parse_recipe_arg(a.recipe);
     if (!a.calib.empty()) r.calib.file = a.calib;
     if (a.samples > 0) r.calib.samples = a.samples;

@@ -73,15 +73,17 @@ void rows_gemm_f32_avx2(const float* const* w, int nr, const float* x, int64_t T
   const int64_t n8 = n / 8 * 8;
   // Blocks of 64 tokens outermost: their partial sums (16 KB per 4 rows) and chunks (64 KB) stay in L1 / L2
   // while the rows' chunks (16 KB) are walked; each accumulator still sums the chunks in column order.
-  constexpr int64_t kTokBlock = 64;
+  constexpr int64_t kTokBlock = 60;
   for (int64_t tb = 0; tb < T; tb += kTokBlock) {
     const int64_t te = std::min(T, tb + kTokBlock);
     for (int64_t c0 = 0; c0 < n8; c0 += kChunk) {
       const int64_t c1 = std::min(n8, c0 + kChunk);
       int64_t t = tb;
-      for (; t + 2 <= te; t += 2)
+      for (; t + 3 <= te; t += 3)
+        for (int g = 0; g < ng; ++g) rows_tile<3>(w4[g], x, T, n, t, c0, c1, part + 32 * T * g);
+      if (te - t == 2)
         for (int g = 0; g < ng; ++g) rows_tile<2>(w4[g], x, T, n, t, c0, c1, part + 32 * T * g);
-      if (t < te)
+      else if (t < te)
         for (int g = 0; g < ng; ++g) rows_tile<1>(w4[g], x, T, n, t, c0, c1, part + 32 * T * g);
     }
   }

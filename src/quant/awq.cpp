@@ -73,8 +73,9 @@ AwqResult awq_search(const std::vector<AwqTarget>& targets, int64_t cols, const 
   // The loss of a large matrix is estimated from every k-th row: its exact value costs rows x cols^2 / 2 per
   // alpha (down_proj of a 0.5B model: 896 x 4864^2 / 2), and the search only compares alphas, which every row
   // ranks alike. Only per-row scale cells (group / channel) allow it: a row's codes then do not depend on the
-  // other rows. Matrices up to kExactCost keep every row (kjv-brown-6M's largest is 256 x 768^2).
-  constexpr double kExactCost = 2147483648.0;  // multiply-adds of one exact loss
+  // other rows. Matrices up to kExactCost keep every row (kjv-brown-6M's largest is 256 x 768^2); a 0.5B
+  // model's down_proj is scored on 45 of its 896 rows, gate / up on every 4th, q / k / v and o on all.
+  constexpr double kExactCost = 1073741824.0;  // multiply-adds of one exact loss (2^30)
   std::vector<AwqTarget> eval = targets;
   std::vector<std::vector<float>> subsets(targets.size());
   std::vector<double> weight(targets.size(), 1.0);

@@ -270,7 +270,7 @@ CalibStream::CalibStream(const Model& m, const CalibData& d, int batch_seqs) : m
 
 CalibStream::~CalibStream() = default;
 
-LayerStats CalibStream::stats(bool gram) {
+LayerStats CalibStream::stats(bool gram, bool move_float) {
   if (next_ >= m_.config.n_layers) fail("quant", "CalibStream: every layer has been streamed already");
   std::vector<LayerStats> out(1);
   for (int s = 0; s < 4; ++s) out[0].sites[s].want_gram = gram;
@@ -279,12 +279,18 @@ LayerStats CalibStream::stats(bool gram) {
   dec.set_observer(&obs);
   std::vector<float> x;
   for (size_t b = 0; b < batches_.size(); ++b) {
-    x = states_[b];  // the stream itself moves only in advance(), with the quantized layer
+    float* state = states_[b].data();
+    if (!move_float) {
+      x = states_[b];  // the stream itself moves in advance(), with the quantized layer
+      state = x.data();
+    }
+    // The observer stops the forward at the layer's output, which by then is complete in state.
     try {
-      dec.forward_layers(batches_[b], *kv_, x.data(), next_, next_);
+      dec.forward_layers(batches_[b], *kv_, state, next_, next_);
     } catch (const StopForward&) {
     }
   }
+  if (move_float) ++next_;
   fill_upper_grams(out[0]);
   return std::move(out[0]);
 }

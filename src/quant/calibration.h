@@ -76,8 +76,10 @@ class CalibStream {
   CalibStream(const Model& m, const CalibData& d, int batch_seqs = 8);
   ~CalibStream();
   int next_layer() const { return next_; }  // the layer whose inputs the stream holds
-  // Statistics of next_layer() with its current weights (the stream does not move).
-  LayerStats stats(bool gram);
+  // Statistics of next_layer() with its current weights. The stream does not move, unless move_float: then it
+  // moves to the next layer with these float outputs, the one forward per layer of AutoAWQ's order (the next
+  // layer's inputs come from the float layer; advance() is then not called for this layer).
+  LayerStats stats(bool gram, bool move_float = false);
   // Runs next_layer() with its current (by now quantized) weights: the stream moves to the next layer.
   void advance();
   // Once every layer has been streamed: statistics of the classifier's input (the final RMSNorm of the

@@ -101,9 +101,15 @@ struct Ctx {
   std::map<std::string, const TensorPlan*> plan;
 };
 
+// Seconds one quantize_one call spent quantizing and measuring its error.
+struct OneTimes {
+  double quantize = 0, report = 0;
+};
+
 // Quantizes one float matrix under the recipe's algorithm, fills the report row, and returns the weight.
+// The caller adds *times to the report's phases (several calls run at once: see process_layer).
 WeightMatrix quantize_one(Ctx& cx, const TensorPlan& p, const std::vector<float>& w, const SiteStats* ss,
-                          TensorReport* tr, float nvfp4_amax = 0.0f) {
+                          TensorReport* tr, OneTimes* times, float nvfp4_amax = 0.0f) {
   QuantScheme s = p.scheme;
   Algorithm a = cx.r.algorithm;
   // Statistics-driven algorithms fall back to RTN where no statistics exist (tok_embed, lm_head).
@@ -130,7 +136,7 @@ WeightMatrix quantize_one(Ctx& cx, const TensorPlan& p, const std::vector<float>
   } else {
     q = quantize_matrix(w.data(), p.rows, p.cols, s, importance, nvfp4_amax);
   }
-  cx.rep.phase_seconds.quantize += tq.seconds();
+  times->quantize = tq.seconds();
   Timer tr_timer;
   std::vector<float> wq(w.size());
   dequantize_matrix(q, wq.data());
@@ -155,7 +161,7 @@ WeightMatrix quantize_one(Ctx& cx, const TensorPlan& p, const std::vector<float>
       tr->rel_error_out_rtn = base > 0 ? std::sqrt(std::max(0.0, er) / base) : 0.0;
     }
   }
-  cx.rep.phase_seconds.report += tr_timer.seconds();
+  times->report = tr_timer.seconds();
   WeightMatrix out = make_quant_weight(std::make_shared<QuantizedMatrix>(std::move(q)));
   out.act_format = p.act.format;
   out.act_clip = p.act.clip;
@@ -293,17 +299,27 @@ void process_layer(Ctx& cx, int l, LayerStats* st) {
   // loops inside quantize_matrix run inline instead of paying a thread barrier each.
   std::vector<WeightMatrix> outs(kRoles);
   std::vector<std::exception_ptr> errs(kRoles);
+  std::vector<OneTimes> times(kRoles);
+  Timer tw;
   parallel_for(kRoles, 1, [&](int64_t b, int64_t e) {
     for (int64_t k = b; k < e; ++k) {
       if (!pl[k]->quantize) continue;
       try {
         outs[k] = quantize_one(cx, *pl[k], W[k], st ? &st->at(kRoleSite[k]) : nullptr,
-                               &report_of(cx.rep, pre + role_row(kRole[k]).key), nvfp4_amax[k]);
+                               &report_of(cx.rep, pre + role_row(kRole[k]).key), &times[k], nvfp4_amax[k]);
       } catch (...) {
         errs[k] = std::current_exception();
       }
     }
   });
+  // The phases are wall time: the tasks overlap, so the region's wall time is split by their summed shares.
+  const double wall = tw.seconds();
+  double sq = 0, sr = 0;
+  for (const OneTimes& t : times) sq += t.quantize, sr += t.report;
+  if (sq + sr > 0) {
+    cx.rep.phase_seconds.quantize += wall * sq / (sq + sr);
+    cx.rep.phase_seconds.report += wall * sr / (sq + sr);
+  }
   for (auto& e : errs)
     if (e) std::rethrow_exception(e);
   for (int k = 0; k < kRoles; ++k) {
@@ -576,13 +592,17 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
     std::unique_ptr<CalibStream> stream;
     Timer tc;
     if (need_stats && need_gram) stream = std::make_unique<CalibStream>(m, *o.calib, o.batch_seqs);
+    // AWQ takes each layer's inputs from the float layers before it, as AutoAWQ does: the scales and clips
+    // are chosen for the float model's activations, and one layer forward per layer serves both the
+    // statistics and the stream (GPTQ's error compensation needs the quantized layers' outputs instead).
+    const bool awq_float = r.algorithm == Algorithm::Awq;
     rep.phase_seconds.calibration += tc.seconds();
     for (int l = 0; l < L; ++l) {
       LayerStats one;
       LayerStats* st = nullptr;
       if (stream) {
         tc.reset();
-        one = stream->stats(true);
+        one = stream->stats(true, awq_float);
         rep.phase_seconds.calibration += tc.seconds();
         st = &one;
       } else if (!all.empty()) {
@@ -590,7 +610,7 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
       }
       process_layer(cx, l, st);
       tc.reset();
-      if (stream && l + 1 < L) stream->advance();
+      if (stream && !awq_float && l + 1 < L) stream->advance();
       rep.phase_seconds.calibration += tc.seconds();
       if (!all.empty()) all[l] = LayerStats{};  // free as we go
       double ew = 0;
@@ -619,7 +639,7 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
     if (head_weighted && head_plan.quantize) {
       tc.reset();
       if (stream) {
-        stream->advance();  // the last layer, quantized
+        if (!awq_float) stream->advance();  // the last layer, quantized (AWQ's stream has moved already)
         head = stream->head_stats(true);
       } else {
         head = head_input_stats(m, *o.calib, false, o.batch_seqs);
@@ -641,7 +661,10 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
         continue;
       }
       std::vector<float> w = weight_to_f32(*wm);
-      *wm = quantize_one(cx, p, w, uses_head && head.cols > 0 ? &head : nullptr, &tr);
+      OneTimes t1;
+      *wm = quantize_one(cx, p, w, uses_head && head.cols > 0 ? &head : nullptr, &tr, &t1);
+      rep.phase_seconds.quantize += t1.quantize;
+      rep.phase_seconds.report += t1.report;
       if (std::string(name) == "tok_embed") embed_done = std::make_shared<WeightMatrix>(*wm);
     }
     prog.finish();

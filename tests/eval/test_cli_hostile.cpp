@@ -113,6 +113,19 @@ TEST(HostileCli, DirectoryAsTextIsNamed) {
   EXPECT_TRUE(has(c.out, "is a directory")) << c.out;
 }
 
+// quantize found an existing --out only when writing, after minutes of calibration: now it is refused
+// before the model is read (the model path here does not exist, so a later check would name the model).
+TEST(HostileCli, ExistingQuantizeOutputIsRefusedFirst) {
+  const fs::path d = scratch("quantize_out");
+  std::ofstream(d / "keep.txt") << "mine";
+  const auto r =
+      run_cli("quantize -m " + (d / "no_such_model.bin").string() + " -r W4A16 -o " + d.string(), true);
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_TRUE(has(r.out, "exists; choose another --out or pass --force")) << r.out;
+  EXPECT_TRUE(fs::exists(d / "keep.txt"));
+  fs::remove_all(d);
+}
+
 // fixture --out created missing parents and deleted <out>.hf-tmp; now a missing parent is an error and
 // nothing of the user's is touched.
 TEST(HostileCli, FixtureNeverTouchesOtherPaths) {

@@ -547,12 +547,12 @@ TEST(RowHelpers, MatchScalarOnEveryIsa) {
 // The AVX2 prefill tile over up to 16 decoded rows: every (row, token) sum is the same FMAs in the same
 // order whether the rows come 16, 5 or one at a time, across token blocks (T = 1, 3, 130) and column tails,
 // and it is the dot product (double reference).
-TEST(RowsGemmAvx2, RowCountDoesNotChangeTheBits) {
+TEST(RowsGemmAvx2, RowAndTokenCountsDoNotChangeTheBits) {
   if (best_isa() < Isa::Avx2) GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (int64_t n : {int64_t(8), int64_t(261), int64_t(1029)})
-    for (int64_t T : {int64_t(1), int64_t(3), int64_t(130)}) {
+    for (int64_t T : {int64_t(1), int64_t(2), int64_t(3), int64_t(62), int64_t(130)}) {
       std::vector<float> w(static_cast<size_t>(16 * n)), x(static_cast<size_t>(T * n));
       for (auto& v : w) v = nd(rng);
       for (auto& v : x) v = nd(rng);
@@ -572,6 +572,15 @@ TEST(RowsGemmAvx2, RowCountDoesNotChangeTheBits) {
             for (int64_t c = 0; c < n; ++c) ref += static_cast<double>(rows[i][c]) * x[t * n + c];
             ASSERT_NEAR(all[k], ref, 1e-4 * std::sqrt(static_cast<double>(n))) << n << " " << T << " " << i;
           }
+      }
+      // Nor does the token count: a token alone gets the bits it gets in a 3-, 2- or 1-token tile of a batch
+      // (the engine's batch invariance rests on it).
+      std::vector<float> batch(static_cast<size_t>(T * 16)), alone(16);
+      kern::rows_gemm_f32_avx2(rows, 16, x.data(), T, n, batch.data(), 16);
+      for (int64_t t = 0; t < T; ++t) {
+        kern::rows_gemm_f32_avx2(rows, 16, x.data() + t * n, 1, n, alone.data(), 16);
+        ASSERT_EQ(std::memcmp(alone.data(), batch.data() + t * 16, 64), 0)
+            << "n " << n << " T " << T << " t " << t;
       }
     }
 }

@@ -107,6 +107,32 @@ TEST(CalibStream, EqualsAForwardFromTheEmbeddingPerLayer) {
   }
 }
 
+// AWQ's stream (stats with move_float) follows the float model: quantizing a layer after its statistics
+// changes nothing downstream, every statistic equals a float model's forward from the embedding bit for bit.
+TEST(CalibStream, MoveFloatFollowsTheFloatModel) {
+  auto m = make_random_model(6);
+  auto ref = make_random_model(6);  // the same weights, never quantized
+  auto calib = testing::random_calib(*m, 5, 24, 3);
+  CalibStream stream(*m, calib, 3);
+  for (int l = 0; l < static_cast<int>(m->config.n_layers); ++l) {
+    ASSERT_EQ(stream.next_layer(), l);
+    const LayerStats a = stream.stats(true, true);
+    const LayerStats b = collect_stats(*ref, calib, l, l, true, 3)[0];
+    for (int s = 0; s < kNumSites; ++s) {
+      EXPECT_EQ(a.sites[s].sum_sq, b.sites[s].sum_sq) << "layer " << l << " site " << s;
+      EXPECT_TRUE(a.sites[s].gram == b.sites[s].gram) << "layer " << l << " site " << s;
+    }
+    for (WeightMatrix* w : {&m->weights.layers[l].wq, &m->weights.layers[l].w_down}) {
+      std::vector<float> f(static_cast<size_t>(w->rows * w->cols));
+      std::memcpy(f.data(), w->data, f.size() * 4);
+      QuantizedMatrix q = quantize_matrix(f.data(), w->rows, w->cols, parse_scheme("int4:g32"));
+      dequantize_matrix(q, f.data());
+      *w = make_f32_weight(f.data(), w->rows, w->cols);
+    }
+  }
+  EXPECT_EQ(stream.next_layer(), m->config.n_layers);
+}
+
 // The classifier's input statistics: the final RMSNorm of the last layer's output for every calibration
 // token, whatever the batching (reference: each window alone through the decoder, normed here).
 TEST(CalibStream, HeadStatsAreTheFinalNormOfTheLastLayersOutput) {
