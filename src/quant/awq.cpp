@@ -34,15 +34,24 @@ namespace {
 // instead of a GEMM against G. The row-major D is the column-major D^T, so strmm works on it in place. G gets
 // a tiny diagonal (1e-6 of its mean: dead inputs have G_ii = 0) so that it factorises; if it still does not,
 // the GEMM form (output_error) is used.
+// Given the inputs x [T, cols] instead of a Gram matrix (AWQ's down_proj), the error is summed in token
+// space: T x rows x cols per candidate, with no cols^2 Gram matrix to build and factorise.
 class OutputErrorMetric {
  public:
-  explicit OutputErrorMetric(const Eigen::MatrixXf& gram) : gram_(gram), n_(gram.rows()) {
+  OutputErrorMetric(const Eigen::MatrixXf& gram, const std::vector<float>* acts, int64_t cols)
+      : gram_(gram), n_(cols) {
+    if (gram.size() == 0 && acts && !acts->empty()) {
+      x_ = acts->data();
+      T_ = static_cast<int64_t>(acts->size()) / cols;
+      return;
+    }
     L_ = gram;
     L_.diagonal().array() += 1e-6f * std::max(1e-30f, gram.diagonal().mean());
     chol_ = LAPACKE_spotrf(LAPACK_COL_MAJOR, 'L', static_cast<lapack_int>(n_), L_.data(),
                            static_cast<lapack_int>(n_)) == 0;
   }
   double operator()(const float* w, const float* wq, int64_t rows, std::vector<float>& d) const {
+    if (x_) return output_error_acts(w, wq, rows, n_, x_, T_);
     if (!chol_) return output_error(w, wq, rows, n_, gram_);
     d.resize(static_cast<size_t>(rows * n_));
     for (size_t i = 0; i < d.size(); ++i) d[i] = w[i] - wq[i];
@@ -59,33 +68,52 @@ class OutputErrorMetric {
   int64_t n_;
   Eigen::MatrixXf L_;  // [cols, cols] lower triangle: G's Cholesky factor
   bool chol_ = false;
+  const float* x_ = nullptr;  // [T_, cols] the inputs, when scoring in token space
+  int64_t T_ = 0;
 };
 
 }  // namespace
 
+namespace {
+constexpr double kExactCost = 1073741824.0;  // multiply-adds of one exact loss (2^30)
+
+// 1 below kExactCost, else the k of "every k-th row" for a matrix of rows x cols with per-row scale cells.
+int64_t row_stride(int64_t rows, int64_t cols) {
+  const double cost = static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(cols);
+  return cost <= kExactCost ? 1 : static_cast<int64_t>(std::ceil(cost / kExactCost));
+}
+}  // namespace
+
+bool awq_token_space_cheaper(int64_t rows, int64_t cols, int64_t tokens, int grid) {
+  const double r = static_cast<double>((rows + row_stride(rows, cols) - 1) / row_stride(rows, cols));
+  const double c = static_cast<double>(cols), t = static_cast<double>(tokens), a = grid + 1.0;
+  const double gram = c * c * t / 2 + c * c * c / 6 + a * r * c * c / 2;  // build, factorise, 21 products
+  return a * r * t * c < gram;
+}
+
 AwqResult awq_search(const std::vector<AwqTarget>& targets, int64_t cols, const std::vector<float>& mean_abs,
-                     const Eigen::MatrixXf& gram, int grid) {
+                     const Eigen::MatrixXf& gram, int grid, const std::vector<float>* acts) {
+  if (gram.size() == 0 && (!acts || acts->empty() || static_cast<int64_t>(acts->size()) % cols != 0))
+    fail("quant", "AWQ: the search needs the inputs' Gram matrix or the inputs themselves");
   // The alphas run one after another: each candidate's quantize_matrix and triangular product use every core
   // (the product through OpenBLAS, which would contend with itself if called from parallel tasks).
   std::vector<std::vector<float>> scales(static_cast<size_t>(grid + 1));
   std::vector<double> losses(static_cast<size_t>(grid + 1), 0.0);
-  const OutputErrorMetric metric(gram);
+  const OutputErrorMetric metric(gram, acts, cols);
   // The loss of a large matrix is estimated from every k-th row: its exact value costs rows x cols^2 / 2 per
   // alpha (down_proj of a 0.5B model: 896 x 4864^2 / 2), and the search only compares alphas, which every row
   // ranks alike. Only per-row scale cells (group / channel) allow it: a row's codes then do not depend on the
   // other rows. Matrices up to kExactCost keep every row (kjv-brown-6M's largest is 256 x 768^2); a 0.5B
   // model's down_proj is scored on 45 of its 896 rows, gate / up on every 4th, q / k / v and o on all.
-  constexpr double kExactCost = 1073741824.0;  // multiply-adds of one exact loss (2^30)
   std::vector<AwqTarget> eval = targets;
   std::vector<std::vector<float>> subsets(targets.size());
   std::vector<double> weight(targets.size(), 1.0);
   for (size_t i = 0; i < targets.size(); ++i) {
     const AwqTarget& t = targets[i];
-    const double cost = static_cast<double>(t.rows) * static_cast<double>(cols) * static_cast<double>(cols);
     const bool per_row = (t.scheme.gran == Granularity::Group || t.scheme.gran == Granularity::Channel) &&
                          t.scheme.format != FormatId::NVFP4;
-    if (!per_row || cost <= kExactCost) continue;
-    const int64_t stride = static_cast<int64_t>(std::ceil(cost / kExactCost));
+    const int64_t stride = row_stride(t.rows, cols);
+    if (!per_row || stride == 1) continue;
     std::vector<float>& sub = subsets[i];
     for (int64_t r = 0; r < t.rows; r += stride) sub.insert(sub.end(), t.w + r * cols, t.w + (r + 1) * cols);
     eval[i].w = sub.data();

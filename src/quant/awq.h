@@ -32,11 +32,18 @@ struct AwqResult {
 
 // Grid search over alpha in {0, 1/grid, ..., 1}: s = mean|x|^alpha (clamped at 1e-4, normalised so that
 // sqrt(max(s) min(s)) = 1); picks the alpha minimising the summed output error of the targets, each quantized
-// (RTN under its scheme) as Q(W diag(s)) diag(s)^-1, on inputs with Gram matrix `gram`. A target whose exact
-// error costs over 2^31 multiply-adds (rows x cols^2) and whose scheme has per-row scale cells is scored on
-// every k-th row, the sum scaled by k (the 0.5B fixture's down_proj and gate/up; no kjv-brown-6M matrix).
+// (RTN under its scheme) as Q(W diag(s)) diag(s)^-1, on inputs with Gram matrix `gram`, or, when gram is
+// empty, on the inputs themselves (`acts` [T, cols], scored in token space). A target whose exact error costs
+// over 2^30 multiply-adds (rows x cols^2) and whose scheme has per-row scale cells is scored on every k-th
+// row, the sum scaled by k (the 0.5B fixture's down_proj and gate/up; no kjv-brown-6M matrix).
 AwqResult awq_search(const std::vector<AwqTarget>& targets, int64_t cols, const std::vector<float>& mean_abs,
-                     const Eigen::MatrixXf& gram, int grid);
+                     const Eigen::MatrixXf& gram, int grid, const std::vector<float>* acts = nullptr);
+
+// Whether scoring a search over `rows` x `cols` on `tokens` inputs themselves (T x rows x cols per alpha, on
+// the rows awq_search samples) costs less than building, factorising and using their Gram matrix: true for a
+// 0.5B model's down_proj (cols 4864 on 8,192 tokens: ~38 G against ~127 G multiply-adds), false for
+// kjv-brown-6M's.
+bool awq_token_space_cheaper(int64_t rows, int64_t cols, int64_t tokens, int grid);
 
 // SmoothQuant: s_j = max|X_j|^alpha / max_i |W_ij|^(1-alpha) over all the matrices sharing the input (s_j = 1
 // where either maximum is 0), clamped to [1e-5, 1e5].

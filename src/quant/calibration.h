@@ -38,7 +38,8 @@ struct SiteStats {
   std::vector<double> sum_abs, sum_sq;  // [cols]
   std::vector<float> max_abs;           // [cols]
   Eigen::MatrixXf gram;                 // [cols, cols] sum over tokens of x x^T, when requested (else empty)
-  bool want_gram = false;
+  std::vector<float> acts;              // [n, cols] the inputs themselves, when requested (else empty)
+  bool want_gram = false, want_acts = false;
 
   void add(const float* x, int64_t T, int64_t c);
   std::vector<float> mean_abs() const;
@@ -79,7 +80,9 @@ class CalibStream {
   // Statistics of next_layer() with its current weights. The stream does not move, unless move_float: then it
   // moves to the next layer with these float outputs, the one forward per layer of AutoAWQ's order (the next
   // layer's inputs come from the float layer; advance() is then not called for this layer).
-  LayerStats stats(bool gram, bool move_float = false);
+  // down_acts: DownIn keeps its inputs (SiteStats::acts) instead of a Gram matrix (AWQ scores down_proj's
+  // candidates on them: cheaper than a cols^2 Gram matrix when cols is the FFN width).
+  LayerStats stats(bool gram, bool move_float = false, bool down_acts = false);
   // Runs next_layer() with its current (by now quantized) weights: the stream moves to the next layer.
   void advance();
   // Once every layer has been streamed: statistics of the classifier's input (the final RMSNorm of the

@@ -24,8 +24,10 @@ struct ElemCoder {
   uint32_t encode(float x, float s, int z) const {
     if (is_int) {
       if (!(s > 0)) return static_cast<uint32_t>(z);
-      const float q = std::nearbyint(x / s);
-      return static_cast<uint32_t>(std::fmin(umax, std::fmax(0.0f, q + static_cast<float>(z))));
+      // Comparisons as fmin / fmax would give (a NaN becomes 0), without their libm calls.
+      float v = round_for_clamp(x / s) + static_cast<float>(z);
+      v = v > 0.0f ? v : 0.0f;
+      return static_cast<uint32_t>(v > umax ? umax : v);
     }
     if (!(s > 0)) return elem->encode(0.0f, true);
     return elem->encode(x / s, true);
@@ -134,6 +136,49 @@ double output_error_rows(const float* w, const float* wq, int64_t rows, int64_t 
   const int64_t n = static_cast<int64_t>(ws.size()) / cols;
   if (rows_used) *rows_used = n;
   return output_error(ws.data(), qs.data(), n, cols, gram, base);
+}
+
+namespace {
+
+// sum over tokens of |A x_t|^2 for A [rows, cols] and x [T, cols], both row-major: A X^T in chunks of tokens.
+double token_space_sq(const float* a, int64_t rows, int64_t cols, const float* x, int64_t T) {
+  constexpr int64_t kChunk = 1024;
+  std::vector<float> y(static_cast<size_t>(rows * std::min(T, kChunk)));
+  double t = 0;
+  for (int64_t t0 = 0; t0 < T; t0 += kChunk) {
+    const int64_t n = std::min(kChunk, T - t0);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(n),
+                static_cast<int>(cols), 1.0f, a, static_cast<int>(cols), x + t0 * cols,
+                static_cast<int>(cols), 0.0f, y.data(), static_cast<int>(n));
+    for (int64_t i = 0; i < rows * n; ++i) t += static_cast<double>(y[i]) * y[i];
+  }
+  return t;
+}
+
+}  // namespace
+
+double output_error_acts(const float* w, const float* wq, int64_t rows, int64_t cols, const float* x,
+                         int64_t T, double* base) {
+  std::vector<float> d(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < d.size(); ++i) d[i] = w[i] - wq[i];
+  const double err = token_space_sq(d.data(), rows, cols, x, T);
+  if (base) *base = token_space_sq(w, rows, cols, x, T);
+  return err;
+}
+
+double output_error_rows_acts(const float* w, const float* wq, int64_t rows, int64_t cols, const float* x,
+                              int64_t T, double* base, int64_t* rows_used) {
+  constexpr double kExactCost = 2147483648.0;
+  const double cost = static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(cols);
+  const int64_t stride = cost > kExactCost ? static_cast<int64_t>(std::ceil(cost / kExactCost)) : 1;
+  std::vector<float> ws, qs;
+  for (int64_t r = 0; r < rows; r += stride) {
+    ws.insert(ws.end(), w + r * cols, w + (r + 1) * cols);
+    qs.insert(qs.end(), wq + r * cols, wq + (r + 1) * cols);
+  }
+  const int64_t n = static_cast<int64_t>(ws.size()) / cols;
+  if (rows_used) *rows_used = n;
+  return output_error_acts(ws.data(), qs.data(), n, cols, x, T, base);
 }
 
 GptqProblem gptq_problem(const float* w, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram) {

@@ -81,6 +81,13 @@ double output_error(const float* w, const float* wq, int64_t rows, int64_t cols,
 // them with each other (a relative error), not with a full output_error. rows_used (optional) receives them.
 double output_error_rows(const float* w, const float* wq, int64_t rows, int64_t cols,
                          const Eigen::MatrixXf& gram, double* base = nullptr, int64_t* rows_used = nullptr);
+// The same two errors in token space, on the inputs themselves x [T, cols] (row-major) instead of their Gram
+// matrix: sum over tokens of |(W - Wq) x_t|^2 (T x rows x cols multiply-adds). output_error_rows_acts scores
+// the rows output_error_rows would (its stride from rows x cols^2), so the two agree up to rounding.
+double output_error_acts(const float* w, const float* wq, int64_t rows, int64_t cols, const float* x,
+                         int64_t T, double* base = nullptr);
+double output_error_rows_acts(const float* w, const float* wq, int64_t rows, int64_t cols, const float* x,
+                              int64_t T, double* base = nullptr, int64_t* rows_used = nullptr);
 // ||w - wq||_F / ||w||_F.
 double relative_frobenius(const float* w, const float* wq, int64_t n);
 

@@ -123,10 +123,12 @@ WeightMatrix quantize_one(Ctx& cx, const TensorPlan& p, const std::vector<float>
     imp = ss->mean_sq();
     importance = imp.data();
   }
-  if (a == Algorithm::Awq && cx.r.awq_clip && ss->gram.size() > 0) {
+  if (a == Algorithm::Awq && cx.r.awq_clip && (ss->gram.size() > 0 || !ss->acts.empty())) {
     s.search = ScaleSearch::Mse;
     imp.resize(static_cast<size_t>(p.cols));
-    for (int64_t j = 0; j < p.cols; ++j) imp[j] = ss->gram(j, j);
+    // diag(G) = sum over tokens of x_j^2 (the per-channel sum of squares where only the inputs were kept)
+    for (int64_t j = 0; j < p.cols; ++j)
+      imp[j] = ss->gram.size() > 0 ? ss->gram(j, j) : static_cast<float>(ss->sum_sq[j]);
     importance = imp.data();
   }
   Timer tq;
@@ -160,6 +162,12 @@ WeightMatrix quantize_one(Ctx& cx, const TensorPlan& p, const std::vector<float>
       const double er = output_error_rows(w.data(), wr.data(), p.rows, p.cols, ss->gram);
       tr->rel_error_out_rtn = base > 0 ? std::sqrt(std::max(0.0, er) / base) : 0.0;
     }
+  } else if (ss && !ss->acts.empty()) {  // AWQ's down_proj: its inputs were kept instead of a Gram matrix
+    double base = 0;
+    const int64_t T = static_cast<int64_t>(ss->acts.size()) / p.cols;
+    const double e = output_error_rows_acts(w.data(), wq.data(), p.rows, p.cols, ss->acts.data(), T, &base,
+                                            &tr->error_rows);
+    tr->rel_error_out = base > 0 ? std::sqrt(std::max(0.0, e) / base) : 0.0;
   }
   times->report = tr_timer.seconds();
   WeightMatrix out = make_quant_weight(std::make_shared<QuantizedMatrix>(std::move(q)));
@@ -265,10 +273,12 @@ void process_layer(Ctx& cx, int l, LayerStats* st) {
       }
       SiteStats& ss = st->at(g.site);
       Timer ts;
-      AwqResult res = awq_search(targets_of(g.ks, true), g.cols, ss.mean_abs(), ss.gram, r.awq_grid);
+      AwqResult res =
+          awq_search(targets_of(g.ks, true), g.cols, ss.mean_abs(), ss.gram, r.awq_grid, &ss.acts);
       cx.rep.phase_seconds.search += ts.seconds();
       info["awq"][g.name] = {{"alpha", res.alpha},
-                             {"output_error_vs_rtn", res.loss_plain > 0 ? res.loss / res.loss_plain : 1.0}};
+                             {"output_error_vs_rtn", res.loss_plain > 0 ? res.loss / res.loss_plain : 1.0},
+                             {"scored_on", ss.gram.size() > 0 ? "gram matrix" : "calibration inputs"}};
       if (res.alpha == 0.0f) continue;
       const auto& s = res.scales;
       if (g.norm) divide_elements(*g.norm, s);
@@ -596,13 +606,19 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
     // are chosen for the float model's activations, and one layer forward per layer serves both the
     // statistics and the stream (GPTQ's error compensation needs the quantized layers' outputs instead).
     const bool awq_float = r.algorithm == Algorithm::Awq;
+    // AWQ's down_proj is scored on its kept inputs where that is cheaper than their Gram matrix.
+    int64_t calib_tokens = 0;
+    if (o.calib)
+      for (const auto& seq : o.calib->seqs) calib_tokens += static_cast<int64_t>(seq.size());
+    const bool down_acts =
+        awq_float && awq_token_space_cheaper(m.config.dim, m.config.ffn_dim, calib_tokens, r.awq_grid);
     rep.phase_seconds.calibration += tc.seconds();
     for (int l = 0; l < L; ++l) {
       LayerStats one;
       LayerStats* st = nullptr;
       if (stream) {
         tc.reset();
-        one = stream->stats(true, awq_float);
+        one = stream->stats(true, awq_float, down_acts);
         rep.phase_seconds.calibration += tc.seconds();
         st = &one;
       } else if (!all.empty()) {

@@ -91,6 +91,15 @@ void dequantize_matrix(const QuantizedMatrix& q, float* out);  // out[rows*cols]
 Matrix dequantize_matrix(const QuantizedMatrix& q);
 
 // Bit-stream packing used by codes (LSB-first, see above).
+// std::nearbyint for a value that is clamped to a code range next: round half to even by adding and
+// subtracting 1.5 * 2^23 (exact for |q| < 2^22; beyond that the result stays beyond every code range, so the
+// clamp gives the same code). Without SSE4.1's roundss, which the baseline x86-64 build lacks, nearbyintf is
+// a libm call per weight (GPTQ's column loop; the MSE clip search makes twenty per weight).
+inline float round_for_clamp(float q) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return (q + kMagic) - kMagic;
+}
+
 inline uint32_t unpack_code(const uint8_t* row, int64_t i, int bits) {
   const int64_t bit = i * bits;
   const uint8_t* p = row + (bit >> 3);

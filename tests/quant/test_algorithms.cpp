@@ -28,6 +28,7 @@ struct Layer {
   int64_t rows, cols;
   std::vector<float> w;
   Eigen::MatrixXf gram;
+  std::vector<float> x;  // [1024, cols] row-major: the inputs whose Gram matrix gram is
 };
 Layer synthetic_layer(int64_t rows, int64_t cols, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -37,7 +38,9 @@ Layer synthetic_layer(int64_t rows, int64_t cols, uint64_t seed) {
   A += 2.0f * Eigen::MatrixXf::Identity(cols, cols);
   Eigen::MatrixXf X = Z * A;
   for (int64_t j = 0; j < cols; j += 11) X.col(j) *= 8.0f;
-  return {rows, cols, randn(rows * cols, rng, 0.05f), X.transpose() * X};
+  const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> xr = X;
+  return {rows, cols, randn(rows * cols, rng, 0.05f), X.transpose() * X,
+          std::vector<float>(xr.data(), xr.data() + xr.size())};
 }
 
 double out_err(const Layer& l, const QuantizedMatrix& q) {
@@ -208,6 +211,14 @@ TEST(Gptq, ReportErrorSamplesRowsOfLargeMatricesOnly) {
     EXPECT_EQ(used, want_rows) << rows << "x" << cols;
     if (used == rows) EXPECT_EQ(es, ex);
     EXPECT_NEAR(std::sqrt(es / bs), std::sqrt(ex / bx), 0.03 * std::sqrt(ex / bx)) << rows << "x" << cols;
+    // Token space (the inputs instead of their Gram matrix): the same rows, the same sums up to rounding.
+    const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> xr = X;
+    double ba = 0;
+    int64_t used_a = 0;
+    const double ea = output_error_rows_acts(w.data(), wq.data(), rows, cols, xr.data(), 64, &ba, &used_a);
+    EXPECT_EQ(used_a, used);
+    EXPECT_NEAR(ea, es, 1e-4 * es) << rows << "x" << cols;
+    EXPECT_NEAR(ba, bs, 1e-4 * bs) << rows << "x" << cols;
   };
   check(100, 256, 100);
   check(520, 2048, 260);
@@ -234,6 +245,34 @@ TEST(Awq, SearchNeverLosesToRtnAndHelpsWithOutliers) {
   EXPECT_LE(r.loss, r.loss_plain);
   EXPECT_GT(r.alpha, 0.0f);
   EXPECT_LT(r.loss, 0.9 * r.loss_plain);
+}
+
+// Scored on the inputs themselves (AWQ's down_proj) the search finds what it finds on their Gram matrix.
+TEST(Awq, TokenSpaceSearchEqualsTheGramSearch) {
+  Layer l = synthetic_layer(48, 128, 11);
+  std::vector<float> mean_abs(static_cast<size_t>(l.cols));
+  for (int64_t j = 0; j < l.cols; ++j) mean_abs[j] = std::sqrt(l.gram(j, j) / 1024.0f);
+  for (const char* sch : {"int3:g32", "int4:g64:asym"}) {
+    const std::vector<AwqTarget> t = {{l.w.data(), l.rows, parse_scheme(sch)}};
+    const AwqResult g = awq_search(t, l.cols, mean_abs, l.gram, 20);
+    const AwqResult a = awq_search(t, l.cols, mean_abs, Eigen::MatrixXf(), 20, &l.x);
+    EXPECT_EQ(a.alpha, g.alpha) << sch;
+    EXPECT_NEAR(a.loss, g.loss, 1e-3 * g.loss) << sch;
+    EXPECT_NEAR(a.loss_plain, g.loss_plain, 1e-3 * g.loss_plain) << sch;
+  }
+  EXPECT_THROW(awq_search({{l.w.data(), l.rows, parse_scheme("int3:g32")}}, l.cols, mean_abs,
+                          Eigen::MatrixXf(), 20, nullptr),
+               Error);
+}
+
+// Token space pays where the inputs are much wider than the rows scored: a 0.5B model's down_proj (45 of 896
+// rows scored, 4864 inputs) and a 7B's (9 of 4096, 11008 inputs), not kjv-brown-6M's (256 rows, 768 inputs)
+// nor stories260K's (64, 172).
+TEST(Awq, TokenSpaceIsChosenWhereItIsCheaper) {
+  EXPECT_TRUE(awq_token_space_cheaper(896, 4864, 8192, 20));
+  EXPECT_TRUE(awq_token_space_cheaper(4096, 11008, 8192, 20));
+  EXPECT_FALSE(awq_token_space_cheaper(256, 768, 8192, 20));
+  EXPECT_FALSE(awq_token_space_cheaper(64, 172, 8192, 20));
 }
 
 TEST(Folding, AwqStyleFoldsLeaveTheModelOutputUnchanged) {
