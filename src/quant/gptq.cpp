@@ -119,26 +119,22 @@ double output_error(const float* w, const float* wq, int64_t rows, int64_t cols,
   return err;
 }
 
-double output_error_rows(const float* w, const float* wq, int64_t rows, int64_t cols,
-                         const Eigen::MatrixXf& gram, double* base, int64_t* rows_used) {
+namespace {
+
+// The report's rows: every row up to 2^31 multiply-adds for the exact error (rows x cols^2), else every k-th,
+// k = ceil(cost / 2^31), copied out of w and wq. Returns false (nothing copied) when every row is used.
+bool report_rows(const float* w, const float* wq, int64_t rows, int64_t cols, std::vector<float>* ws,
+                 std::vector<float>* qs) {
   constexpr double kExactCost = 2147483648.0;
   const double cost = static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(cols);
-  const int64_t stride = cost > kExactCost ? static_cast<int64_t>(std::ceil(cost / kExactCost)) : 1;
-  if (stride == 1) {
-    if (rows_used) *rows_used = rows;
-    return output_error(w, wq, rows, cols, gram, base);
-  }
-  std::vector<float> ws, qs;
+  if (cost <= kExactCost) return false;
+  const int64_t stride = static_cast<int64_t>(std::ceil(cost / kExactCost));
   for (int64_t r = 0; r < rows; r += stride) {
-    ws.insert(ws.end(), w + r * cols, w + (r + 1) * cols);
-    qs.insert(qs.end(), wq + r * cols, wq + (r + 1) * cols);
+    ws->insert(ws->end(), w + r * cols, w + (r + 1) * cols);
+    qs->insert(qs->end(), wq + r * cols, wq + (r + 1) * cols);
   }
-  const int64_t n = static_cast<int64_t>(ws.size()) / cols;
-  if (rows_used) *rows_used = n;
-  return output_error(ws.data(), qs.data(), n, cols, gram, base);
+  return true;
 }
-
-namespace {
 
 // sum over tokens of |A x_t|^2 for A [rows, cols] and x [T, cols], both row-major: A X^T in chunks of tokens.
 double token_space_sq(const float* a, int64_t rows, int64_t cols, const float* x, int64_t T) {
@@ -157,6 +153,18 @@ double token_space_sq(const float* a, int64_t rows, int64_t cols, const float* x
 
 }  // namespace
 
+double output_error_rows(const float* w, const float* wq, int64_t rows, int64_t cols,
+                         const Eigen::MatrixXf& gram, double* base, int64_t* rows_used) {
+  std::vector<float> ws, qs;
+  if (!report_rows(w, wq, rows, cols, &ws, &qs)) {
+    if (rows_used) *rows_used = rows;
+    return output_error(w, wq, rows, cols, gram, base);
+  }
+  const int64_t n = static_cast<int64_t>(ws.size()) / cols;
+  if (rows_used) *rows_used = n;
+  return output_error(ws.data(), qs.data(), n, cols, gram, base);
+}
+
 double output_error_acts(const float* w, const float* wq, int64_t rows, int64_t cols, const float* x,
                          int64_t T, double* base) {
   std::vector<float> d(static_cast<size_t>(rows * cols));
@@ -168,13 +176,10 @@ double output_error_acts(const float* w, const float* wq, int64_t rows, int64_t 
 
 double output_error_rows_acts(const float* w, const float* wq, int64_t rows, int64_t cols, const float* x,
                               int64_t T, double* base, int64_t* rows_used) {
-  constexpr double kExactCost = 2147483648.0;
-  const double cost = static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(cols);
-  const int64_t stride = cost > kExactCost ? static_cast<int64_t>(std::ceil(cost / kExactCost)) : 1;
   std::vector<float> ws, qs;
-  for (int64_t r = 0; r < rows; r += stride) {
-    ws.insert(ws.end(), w + r * cols, w + (r + 1) * cols);
-    qs.insert(qs.end(), wq + r * cols, wq + (r + 1) * cols);
+  if (!report_rows(w, wq, rows, cols, &ws, &qs)) {
+    if (rows_used) *rows_used = rows;
+    return output_error_acts(w, wq, rows, cols, x, T, base);
   }
   const int64_t n = static_cast<int64_t>(ws.size()) / cols;
   if (rows_used) *rows_used = n;
