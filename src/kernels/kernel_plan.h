@@ -277,8 +277,8 @@ void lut_deq_avx512(const uint8_t* row, int64_t cols, int bits, const uint16_t* 
 float dot_f32_generic(const float* a, const float* b, int64_t n);
 float dot_f32_avx2(const float* a, const float* b, int64_t n);
 // y[t * ystride + i] = w[i] . x[t] for nr <= 16 FP32 rows w[i] of n columns and T tokens x [T, n]
-// (matmul_avx2.cpp): the AVX2 tier's prefill of decoded rows, 4-row x 2-token register tiles over 256-column
-// chunks, each token pair's chunk shared by the row groups. The bits do not depend on nr.
+// (matmul_avx2.cpp): the AVX2 tier's prefill of decoded rows, 4-row x 3-token register tiles over 256-column
+// chunks, each token triple's chunk shared by the row groups. The bits depend on neither nr nor T.
 void rows_gemm_f32_avx2(const float* const* w, int nr, const float* x, int64_t T, int64_t n, float* y,
                         int64_t ystride);
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 (and Q4_K / Q6_K) rows against Q8 blocks of 32 on the AVX2 tier

@@ -56,10 +56,10 @@ void rows_tile(const float* const* w, const float* x, int64_t T, int64_t n, int6
 void rows_gemm_f32_avx2(const float* const* w, int nr, const float* x, int64_t T, int64_t n, float* y,
                         int64_t ystride) {
   constexpr int64_t kChunk = 256;
-  // Up to 16 rows as 4-row groups; each token pair's chunk (2 KB) is loaded once for all of them, so the
+  // Up to 16 rows as 4-row groups; each token triple's chunk (3 KB) is loaded once for all of them, so the
   // tokens stream from L2 / L3 once per 16 rows instead of once per 4 (a long prefill or a calibration batch
   // of 2,048 tokens does not fit in L2). Every accumulator sees the same FMAs in the same order as with one
-  // group, so the result does not depend on how many rows are passed.
+  // group, so the result depends neither on how many rows nor on how many tokens are passed.
   const int ng = (nr + 3) / 4;
   const float* w4[4][4];
   for (int g = 0; g < ng; ++g)
@@ -71,8 +71,9 @@ void rows_gemm_f32_avx2(const float* const* w, int nr, const float* x, int64_t T
   part_buf.assign(static_cast<size_t>(32 * T * ng), 0.0f);
   float* part = part_buf.data();
   const int64_t n8 = n / 8 * 8;
-  // Blocks of 64 tokens outermost: their partial sums (16 KB per 4 rows) and chunks (64 KB) stay in L1 / L2
-  // while the rows' chunks (16 KB) are walked; each accumulator still sums the chunks in column order.
+  // Blocks of 60 tokens (20 triples) outermost: their partial sums (15 KB per 4 rows) and chunks (60 KB) stay
+  // in L1 / L2 while the rows' chunks (16 KB) are walked; each accumulator still sums the chunks in column
+  // order.
   constexpr int64_t kTokBlock = 60;
   for (int64_t tb = 0; tb < T; tb += kTokBlock) {
     const int64_t te = std::min(T, tb + kTokBlock);

@@ -72,9 +72,6 @@ class OutputErrorMetric {
   int64_t T_ = 0;
 };
 
-}  // namespace
-
-namespace {
 constexpr double kExactCost = 1073741824.0;  // multiply-adds of one exact loss (2^30)
 
 // 1 below kExactCost, else the k of "every k-th row" for a matrix of rows x cols with per-row scale cells.
@@ -85,7 +82,8 @@ int64_t row_stride(int64_t rows, int64_t cols) {
 }  // namespace
 
 bool awq_token_space_cheaper(int64_t rows, int64_t cols, int64_t tokens, int grid) {
-  const double r = static_cast<double>((rows + row_stride(rows, cols) - 1) / row_stride(rows, cols));
+  const int64_t stride = row_stride(rows, cols);
+  const double r = static_cast<double>((rows + stride - 1) / stride);  // rows scored
   const double c = static_cast<double>(cols), t = static_cast<double>(tokens), a = grid + 1.0;
   const double gram = c * c * t / 2 + c * c * c / 6 + a * r * c * c / 2;  // build, factorise, 21 products
   return a * r * t * c < gram;

@@ -167,7 +167,8 @@ void SiteStats::divide_channels(const std::vector<float>& s) {
     sum_sq[j] /= static_cast<double>(s[j]) * s[j];
     max_abs[j] /= s[j];
   }
-  for (size_t i = 0; i < acts.size(); ++i) acts[i] /= s[i % static_cast<size_t>(cols)];
+  for (size_t r = 0; r < acts.size(); r += static_cast<size_t>(cols))
+    for (int64_t j = 0; j < cols; ++j) acts[r + static_cast<size_t>(j)] /= s[j];
   if (gram.size() > 0) {
     // Only the lower triangle is accumulated (ssyrk); symmetrise before scaling.
     Eigen::MatrixXf full = gram.selfadjointView<Eigen::Lower>();
@@ -272,6 +273,12 @@ CalibStream::CalibStream(const Model& m, const CalibData& d, int batch_seqs) : m
 
 CalibStream::~CalibStream() = default;
 
+int64_t CalibStream::tokens() const {
+  int64_t n = 0;
+  for (const auto& b : batches_) n += static_cast<int64_t>(b.size());
+  return n;
+}
+
 LayerStats CalibStream::stats(bool gram, bool move_float, bool down_acts) {
   if (next_ >= m_.config.n_layers) fail("quant", "CalibStream: every layer has been streamed already");
   std::vector<LayerStats> out(1);
@@ -280,9 +287,8 @@ LayerStats CalibStream::stats(bool gram, bool move_float, bool down_acts) {
     SiteStats& d = out[0].at(ActSite::DownIn);
     d.want_gram = false;
     d.want_acts = true;
-    int64_t tokens = 0;  // one allocation for every batch's inputs (160 MB for a 0.5B model's 8,192 tokens)
-    for (const auto& b : batches_) tokens += static_cast<int64_t>(b.size());
-    d.acts.reserve(static_cast<size_t>(tokens * m_.config.ffn_dim));
+    // One allocation for every batch's inputs (160 MB for a 0.5B model's 8,192 tokens).
+    d.acts.reserve(static_cast<size_t>(tokens() * m_.config.ffn_dim));
   }
   StatsObserver obs(&out, next_, next_);
   Decoder dec(m_.config, m_.weights);

@@ -77,6 +77,7 @@ class CalibStream {
   CalibStream(const Model& m, const CalibData& d, int batch_seqs = 8);
   ~CalibStream();
   int next_layer() const { return next_; }  // the layer whose inputs the stream holds
+  int64_t tokens() const;                   // calibration tokens streamed (every window of every batch)
   // Statistics of next_layer() with its current weights. The stream does not move, unless move_float: then it
   // moves to the next layer with these float outputs, the one forward per layer of AutoAWQ's order (the next
   // layer's inputs come from the float layer; advance() is then not called for this layer).

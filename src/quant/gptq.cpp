@@ -24,10 +24,7 @@ struct ElemCoder {
   uint32_t encode(float x, float s, int z) const {
     if (is_int) {
       if (!(s > 0)) return static_cast<uint32_t>(z);
-      // Comparisons as fmin / fmax would give (a NaN becomes 0), without their libm calls.
-      float v = round_for_clamp(x / s) + static_cast<float>(z);
-      v = v > 0.0f ? v : 0.0f;
-      return static_cast<uint32_t>(v > umax ? umax : v);
+      return static_cast<uint32_t>(int_code(x, s, static_cast<float>(z), umax));
     }
     if (!(s > 0)) return elem->encode(0.0f, true);
     return elem->encode(x / s, true);

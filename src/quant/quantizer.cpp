@@ -607,11 +607,9 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
     // statistics and the stream (GPTQ's error compensation needs the quantized layers' outputs instead).
     const bool awq_float = r.algorithm == Algorithm::Awq;
     // AWQ's down_proj is scored on its kept inputs where that is cheaper than their Gram matrix.
-    int64_t calib_tokens = 0;
-    if (o.calib)
-      for (const auto& seq : o.calib->seqs) calib_tokens += static_cast<int64_t>(seq.size());
     const bool down_acts =
-        awq_float && awq_token_space_cheaper(m.config.dim, m.config.ffn_dim, calib_tokens, r.awq_grid);
+        awq_float && stream &&
+        awq_token_space_cheaper(m.config.dim, m.config.ffn_dim, stream->tokens(), r.awq_grid);
     rep.phase_seconds.calibration += tc.seconds();
     for (int l = 0; l < L; ++l) {
       LayerStats one;

@@ -47,11 +47,7 @@ struct Coder {
   uint32_t encode(float x, const CellParams& p) const {
     if (is_int) {
       if (!(p.div > 0)) return static_cast<uint32_t>(p.zero);
-      // Comparisons as fmin / fmax would give (a NaN becomes 0), without their libm calls.
-      float v = round_for_clamp(x / p.div) + static_cast<float>(p.zero);
-      v = v > 0.0f ? v : 0.0f;
-      const float hi = static_cast<float>(umax);
-      return static_cast<uint32_t>(v > hi ? hi : v);
+      return static_cast<uint32_t>(int_code(x, p.div, static_cast<float>(p.zero), static_cast<float>(umax)));
     }
     if (!(p.div > 0)) return elem->encode(0.0f, true);
     return elem->encode(x * p.pre / p.div, true);
@@ -131,9 +127,7 @@ double int_cell_error(const float* x, const float* w, int64_t n, float div, floa
   const float z = static_cast<float>(zero), hi = static_cast<float>(umax);
   double e = 0;
   for (int64_t i = 0; i < n; ++i) {
-    float v = round_for_clamp(x[i] / div) + z;
-    v = v > 0.0f ? v : 0.0f;
-    v = v > hi ? hi : v;
+    const float v = int_code(x[i], div, z, hi);
     const float val = static_cast<float>(static_cast<int>(static_cast<uint32_t>(v)) - zero) * scale;
     const double d = static_cast<double>(val) - x[i];
     e += (w ? w[i] : 1.0) * d * d;

@@ -90,7 +90,6 @@ void dequantize_row(const QuantizedMatrix& q, int64_t r, float* out);
 void dequantize_matrix(const QuantizedMatrix& q, float* out);  // out[rows*cols], parallel over rows
 Matrix dequantize_matrix(const QuantizedMatrix& q);
 
-// Bit-stream packing used by codes (LSB-first, see above).
 // std::nearbyint for a value that is clamped to a code range next: round half to even by adding and
 // subtracting 1.5 * 2^23 (exact for |q| < 2^22; beyond that the result stays beyond every code range, so the
 // clamp gives the same code). Without SSE4.1's roundss, which the baseline x86-64 build lacks, nearbyintf is
@@ -100,6 +99,15 @@ inline float round_for_clamp(float q) {
   return (q + kMagic) - kMagic;
 }
 
+// The INT code of x under a scale div > 0 and a zero point, as a float: nearbyint(x / div) + zero clamped to
+// [0, umax]. The comparisons give what fmin / fmax would (a NaN becomes 0) without their libm calls.
+inline float int_code(float x, float div, float zero, float umax) {
+  float v = round_for_clamp(x / div) + zero;
+  v = v > 0.0f ? v : 0.0f;
+  return v > umax ? umax : v;
+}
+
+// Bit-stream packing used by codes (LSB-first, see above).
 inline uint32_t unpack_code(const uint8_t* row, int64_t i, int bits) {
   const int64_t bit = i * bits;
   const uint8_t* p = row + (bit >> 3);
