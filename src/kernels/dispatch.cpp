@@ -5,6 +5,8 @@
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "kernels/clip_search.h"
+#include "tensor/clip_search.h"
 
 namespace lowbit {
 namespace {
@@ -18,6 +20,13 @@ Isa detect() {
   if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
   return Isa::Generic;
 }
+// Kernels that serve a lower rung through its hook: installed when the program starts, in every program that
+// links the kernels (this file is in all of them: matmul reads the tier).
+[[maybe_unused]] const bool kHooksInstalled = [] {
+  set_int_cells_error(&int_cells_error_tiered);
+  return true;
+}();
+
 std::atomic<int>& active() {
   static std::atomic<int> a{static_cast<int>(best_isa())};
   return a;

@@ -2,12 +2,12 @@
 #include "tensor/qtensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
 
-#include "core/cpu.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/parallel.h"
@@ -35,10 +35,21 @@ void int_cells_error_scalar(const float* x, const float* w, int64_t n, const flo
   }
 }
 
+namespace {
+std::atomic<IntCellsErrorFn> g_int_cells_error{&int_cells_error_scalar};
+}  // namespace
+
 void int_cells_error(const float* x, const float* w, int64_t n, const float* div, const float* scale,
                      const float* zero, int K, float umax, double* err) {
-  static const bool avx2 = cpu_features().avx2;
-  (avx2 ? int_cells_error_avx2 : int_cells_error_scalar)(x, w, n, div, scale, zero, K, umax, err);
+  g_int_cells_error.load(std::memory_order_relaxed)(x, w, n, div, scale, zero, K, umax, err);
+}
+
+void set_int_cells_error(IntCellsErrorFn f) {
+  g_int_cells_error.store(f ? f : &int_cells_error_scalar, std::memory_order_relaxed);
+}
+
+IntCellsErrorFn installed_int_cells_error() {
+  return g_int_cells_error.load(std::memory_order_relaxed);
 }
 
 namespace {

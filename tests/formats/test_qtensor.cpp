@@ -7,11 +7,9 @@
 #include <random>
 #include <vector>
 
-#include "core/cpu.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "formats/minifloat.h"
-#include "tensor/clip_search.h"
 #include "tensor/qtensor.h"
 
 using namespace lowbit;
@@ -323,54 +321,6 @@ TEST(RoundTrip, ErrorBoundsSweepTheTable) {
     // Storage matches the accounting to within row padding and uint8 zero points.
     const double bits = double(storage_bits(s, R, C).total());
     EXPECT_NEAR(double(q.storage_bytes()) * 8, bits, bits * 0.02 + 64) << f.name;
-  }
-}
-
-// The AVX2 clip-search sums (8 candidates per vector) against the scalar reference, bit for bit: the search
-// picks the first smallest error, so any rounding difference could change a chosen scale.
-TEST(Search, VectorisedClipErrorsEqualTheScalarBitForBit) {
-  if (!cpu_features_hw().avx2) GTEST_SKIP() << "this CPU has no AVX2; the scalar form is the only one used";
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> u(0.5f, 2.0f);
-  for (int64_t n : {0, 1, 33, 128}) {
-    auto x = heavy_tailed(n, static_cast<uint32_t>(n) + 3);
-    std::vector<float> w(static_cast<size_t>(n));
-    for (auto& v : w) v = u(rng);
-    for (int bits : {2, 3, 4, 8}) {
-      const int umax = (1 << bits) - 1;
-      for (int K : {1, 7, 8, 20, 21}) {
-        std::vector<float> div(K), scale(K), zero(K);
-        for (int k = 0; k < K; ++k) {
-          // Clip ratios from 1 down to 0.3 of the range (the smaller ones clamp the outliers), half of the
-          // candidates asymmetric with their own zero point, some with a pre-scale (scale != div).
-          div[k] =
-              8.0f * (1.0f - 0.7f * static_cast<float>(k) / static_cast<float>(K)) / static_cast<float>(umax);
-          zero[k] = static_cast<float>(k % 2 ? (umax + 1) / 2 : k % (umax + 1));
-          scale[k] = k % 3 ? div[k] : div[k] / 3.0f;
-        }
-        // Values at rounding ties of each candidate's grid ((j + 1/2) div), where x / div and x * (1 / div)
-        // round to different codes.
-        std::vector<float> xt = x, wt = w;
-        for (int k = 0; k < K; ++k)
-          for (int j = -6; j < 6; ++j) {
-            xt.push_back((static_cast<float>(j) + 0.5f) * div[k] *
-                         (1.0f + 1e-7f * static_cast<float>(j % 3)));
-            wt.push_back(u(rng));
-          }
-        const int64_t nt = static_cast<int64_t>(xt.size());
-        for (const float* wp : {static_cast<const float*>(nullptr), static_cast<const float*>(wt.data())}) {
-          std::vector<double> ref(K, -1.0), vec(K, -2.0);
-          int_cells_error_scalar(xt.data(), wp, nt, div.data(), scale.data(), zero.data(), K,
-                                 static_cast<float>(umax), ref.data());
-          int_cells_error_avx2(xt.data(), wp, nt, div.data(), scale.data(), zero.data(), K,
-                               static_cast<float>(umax), vec.data());
-          for (int k = 0; k < K; ++k)
-            ASSERT_EQ(std::memcmp(&ref[k], &vec[k], sizeof(double)), 0)
-                << "n " << n << " bits " << bits << " K " << K << " k " << k << (wp ? " weighted" : "")
-                << ": " << ref[k] << " vs " << vec[k];
-        }
-      }
-    }
   }
 }
 

@@ -1,10 +1,10 @@
-// AVX2 form of the INT clip search's error sums (see clip_search.h). Built with -mavx2 only: without -mfma
-// the compiler cannot fuse a multiply and an add, so every lane rounds exactly as the scalar reference does.
+// AVX2 form of the INT clip search's error sums (see clip_search.h). Built with -ffp-contract=off: the
+// compiler fuses no multiply and add, so every lane rounds exactly as the scalar reference does.
 #include <immintrin.h>
 
 #include <algorithm>
 
-#include "tensor/clip_search.h"
+#include "kernels/clip_search.h"
 
 namespace lowbit {
 
