@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "model/sampler.h"
+#include "tests/common/sanitized.h"
 
 using namespace lowbit;
 
@@ -128,7 +129,7 @@ TEST(Sampler, MatchesTheSortedDefinitionDrawForDraw) {
     std::mt19937_64 rng(p.seed);
     int mismatches = 0;
     std::map<int32_t, int> seen;
-    for (int i = 0; i < 400; ++i) {
+    for (int i = 0; i < test::repetitions(400, 50); ++i) {
       const int32_t a = s.sample(l.data(), static_cast<int64_t>(l.size()), {});
       mismatches += a != reference_sample(p, rng, l);
       seen[a]++;
