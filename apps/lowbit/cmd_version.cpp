@@ -1,7 +1,9 @@
 // `lowbit info`: version, build and this machine's CPU features (also `lowbit --version`).
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "apps/lowbit/command.h"
 #include "core/cpu.h"
@@ -10,6 +12,7 @@
 #include "core/parallel.h"
 #include "core/version.h"
 #include "kernels/dispatch.h"
+#include "quant/blas_core.h"
 
 namespace {
 void setup(CLI::App& cmd) {
@@ -33,6 +36,11 @@ void setup(CLI::App& cmd) {
     const bool huge = malloc_huge_pages();
     j["thp_mode"] = thp_mode();
     j["malloc_huge_pages"] = huge;
+    // OpenBLAS's kernels (calibration, GPTQ, AWQ): its own choice for the CPU unless OPENBLAS_CORETYPE names
+    // one.
+    const char* env_core = std::getenv("OPENBLAS_CORETYPE");
+    j["blas_core"] = quant::blas_core();
+    j["blas_coretype_env"] = env_core ? env_core : "";
     if (json) {
       std::cout << lowbit::json_text(j, 2) << "\n";
       return;
@@ -50,6 +58,8 @@ void setup(CLI::App& cmd) {
     std::printf(
         "memory:   transparent huge pages %s; weights in them: %s (LOWBIT_HUGEPAGES=0 turns it off)\n",
         thp_mode().empty() ? "unknown" : thp_mode().c_str(), huge ? "yes (glibc.malloc.hugetlb=1)" : "no");
+    std::printf("blas:     OpenBLAS, %s kernels%s\n", quant::blas_core().c_str(),
+                env_core ? (std::string(" (OPENBLAS_CORETYPE=") + env_core + ")").c_str() : "");
   });
 }
 }  // namespace

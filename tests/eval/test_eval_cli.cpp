@@ -165,6 +165,24 @@ TEST(InfoCli, HugePagesFollowLowbitHugepages) {
   EXPECT_NE(bad.out.find("[core] LOWBIT_HUGEPAGES=off is not 0 or 1"), std::string::npos) << bad.out;
 }
 
+// `lowbit info` names OpenBLAS's kernel set (calibration, GPTQ, AWQ), and OPENBLAS_CORETYPE chooses it.
+TEST(InfoCli, BlasKernelsAreNamed) {
+  const char* env = std::getenv("OPENBLAS_CORETYPE");
+  const std::string saved = env ? env : "";
+  unsetenv("OPENBLAS_CORETYPE");
+  const auto own = info_json_with("LOWBIT_ISA", nullptr);
+  setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+  const auto chosen = info_json_with("LOWBIT_ISA", nullptr);
+  if (env)
+    setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+  else
+    unsetenv("OPENBLAS_CORETYPE");
+  EXPECT_FALSE(own.at("blas_core").get<std::string>().empty());
+  EXPECT_EQ(own.at("blas_coretype_env").get<std::string>(), "");
+  EXPECT_EQ(chosen.at("blas_core").get<std::string>(), "Haswell");
+  EXPECT_EQ(chosen.at("blas_coretype_env").get<std::string>(), "Haswell");
+}
+
 // `lowbit bench --json`: each counted decode repetition is compared with the read bandwidth probed right
 // after it (fraction_of_bound is the mean of those ratios), and a fixed --bw replaces the probe. Bad flags
 // exit 2.
