@@ -39,7 +39,8 @@ void setup(CLI::App& cmd) {
     // OpenBLAS's kernels (calibration, GPTQ, AWQ): its own choice for the CPU unless OPENBLAS_CORETYPE names
     // one.
     const char* env_core = std::getenv("OPENBLAS_CORETYPE");
-    j["blas_core"] = quant::blas_core();
+    const std::string blas = quant::blas_core();
+    j["blas_core"] = blas;
     j["blas_coretype_env"] = env_core ? env_core : "";
     if (json) {
       std::cout << lowbit::json_text(j, 2) << "\n";
@@ -58,7 +59,7 @@ void setup(CLI::App& cmd) {
     std::printf(
         "memory:   transparent huge pages %s; weights in them: %s (LOWBIT_HUGEPAGES=0 turns it off)\n",
         thp_mode().empty() ? "unknown" : thp_mode().c_str(), huge ? "yes (glibc.malloc.hugetlb=1)" : "no");
-    std::printf("blas:     OpenBLAS, %s kernels%s\n", quant::blas_core().c_str(),
+    std::printf("blas:     OpenBLAS, %s kernels%s\n", blas.c_str(),
                 env_core ? (std::string(" (OPENBLAS_CORETYPE=") + env_core + ")").c_str() : "");
   });
 }
