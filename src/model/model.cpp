@@ -58,7 +58,8 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
   auto m = std::make_unique<Model>();
   m->path = path;
   m->format = detect_model_format(path);
-  std::shared_ptr<io::MappedFile> gguf_file;  // GGUF: the mapping of the tensors, for release_pages
+  // The mappings weights may point into (a GGUF file, a checkpoint's safetensors shards), for release_pages.
+  std::vector<std::shared_ptr<io::MappedFile>> mappings;
   if (m->format == "hf") {
     std::string dir = fs::is_directory(path) ? path : fs::path(path).parent_path().string();
     auto ck = std::make_shared<io::HfCheckpoint>(io::HfCheckpoint::open(dir));
@@ -72,6 +73,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
       ck->tokenizer_config = nullptr;
       release_free_heap();
     }
+    for (const auto& shard : ck->shards) mappings.push_back(shard.file);
     if (is_quantized_config(ck->config))
       m->weights = load_quantized_weights(*ck, m->config, ck, o.dense);
     else
@@ -88,7 +90,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
     m->keep_alive.push_back(ck);
   } else if (m->format == "gguf") {
     auto g = std::make_shared<io::GgufFile>(io::GgufFile::open(path));
-    gguf_file = g->file;
+    mappings.push_back(g->file);
     m->config = config_from_gguf(*g);
     m->weights = map_weights(m->config, g->tensors, true, g, o.dense, path);
     if (g->has("tokenizer.ggml.model")) m->tokenizer = std::make_shared<Tokenizer>(load_tokenizer_gguf(*g));
@@ -121,7 +123,8 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
   });
   for (WeightMatrix* w : order) {
     prepare_weight(*w);
-    if (gguf_file && weight_is_repacked(*w)) gguf_file->release_pages(w->data, w->row_bytes() * w->rows);
+    if (weight_is_repacked(*w) && w->kind == WeightKind::Ggml)
+      for (const auto& f : mappings) f->release_pages(w->data, w->row_bytes() * w->rows);  // no-op outside f
   }
   if (W.tied() && !W.tok_embed.plan)
     W.tok_embed.plan = W.lm_head.plan;

@@ -214,15 +214,45 @@ std::vector<PackedTensor> pack_quantized(const QuantizedMatrix& q) {
   return out;
 }
 
-QuantizedMatrix unpack_quantized(const std::map<std::string, TensorView>& t, const std::string& m,
-                                 const QuantScheme& s, int64_t rows, int64_t cols,
-                                 const std::string& source) {
+void check_scheme_fits(const std::string& m, const QuantScheme& s, int64_t rows, int64_t cols,
+                       const std::string& source) {
   try {
     validate(s, rows, cols);
   } catch (const UsageError& e) {
     bad("module '" + m + "' in " + source + ": its scheme " + to_string(s) +
         " does not fit its shape: " + e.what());
   }
+}
+
+// The shape a packed module records in M.weight_shape (when it has one) against the config's.
+void check_shape_tensor(const std::map<std::string, TensorView>& t, const std::string& m, int64_t rows,
+                        int64_t cols, const std::string& source) {
+  if (t.count(m + ".weight_shape")) {
+    const TensorView& sh = need(t, m + ".weight_shape", DType::I64, 2, source);
+    int64_t d[2];
+    std::memcpy(d, sh.data, sizeof d);
+    if (d[0] != rows || d[1] != cols)
+      bad("tensor '" + m + ".weight_shape' in " + source + " says [" + std::to_string(d[0]) + ", " +
+          std::to_string(d[1]) + "] but the model config expects [" + std::to_string(rows) + ", " +
+          std::to_string(cols) + "]");
+  }
+}
+
+// A GGUF-block module (q4_0 .. q6_k, iq4_nl, ...): its weight_packed tensor holds llama.cpp's block rows as a
+// GGUF file does, checked like unpack_quantized checks them.
+const TensorView& gguf_block_rows(const std::map<std::string, TensorView>& t, const std::string& m,
+                                  const QuantScheme& s, int64_t rows, int64_t cols,
+                                  const std::string& source) {
+  check_scheme_fits(m, s, rows, cols, source);
+  check_shape_tensor(t, m, rows, cols, source);
+  const FormatInfo& fi = s.info();
+  return need(t, m + ".weight_packed", DType::U8, rows * (cols / fi.block_elems * fi.block_bytes), source);
+}
+
+QuantizedMatrix unpack_quantized(const std::map<std::string, TensorView>& t, const std::string& m,
+                                 const QuantScheme& s, int64_t rows, int64_t cols,
+                                 const std::string& source) {
+  check_scheme_fits(m, s, rows, cols, source);
   const FormatInfo& fi = s.info();
   if (fi.is_microscaled() == false && fi.kind != FormatKind::Int && fi.kind != FormatKind::Float &&
       fi.kind != FormatKind::Lut && fi.kind != FormatKind::Codebook && !fi.is_gguf())
@@ -246,15 +276,7 @@ QuantizedMatrix unpack_quantized(const std::map<std::string, TensorView>& t, con
     layout = CkptLayout::FloatQuantized;
   const int64_t cells = q.grid.cells();
   auto copy = [](const TensorView& v) { return std::vector<uint8_t>(v.data, v.data + v.nbytes); };
-  if (layout != CkptLayout::FloatQuantized && t.count(m + ".weight_shape")) {
-    const TensorView& sh = need(t, m + ".weight_shape", DType::I64, 2, source);
-    int64_t d[2];
-    std::memcpy(d, sh.data, sizeof d);
-    if (d[0] != rows || d[1] != cols)
-      bad("tensor '" + m + ".weight_shape' in " + source + " says [" + std::to_string(d[0]) + ", " +
-          std::to_string(d[1]) + "] but the model config expects [" + std::to_string(rows) + ", " +
-          std::to_string(cols) + "]");
-  }
+  if (layout != CkptLayout::FloatQuantized) check_shape_tensor(t, m, rows, cols, source);
   if (cells > 0 && (layout != CkptLayout::LowbitPacked || !fi.is_gguf()))
     q.scales = copy(need(t, m + ".weight_scale", scale_dtype(s), cells, source));
   const bool has_gidx = t.count(m + ".weight_g_idx") > 0;
@@ -641,13 +663,23 @@ ModelWeights load_quantized_weights(const io::HfCheckpoint& ck, const ModelConfi
       tensors[module + ".weight"] = v;
     }
   }
+  const std::shared_ptr<const void> mapping = owner;
   WeightHook hook = [&](const std::string& name, const TensorView&, WeightMatrix* out) {
     const std::string module = name.size() > 7 ? name.substr(0, name.size() - 7) : name;  // strip ".weight"
     auto it = quantized.find(module);
     if (it == quantized.end()) return false;
     const auto& shape = shapes.at(module);
+    const QuantScheme& scheme = it->second->scheme;
+    // Weight-only GGUF blocks are read where they lie in the mapping, as from a GGUF file: the loader repacks
+    // them for the Q8 kernels (kernels/kernel_plan.h) and releases the stored pages, so a lowbit checkpoint
+    // runs the same kernels as a GGUF file of the same types, without a second copy of its rows.
+    if (scheme.info().is_gguf() && it->second->act == FormatId::F32) {
+      const TensorView& v = gguf_block_rows(tensors, module, scheme, shape.first, shape.second, ck.dir);
+      *out = make_ggml_weight(mapping, v.data, scheme.info().ggml_type, shape.first, shape.second);
+      return true;
+    }
     auto q = std::make_shared<QuantizedMatrix>(
-        unpack_quantized(tensors, module, it->second->scheme, shape.first, shape.second, ck.dir));
+        unpack_quantized(tensors, module, scheme, shape.first, shape.second, ck.dir));
     *out = make_quant_weight(q);
     out->act_format = it->second->act;
     out->act_clip = it->second->act_clip;

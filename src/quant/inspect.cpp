@@ -105,10 +105,12 @@ json inspect_checkpoint(const std::string& path) {
       qbits += bpw * n;
       qn += n;
     } else if (w->kind == WeightKind::Ggml) {
-      bpw = 8.0 * static_cast<double>(w->nbytes()) / n;
+      // The stored block rows (a load-time pack, counted in "bytes", is the kernels' copy of them).
+      bpw = 8.0 * static_cast<double>(w->row_bytes() * static_cast<size_t>(w->rows)) / n;
       t["quantized"] = true;
       t["scheme"] = w->format_name();
-      t["layout"] = "gguf";
+      // GGUF blocks come from a GGUF file or from a lowbit checkpoint's GGUF-block modules.
+      t["layout"] = m->format == "gguf" ? "gguf" : "lowbit-packed";
       qbits += bpw * n;
       qn += n;
     } else {

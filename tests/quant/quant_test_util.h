@@ -17,7 +17,9 @@
 #include <unistd.h>
 
 #include "io/safetensors.h"
+#include "kernels/kernel_plan.h"
 #include "kernels/matmul.h"
+#include "kernels/weight.h"
 #include "kv/kv_cache.h"
 #include "model/decoder.h"
 #include "model/fixture.h"
@@ -99,6 +101,26 @@ inline std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& 
   std::vector<float> out(toks.size() * static_cast<size_t>(m.config.vocab_size));
   dec.forward(b, kv, out.data());
   return out;
+}
+
+// Rebuilds the kernel plans of m's GGUF-block weights without their load-time packs, so they run the row
+// kernels a quantized in-memory model (WeightKind::Quant, no pack) runs: the same arithmetic on every tier.
+inline void drop_load_time_packs(Model& m) {
+  for (auto& [name, w] : m.weights.named_matrices())
+    if (w->kind == WeightKind::Ggml && w->plan && w->plan->load_pack()) {
+      w->plan = nullptr;
+      prepare_weight(*w, /*repack=*/false);
+    }
+}
+
+// Relative RMS difference of two logit arrays.
+inline double rel_rms_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double e2 = 0, r2 = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    e2 += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    r2 += double(a[i]) * a[i];
+  }
+  return r2 > 0 ? std::sqrt(e2 / r2) : std::sqrt(e2);
 }
 
 inline CalibData random_calib(const Model& m, int samples, int length, uint64_t seed) {
