@@ -216,4 +216,14 @@ void apply_threads(int threads) {
   set_num_threads(threads);
 }
 
+void add_gguf_acts_option(CLI::App* cmd) {
+  cmd->add_option_function<std::string>(
+         "--gguf-acts", [](const std::string& v) { set_q8_residual_pass(v == "q8x2"); },
+         "Activations of the GGUF block kernels (Q4_0 .. Q8_0, Q2_K .. Q6_K, IQ4_NL, MXFP4): q8 (default: "
+         "rounded to 8-bit blocks of 32, as llama.cpp computes) or q8x2 (plus the block-rounded residual: "
+         "~16-bit activations, results closer to the file's own values, prefill about half as fast; kernel "
+         "names end in x2, e.g. q4_k.q8vnni16x2.avx512). Example: --gguf-acts q8x2")
+      ->check(CLI::IsMember({"q8", "q8x2"}));
+}
+
 }  // namespace lowbit::app

@@ -77,4 +77,8 @@ void add_threads_option(CLI::App* cmd, int& threads,
 // it exceeds the hardware threads.
 void apply_threads(int threads);
 
+// --gguf-acts q8|q8x2: the activation rounding of the GGUF block kernels (kernels/matmul.h,
+// set_q8_residual_pass), applied when the command line is parsed.
+void add_gguf_acts_option(CLI::App* cmd);
+
 }  // namespace lowbit::app

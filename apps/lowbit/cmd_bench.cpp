@@ -393,6 +393,7 @@ void setup(CLI::App& cmd) {
   cmd.add_option("-n,--n-gen", a.n,
                  "Decode test: tokens generated one by one from an empty cache (0 = skip; 128)");
   lowbit::app::add_threads_option(&cmd, a.threads);
+  lowbit::app::add_gguf_acts_option(&cmd);
   cmd.add_option("-r,--repetitions", a.reps, "Repetitions per test (mean ± sd; one extra warm-up run)");
   lowbit::app::add_kv_options(&cmd, a.kv);
   lowbit::app::add_rope_scaling_option(&cmd, a.rope_scaling);

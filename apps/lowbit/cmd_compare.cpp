@@ -113,6 +113,7 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--concurrency", a.concurrency, "Concurrency levels of the throughput test (default 1,4)");
   cmd.add_option("--output", a.output, "Tokens generated per fixed prompt (default 32)");
   lowbit::app::add_threads_option(&cmd, a.threads, "Threads for every measurement (default: all cores)");
+  lowbit::app::add_gguf_acts_option(&cmd);
   cmd.add_flag("--fresh", a.fresh, "Recompute every step instead of resuming from OUT/results");
   cmd.add_flag("--list", a.list, "List the presets and their variants, then exit");
   cmd.add_flag("--json", a.json, "Print the summary as JSON on stdout");

@@ -54,6 +54,7 @@ void add_model_options(CLI::App* c, EvalArgs& a, bool model_required) {
   app::add_quantize_options(c, a.quant);
   app::add_rope_scaling_option(c, a.rope_scaling);
   lowbit::app::add_threads_option(c, a.threads);
+  lowbit::app::add_gguf_acts_option(c);
   c->add_flag(
       "--check-layers", a.check_layers,
       "Check every layer's activations for NaN/Inf (the logits are always checked); exit code 3 on failure");

@@ -97,6 +97,7 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--sens-length", a.sens_length, "Tokens per sensitivity window (default 128)")
       ->check(CLI::Range(2, 1 << 20));
   lowbit::app::add_threads_option(&cmd, a.threads);
+  lowbit::app::add_gguf_acts_option(&cmd);
   cmd.add_flag("--tensors", a.per_tensor,
                "Print one line per tensor (format, bpw, errors) after the summary");
   cmd.add_flag("-q,--quiet", a.quiet, "No progress bar");

@@ -54,6 +54,7 @@ void setup(CLI::App& cmd) {
   lowbit::app::add_quantize_options(&cmd, a.quant);
   cmd.add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer.bin (default: found next to the model)");
   lowbit::app::add_threads_option(&cmd, a.threads);
+  lowbit::app::add_gguf_acts_option(&cmd);
   cmd.add_flag("--no-bos", a.no_bos, "Do not prepend the BOS token");
   cmd.add_flag(
       "--no-parse-special", a.no_parse_special,

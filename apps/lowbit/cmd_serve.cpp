@@ -253,6 +253,7 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--dtype", a.dtype, "Dense weights in memory: native (as stored, default), f32, f16, bf16");
   cmd.add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer.bin (default: found next to the model)");
   lowbit::app::add_threads_option(&cmd, a.threads);
+  lowbit::app::add_gguf_acts_option(&cmd);
   cmd.footer(
       "Example: lowbit serve -m ../shared/models/stories260K/stories260K.bin --port 8080\n"
       "  curl http://127.0.0.1:8080/v1/completions -H 'Content-Type: application/json' \\\n"

@@ -39,6 +39,7 @@ void setup(CLI::App& cmd) {
   cmd.add_option("--dtype", a.dtype, "Dense weights in memory: native (default), f32, f16, bf16");
   cmd.add_option("--seed", a.seed, "Seed for the random prompt token ids");
   lowbit::app::add_threads_option(&cmd, a.threads);
+  lowbit::app::add_gguf_acts_option(&cmd);
   cmd.add_flag("--json", a.json, "Print one JSON object");
   cmd.footer(
       "Example: lowbit throughput -m ../shared/models/kjv-brown-6M/model.bin -c 1,4,8 -p 64 -n 32\n"

@@ -16,6 +16,12 @@ namespace lowbit {
 
 namespace {
 std::atomic<bool> g_amx_emulated{false};
+std::atomic<bool> g_q8_residual{false};
+
+// A Q8 kernel's choice: one rounding pass, or two with the residual pass on.
+KernelChoice q8_kernel(Kernel k) {
+  return {k, g_q8_residual.load(std::memory_order_relaxed) ? ActRounding::Q8x2 : ActRounding::Q8};
+}
 }  // namespace
 
 bool amx_emulated() {
@@ -96,10 +102,10 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
   // load-time QBlkPack where the weight has one (16 rows per tile), else by row, decode and prefill (NVFP4
   // activations stay an exact emulation: unfused).
   if (isa == Isa::Avx2 && p.route == Route::GgmlQ8 && (p.qblk || p.kpack) && w.act_format != FormatId::NVFP4)
-    return {Kernel::Q8PackAvx2, ActRounding::Q8};
+    return q8_kernel(Kernel::Q8PackAvx2);
   if (isa == Isa::Avx2 && p.route == Route::GgmlQ8 && kern::ggml_q8_avx2_supported(p.ggml_type) &&
       w.act_format != FormatId::NVFP4)
-    return {Kernel::Q8RowAvx2, ActRounding::Q8};
+    return q8_kernel(Kernel::Q8RowAvx2);
   if (isa == Isa::Avx2 && p.route == Route::Dense) return {Kernel::DenseAvx2, ActRounding::None};
   // INT4 codes with NVFP4 activations on the AVX2 tier: integer products per 16-column block (the blocks are
   // in the model's input order, so not for an input-permuted weight).
@@ -141,9 +147,9 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
         return {prefill ? Kernel::F32Tile : Kernel::Deq, ActRounding::None};
       // Q8 blocks of x against the load-time pack; without one, decode by row and prefill on a per-call pack
       // where the type has one, else (Q2_K / Q3_K held as rows) rows dequantized into the FP32 tile.
-      if (p.qblk || p.kpack) return {Kernel::Q8Pack, ActRounding::Q8};
-      if (!prefill) return {Kernel::Q8Row, ActRounding::Q8};
-      if (pack_tile_ok(w, p)) return {Kernel::Q8PackPerCall, ActRounding::Q8};
+      if (p.qblk || p.kpack) return q8_kernel(Kernel::Q8Pack);
+      if (!prefill) return q8_kernel(Kernel::Q8Row);
+      if (pack_tile_ok(w, p)) return q8_kernel(Kernel::Q8PackPerCall);
       return {Kernel::F32Tile, ActRounding::None};
     case Route::Nib:
     case Route::Byte:
@@ -271,12 +277,23 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
   else if (w.act_format != FormatId::F32)
     name += std::string("+a_") + format_info(w.act_format).name;
   // "<decode>[+<prefill>].<tier>": decode at one token, prefill at a long prompt (AMX from kAmxTokens on).
-  const Kernel dec = select_kernel(w, p, isa, 1).kernel, pre = select_kernel(w, p, isa, 1 << 20).kernel;
+  const KernelChoice dc = select_kernel(w, p, isa, 1), pc = select_kernel(w, p, isa, 1 << 20);
+  const Kernel dec = dc.kernel, pre = pc.kernel;
   // An unfused decode names the whole weight: the slow fallback that `run` / `bench` warn about.
   if (dec == Kernel::Deq) return name + (w.kind == WeightKind::F32 ? ".dot." : ".deq.") + isa_name(isa);
-  const std::string d = kernel_short_name(dec), f = kernel_short_name(pre);
+  // "x2": the Q8 kernels with the residual pass (set_q8_residual_pass).
+  const std::string d = std::string(kernel_short_name(dec)) + (dc.rounding == ActRounding::Q8x2 ? "x2" : ""),
+                    f = std::string(kernel_short_name(pre)) + (pc.rounding == ActRounding::Q8x2 ? "x2" : "");
   return name + "." + d + (f != d ? "+" + f : "") + "." +
          isa_name(std::max(kernel_tier(dec), kernel_tier(pre)));
+}
+
+void set_q8_residual_pass(bool on) {
+  g_q8_residual.store(on, std::memory_order_relaxed);
+}
+
+bool q8_residual_pass() {
+  return g_q8_residual.load(std::memory_order_relaxed);
 }
 
 void set_amx_emulation(bool on) {

@@ -897,6 +897,49 @@ void run_ggml_q8(const WeightMatrix& w, const KernelPlan& p, bool avx2, const fl
       static_cast<double>(w.nbytes()) * static_cast<double>(T));
 }
 
+// The Q8 kernels (load-time pack, per-call pack, rows) on x [T, cols] as it is.
+void run_q8_kernel(const WeightMatrix& w, const KernelPlan& p, Kernel k, const float* x, int64_t T,
+                   float* y) {
+  switch (k) {
+    case Kernel::Q8Pack:
+    case Kernel::Q8PackAvx2:
+      return p.qblk ? run_qblk(w, *p.qblk, k == Kernel::Q8PackAvx2, x, T, y)
+                    : run_kpack(w, *p.kpack, k == Kernel::Q8PackAvx2, x, T, y);
+    case Kernel::Q8PackPerCall:
+      return kpack_supported(p.ggml_type, w.cols) ? run_kpack_transient(w, p, x, T, y)
+                                                  : run_qblk_transient(w, p, x, T, y);
+    default:
+      return run_ggml_q8(w, p, k == Kernel::Q8RowAvx2, x, T, y);
+  }
+}
+
+// The residual pass (set_q8_residual_pass): tokens t and T + t of one call are x_t and its Q8 rounding
+// residual r_t = x_t - q8(x_t) (quantize_q8_blocks, bit-identical to every Q8 kernel's quantizer), so the
+// kernel computes W q8(x_t) and W q8(r_t), and y_t is their sum. One call keeps the prefill tiles' weight
+// decode shared by both halves.
+void run_q8_residual(const WeightMatrix& w, const KernelPlan& p, Kernel k, const float* x, int64_t T,
+                     float* y) {
+  const int64_t cols = w.cols, rows = w.rows;
+  thread_local std::vector<float> x2, y2;
+  x2.resize(static_cast<size_t>(2 * T * cols));
+  y2.resize(static_cast<size_t>(2 * T * rows));
+  float* x2p = x2.data();  // the pool's workers see their own thread_locals
+  std::copy(x, x + T * cols, x2p);
+  parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<int8_t> q(static_cast<size_t>(cols));
+    std::vector<float> d(static_cast<size_t>(cols / 32));
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* xt = x + t * cols;
+      float* rt = x2p + (T + t) * cols;
+      quantize_q8_blocks(xt, cols, q.data(), d.data());
+      for (int64_t c = 0; c < cols; ++c) rt[c] = xt[c] - static_cast<float>(q[c]) * d[c / 32];
+    }
+  });
+  float* y2p = y2.data();
+  run_q8_kernel(w, p, k, x2p, 2 * T, y2p);
+  for (int64_t i = 0; i < T * rows; ++i) y[i] = y2p[i] + y2p[T * rows + i];
+}
+
 // matmul after its activation route's entry: route_done means x has been through the route already.
 void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool route_done) {
   // An input-permuted weight (GPTQ act-order): every kernel multiplies the stored columns by x[perm].
@@ -904,7 +947,8 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
   x = gather_input(w, x, T, x_perm);
   const Isa isa = kernel_isa();
   const KernelPlan& p = kernel_plan(w);
-  const Kernel k = select_kernel(w, p, isa, T).kernel;
+  const KernelChoice choice = select_kernel(w, p, isa, T);
+  const Kernel k = choice.kernel;
   // Kernels that take x as it is (their own INT8 / BF16 handling, or weight-only).
   switch (k) {
     case Kernel::AmxTile:
@@ -938,17 +982,15 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
   switch (k) {
     case Kernel::Dense:
       return matmul_dense_avx512(w, x, T, y);
-    // x has been through the activation route; these kernels add the Q8 block rounding.
+    // x has been through the activation route; these kernels add the Q8 block rounding (or, with the residual
+    // pass, the rounding of x and of its residual).
     case Kernel::Q8Pack:
     case Kernel::Q8PackAvx2:
-      return p.qblk ? run_qblk(w, *p.qblk, k == Kernel::Q8PackAvx2, x, T, y)
-                    : run_kpack(w, *p.kpack, k == Kernel::Q8PackAvx2, x, T, y);
     case Kernel::Q8PackPerCall:
-      return kpack_supported(p.ggml_type, w.cols) ? run_kpack_transient(w, p, x, T, y)
-                                                  : run_qblk_transient(w, p, x, T, y);
     case Kernel::Q8Row:
     case Kernel::Q8RowAvx2:
-      return run_ggml_q8(w, p, k == Kernel::Q8RowAvx2, x, T, y);
+      return choice.rounding == ActRounding::Q8x2 ? run_q8_residual(w, p, k, x, T, y)
+                                                  : run_q8_kernel(w, p, k, x, T, y);
     case Kernel::Bf16Tile:
       return run_bf16_tile(w, p, x, T, y);
     case Kernel::Nib16:

@@ -81,8 +81,10 @@ enum class Kernel : uint8_t {
   F4RowAvx2,    // INT4 codes x NVFP4 activation codes, decode by row
   F4BlockAvx2,  // the same, prefill on the I8BlockAvx2 layout, one float step per 16-column block
 };
-// What a kernel rounds the activations to beyond the weight's activation route.
-enum class ActRounding : uint8_t { None, Bf16, Q8 };
+// What a kernel rounds the activations to beyond the weight's activation route. Q8x2: the Q8 kernels with
+// the residual pass (set_q8_residual_pass): x rounded to Q8 blocks plus its residual x - q8(x) rounded to Q8
+// blocks, i.e. about 16-bit block activations.
+enum class ActRounding : uint8_t { None, Bf16, Q8, Q8x2 };
 struct KernelChoice {
   Kernel kernel;
   ActRounding rounding;
@@ -154,9 +156,16 @@ void quantize_activation_codes(const WeightMatrix& w, const float* x, int8_t* co
 void matmul_int_reference(const WeightMatrix& w, const float* x, int64_t T, float* y);
 // llama.cpp-style Q8 blocks of 32 (n multiple of 32): d[b] = absmax/127, q = RNE(x/d) (0 when d == 0).
 void quantize_q8_blocks(const float* x, int64_t n, int8_t* q, float* d);
-// True when matmul(w, ., T, .) rounds activations to Q8 blocks (the GGUF types above on AVX-512: decode, and
-// prefill for weights repacked at load).
+// True when matmul(w, ., T, .) rounds activations to Q8 blocks in one pass (the GGUF types above on AVX-512:
+// decode, and prefill for weights repacked at load; on AVX2 the q8dot / q8dot16 kernels).
 bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T);
+// The Q8 kernels' residual pass (process-wide; off by default, as llama.cpp computes): each token's
+// activations x go in as two tokens, q8(x) and r = x - q8(x), whose products are added, so the kernels see
+// q8(x) + q8(r): the rounding error of 8-bit blocks (up to 1/254 of the block's largest |x|) shrinks
+// ~254-fold for about twice the integer work (prefill) and a second token's pass over the cached rows
+// (decode). Kernel names get "x2" (q8vnni16x2). Not for use while another thread is inside matmul().
+void set_q8_residual_pass(bool on);
+bool q8_residual_pass();
 // True when matmul(w, ., T, .) rounds activations to BF16 (round to nearest even; nib / byte route decode on
 // the Avx512Bf16 tier).
 bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T);

@@ -404,6 +404,25 @@ std::vector<float> q8_rounded(const std::vector<float>& x, int64_t T, int64_t co
   return xe;
 }
 
+// The activations a Q8 kernel with the residual pass sees: q8(x) + q8(x - q8(x)) per token.
+std::vector<float> q8x2_rounded(const std::vector<float>& x, int64_t T, int64_t cols) {
+  const std::vector<float> a = q8_rounded(x, T, cols);
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = x[i] - a[i];
+  const std::vector<float> b = q8_rounded(r, T, cols);
+  for (size_t i = 0; i < x.size(); ++i) r[i] = a[i] + b[i];
+  return r;
+}
+
+// The activations matmul(w, ., T, .) is specified to multiply: Q8-rounded, Q8 plus the rounded residual, or
+// x.
+std::vector<float> kernel_activations(const WeightMatrix& w, const std::vector<float>& x, int64_t T,
+                                      int64_t cols) {
+  if (matmul_rounds_to_q8(w, T)) return q8_rounded(x, T, cols);
+  if (select_kernel(w, T).rounding == ActRounding::Q8x2) return q8x2_rounded(x, T, cols);
+  return x;
+}
+
 // GGUF block types lowbit can read but not write (and Q4_K, whose quantizer never produces some code / scale
 // / min combinations, e.g. scales and mins both at 63): random blocks with sane f16 scale fields, T = 1 and 3
 // (decode: the Q8 VNNI kernels on AVX-512) and T = 17 (prefill: full and partial token tiles).
@@ -440,8 +459,11 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
                                  : k == 2 ? 1
                                           : 117 + static_cast<int>(rng() % 12));
     // With the load-time pack where the type has one (QBlkPack / KPack: decode and prefill on it), and
-    // without (the row-at-a-time kernels, as an unpacked weight such as an untied embedding runs).
-    for (bool repack : {true, false}) {
+    // without (the row-at-a-time kernels, as an unpacked weight such as an untied embedding runs); with and
+    // without the Q8 kernels' residual pass.
+    for (int mode = 0; mode < 4; ++mode) {
+      const bool repack = mode % 2 == 0;
+      set_q8_residual_pass(mode >= 2);
       WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
       prepare_weight(w, repack);
       std::vector<float> row(static_cast<size_t>(cols));
@@ -450,7 +472,7 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
         std::vector<float> ref(static_cast<size_t>(ntok * rows)), y(ref.size());
         for (Isa isa : available_isas()) {
           set_kernel_isa(isa);
-          const std::vector<float> xe = matmul_rounds_to_q8(w, ntok) ? q8_rounded(x, ntok, cols) : x;
+          const std::vector<float> xe = kernel_activations(w, x, ntok, cols);
           matmul_reference(w, xe.data(), ntok, ref.data());
           matmul(w, x.data(), ntok, y.data());
           for (int64_t r = 0; r < rows; ++r) {
@@ -466,8 +488,75 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
         }
       }
     }
+    set_q8_residual_pass(false);
     set_kernel_isa(best_isa());
   }
+}
+
+// The residual pass brings the Q8 kernels' products close to the unrounded ones: random GGUF blocks of the
+// packed types, decode and prefill, with and without the pack, on every tier that rounds to Q8 blocks; the
+// error against the float-activation reference shrinks by far more than 20x (the rounding step shrinks
+// ~254-fold; the kernels' float sums remain).
+TEST(Q8ResidualPass, ShrinksTheActivationRounding) {
+  struct T {
+    const char* name;
+    std::vector<int> f16_offsets;
+  };
+  const std::vector<T> types = {
+      {"q4_0", {0}}, {"q8_0", {0}}, {"q4_k", {0, 2}}, {"q6_k", {208}}, {"q3_k", {108}}};
+  const int64_t rows = 20, cols = 512;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> ud(0.001f, 0.01f);
+  std::vector<float> xall(static_cast<size_t>(17 * cols));
+  for (auto& v : xall) v = nd(rng);
+  xall[5] = 9.0f;  // an outlier: a coarse Q8 block
+  int checked = 0;
+  for (const auto& t : types) {
+    const FormatInfo& fi = format_by_name(t.name);
+    const int64_t nblk = rows * cols / fi.block_elems;
+    auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(nblk * fi.block_bytes));
+    for (auto& b : *buf) b = static_cast<uint8_t>(rng());
+    for (int64_t k = 0; k < nblk; ++k)
+      for (int off : t.f16_offsets) {
+        const uint16_t h = f32_to_f16(ud(rng));
+        std::memcpy(buf->data() + k * fi.block_bytes + off, &h, 2);
+      }
+    for (bool repack : {true, false}) {
+      WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
+      prepare_weight(w, repack);
+      for (int64_t ntok : {int64_t{1}, int64_t{3}, int64_t{17}}) {
+        const std::vector<float> x(xall.begin(), xall.begin() + ntok * cols);
+        std::vector<float> ref(static_cast<size_t>(ntok * rows)), y1(ref.size()), y2(ref.size());
+        matmul_reference(w, x.data(), ntok, ref.data());
+        for (Isa isa : available_isas()) {
+          set_kernel_isa(isa);
+          set_q8_residual_pass(false);
+          const bool q8 = matmul_rounds_to_q8(w, ntok);
+          matmul(w, x.data(), ntok, y1.data());
+          set_q8_residual_pass(true);
+          const std::string name = matmul_kernel_name(w);
+          matmul(w, x.data(), ntok, y2.data());
+          set_q8_residual_pass(false);
+          if (!q8) {  // a kernel without Q8 rounding: the pass changes nothing
+            EXPECT_EQ(y1, y2) << t.name << " " << name;
+            EXPECT_EQ(name.find("x2."), std::string::npos) << name;
+            continue;
+          }
+          EXPECT_NE(name.find("x2"), std::string::npos) << name;
+          double e1 = 0, e2 = 0;
+          for (size_t i = 0; i < ref.size(); ++i) {
+            e1 = std::max(e1, std::fabs(double(y1[i]) - ref[i]));
+            e2 = std::max(e2, std::fabs(double(y2[i]) - ref[i]));
+          }
+          EXPECT_LT(e2 * 20, e1) << t.name << " " << name << " T " << ntok << ": " << e2 << " vs " << e1;
+          ++checked;
+        }
+      }
+    }
+  }
+  set_kernel_isa(best_isa());
+  if (best_isa() >= Isa::Avx2) EXPECT_GT(checked, 0);
 }
 
 // The row helpers (attention's widen / axpy, the MLP's silu_mul): every binary16 / bfloat16 bit pattern
