@@ -6,7 +6,9 @@ lowbit's recipes quantized to each of those file sizes (`lowbit quantize --budge
 
 Every file, llama.cpp's and lowbit's, is measured by the same evaluator: `lowbit eval kld` against the float32
 baseline of scripts/quant_acceptance.py (same held-out splits, 24 windows x 256 tokens; kjv-brown-6M calibrates
-on the WikiText half, stories260K on the TinyStories half).
+on the WikiText half, stories260K on the TinyStories half). Every file is measured twice: with the kernels'
+activation rounding (8-bit blocks for GGUF types, as llama.cpp computes) and with its own values (`--gguf-acts
+q8x2`, FP32 activations); the summary per model gives lowbit's KLD over the best llama.cpp file no larger, both ways.
 
 llama.cpp is built outside this repository and named by --llama-cpp (the folder holding llama-quantize,
 llama-imatrix, llama-perplexity and llama-convert-llama2c-to-ggml); without it the llama.cpp rows are skipped.
@@ -177,7 +179,68 @@ def measure(lb, base, texts, path, n_params, row):
         c = qa.compare(lb, base[ev][0], path, texts[ev])
         row[ev] = None if c is None else {"ppl": c["ppl_variant"]["ppl"], "kld": c["kld"]["mean"],
                                           "top1": c["top1_agreement"]["value"]}
+        c2 = own_values(lb, base[ev][0], path, texts[ev])
+        if row[ev] is not None and c2 is not None:
+            row[ev]["kld_q8x2"] = c2["kld"]["mean"]
+            row[ev]["top1_q8x2"] = c2["top1_agreement"]["value"]
     return row
+
+
+def own_values(lb, baseline, model, text):
+    """`lowbit eval kld` of a file's own values: the GGUF block kernels with their residual pass (--gguf-acts
+    q8x2: activations not rounded to 8-bit blocks) and, on CPUs whose tier rounds the weight-only kernels'
+    activations to BF16 (avx512bf16, amx), the avx512 tier, which keeps them in FP32 (docs/kernels.md,
+    "Activation routes"). None when the model produced NaN/Inf."""
+    info = json.loads(qa.run([lb, "info", "--json"]).stdout)
+    env = dict(os.environ)
+    if info.get("kernel_isa") in ("avx512bf16", "amx"):
+        env["LOWBIT_ISA"] = "avx512"
+    p = subprocess.run([lb, "eval", "kld", "--baseline", baseline, "-m", model, "--text", text, "--dtype", "f32",
+                        "--json", "--no-progress", "--gguf-acts", "q8x2"], capture_output=True, text=True, env=env)
+    if p.returncode not in (0, 3):
+        sys.exit("command failed (%d): lowbit eval kld --gguf-acts q8x2 -m %s\n%s" % (p.returncode, model,
+                                                                                     p.stderr[-2000:]))
+    return None if p.returncode == 3 else json.loads(p.stdout)["comparison"]
+
+
+def print_summary(name, llama, lowbit):
+    """Per lowbit row: the best llama.cpp file no larger than its budget (lowest KLD per text, with or without
+    imatrix) and lowbit's KLD over it, with the kernels' activation rounding (8-bit blocks for the GGUF types, as
+    llama.cpp computes; BF16 for lowbit's weight-only kernels on the avx512bf16 tier) and with the files' own
+    values on both sides (own_values)."""
+    llama = [r for r in llama if r.get("preset") != "F32" and "file_bytes" in r]
+    if not llama or not lowbit:
+        return
+    print("\n%s: lowbit at each llama.cpp file size against the best llama.cpp file no larger (ratio = lowbit KLD / "
+          "llama.cpp KLD; target <= 0.6)\n" % name)
+    print("| size of | budget bytes | lowbit bytes | bpw | TinyStories KLD | top-1 | WikiText KLD | top-1 | best llama.cpp "
+          "file <= budget: TinyStories / WikiText KLD | ratio TinyStories / WikiText | the files' own values "
+          "(--gguf-acts q8x2, FP32 activations): lowbit KLD, best llama.cpp KLD, ratio (TinyStories / WikiText) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
+    label = lambda r: r["preset"] + (" imatrix" if r.get("imatrix") == "yes" else "")  # noqa: E731
+    for r in lowbit:
+        if any(r.get(ev) is None for ev in qa.EVAL_TEXTS):
+            continue
+        fit = [x for x in llama if x["file_bytes"] <= r["budget_bytes"] and all(x.get(ev) for ev in qa.EVAL_TEXTS)]
+        if not fit:
+            continue
+        best, ratio, best2, ratio2 = [], [], [], []
+        for ev in qa.EVAL_TEXTS:
+            b = min(fit, key=lambda x: x[ev]["kld"])
+            best.append("%s %.5f" % (label(b), b[ev]["kld"]))
+            ratio.append("%.2f" % (r[ev]["kld"] / b[ev]["kld"]))
+            with2 = [x for x in fit if "kld_q8x2" in x[ev]]
+            if with2 and "kld_q8x2" in r[ev]:
+                b2 = min(with2, key=lambda x: x[ev]["kld_q8x2"])
+                best2.append("%.5f, %s %.5f, %.2f" % (r[ev]["kld_q8x2"], label(b2), b2[ev]["kld_q8x2"],
+                                                      r[ev]["kld_q8x2"] / b2[ev]["kld_q8x2"]))
+        of = r["budget_of"] if isinstance(r["budget_of"], list) else [r["budget_of"]]
+        of = " = ".join(dict.fromkeys(p.replace(" imatrix", "") for p in of))
+        print("| %s | %d | %d | %.3f | %.5f | %.2f %% | %.5f | %.2f %% | %s | **%s** | %s |" % (
+            of, r["budget_bytes"], r["file_bytes"], r["bpw"], r["stories_eval"]["kld"],
+            100 * r["stories_eval"]["top1"], r["wiki_eval"]["kld"], 100 * r["wiki_eval"]["top1"], " / ".join(best),
+            " / ".join(ratio), " / ".join(best2) if best2 else "–"))
+    sys.stdout.flush()
 
 
 def print_row(row):
@@ -357,7 +420,8 @@ def main():
                     rows.append(r)
         sizes = sorted({(r["preset"] + (" imatrix" if r.get("imatrix") == "yes" else ""), r["file_bytes"])
                         for r in rows if r["preset"] != "F32" and "file_bytes" in r}, key=lambda x: -x[1])
-        lowbit_rows(a, name, model, texts, calib, base, n_params, sizes)
+        mine = lowbit_rows(a, name, model, texts, calib, base, n_params, sizes)
+        print_summary(name, [r for r in rows if r.get("engine") == "llama.cpp"], mine or [])
         if a.llama_cpp and a.cross_check and name == "kjv":
             x = llama_perplexity_kld(a, name, model, texts, work, a.cross_check.split(","), config["vocab_size"])
             with open(os.path.join(a.out, "rows", name + ".llama_perplexity.json"), "w") as f:
