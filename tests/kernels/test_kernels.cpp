@@ -423,6 +423,21 @@ std::vector<float> kernel_activations(const WeightMatrix& w, const std::vector<f
   return x;
 }
 
+// nblk random blocks of a GGUF type, the f16 fields at f16_offsets of each block set to scales from ud.
+std::shared_ptr<std::vector<uint8_t>> random_ggml_blocks(const FormatInfo& fi, int64_t nblk,
+                                                         const std::vector<int>& f16_offsets,
+                                                         std::mt19937& rng,
+                                                         std::uniform_real_distribution<float>& ud) {
+  auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(nblk * fi.block_bytes));
+  for (auto& b : *buf) b = static_cast<uint8_t>(rng());
+  for (int64_t k = 0; k < nblk; ++k)
+    for (int off : f16_offsets) {
+      const uint16_t h = f32_to_f16(ud(rng));
+      std::memcpy(buf->data() + k * fi.block_bytes + off, &h, 2);
+    }
+  return buf;
+}
+
 // GGUF block types lowbit can read but not write (and Q4_K, whose quantizer never produces some code / scale
 // / min combinations, e.g. scales and mins both at 63): random blocks with sane f16 scale fields, T = 1 and 3
 // (decode: the Q8 VNNI kernels on AVX-512) and T = 17 (prefill: full and partial token tiles).
@@ -445,13 +460,7 @@ TEST(GgmlRandomBlocks, MatchReferenceOnEveryIsa) {
   for (const auto& t : types) {
     const FormatInfo& fi = format_by_name(t.name);
     const int64_t nblk = rows * cols / fi.block_elems;
-    auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(nblk * fi.block_bytes));
-    for (auto& b : *buf) b = static_cast<uint8_t>(rng());
-    for (int64_t k = 0; k < nblk; ++k)
-      for (int off : t.f16_offsets) {
-        const uint16_t h = f32_to_f16(ud(rng));
-        std::memcpy(buf->data() + k * fi.block_bytes + off, &h, 2);
-      }
+    auto buf = random_ggml_blocks(fi, nblk, t.f16_offsets, rng, ud);
     if (t.e8m0)
       for (int64_t k = 0; k < nblk; ++k)
         (*buf)[static_cast<size_t>(k * fi.block_bytes)] =
@@ -515,13 +524,7 @@ TEST(Q8ResidualPass, ShrinksTheActivationRounding) {
   for (const auto& t : types) {
     const FormatInfo& fi = format_by_name(t.name);
     const int64_t nblk = rows * cols / fi.block_elems;
-    auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(nblk * fi.block_bytes));
-    for (auto& b : *buf) b = static_cast<uint8_t>(rng());
-    for (int64_t k = 0; k < nblk; ++k)
-      for (int off : t.f16_offsets) {
-        const uint16_t h = f32_to_f16(ud(rng));
-        std::memcpy(buf->data() + k * fi.block_bytes + off, &h, 2);
-      }
+    auto buf = random_ggml_blocks(fi, nblk, t.f16_offsets, rng, ud);
     for (bool repack : {true, false}) {
       WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
       prepare_weight(w, repack);
