@@ -186,17 +186,27 @@ def measure(lb, base, texts, path, n_params, row):
     return row
 
 
+_OWN_VALUES_ENV = {}
+
+
+def own_values_env(lb):
+    """The environment of own_values' runs, from `lowbit info` once per binary: the avx512 tier where the
+    machine's tier rounds weight-only activations to BF16 (avx512bf16, amx)."""
+    if lb not in _OWN_VALUES_ENV:
+        env = dict(os.environ)
+        if json.loads(qa.run([lb, "info", "--json"]).stdout).get("kernel_isa") in ("avx512bf16", "amx"):
+            env["LOWBIT_ISA"] = "avx512"
+        _OWN_VALUES_ENV[lb] = env
+    return _OWN_VALUES_ENV[lb]
+
+
 def own_values(lb, baseline, model, text):
     """`lowbit eval kld` of a file's own values: the GGUF block kernels with their residual pass (--gguf-acts
     q8x2: activations not rounded to 8-bit blocks) and, on CPUs whose tier rounds the weight-only kernels'
     activations to BF16 (avx512bf16, amx), the avx512 tier, which keeps them in FP32 (docs/kernels.md,
     "Activation routes"). None when the model produced NaN/Inf."""
-    info = json.loads(qa.run([lb, "info", "--json"]).stdout)
-    env = dict(os.environ)
-    if info.get("kernel_isa") in ("avx512bf16", "amx"):
-        env["LOWBIT_ISA"] = "avx512"
     p = subprocess.run([lb, "eval", "kld", "--baseline", baseline, "-m", model, "--text", text, "--dtype", "f32",
-                        "--json", "--no-progress", "--gguf-acts", "q8x2"], capture_output=True, text=True, env=env)
+                        "--json", "--no-progress", "--gguf-acts", "q8x2"], capture_output=True, text=True, env=own_values_env(lb))
     if p.returncode not in (0, 3):
         sys.exit("command failed (%d): lowbit eval kld --gguf-acts q8x2 -m %s\n%s" % (p.returncode, model,
                                                                                      p.stderr[-2000:]))
@@ -224,7 +234,7 @@ def print_summary(name, llama, lowbit):
         fit = [x for x in llama if x["file_bytes"] <= r["budget_bytes"] and all(x.get(ev) for ev in qa.EVAL_TEXTS)]
         if not fit:
             continue
-        best, ratio, best2, ratio2 = [], [], [], []
+        best, ratio, best2 = [], [], []
         for ev in qa.EVAL_TEXTS:
             b = min(fit, key=lambda x: x[ev]["kld"])
             best.append("%s %.5f" % (label(b), b[ev]["kld"]))

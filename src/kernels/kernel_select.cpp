@@ -292,10 +292,6 @@ void set_q8_residual_pass(bool on) {
   g_q8_residual.store(on, std::memory_order_relaxed);
 }
 
-bool q8_residual_pass() {
-  return g_q8_residual.load(std::memory_order_relaxed);
-}
-
 void set_amx_emulation(bool on) {
   g_amx_emulated.store(on, std::memory_order_relaxed);
 }

@@ -165,7 +165,6 @@ bool matmul_rounds_to_q8(const WeightMatrix& w, int64_t T);
 // ~254-fold for about twice the integer work (prefill) and a second token's pass over the cached rows
 // (decode). Kernel names get "x2" (q8vnni16x2). Not for use while another thread is inside matmul().
 void set_q8_residual_pass(bool on);
-bool q8_residual_pass();
 // True when matmul(w, ., T, .) rounds activations to BF16 (round to nearest even; nib / byte route decode on
 // the Avx512Bf16 tier).
 bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T);

@@ -123,7 +123,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& o)
   });
   for (WeightMatrix* w : order) {
     prepare_weight(*w);
-    if (weight_is_repacked(*w) && w->kind == WeightKind::Ggml)
+    if (weight_is_repacked(*w))
       for (const auto& f : mappings) f->release_pages(w->data, w->row_bytes() * w->rows);  // no-op outside f
   }
   if (W.tied() && !W.tok_embed.plan)
