@@ -445,6 +445,22 @@ void vnni_tile_int8_avx512(const int8_t* packed, const int32_t* rowsum, const fl
 void vnni_block_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
                        int bits, int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride,
                        const int32_t* xg, int64_t ng, const float* sx, int T, float* y, int64_t ystride);
+// INT4 codes x NVFP4 activations on the AVX-512 tiers, prefill (f4vnni16, matmul_avx512_tile.cpp;
+// per-channel or groups of whole 16-column blocks: f4_block_avx512_ok): vnni_block_avx512's layout and
+// arguments, with xq the activations as c = 2 * E2M1 value (natural order, xstride a multiple of 64, zero
+// padding), beta [T, bstride] the E4M3 block scales / 2 per 16 columns, xz [T, ng] the sum over a group's
+// blocks of beta_b * (sum of the block's c); the outputs are y / g (the caller multiplies by each token's
+// global scale). f4_rows_avx512 (decode) takes the same arguments, with xq in f4_rows_layout's order (per 128
+// columns the 64 even ones, then the 64 odd ones; xs a multiple of 128), and gives a token the same bits as
+// the tile.
+bool f4_block_avx512_ok(int64_t group, int64_t gcols);
+void f4_rows_layout(const int8_t* c, int64_t xs, int8_t* out);
+void f4_rows_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                    int zoff, int64_t cols, int64_t group, int64_t ng, const int8_t* xq, int64_t xstride,
+                    const float* beta, int64_t bstride, const float* xz, int T, float* y, int64_t ystride);
+void f4_block_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                     int zoff, int64_t cols, int64_t group, int64_t ng, const int8_t* xq, int64_t xstride,
+                     const float* beta, int64_t bstride, const float* xz, int T, float* y, int64_t ystride);
 // The same products on the AVX2 tier (matmul_avx2_int.cpp; groups per-channel or of whole 32-column chunks:
 // i8dot_avx2_ok). Decode, i8dot_rows_avx2: T tokens, xl [T, xstride] activation codes in the decode layout of
 // i8x_layout_avx2 (bits 8: natural order; bits 4: per 64 columns the 32 even ones, then the 32 odd ones, or

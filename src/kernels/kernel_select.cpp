@@ -123,6 +123,11 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
   if (isa == Isa::Avx2 && p.route == Route::Byte && w.kind == WeightKind::Quant)
     return {Kernel::ByteAvx2, ActRounding::None};
   if (isa < Isa::Avx512) return {Kernel::Deq, ActRounding::None};
+  // INT4 codes with NVFP4 activations: integer products with one float step per 16-column block (both
+  // kernels give a token the same bits).
+  if (w.act_format == FormatId::NVFP4 && p.bits == 4 && vnni_block_ok(w, p) &&
+      kern::f4_block_avx512_ok(p.group, p.gcols) && w.q->input_perm.empty())
+    return {prefill ? Kernel::F4Block : Kernel::F4Row, ActRounding::None};
   // INT4 / INT8 codes with INT8 or INT4 activations (W4A4: the 4-bit codes are widened to bytes and run on
   // the same integer kernels, exact in int32): integer products. Prefill: W8A8 per-channel on AMX tiles (from
   // kAmxTokens, where the tier or the emulator has them) or the VNNI register tile, other INT codes on the
@@ -195,6 +200,10 @@ const char* kernel_short_name(Kernel k) {
       return "vnnitile";
     case Kernel::VnniBlock:
       return "vnniblock";
+    case Kernel::F4Row:
+      return "f4vnni";
+    case Kernel::F4Block:
+      return "f4vnni16";
     case Kernel::F32Tile:
       return "f32tile";
     case Kernel::Q8Row:

@@ -1012,14 +1012,17 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
   }
 }
 
-// INT4 codes x NVFP4 activations on the AVX2 tier (f4dot / f4dot16): each token quantized by the route
-// (quantize_activation_nvfp4_avx2, bit-identical to the definition), its codes as c = 2 * E2M1 value, the
-// block scales halved (beta), the per-group sums xz = sum beta_b * C_b, then the kernels; the outputs times
-// the token's global scale.
-void run_f4dot_avx2(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y,
-                    bool prefill) {
+// INT4 codes x NVFP4 activations on the integer kernels (f4vnni16 on AVX-512, f4dot / f4dot16 on AVX2): each
+// token quantized by the route (quantize_activation_nvfp4_avx2, bit-identical to the definition), its codes
+// as c = 2 * E2M1 value, the block scales halved (beta), the per-group sums xz = sum beta_b * C_b, then the
+// kernels; the outputs times the token's global scale. Only the AVX2 decode kernel (f4dot) takes the
+// activations in its own layout.
+void run_f4_kernel(const WeightMatrix& w, const KernelPlan& p, Kernel k, const float* x, int64_t T,
+                   float* y) {
   static constexpr int8_t kC2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-  const int64_t cols = w.cols, xs = (cols + 63) / 64 * 64, nb = (cols + kNvfp4ActBlock - 1) / kNvfp4ActBlock;
+  const bool rows_layout = k == Kernel::F4RowAvx2 || k == Kernel::F4Row;
+  const int64_t cols = w.cols, xs = (cols + 127) / 128 * 128,
+                nb = (cols + kNvfp4ActBlock - 1) / kNvfp4ActBlock;
   const int64_t ng = p.gcols, grp = ng == 1 ? cols : p.group, bs = xs / 16;  // bs: blocks per token, padded
   thread_local std::vector<int8_t> c2, xl;
   thread_local std::vector<float> beta, bv, xz, g;
@@ -1046,26 +1049,31 @@ void run_f4dot_avx2(const WeightMatrix& w, const KernelPlan& p, const float* x, 
         for (int64_t c = b * kNvfp4ActBlock; c < std::min(cols, (b + 1) * kNvfp4ActBlock); ++c) cb += ct[c];
         xzp0[t * ng + b * kNvfp4ActBlock / grp] += bt[b] * static_cast<float>(cb);
       }
-      if (!prefill) {
+      if (k == Kernel::F4Row) {
+        kern::f4_rows_layout(ct, xs, xlp + t * xs);
+      } else if (rows_layout) {
         kern::i8x_layout_avx2(4, p.group, ng, ct, cols, xlp + t * xs);
         // Per 64-column chunk k: the betas of its blocks 4k, 4k, 4k+1, 4k+1, ... (int32 lane n = block n /
         // 2).
         float* v = bvp + t * bs * 2;
-        for (int64_t k = 0; k < bs * 2; ++k) v[k] = bt[(k / 8) * 4 + (k % 8) / 2];
+        for (int64_t i = 0; i < bs * 2; ++i) v[i] = bt[(i / 8) * 4 + (i % 8) / 2];
       }
     }
   });
   const int zoff = p.asym ? 0 : static_cast<int>(-p.lut[0]);
-  const int8_t* cp = prefill ? c2p : xlp;  // the pool's workers see their own thread_locals
-  const float* betap = prefill ? betap0 : bvp;
-  const int64_t bstride = prefill ? bs : 2 * bs;
+  const int8_t* cp = rows_layout ? xlp : c2p;  // the pool's workers see their own thread_locals
+  const float* betap = k == Kernel::F4RowAvx2 ? bvp : betap0;
+  const int64_t bstride = k == Kernel::F4RowAvx2 ? 2 * bs : bs;
   const float* xzp = xzp0;
+  const auto kernel = k == Kernel::F4Block       ? kern::f4_block_avx512
+                      : k == Kernel::F4Row       ? kern::f4_rows_avx512
+                      : k == Kernel::F4BlockAvx2 ? kern::f4dot_block_avx2
+                                                 : kern::f4dot_rows_avx2;
   for_code_row_blocks(
       w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
       [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp, int64_t r0) {
-        (prefill ? kern::f4dot_block_avx2 : kern::f4dot_rows_avx2)(nr, rp, sp, zp, zoff, cols, p.group, ng,
-                                                                   cp, xs, betap, bstride, xzp,
-                                                                   static_cast<int>(T), y + r0, w.rows);
+        kernel(nr, rp, sp, zp, zoff, cols, p.group, ng, cp, xs, betap, bstride, xzp, static_cast<int>(T),
+               y + r0, w.rows);
       });
   for (int64_t t = 0; t < T; ++t)
     for (int64_t r = 0; r < w.rows; ++r) y[t * w.rows + r] *= gp[t];
@@ -1077,8 +1085,9 @@ void matmul(const WeightMatrix& w, const float* x, int64_t T, float* y) {
   if (T <= 0 || w.rows <= 0) return;
   if (w.act_format != FormatId::NVFP4) return run_matmul(w, x, T, y, false);
   const KernelChoice kc = select_kernel(w, T);
-  if (kc.kernel == Kernel::F4RowAvx2 || kc.kernel == Kernel::F4BlockAvx2)
-    return run_f4dot_avx2(w, kernel_plan(w), x, T, y, kc.kernel == Kernel::F4BlockAvx2);
+  if (kc.kernel == Kernel::F4Row || kc.kernel == Kernel::F4Block || kc.kernel == Kernel::F4RowAvx2 ||
+      kc.kernel == Kernel::F4BlockAvx2)
+    return run_f4_kernel(w, kernel_plan(w), kc.kernel, x, T, y);
   // NVFP4 activations: the route runs before the input permutation (its blocks are 16 consecutive inputs in
   // the model's order), and the kernels multiply e2m1 * s_b, exact in BF16, with each token's global scale
   // applied to its outputs afterwards (one float rounding, as the reference's x_hat = e2m1 * s_b * g).

@@ -21,7 +21,8 @@
 //                  weight format (exact emulation; "+a_nvfp4" in the kernel name). The kernels multiply the
 //                  unscaled e2m1 * s_b (exact in BF16, so the BF16-activation kernels round nothing) and
 //                  scale each token's outputs by its global scale; GGUF weights skip their Q8 activation
-//                  blocks (f32tile / deq) so that nothing else rounds x.
+//                  blocks (f32tile / deq) so that nothing else rounds x. INT4 weights run integer kernels
+//                  instead (f4vnni / f4vnni16 on AVX-512, f4dot / f4dot16 on AVX2: one float step per block).
 // GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q2_K .. Q6_K weights on AVX-512 additionally quantize activations
 // to Q8 blocks of 32 (like llama.cpp; its k-quant kernels use one scale per 256 instead) in decode (T < 4),
 // and in prefill too where a pack serves it (load-time, or per call for the QBlkPack / KPack types held as
@@ -51,6 +52,8 @@ enum class Kernel : uint8_t {
   AmxTile,          // W8A8 per-channel prefill on AMX-INT8 tiles
   AmxTileEmulated,  // the same on the instruction-level emulator (set_amx_emulation)
   VnniBlock,        // other INT4 / INT8 codes x INT8 activations, prefill over per-call decoded blocks
+  F4Row,            // INT4 codes x NVFP4 activation codes, decode by rows
+  F4Block,          // the same, prefill on the VnniBlock tile (a token gets the same bits from both)
   F32Tile,          // prefill: 16-row blocks dequantized into the dense FP32 tile
   Q8Row,            // GGUF blocks x Q8 activations, decode by row
   Q8Pack,           // GGUF on the load-time pack (QBlkPack / KPack), decode and prefill

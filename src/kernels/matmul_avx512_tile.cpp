@@ -22,6 +22,15 @@
 //   group)
 // so the zero point (stored, or 2^(bits-1) for symmetric codes) costs one vpmulld per group and token. Per
 // group the int32 sums are converted and multiplied by the 16 rows' scales and the token's scale (one FMA).
+//
+// f4_block (INT4 codes with NVFP4 activations, decode and prefill): the same layout and products, with the
+// activations as c = 2 * E2M1 value (signed bytes in [-12, 12]). Each 16-column activation block b has its
+// own scale beta_b = s_b / 2, so per block (4 kq steps) the int32 sums I_b are converted and multiplied by
+// beta_b (exact: |I_b| <= 2880 and beta has 4 significant bits), added in block order; per group
+//   sum_c (u - z) x_hat = sum_b beta_b I_b - z * XZ_g          (XZ_g = sum_b beta_b C_b, C_b the block's code
+//   sum)
+// then the rows' scales. The order depends on nothing but the row and the token, so a token gets the same
+// bits alone and in a batch.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -30,6 +39,7 @@
 
 #include "kernels/kernel_plan.h"
 #include "kernels/lane_avx512.h"
+#include "kernels/prefetch.h"
 #include "kernels/with_nt.h"
 
 namespace lowbit::kern {
@@ -141,25 +151,57 @@ void block_tile(const uint8_t* wb, int64_t k4, int64_t gk, int64_t ng, const flo
   for (int j = 0; j < NT; ++j) out[j] = accf[j];
 }
 
-}  // namespace
+template <int NT>
+void f4_tile(const uint8_t* wb, int64_t k4, int64_t gk, int64_t ng, const float* sv, const float* zv,
+             const int8_t* xq, int64_t xstride, const float* beta, int64_t bstride, const float* xz,
+             __m512* out) {
+  __m512 accf[NT];
+  for (int j = 0; j < NT; ++j) accf[j] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < ng; ++g) {
+    const int64_t kq1 = std::min(k4, (g + 1) * gk);
+    __m512 accg[NT];
+    for (int j = 0; j < NT; ++j) accg[j] = _mm512_setzero_ps();
+    for (int64_t kb = g * gk; kb < kq1; kb += 4) {  // one activation block: 16 columns
+      const int64_t ke = std::min(kq1, kb + 4);
+      __m512i acc[NT];
+      for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_si512();
+      for (int64_t kq = kb; kq < ke; ++kq) {
+        const __m512i w = _mm512_load_si512(wb + 64 * kq);
+        for (int j = 0; j < NT; ++j) {
+          int32_t x4;
+          std::memcpy(&x4, xq + j * xstride + 4 * kq, 4);
+          acc[j] = _mm512_dpbusd_epi32(acc[j], w, _mm512_set1_epi32(x4));
+        }
+      }
+      for (int j = 0; j < NT; ++j)
+        accg[j] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j]), _mm512_set1_ps(beta[j * bstride + kb / 4]), accg[j]);
+    }
+    const __m512 s = _mm512_load_ps(sv + 16 * g), z = _mm512_load_ps(zv + 16 * g);
+    for (int j = 0; j < NT; ++j)
+      accf[j] = _mm512_fmadd_ps(_mm512_fnmadd_ps(z, _mm512_set1_ps(xz[j * ng + g]), accg[j]), s, accf[j]);
+  }
+  for (int j = 0; j < NT; ++j) out[j] = accf[j];
+}
 
-void vnni_block_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
-                       int bits, int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride,
-                       const int32_t* xg, int64_t ng, const float* sx, int T, float* y, int64_t ystride) {
-  const int64_t k4 = (cols + 3) / 4, nch = (cols + 63) / 64;
-  const int64_t gk = ng == 1 ? k4 : group / 4;  // kq steps per scale group
+// Rows [0, nr) of a 16-row block in the [kq][16 rows][4 columns] byte layout, plus the rows' scale and zero
+// cells per group (16 floats / int32s per group after the codes). Returns the code lines.
+template <typename Z>
+uint8_t* layout_block16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                        int bits, Z zoff, int64_t cols, int64_t ng, float** sv, Z** zv) {
+  const int64_t nch = (cols + 63) / 64;
   struct alignas(64) Line {
     uint8_t v[64];
   };
   thread_local std::vector<Line> buf;
   buf.resize(static_cast<size_t>(16 * nch + 2 * ng));
   uint8_t* wb = buf.data()->v;
-  float* sv = reinterpret_cast<float*>(buf[16 * nch].v);
-  int32_t* zv = reinterpret_cast<int32_t*>(buf[16 * nch + ng].v);
+  *sv = reinterpret_cast<float*>(buf[16 * nch].v);
+  *zv = reinterpret_cast<Z*>(buf[16 * nch + ng].v);
   for (int64_t g = 0; g < ng; ++g)
     for (int i = 0; i < 16; ++i) {
-      sv[16 * g + i] = i < nr ? s[i][g] : 0.0f;
-      zv[16 * g + i] = i >= nr ? 0 : z[i] ? static_cast<int32_t>(z[i][g]) : zoff;
+      (*sv)[16 * g + i] = i < nr ? s[i][g] : 0.0f;
+      (*zv)[16 * g + i] = i >= nr ? Z{0} : z[i] ? static_cast<Z>(z[i][g]) : zoff;
     }
   for (int64_t ch = 0; ch < nch; ++ch) {
     __m512i v[16];
@@ -167,6 +209,169 @@ void vnni_block_avx512(int nr, const uint8_t* const* rows, const float* const* s
     transpose16(v);  // v[j]: the 4 columns 64 ch + 4 j of the 16 rows
     for (int j = 0; j < 16; ++j) _mm512_store_si512(wb + 64 * (16 * ch + j), v[j]);
   }
+  return wb;
+}
+
+// 128 columns (chunk ch) of a row of 4-bit codes as 64 bytes (low nibble: column 2i, high: 2i + 1); bytes
+// past the row read as 0.
+inline __m512i nib_bytes128(const uint8_t* row, int64_t cols, int64_t ch) {
+  const int64_t bl = (cols - 128 * ch + 1) / 2;
+  if (bl >= 64) return _mm512_loadu_si512(row + 64 * ch);
+  return _mm512_maskz_loadu_epi8((__mmask64{1} << bl) - 1, row + 64 * ch);
+}
+
+// One row's 128-column chunk against a token's (xe: its 64 even columns, xo: the 64 odd ones): int32 lane L
+// sums columns 8L .. 8L + 7; then each lane pair (a 16-column block) summed into both lanes. Exact.
+inline __m512i pair_sums(__m512i v, __m512i xe, __m512i xo) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  const __m512i a = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe), hi, xo);
+  return _mm512_add_epi32(a, _mm512_shuffle_epi32(a, _MM_PERM_CDAB));
+}
+
+// v[k]: 128-bit lane k of each of a[0..3], i.e. a 4 x 4 transpose of 128-bit lanes.
+inline void transpose_lanes4(const __m512i (&a)[4], __m512i (&v)[4]) {
+  const __m512i p0 = _mm512_shuffle_i32x4(a[0], a[1], _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512i p1 = _mm512_shuffle_i32x4(a[0], a[1], _MM_SHUFFLE(3, 2, 3, 2));
+  const __m512i p2 = _mm512_shuffle_i32x4(a[2], a[3], _MM_SHUFFLE(1, 0, 1, 0));
+  const __m512i p3 = _mm512_shuffle_i32x4(a[2], a[3], _MM_SHUFFLE(3, 2, 3, 2));
+  v[0] = _mm512_shuffle_i32x4(p0, p2, _MM_SHUFFLE(2, 0, 2, 0));
+  v[1] = _mm512_shuffle_i32x4(p0, p2, _MM_SHUFFLE(3, 1, 3, 1));
+  v[2] = _mm512_shuffle_i32x4(p1, p3, _MM_SHUFFLE(2, 0, 2, 0));
+  v[3] = _mm512_shuffle_i32x4(p1, p3, _MM_SHUFFLE(3, 1, 3, 1));
+}
+
+}  // namespace
+
+// Decode: f4_block_avx512's sums by rows instead of a transposed block. The token's codes are laid out per
+// 128 columns as the 64 even ones, then the 64 odd ones (f4_rows_layout), so a row's nibbles multiply them
+// without being put back in column order: two vpdpbusd per row and 128 columns. Four rows at a time, each
+// read from start to end, their block sums are gathered as E (blocks 0, 2, 4, 6 of the chunk, one per
+// 128-bit lane, lane 4k + r = row r) and O (blocks 1, 3, 5, 7); then, chunk by chunk, a transpose of
+// 128-bit lanes gives the 16 rows' int32 sums of each block, and the float steps are the tile's, in its
+// order.
+void f4_rows_layout(const int8_t* c, int64_t xs, int8_t* out) {
+  for (int64_t k = 0; k < xs; k += 128)
+    for (int64_t i = 0; i < 64; ++i) {
+      out[k + i] = c[k + 2 * i];
+      out[k + 64 + i] = c[k + 2 * i + 1];
+    }
+}
+
+void f4_rows_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                    int zoff, int64_t cols, int64_t group, int64_t ng, const int8_t* xq, int64_t xstride,
+                    const float* beta, int64_t bstride, const float* xz, int T, float* y, int64_t ystride) {
+  const int64_t nch = (cols + 127) / 128, nb = (cols + 15) / 16;
+  const int64_t gb = ng == 1 ? nb : group / 16;  // blocks per scale group
+  thread_local std::vector<float> cells;
+  cells.resize(static_cast<size_t>(33 * ng));
+  float *sv = cells.data(), *zv = sv + 16 * ng, *zc = zv + 16 * ng;
+  std::fill(zc, zc + ng, static_cast<float>(zoff));
+  // Rows past nr repeat row 0's cells: their lanes are never stored.
+  const float* sp[16];
+  const float* zp[16];
+  for (int i = 0; i < 16; ++i) {
+    sp[i] = s[i < nr ? i : 0];
+    zp[i] = z[i < nr ? i : 0] ? z[i < nr ? i : 0] : zc;
+  }
+  for (int64_t g = 0; g < ng; ++g)
+    for (int i = 0; i < 16; ++i) {
+      sv[16 * g + i] = sp[i][g];
+      zv[16 * g + i] = zp[i][g];
+    }
+  struct alignas(64) Line {
+    __m512i v;
+  };
+  thread_local std::vector<Line> quad_sums;  // [nch][E, O][4 quads]
+  quad_sums.resize(static_cast<size_t>(8 * nch));
+  Line* qs = quad_sums.data();
+  const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1);
+  const bool l2 = prefetch_to_l2(4 * (cols + 1) / 2, cols);
+  for (int t = 0; t < T; ++t) {
+    const int8_t* xt = xq + t * xstride;
+    const float* bt = beta + t * bstride;
+    for (int q = 0; q < 4; ++q) {
+      for (int64_t ch = 0; ch < nch; ++ch) {
+        // The quad's rows are consecutive in memory, read interleaved: prefetch their region in address order
+        // 4 KiB ahead (as vnni_rows does; harmless past the end).
+        const uint8_t* ahead = rows[4 * q] + 256 * ch + 4096;
+        for (int k = 0; k < 4; ++k) prefetch_far(ahead + 64 * k, l2);
+        const __m512i xe = _mm512_loadu_si512(xt + 128 * ch), xo = _mm512_loadu_si512(xt + 128 * ch + 64);
+        __m512i p[4];
+        for (int i = 0; i < 4; ++i) {
+          const int row = 4 * q + i;
+          p[i] = row < nr ? pair_sums(nib_bytes128(rows[row], cols, ch), xe, xo) : _mm512_setzero_si512();
+        }
+        // [row 0, row 1, row 0, row 1] per 128-bit lane: (block 2k, block 2k) then (2k + 1, 2k + 1).
+        const __m512i ab = _mm512_mask_blend_epi32(0xAAAA, p[0], p[1]);
+        const __m512i cd = _mm512_mask_blend_epi32(0xAAAA, p[2], p[3]);
+        qs[8 * ch + q].v = _mm512_unpacklo_epi64(ab, cd);
+        qs[8 * ch + 4 + q].v = _mm512_unpackhi_epi64(ab, cd);
+      }
+      if (4 * q + 4 >= nr) {  // the remaining quads hold no row
+        for (int q2 = q + 1; q2 < 4; ++q2)
+          for (int64_t ch = 0; ch < nch; ++ch)
+            qs[8 * ch + q2].v = qs[8 * ch + 4 + q2].v = _mm512_setzero_si512();
+        break;
+      }
+    }
+    __m512 accf = _mm512_setzero_ps(), accg = _mm512_setzero_ps();
+    int64_t g = 0, left = gb;  // the current group, its blocks still to add
+    for (int64_t ch = 0; ch < nch; ++ch) {
+      const __m512i e[4] = {qs[8 * ch].v, qs[8 * ch + 1].v, qs[8 * ch + 2].v, qs[8 * ch + 3].v};
+      const __m512i o[4] = {qs[8 * ch + 4].v, qs[8 * ch + 5].v, qs[8 * ch + 6].v, qs[8 * ch + 7].v};
+      __m512i ve[4], vo[4];
+      transpose_lanes4(e, ve);
+      transpose_lanes4(o, vo);
+      for (int b = 0; b < 8; ++b) {
+        const int64_t blk = 8 * ch + b;
+        if (blk >= nb) break;
+        const __m512i v = b % 2 ? vo[b / 2] : ve[b / 2];
+        accg = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(bt[blk]), accg);
+        if (--left == 0 || blk + 1 == nb) {  // the group's last block
+          const __m512 zz = _mm512_loadu_ps(zv + 16 * g);
+          accf = _mm512_fmadd_ps(_mm512_fnmadd_ps(zz, _mm512_set1_ps(xz[t * ng + g]), accg),
+                                 _mm512_loadu_ps(sv + 16 * g), accf);
+          accg = _mm512_setzero_ps();
+          ++g, left = gb;
+        }
+      }
+    }
+    _mm512_mask_storeu_ps(y + t * ystride, m, accf);
+  }
+}
+
+bool f4_block_avx512_ok(int64_t group, int64_t gcols) {
+  return gcols == 1 || group % 16 == 0;
+}
+
+void f4_block_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                     int zoff, int64_t cols, int64_t group, int64_t ng, const int8_t* xq, int64_t xstride,
+                     const float* beta, int64_t bstride, const float* xz, int T, float* y, int64_t ystride) {
+  const int64_t k4 = (cols + 3) / 4;
+  const int64_t gk = ng == 1 ? k4 : group / 4;  // kq steps per scale group (a multiple of 4)
+  float *sv, *zv;
+  const uint8_t* wb = layout_block16<float>(nr, rows, s, z, 4, static_cast<float>(zoff), cols, ng, &sv, &zv);
+  const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1);
+  for (int t0 = 0; t0 < T; t0 += 8) {
+    __m512 out[8];
+    const int nt = std::min(8, T - t0);
+    with_nt(nt, [&](auto n) {
+      f4_tile<decltype(n)::value>(wb, k4, gk, ng, sv, zv, xq + t0 * xstride, xstride, beta + t0 * bstride,
+                                  bstride, xz + t0 * ng, out);
+    });
+    for (int j = 0; j < nt; ++j) _mm512_mask_storeu_ps(y + (t0 + j) * ystride, m, out[j]);
+  }
+}
+
+void vnni_block_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                       int bits, int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride,
+                       const int32_t* xg, int64_t ng, const float* sx, int T, float* y, int64_t ystride) {
+  const int64_t k4 = (cols + 3) / 4;
+  const int64_t gk = ng == 1 ? k4 : group / 4;  // kq steps per scale group
+  float* sv;
+  int32_t* zv;
+  const uint8_t* wb = layout_block16<int32_t>(nr, rows, s, z, bits, zoff, cols, ng, &sv, &zv);
   const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1);
   for (int t0 = 0; t0 < T; t0 += 8) {
     __m512 out[8];

@@ -373,6 +373,48 @@ TEST(ActivationNvfp4Matmul, ExactOperandsAreExact) {
   }
 }
 
+// INT4 weights with NVFP4 activations run integer kernels on the AVX2 (f4dot / f4dot16) and AVX-512 (f4vnni /
+// f4vnni16) tiers; a decode kernel and its prefill tile must give a token the same bits, or a sequence's
+// output would depend on what else is in the engine's batch. Shapes with a ragged last block, groups of 32,
+// 64, 128 and per channel, symmetric and asymmetric, on every tier that fuses them.
+TEST(ActivationNvfp4Matmul, TokenBitsDoNotDependOnTheBatch) {
+  int fused = 0;
+  for (const char* scheme : {"int4:g32:sym", "int4:g64:asym", "int4:g128:sym", "int4:channel:asym"})
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {21, 392}, {16, 200}}) {
+      if (std::string(scheme) == "int4:g128:sym" && cols % 128 != 0) continue;
+      std::mt19937 rng(static_cast<uint32_t>(rows + cols));
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      std::vector<float> w(static_cast<size_t>(rows * cols));
+      for (auto& v : w) v = 0.05f * nd(rng);
+      const WeightMatrix m = make_weight(w, rows, cols, scheme);
+      const int64_t T = 19;
+      std::vector<float> x(static_cast<size_t>(T * cols));
+      for (auto& v : x) v = nd(rng) * (nd(rng) > 1.5f ? 30.0f : 1.0f);
+      for (Isa isa : available_isas()) {
+        set_kernel_isa(isa);
+        const std::string name = matmul_kernel_name(m);
+        if (isa >= Isa::Avx512) {
+          EXPECT_NE(name.find(".f4vnni+f4vnni16.avx512"), std::string::npos) << name;
+          ++fused;
+        }
+        if (name.find(".f4") == std::string::npos) continue;  // the emulation (AVX2 g32, generic tier)
+        std::vector<float> all(static_cast<size_t>(T * rows)), one(static_cast<size_t>(rows));
+        matmul(m, x.data(), T, all.data());
+        for (int64_t t = 0; t < T; ++t) {
+          matmul(m, x.data() + t * cols, 1, one.data());
+          ASSERT_EQ(std::memcmp(one.data(), all.data() + t * rows, one.size() * sizeof(float)), 0)
+              << name << " " << rows << "x" << cols << " token " << t;
+        }
+        // A decode step of three sequences (the decode kernel) against the same tokens in the tile.
+        std::vector<float> three(static_cast<size_t>(3 * rows));
+        matmul(m, x.data() + 5 * cols, 3, three.data());
+        ASSERT_EQ(std::memcmp(three.data(), all.data() + 5 * rows, three.size() * sizeof(float)), 0) << name;
+      }
+      set_kernel_isa(best_isa());
+    }
+  if (best_isa() >= Isa::Avx512) EXPECT_GT(fused, 0);
+}
+
 // An input-permuted weight: the route quantizes x in the model's input order (its blocks of 16), not the
 // stored column order.
 TEST(ActivationNvfp4Matmul, InputPermutedWeights) {
