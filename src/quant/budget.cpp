@@ -130,7 +130,7 @@ KnapsackResult solve_knapsack(const std::vector<KnapsackItem>& items, int64_t ca
 std::vector<QuantScheme> default_candidates() {
   std::vector<QuantScheme> out;
   for (const char* s : {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "int3:g32:sym:f16", "int4:g32:sym:f16",
-                        "int4:g64:sym:f16", "int8:channel:sym:f16"})
+                        "int4:g64:sym:f16", "int8:channel:sym:f16", "int8:g32:sym:f16"})
     out.push_back(parse_scheme(s));
   return out;
 }

@@ -68,7 +68,7 @@ struct BudgetSpec {
 };
 
 // The k-quants q2_k..q6_k (two-level scales, GPTQ-capable, 256-column blocks), int3 / int4 g32 and int4 g64
-// for rows the k-quants do not fit, int8 per channel.
+// for rows the k-quants do not fit, int8 per channel and int8 g32 (Q8_0's grid, for the largest budgets).
 std::vector<QuantScheme> default_candidates();
 
 struct AllocOption {
