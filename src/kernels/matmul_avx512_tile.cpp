@@ -123,6 +123,22 @@ inline __m512i code_chunk(const uint8_t* row, int bits, int64_t cols, int64_t ch
                          _mm512_slli_epi16(_mm512_and_si512(w, _mm512_set1_epi16(0x00F0)), 4));
 }
 
+// acc[j] = the sum over kq steps [kq0, kq1) of the 16 rows' 4 codes (wb's [kq][16 rows][4 columns] layout)
+// times token j's 4 activations, exact in int32.
+template <int NT>
+inline void dp_steps(const uint8_t* wb, int64_t kq0, int64_t kq1, const int8_t* xq, int64_t xstride,
+                     __m512i* acc) {
+  for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_si512();
+  for (int64_t kq = kq0; kq < kq1; ++kq) {
+    const __m512i w = _mm512_load_si512(wb + 64 * kq);
+    for (int j = 0; j < NT; ++j) {
+      int32_t x4;
+      std::memcpy(&x4, xq + j * xstride + 4 * kq, 4);
+      acc[j] = _mm512_dpbusd_epi32(acc[j], w, _mm512_set1_epi32(x4));
+    }
+  }
+}
+
 template <int NT>
 void block_tile(const uint8_t* wb, int64_t k4, int64_t gk, int64_t ng, const float* sv, const int32_t* zv,
                 const int8_t* xq, int64_t xstride, const int32_t* xg, int64_t xgs, const float* sx,
@@ -130,17 +146,8 @@ void block_tile(const uint8_t* wb, int64_t k4, int64_t gk, int64_t ng, const flo
   __m512 accf[NT];
   for (int j = 0; j < NT; ++j) accf[j] = _mm512_setzero_ps();
   for (int64_t g = 0; g < ng; ++g) {
-    const int64_t kq1 = std::min(k4, (g + 1) * gk);
     __m512i acc[NT];
-    for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_si512();
-    for (int64_t kq = g * gk; kq < kq1; ++kq) {
-      const __m512i w = _mm512_load_si512(wb + 64 * kq);
-      for (int j = 0; j < NT; ++j) {
-        int32_t x4;
-        std::memcpy(&x4, xq + j * xstride + 4 * kq, 4);
-        acc[j] = _mm512_dpbusd_epi32(acc[j], w, _mm512_set1_epi32(x4));
-      }
-    }
+    dp_steps<NT>(wb, g * gk, std::min(k4, (g + 1) * gk), xq, xstride, acc);
     const __m512 s = _mm512_load_ps(sv + 16 * g);
     const __m512i z = _mm512_load_si512(zv + 16 * g);
     for (int j = 0; j < NT; ++j) {
@@ -162,17 +169,8 @@ void f4_tile(const uint8_t* wb, int64_t k4, int64_t gk, int64_t ng, const float*
     __m512 accg[NT];
     for (int j = 0; j < NT; ++j) accg[j] = _mm512_setzero_ps();
     for (int64_t kb = g * gk; kb < kq1; kb += 4) {  // one activation block: 16 columns
-      const int64_t ke = std::min(kq1, kb + 4);
       __m512i acc[NT];
-      for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_si512();
-      for (int64_t kq = kb; kq < ke; ++kq) {
-        const __m512i w = _mm512_load_si512(wb + 64 * kq);
-        for (int j = 0; j < NT; ++j) {
-          int32_t x4;
-          std::memcpy(&x4, xq + j * xstride + 4 * kq, 4);
-          acc[j] = _mm512_dpbusd_epi32(acc[j], w, _mm512_set1_epi32(x4));
-        }
-      }
+      dp_steps<NT>(wb, kb, std::min(kq1, kb + 4), xq, xstride, acc);
       for (int j = 0; j < NT; ++j)
         accg[j] =
             _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j]), _mm512_set1_ps(beta[j * bstride + kb / 4]), accg[j]);
