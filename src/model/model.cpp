@@ -61,26 +61,25 @@ namespace {
 // hardware prefetchers stop at each page boundary. Where weights go to transparent huge pages
 // (malloc_huge_pages: lowbit re-executes itself with glibc's tunable unless LOWBIT_HUGEPAGES=0) such a matrix
 // is copied to the heap and its file pages dropped, so the resident size stays the same (one tensor more
-// while it is copied). A 151936 x 896 BF16 lm_head streams at 28 GB/s mapped and 64 GB/s in huge pages on 2
-// Zen 5 cores (bench_kernels matmul/bf16/151936x896/T1 without and with the tunable). Returns whether it
-// copied.
+// while it is copied). A 151936 x 896 BF16 lm_head streams at 28 GB/s from 4 KiB pages and 64 GB/s from huge
+// pages on 2 Zen 5 cores (bench_kernels matmul/bf16/151936x896/T1 without and with the tunable). Returns
+// whether it copied.
 bool copy_mapped_dense(WeightMatrix& w, const std::vector<std::shared_ptr<io::MappedFile>>& mappings) {
   if (w.kind != WeightKind::F32 && w.kind != WeightKind::F16 && w.kind != WeightKind::BF16) return false;
   const size_t n = w.row_bytes() * static_cast<size_t>(w.rows);
-  const auto in = [&](const io::MappedFile& f) {
-    return n > 0 && w.data >= f.data() && w.data + n <= f.data() + f.size();
-  };
-  const auto it = std::find_if(mappings.begin(), mappings.end(), [&](const auto& f) { return in(*f); });
+  const auto it = std::find_if(mappings.begin(), mappings.end(), [&](const auto& f) {
+    return n > 0 && w.data >= f->data() && w.data + n <= f->data() + f->size();
+  });
   if (it == mappings.end()) return false;
   // Not zeroed first (every byte is copied), and copied by every thread in 2 MiB chunks so the file pages
   // fault in on all cores (942 MB of BF16: +1.5 s of load time zeroed and copied on one thread, +0.6 s so).
-  constexpr size_t kHuge = size_t{2} << 20;
+  constexpr size_t kChunk = size_t{2} << 20;
   void* raw = std::aligned_alloc(kAlign, (n + kAlign - 1) / kAlign * kAlign);
   if (!raw) return false;  // keep the mapped rows
   std::shared_ptr<uint8_t[]> copy(static_cast<uint8_t*>(raw), AlignedFree{});
   const uint8_t* src = w.data;
-  parallel_for(static_cast<int64_t>((n + kHuge - 1) / kHuge), 1, [&](int64_t b0, int64_t b1) {
-    const size_t lo = static_cast<size_t>(b0) * kHuge, hi = std::min(n, static_cast<size_t>(b1) * kHuge);
+  parallel_for(static_cast<int64_t>((n + kChunk - 1) / kChunk), 1, [&](int64_t b0, int64_t b1) {
+    const size_t lo = static_cast<size_t>(b0) * kChunk, hi = std::min(n, static_cast<size_t>(b1) * kChunk);
     std::memcpy(copy.get() + lo, src + lo, hi - lo);
   });
   (*it)->release_pages(w.data, n);
