@@ -72,7 +72,8 @@ bool copy_mapped_dense(WeightMatrix& w, const std::vector<std::shared_ptr<io::Ma
   });
   if (it == mappings.end()) return false;
   // Not zeroed first (every byte is copied), and copied by every thread in 2 MiB chunks so the file pages
-  // fault in on all cores (942 MB of BF16: +1.5 s of load time zeroed and copied on one thread, +0.6 s so).
+  // fault in on all cores (942 MB of BF16: load 1.0-1.6 s zeroed and copied on one thread, 0.73-1.9 s so,
+  // from 0.13-0.18 s mapped).
   constexpr size_t kChunk = size_t{2} << 20;
   void* raw = std::aligned_alloc(kAlign, (n + kAlign - 1) / kAlign * kAlign);
   if (!raw) return false;  // keep the mapped rows
