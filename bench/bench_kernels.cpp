@@ -52,7 +52,7 @@ std::vector<float> gaussian_weights(int64_t rows, int64_t cols) {
 WeightMatrix gguf_weight(const std::string& fmt, int64_t rows, int64_t cols) {
   const bool pack = fmt.rfind("gguf:", 0) == 0;
   const std::string type = fmt.substr(fmt.find(':') + 1);
-  if (type != "q4_0" && type != "q8_0" && type != "q4_k") {  // no quantizer in lowbit: random blocks
+  if (type != "q4_0" && type != "q8_0" && type != "q4_k" && type != "iq4_xs") {  // random blocks
     const std::vector<int> f16 = type == "ggml_mxfp4"                                 ? std::vector<int>{}
                                  : type == "q4_1" || type == "q5_1" || type == "q5_k" ? std::vector<int>{0, 2}
                                  : type == "q6_k"                                     ? std::vector<int>{208}
@@ -154,8 +154,9 @@ int register_all() {
        {"gguf:q4_0",       "rows:q4_0",       "gguf:q4_1", "rows:q4_1", "gguf:q5_0",   "rows:q5_0",
         "gguf:q5_1",       "rows:q5_1",       "gguf:q8_0", "rows:q8_0", "gguf:iq4_nl", "rows:iq4_nl",
         "gguf:ggml_mxfp4", "rows:ggml_mxfp4", "gguf:q2_k", "rows:q2_k", "gguf:q3_k",   "rows:q3_k",
-        "gguf:q4_k",       "rows:q4_k",       "gguf:q5_k", "rows:q5_k", "gguf:q6_k",   "rows:q6_k"}) {
-    const bool kq = std::string(f).back() == 'k';
+        "gguf:q4_k",       "rows:q4_k",       "gguf:q5_k", "rows:q5_k", "gguf:q6_k",   "rows:q6_k",
+        "gguf:iq4_xs",     "rows:iq4_xs"}) {
+    const bool kq = std::string(f).back() == 'k' || std::string(f).find("iq4_xs") != std::string::npos;
     for (const auto& [r, c] :
          kq ? std::vector<std::pair<int64_t, int64_t>>{{896, 4864}, {4864, 2048}, {131072, 2048}}
             : all_shapes)

@@ -89,10 +89,10 @@ for scheme in ("int3:g32:sym", "lut3", "q3_k", "int4:g32:sym", "lut4", "q4_k", "
     for algo, label in (("", "RTN"), ("imatrix", "imatrix"), ("gptq", "GPTQ")):
         NONUNIFORM_RECIPES.append((label + " " + scheme, scheme + (",algo=" + algo if algo else "")))
 
-# --set kquants: every GGUF k-quant (ggml block layout, fused KPack kernels) under RTN, imatrix-RTN and GPTQ
+# --set kquants: every GGUF k-quant and IQ4_XS (ggml block layout, fused KPack kernels) under RTN, imatrix-RTN and GPTQ
 # (docs/quant.md, "GPTQ and imatrix on the k-quant grids").
 KQUANT_RECIPES = []
-for scheme in ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k"):
+for scheme in ("q2_k", "q3_k", "iq4_xs", "q4_k", "q5_k", "q6_k"):
     for algo, label in (("", "RTN"), ("imatrix", "imatrix-RTN"), ("gptq", "GPTQ")):
         KQUANT_RECIPES.append((label + " " + scheme, scheme + (",algo=" + algo if algo else "")))
 

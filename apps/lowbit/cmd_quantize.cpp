@@ -80,8 +80,9 @@ void setup(CLI::App& cmd) {
       ->check(CLI::PositiveNumber);
   cmd.add_option(
          "--candidates", a.candidates,
-         "Formats the budget allocator chooses from, comma-separated schemes (default: q2_k, q3_k, q4_k, "
-         "q5_k, q6_k, int3:g32, int4:g32, int4:g64, int8:channel; 'keep' = unquantized is always a "
+         "Formats the budget allocator chooses from, comma-separated schemes (default: q2_k, q3_k, iq4_xs, "
+         "q4_k, q5_k, q6_k, int3:g32, int4:g32, int4:g64, int8:channel, int8:g32; 'keep' = unquantized is "
+         "always a "
          "choice; matrices the recipe's overrides name keep their format)")
       ->delimiter(',');
   cmd.add_option(

@@ -12,8 +12,8 @@
 //  - per-row codebook formats (LUT2/3/4, formats/codebook.h): decode/encode map a code to its index; the
 //    values are the row's table, stored as the matrix's [rows, 2^bits] f16 scale grid.
 //  - GGUF block formats (Q4_0 ... Q6_K, IQ4_NL, ggml MXFP4): self-contained blocks; `dequantize_row` (and for
-//    Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q2_K..Q6_K, IQ4_NL and ggml MXFP4 `quantize_row`) work on whole rows of
-//    blocks, byte-compatible with llama.cpp.
+//    Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS and ggml MXFP4 `quantize_row`) work on whole rows
+//    of blocks, byte-compatible with llama.cpp.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -74,13 +74,13 @@ struct FormatInfo {
   uint32_t (*encode)(float x, bool saturate) = nullptr;
 
   // Row codecs for GGUF block rows (n = multiple of block_elems); quantize_row is nullptr where unsupported
-  // (the IQ2/IQ3/IQ1/IQ4_XS/TQ rows). Without importance every encoder is llama.cpp's own reference rule,
+  // (the IQ2/IQ3/IQ1/TQ rows). Without importance every encoder is llama.cpp's own reference rule,
   // byte for byte (what llama-quantize writes without an imatrix).
   void (*dequantize_row)(const void* src, float* dst, int64_t n) = nullptr;
   void (*quantize_row)(const float* src, void* dst, int64_t n) = nullptr;
-  // GGUF k-quants (Q2_K .. Q6_K) and IQ4_NL, nullptr elsewhere: the encoder with optional per-element
-  // importance (imatrix / Hessian diagonal; `values` receives what it encoded). K-quants only (nullptr for
-  // IQ4_NL, whose grid is not affine): the grid of an encoded row for quantizers that choose the codes
+  // GGUF k-quants (Q2_K .. Q6_K), IQ4_NL and IQ4_XS, nullptr elsewhere: the encoder with optional per-element
+  // importance (imatrix / Hessian diagonal; `values` receives what it encoded). K-quants and IQ4_XS only
+  // (nullptr for IQ4_NL): the grid of an encoded row for quantizers that choose the codes
   // themselves (GPTQ): element i = scale[i] * q + offset[i] for a code q in [code_min, code_max];
   // set_row_codes stores a row's codes and keeps its scales.
   void (*quantize_row_weighted)(const float* src, void* dst, int64_t n, const float* importance,
@@ -88,6 +88,9 @@ struct FormatInfo {
   void (*row_grid)(const void* row, float* scale, float* offset, int64_t n) = nullptr;
   void (*set_row_codes)(void* row, const int8_t* codes, int64_t n) = nullptr;
   int code_min = 0, code_max = 0;
+  // Non-affine grids (IQ4_XS): element i = scale[i] * code_values[q] + offset[i] instead, for a code q in
+  // [code_min, code_max]; the values ascend. nullptr for the k-quants.
+  const int8_t* code_values = nullptr;
 
   bool is_element() const {
     return kind == FormatKind::Float || kind == FormatKind::Int || kind == FormatKind::Lut;

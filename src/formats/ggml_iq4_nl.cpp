@@ -44,71 +44,16 @@ void deq(const void* src, float* y, int64_t n) {
     }
   }
 }
-// Index of the grid value nearest to v (llama.cpp's best_index_int8: binary search, ties to the upper one).
-int nearest_index(float v) {
-  if (v <= kIq4Grid[0]) return 0;
-  if (v >= kIq4Grid[15]) return 15;
-  int lo = 0, hi = 15;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (v < kIq4Grid[mid])
-      hi = mid;
-    else
-      lo = mid;
-  }
-  return v - kIq4Grid[hi - 1] < kIq4Grid[hi] - v ? hi - 1 : hi;
-}
-
 // One block of 32: the step d and the 32 grid indices. imp: the block's 32 importances or nullptr.
 float encode_block(const float* x, const float* imp, uint8_t* L) {
   float w[32];
   float sigma2 = 0;
   for (int j = 0; j < 32; ++j) sigma2 += x[j] * x[j];
   sigma2 *= 2.f / 32;
-  bool weighted = false;
-  if (imp) {
-    for (int j = 0; j < 32; ++j) {
-      const float v = std::isfinite(imp[j]) && imp[j] > 0 ? imp[j] : 0.0f;
-      w[j] = v * std::sqrt(sigma2 + x[j] * x[j]);
-      weighted = weighted || w[j] > 0;
-    }
-  }
-  if (!weighted)
-    for (int j = 0; j < 32; ++j) w[j] = x[j] * x[j];
-  float amax = 0, mx = 0;
-  for (int j = 0; j < 32; ++j)
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      mx = x[j];
-    }
-  if (amax < 1e-15f) {
-    for (int j = 0; j < 32; ++j) L[j] = static_cast<uint8_t>(nearest_index(0.0f));
-    return 0.0f;
-  }
-  float d = -mx / static_cast<float>(kIq4Grid[0]);
-  float id = 1 / d, sumqx = 0, sumq2 = 0;
-  for (int j = 0; j < 32; ++j) {
-    const float q = kIq4Grid[nearest_index(id * x[j])];
-    sumqx += w[j] * q * x[j];
-    sumq2 += w[j] * q * q;
-  }
-  d = sumqx / sumq2;
-  float best = d * sumqx;
-  for (int k = -7; k <= 7; ++k) {
-    id = static_cast<float>(k + kIq4Grid[0]) / mx;
-    sumqx = sumq2 = 0;
-    for (int j = 0; j < 32; ++j) {
-      const float q = kIq4Grid[nearest_index(id * x[j])];
-      sumqx += w[j] * q * x[j];
-      sumq2 += w[j] * q * q;
-    }
-    if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
-      d = sumqx / sumq2;
-      best = d * sumqx;
-    }
-  }
-  id = d != 0 ? 1 / d : 0;
-  for (int j = 0; j < 32; ++j) L[j] = static_cast<uint8_t>(nearest_index(id * x[j]));
+  iq4_block_weights(x, imp, sigma2, w);
+  const float d = iq4_block_step(x, w);
+  const float id = d != 0 ? 1 / d : 0;
+  for (int j = 0; j < 32; ++j) L[j] = static_cast<uint8_t>(iq4_nearest_index(id * x[j]));
   return d;
 }
 
@@ -131,7 +76,7 @@ void weighted(const float* x, void* dst, int64_t n, const float* importance, flo
     BlockIq4Nl blk;
     if (std::fabs(d) > 65504.0f) {  // beyond fp16 (llama.cpp stores Inf): saturate, re-map under that step
       d = d < 0 ? -65504.0f : 65504.0f;
-      for (int j = 0; j < 32; ++j) L[j] = static_cast<uint8_t>(nearest_index(x[j] / d));
+      for (int j = 0; j < 32; ++j) L[j] = static_cast<uint8_t>(iq4_nearest_index(x[j] / d));
     }
     blk.d = f32_to_f16(d);
     for (int j = 0; j < 16; ++j) blk.qs[j] = static_cast<uint8_t>(L[j] | L[j + 16] << 4);

@@ -81,7 +81,7 @@ struct QBlkPack {
   }
   static int64_t pair(int64_t b, int64_t nb) { return std::min<int64_t>(2, nb - (b & ~int64_t{1})); }
 };
-// GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights repacked at load for AVX-512 VNNI (kpack.cpp,
+// GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS weights repacked at load for AVX-512 VNNI (kpack.cpp,
 // matmul_avx512_kpack.cpp), the k-quant counterpart of QBlkPack: per row block rb (16 rows, the last one
 // zero-padded) and super-block s (256 columns) one region of sb_bytes at data[(rb * cols / 256 + s) *
 // sb_bytes], read front to back (a decode that jumped to scales at a region's end streamed 10-30 % slower
@@ -105,10 +105,12 @@ struct QBlkPack {
 //   Q3_K:  d[16] f16, sc[16][16] int8 (the 6-bit scale - 32), then per sub-block i at 288 + 96 i the
 //          vector of the low two bits (as Q2_K) and four uint64 masks (mask q, bit 4r + j: bit 2 of
 //          u[r][16i + 4q + j]; u = 0..7)                                                       1824 bytes
+//   IQ4_XS: d[16] f16, sc[8][16] int8 (ls - 32; sub-blocks of 32 columns) and 32 bytes of padding, then the
+//          32 code chunks as Q4_K's (u = the 4-bit grid index)                                 2240 bytes
 // so w[r][c] = d * sc_j * u - dmin * m_j (Q2_K, Q4_K, Q5_K), d * sc_i * (u - 32) (Q6_K), d * sc_i * (u - 4)
-// (Q3_K). Q2_K keeps its 1344 bytes per 16 x 256, Q3_K grows 1760 -> 1824 (+3.6 %), Q4_K 2304 -> 2368
-// (+2.8 %: scales unpacked to bytes), Q5_K 2816 -> 2880 (+2.3 %), Q6_K 3360 -> 3392 (+1 %); counted in
-// bytes().
+// (Q3_K), d * sc_j * kIq4Grid[u] (IQ4_XS). Q2_K keeps its 1344 bytes per 16 x 256, Q3_K grows 1760 -> 1824
+// (+3.6 %), Q4_K 2304 -> 2368 (+2.8 %: scales unpacked to bytes), Q5_K 2816 -> 2880 (+2.3 %), Q6_K 3360 ->
+// 3392 (+1 %), IQ4_XS 2176 -> 2240 (+2.9 %); counted in bytes().
 struct KPack {
   int ggml_type = -1;
   int64_t rows = 0, cols = 0;
@@ -116,7 +118,7 @@ struct KPack {
   std::shared_ptr<uint8_t> data;  // [ceil(rows/16), cols/256, sb_bytes], 64-byte aligned
   size_t bytes() const { return static_cast<size_t>((rows + 15) / 16 * (cols / 256) * sb_bytes); }
 };
-bool kpack_supported(int ggml_type, int64_t cols);  // Q2_K .. Q6_K with whole super-blocks
+bool kpack_supported(int ggml_type, int64_t cols);  // Q2_K .. Q6_K, IQ4_XS with whole super-blocks
 std::shared_ptr<const KPack> build_kpack(int ggml_type, const uint8_t* data, int64_t row_bytes, int64_t rows,
                                          int64_t cols);
 // Layout fields without data, and one 16-row block of the pack from nr <= 16 GGUF rows (as pack_qblk_block).

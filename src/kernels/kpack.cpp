@@ -1,11 +1,13 @@
-// Load-time repacking of GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K rows into the KPack layout (kernel_plan.h)
-// read by matmul_avx512_kpack.cpp. Plain C++: it runs once per weight at load, in parallel over row blocks.
+// Load-time repacking of GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS rows into the KPack layout
+// (kernel_plan.h) read by matmul_avx512_kpack.cpp. Plain C++: it runs once per weight at load, in parallel
+// over row blocks.
 #include <algorithm>
 #include <cstring>
 
 #include "core/half.h"
 #include "core/memory.h"
 #include "core/parallel.h"
+#include "formats/ggml_iq4_grid.h"
 #include "formats/ggml_kquants.h"
 #include "formats/ggml_types.h"
 #include "kernels/kernel_plan.h"
@@ -14,7 +16,8 @@
 namespace lowbit {
 namespace {
 
-constexpr int64_t kQ2KBytes = 84, kQ3KBytes = 110, kQ4KBytes = 144, kQ5KBytes = 176, kQ6KBytes = 210;
+constexpr int64_t kQ2KBytes = 84, kQ3KBytes = 110, kQ4KBytes = 144, kQ5KBytes = 176, kQ6KBytes = 210,
+                  kIq4XsBytes = 136;
 
 // Q2_K (formats/ggml_q2_k.cpp): u[256] = the 2-bit codes in column order; the 16 scale bytes (4-bit scale |
 // 4-bit min << 4) are copied as they are.
@@ -59,6 +62,20 @@ void q5k_unpack(const uint8_t* b, uint8_t* u, uint8_t* sc, uint8_t* m) {
     }
 }
 
+// IQ4_XS (formats/ggml_iq4_xs.cpp): u[256] = the 4-bit grid indices in column order, sc[8] = ls - 32.
+void iq4xs_unpack(const uint8_t* b, uint8_t* u, int8_t* sc) {
+  uint16_t sh;
+  std::memcpy(&sh, b + 2, 2);
+  for (int s = 0; s < 8; ++s) {
+    const int ls = ((b[4 + s / 2] >> 4 * (s % 2)) & 15) | ((sh >> 2 * s) & 3) << 4;
+    sc[s] = static_cast<int8_t>(ls - 32);
+    for (int j = 0; j < 16; ++j) {
+      u[32 * s + j] = b[8 + 16 * s + j] & 15;
+      u[32 * s + j + 16] = b[8 + 16 * s + j] >> 4;
+    }
+  }
+}
+
 void q6k_unpack(const uint8_t* b, uint8_t* u) {
   for (int h = 0; h < 2; ++h) {
     const uint8_t* ql = b + 64 * h;
@@ -101,14 +118,20 @@ inline int64_t q6k_hi(int i) {
 inline int64_t q6k_sc(int i) {
   return 64 + (i / 4) * kQ6KGroup + 768 + 16 * (i % 4);
 }
+// IQ4_XS: d[16] f16, sc[8 sub-blocks][16 rows] int8 and 32 bytes of padding (192), then the 32 code chunks.
+constexpr int64_t kXsSc = 32, kXsCodes = 192;
 inline int64_t chunk_off(int t, int k) {
-  return t == ggml::Q4_K ? kScaleBlock + 64 * k : t == ggml::Q5_K ? q5k_chunk(k) : q6k_chunk(k);
+  return t == ggml::Q4_K     ? kScaleBlock + 64 * k
+         : t == ggml::IQ4_XS ? kXsCodes + 64 * k
+         : t == ggml::Q5_K   ? q5k_chunk(k)
+                             : q6k_chunk(k);
 }
 
 }  // namespace
 
 bool kpack_supported(int ggml_type, int64_t cols) {
-  return ggml_type >= ggml::Q2_K && ggml_type <= ggml::Q6_K && cols > 0 && cols % 256 == 0;
+  return ((ggml_type >= ggml::Q2_K && ggml_type <= ggml::Q6_K) || ggml_type == ggml::IQ4_XS) && cols > 0 &&
+         cols % 256 == 0;
 }
 
 KPack kpack_layout(int t, int64_t rows, int64_t cols) {
@@ -120,7 +143,8 @@ KPack kpack_layout(int t, int64_t rows, int64_t cols) {
                : t == ggml::Q3_K ? 1824
                : t == ggml::Q4_K ? 2368
                : t == ggml::Q5_K ? 2880
-                                 : 3392;
+               : t == ggml::Q6_K ? 3392
+                                 : 2240;  // IQ4_XS
   return p;
 }
 
@@ -131,7 +155,8 @@ void pack_kpack_block(const KPack& p, const uint8_t* const* rows, int nr, uint8_
                      : t == ggml::Q3_K ? kQ3KBytes
                      : t == ggml::Q4_K ? kQ4KBytes
                      : t == ggml::Q5_K ? kQ5KBytes
-                                       : kQ6KBytes;
+                     : t == ggml::Q6_K ? kQ6KBytes
+                                       : kIq4XsBytes;
   std::memset(base, 0, static_cast<size_t>(nsb * p.sb_bytes));  // padding rows: code 0, scale 0
   uint8_t u[256], sc[8] = {}, m[8] = {};                        // sc, m: Q4_K / Q5_K only
   for (int lr = 0; lr < nr; ++lr) {
@@ -171,6 +196,16 @@ void pack_kpack_block(const KPack& p, const uint8_t* const* rows, int nr, uint8_
               std::memcpy(v + 64 + 8 * q, &mq, 8);
             }
         }
+        continue;
+      }
+      if (t == ggml::IQ4_XS) {
+        int8_t sx[8];
+        iq4xs_unpack(blk, u, sx);
+        std::memcpy(reg + 2 * lr, blk, 2);  // d
+        for (int j = 0; j < 8; ++j) reg[kXsSc + 16 * j + lr] = static_cast<uint8_t>(sx[j]);
+        for (int k = 0; k < 32; ++k)
+          for (int j = 0; j < 4; ++j)
+            reg[chunk_off(t, k) + 4 * lr + j] = static_cast<uint8_t>(u[8 * k + j] | u[8 * k + 4 + j] << 4);
         continue;
       }
       if (t == ggml::Q4_K)
@@ -228,7 +263,7 @@ void kpack_row_f32(const KPack& p, int64_t r, float* out) {
     auto code = [&](int c) {
       const int k = c / 8, j = c % 8;
       const int lo = (reg[chunk_off(p.ggml_type, k) + 4 * lr + j % 4] >> (4 * (j / 4))) & 15;
-      if (p.ggml_type == ggml::Q4_K) return lo;
+      if (p.ggml_type == ggml::Q4_K || p.ggml_type == ggml::IQ4_XS) return lo;
       if (p.ggml_type == ggml::Q5_K) {
         uint64_t hb;
         std::memcpy(&hb, reg + q5k_hbit(k) + 8 * (j / 4), 8);
@@ -259,6 +294,13 @@ void kpack_row_f32(const KPack& p, int64_t r, float* out) {
           const float dl = d * static_cast<float>(static_cast<int8_t>(reg[32 + 16 * i + lr]));
           out[256 * s + c] = dl * static_cast<float>(u - 4);
         }
+      }
+    } else if (p.ggml_type == ggml::IQ4_XS) {
+      std::memcpy(&h, reg + 2 * lr, 2);
+      const float d = f16_to_f32(h);
+      for (int c = 0; c < 256; ++c) {  // as the GGUF decoder: (d * (ls - 32)) * grid value
+        const float dl = d * static_cast<float>(static_cast<int8_t>(reg[kXsSc + 16 * (c / 32) + lr]));
+        out[256 * s + c] = dl * static_cast<float>(formats_detail::kIq4Grid[code(c)]);
       }
     } else if (p.ggml_type != ggml::Q6_K) {
       const uint8_t* sb = reg;  // the scale block

@@ -1,5 +1,5 @@
-// GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K products on the load-time KPack layout (kernel_plan.h) on the AVX2
-// tier, decode and prefill ("q8dot16", as the legacy types' matmul_avx2_qblk.cpp).
+// GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS products on the load-time KPack layout (kernel_plan.h) on
+// the AVX2 tier, decode and prefill ("q8dot16", as the legacy types' matmul_avx2_qblk.cpp).
 //
 // Why: the AVX2 row kernel (matmul_avx2_q8.cpp) decodes a row's codes again for every token of a prefill or a
 // batched decode step. In the pack, a 32-byte half of a 64-byte code vector holds 8 rows x 4 columns (one row
@@ -12,6 +12,8 @@
 //   Q4_K u 0..15: a 32-column sub-block is 8 products, at most 8 * 3810 = 30480;
 //   Q5_K u 0..31: flushed every 4 products (4 * 7874 = 31496), twice per sub-block;
 //   Q6_K u 0..63 (u - 32 its value): flushed every 2 products (2 * 16002 = 32004), twice per sub-block.
+//   IQ4_XS: the grid values g (-127..113, signed, from one vpshufb per 32 nibbles) as |g| times q with g's
+//   sign, so a pair is at most 2 * 127 * 127 = 32258: every product is flushed at once.
 // Offsets start the int32 sum (-4 / -32 times the sub-block's activation sum, exact); Q2_K / Q4_K / Q5_K's
 // min is one FMA with dmin*m[8 rows] * dx * (activation sum). The result equals the scalar reference up to
 // float summation order (tests/kernels/test_kernels.cpp: MatmulVsReference, GgmlRandomBlocks on the avx2
@@ -21,6 +23,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "formats/ggml_iq4_grid.h"
 #include "formats/ggml_types.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/lane_avx2.h"
@@ -105,6 +108,34 @@ template <int TY, int NT>
           accf[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(ds, _mm256_set1_ps(xd)), accf[j]);
           if constexpr (TY == ggml::Q2_K)
             accf[j] = _mm256_fnmadd_ps(dm, _mm256_set1_ps(xd * static_cast<float>(s16i)), accf[j]);
+        }
+      }
+    } else if constexpr (TY == ggml::IQ4_XS) {
+      const __m256 d = f16x8(reg + 16 * h);
+      const __m256i lut = _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(formats_detail::kIq4Grid)));
+      const __m256i ones = _mm256_set1_epi16(1);
+      for (int sb = 0; sb < 8; ++sb) {
+        const __m256 ds = _mm256_mul_ps(d, i8x8(reg + 32 + 16 * sb + 8 * h));
+        __m256i acc[NT];
+        for (int j = 0; j < NT; ++j) acc[j] = _mm256_setzero_si256();
+        for (int k = 0; k < 4; ++k) {
+          const __m256i v = load32(reg + 192 + 64 * (4 * sb + k) + 32 * h);
+          const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+          const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+          const __m256i alo = _mm256_abs_epi8(lo), ahi = _mm256_abs_epi8(hi);
+          for (int j = 0; j < NT; ++j) {
+            const int8_t* xb = q + (t0 + j) * cols + 256 * s + 32 * sb + 8 * k;
+            const __m256i pl = _mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast4(xb), lo));
+            const __m256i ph = _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast4(xb + 4), hi));
+            acc[j] = pin(_mm256_add_epi32(
+                acc[j], _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones))));
+          }
+        }
+        for (int j = 0; j < NT; ++j) {
+          const float xd = dx[(t0 + j) * n32 + 8 * s + sb];
+          accf[j] =
+              _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[j]), _mm256_mul_ps(ds, _mm256_set1_ps(xd)), accf[j]);
         }
       }
     } else if constexpr (TY == ggml::Q4_K || TY == ggml::Q5_K) {
@@ -208,6 +239,8 @@ void tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* q, con
       return kpack_tile<ggml::Q4_K, NT>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
     case ggml::Q5_K:
       return kpack_tile<ggml::Q5_K, NT>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
+    case ggml::IQ4_XS:
+      return kpack_tile<ggml::IQ4_XS, NT>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
     default:
       return kpack_tile<ggml::Q6_K, NT>(p, reg0, nsb, q, dx, s16, t0, y, r, nr);
   }

@@ -1,5 +1,5 @@
-// GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K products on the load-time KPack layout (kernel_plan.h), AVX-512 VNNI,
-// decode and prefill.
+// GGUF Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS products on the load-time KPack layout (kernel_plan.h),
+// AVX-512 VNNI, decode and prefill.
 //
 // Why: the row-at-a-time k-quant kernels (matmul_avx512_k.cpp) spend per 64 weights a vpdpbusd, a convert, a
 // vpermps and an FMA, because every int32 lane mixes sub-blocks with different scales; for prefill that is no
@@ -18,11 +18,15 @@
 //   *
 //         <u, q> - (dmin*m_i)[16] * dx * sum(q) over sub-block i. The row kernels decode these at ~12 GB/s
 //         per core (compute-bound: 17-21 GB/s from DRAM at 2 threads against Q4_K's pack at 29).
+//   IQ4_XS: y += (d*sc_j)[16] * dx * (<u, q> - 128 * sum(q)) over sub-block j (32 columns), u = the grid
+//         value + 128 from one vpshufb per 64 nibbles (vpdpbusd's unsigned operand); -128 * sum(q) starts
+//         the int32 accumulator, exactly.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "formats/ggml_iq4_grid.h"
 #include "formats/ggml_types.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/with_nt.h"
@@ -49,6 +53,17 @@ inline void prefetch_step(const uint8_t* reg, int64_t sb_bytes, int k) {
   const char* p = reinterpret_cast<const char*>(reg + kPrefetchAhead + k * step);
   for (int64_t o = 0; o <= step; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
 }
+
+// IQ4_XS's grid as vpdpbusd's unsigned operand: value + 128.
+struct Iq4U {
+  alignas(16) uint8_t v[16];
+};
+constexpr Iq4U make_iq4_u() {
+  Iq4U u{};
+  for (int c = 0; c < 16; ++c) u.v[c] = static_cast<uint8_t>(formats_detail::kIq4Grid[c] + 128);
+  return u;
+}
+constexpr Iq4U kIq4U = make_iq4_u();
 
 inline __m512i bcast32(const int8_t* p) {
   int32_t v;
@@ -78,7 +93,8 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
     const uint8_t* reg = reg0 + s * p.sb_bytes;
     // DRAM streaming: 4 KiB ahead (the regions of a row block are one sequential stream; harmless past the
     // end).
-    if constexpr (TY == ggml::Q4_K) _mm_prefetch(reinterpret_cast<const char*>(reg + 4096), _MM_HINT_T0);
+    if constexpr (TY == ggml::Q4_K || TY == ggml::IQ4_XS)
+      _mm_prefetch(reinterpret_cast<const char*>(reg + 4096), _MM_HINT_T0);
     if constexpr (TY == ggml::Q2_K || TY == ggml::Q3_K) {
       // 16 sub-blocks of 16 columns; u_q = the 2-bit field q of every byte (columns 16i + 4q + j of row r in
       // byte 4r + j), Q3_K's third bit ORed in from mask q.
@@ -117,6 +133,32 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
           accf[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(ds, _mm512_set1_ps(xd)), accf[j]);
           if constexpr (TY == ggml::Q2_K)  // - dmin * m * dx * sum(q)
             accf[j] = _mm512_fnmadd_ps(dm, _mm512_set1_ps(xd * static_cast<float>(s16i)), accf[j]);
+        }
+      }
+    } else if constexpr (TY == ggml::IQ4_XS) {
+      const __m512 d = cvt_f16x16(reg);
+      const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kIq4U.v)));
+      for (int sb = 0; sb < 8; ++sb) {
+        const __m512 ds = _mm512_mul_ps(d, cvt_i8x16(reg + 32 + 16 * sb));
+        __m512i acc[NT];
+        for (int j = 0; j < NT; ++j) {
+          const int64_t t16 = (t0 + j) * n16 + 16 * s + 2 * sb;
+          acc[j] = _mm512_set1_epi32(-128 * (s16[t16] + s16[t16 + 1]));
+        }
+        for (int k = 0; k < 4; ++k) {
+          const __m512i v = _mm512_load_si512(reg + 192 + 64 * (4 * sb + k));
+          const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+          const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+          for (int j = 0; j < NT; ++j) {
+            const int8_t* xb = q + (t0 + j) * cols + 256 * s + 32 * sb + 8 * k;
+            acc[j] = _mm512_dpbusd_epi32(acc[j], lo, bcast32(xb));
+            acc[j] = _mm512_dpbusd_epi32(acc[j], hi, bcast32(xb + 4));
+          }
+        }
+        for (int j = 0; j < NT; ++j) {
+          const float xd = dx[(t0 + j) * n32 + 8 * s + sb];
+          accf[j] =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j]), _mm512_mul_ps(ds, _mm512_set1_ps(xd)), accf[j]);
         }
       }
     } else if constexpr (TY != ggml::Q6_K) {
@@ -204,6 +246,8 @@ void kpack_block_gemm_avx512(const KPack& p, const uint8_t* base, int64_t r, int
           return kpack_tile<ggml::Q4_K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
         case ggml::Q5_K:
           return kpack_tile<ggml::Q5_K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
+        case ggml::IQ4_XS:
+          return kpack_tile<ggml::IQ4_XS, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
         default:
           return kpack_tile<ggml::Q6_K, NT>(p, base, nsb, q, dx, s16, t0, y, r, m);
       }

@@ -8,6 +8,7 @@
 #include "core/memory.h"
 #include "core/parallel.h"
 #include "formats/format.h"
+#include "formats/ggml_iq4_grid.h"
 #include "formats/ggml_types.h"
 #include "formats/minifloat.h"
 #include "kernels/kernel_plan.h"
@@ -18,7 +19,7 @@ namespace {
 
 // The non-linear grids as unsigned bytes (value + 128), so that vpdpbusd can take them as its unsigned
 // operand.
-constexpr int8_t kIq4NlGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+using formats_detail::kIq4Grid;  // IQ4_NL's (formats/ggml_iq4_grid.h)
 constexpr int8_t kMxfp4Grid[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};  // 2 x E2M1
 
 // Where the 16 code bytes start in a GGUF block.
@@ -77,7 +78,7 @@ QBlkPack qblk_layout(int t, int64_t rows, int64_t cols) {
   p.has_lut = t == ggml::IQ4_NL || t == ggml::MXFP4;
   if (p.has_lut)
     for (int c = 0; c < 16; ++c)
-      p.lut[c] = static_cast<uint8_t>((t == ggml::IQ4_NL ? kIq4NlGrid[c] : kMxfp4Grid[c]) + 128);
+      p.lut[c] = static_cast<uint8_t>((t == ggml::IQ4_NL ? kIq4Grid[c] : kMxfp4Grid[c]) + 128);
   return p;
 }
 

@@ -129,8 +129,8 @@ KnapsackResult solve_knapsack(const std::vector<KnapsackItem>& items, int64_t ca
 
 std::vector<QuantScheme> default_candidates() {
   std::vector<QuantScheme> out;
-  for (const char* s : {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "int3:g32:sym:f16", "int4:g32:sym:f16",
-                        "int4:g64:sym:f16", "int8:channel:sym:f16", "int8:g32:sym:f16"})
+  for (const char* s : {"q2_k", "q3_k", "iq4_xs", "q4_k", "q5_k", "q6_k", "int3:g32:sym:f16",
+                        "int4:g32:sym:f16", "int4:g64:sym:f16", "int8:channel:sym:f16", "int8:g32:sym:f16"})
     out.push_back(parse_scheme(s));
   return out;
 }
@@ -388,7 +388,7 @@ Allocation allocate_budget(Model& m, const Recipe& r, const CalibData& calib, Kl
     if (r.algorithm == Algorithm::Gptq && s.info().is_gguf() && !s.info().row_grid)
       throw UsageError(
           "quant", std::string("--candidates ") + s.info().name + ": GPTQ cannot produce " + s.info().name +
-                       " blocks (only the k-quants q2_k..q6_k); use " +
+                       " blocks (only the k-quants q2_k..q6_k and iq4_xs); use " +
                        (s.format == FormatId::Q8_0   ? "int8:g32 (written to GGUF as Q8_0, exactly)"
                         : s.format == FormatId::Q4_0 ? "int4:g32 (written to GGUF as Q4_0, exactly)"
                                                      : "a k-quant") +

@@ -221,9 +221,10 @@ std::vector<TensorPlan> plan_recipe(const Recipe& r, const ModelConfig& c,
       if (is_linear) p.act = r.act;
       if (name == "tok_embed" && r.act.enabled()) p.act = {};
       if (r.algorithm == Algorithm::Gptq && p.scheme.info().is_gguf() && !p.scheme.info().row_grid)
-        errors.push_back(name + ": GPTQ cannot produce " + p.scheme.info().name +
-                         " blocks (of the GGUF types it produces the k-quants q2_k..q6_k); use rtn, a "
-                         "k-quant or an int/nf4/fp scheme");
+        errors.push_back(
+            name + ": GPTQ cannot produce " + p.scheme.info().name +
+            " blocks (of the GGUF types it produces the k-quants q2_k..q6_k and iq4_xs); use rtn, a "
+            "k-quant or an int/nf4/fp scheme");
       if (r.algorithm == Algorithm::Gptq && name == "tok_embed")
         warn.push_back(
             "tok_embed: GPTQ needs a matmul input and the embedding is a gather; it is quantized with RTN");

@@ -346,7 +346,8 @@ TEST(Gguf, IQ4_XSHandBuilt) {
 TEST(Gguf, UnsupportedTypesAndBadLengthsThrow) {
   std::vector<float> x(256);
   std::vector<uint8_t> b(1024);
-  EXPECT_THROW(quantize_row_ggml(23, x.data(), b.data(), 256), Error);    // IQ4_XS: read-only
+  EXPECT_THROW(quantize_row_ggml(16, x.data(), b.data(), 256), Error);    // IQ2_XXS: no codec
+  EXPECT_THROW(quantize_row_ggml(24, x.data(), b.data(), 256), Error);    // I8: no block encoder
   EXPECT_THROW(dequantize_row_ggml(99, b.data(), x.data(), 256), Error);  // unknown id
   EXPECT_THROW(dequantize_row_ggml(12, b.data(), x.data(), 100), Error);  // not a multiple of 256
   EXPECT_NO_THROW(dequantize_row_ggml(1, b.data(), x.data(), 256));       // F16 rows

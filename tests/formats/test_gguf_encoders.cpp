@@ -9,7 +9,11 @@
 // those quantizers on 8000 rows x 1024 values (normal, uniform, Student-t, one-signed, sparse, outliers,
 // zero sub-blocks, magnitudes 1e-8 .. 1e4; MXFP4 20000 rows, 1e-30 .. 1e29): every byte equal for q4_0,
 // q4_1, q5_0, q5_1, q8_0, q2_k .. q6_k, iq4_nl (with and without an imatrix) and ggml MXFP4. Above that
-// lowbit differs only where llama.cpp's fp16 scale overflows to Inf (lowbit saturates at 65504).
+// lowbit differs only where llama.cpp's fp16 scale overflows to Inf (lowbit saturates at 65504). kIq4Xs and
+// kIq4XsImatrix came from a scratch C transcription of quantize_iq4_xs / quantize_row_iq4_nl_impl (ggml/src/
+// ggml-quants.c, unchanged since b4748) with F16C's fp16 rounding; the same program found lowbit's IQ4_XS
+// bytes equal on 20000 rows x 1024 values (the distributions above, magnitudes 1e-8 .. 1e4, half of them
+// with an importance vector).
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -110,6 +114,25 @@ constexpr uint8_t kQ6_K[210] = {
     0x81, 0x13, 0x32, 0x41, 0x23, 0x32, 0x13, 0x25, 0x52, 0x13, 0x21, 0x52, 0x24, 0x61, 0x52, 0x25, 0x22,
     0x13, 0x24, 0x42, 0x17, 0x21, 0x78, 0x33, 0x24, 0x00, 0x80, 0xcf, 0x2f, 0x22, 0xb9, 0x47, 0x00, 0x24,
     0x31, 0x7f, 0x24, 0x24, 0x09, 0x18};
+
+constexpr uint8_t kIq4Xs[136] = {
+    0x14, 0x18, 0x8b, 0xb8, 0x9e, 0xb0, 0x8e, 0x8f, 0xc0, 0x68, 0xab, 0x45, 0x79, 0xbc, 0x56, 0x89, 0xb4,
+    0x67, 0xba, 0x45, 0x78, 0xaf, 0x56, 0x89, 0x84, 0x81, 0x82, 0x84, 0x81, 0x83, 0x80, 0x81, 0x83, 0x80,
+    0x82, 0x84, 0x81, 0x82, 0x84, 0x81, 0x97, 0x60, 0xba, 0x87, 0x5c, 0xa9, 0x76, 0x4b, 0x98, 0x65, 0xba,
+    0x97, 0x54, 0xa9, 0x74, 0x5b, 0x12, 0x33, 0x51, 0x22, 0x34, 0xb1, 0x23, 0x44, 0x10, 0x33, 0x45, 0x22,
+    0x34, 0x51, 0x22, 0x34, 0x3e, 0xca, 0x60, 0x2d, 0xa8, 0x53, 0xdc, 0x97, 0x42, 0xcb, 0x75, 0x3e, 0xf9,
+    0x64, 0x2d, 0xa8, 0x28, 0x48, 0x18, 0x28, 0x08, 0x18, 0x78, 0x08, 0x28, 0x48, 0x08, 0x28, 0x48, 0x18,
+    0x38, 0x08, 0x37, 0x9b, 0x45, 0x79, 0xab, 0x56, 0x89, 0xb4, 0x67, 0x9a, 0xc5, 0x68, 0xab, 0x05, 0x79,
+    0xac, 0x00, 0x12, 0x34, 0x00, 0x12, 0x30, 0x01, 0x33, 0x40, 0x11, 0x28, 0x00, 0x12, 0x34, 0x01, 0x22};
+constexpr uint8_t kIq4XsImatrix[136] = {
+    0x1b, 0x98, 0x77, 0x44, 0x7d, 0x5e, 0x8e, 0x80, 0x4f, 0x98, 0x65, 0xca, 0x87, 0x54, 0xba, 0x86, 0x4c,
+    0xa9, 0x45, 0xcb, 0x98, 0x60, 0xba, 0x87, 0x84, 0x81, 0x82, 0x84, 0x81, 0x83, 0x80, 0x81, 0x83, 0x81,
+    0x82, 0x84, 0x81, 0x82, 0x84, 0x81, 0x97, 0x50, 0xba, 0x86, 0x5c, 0xa9, 0x76, 0x4b, 0x98, 0x65, 0xba,
+    0x97, 0x54, 0xb9, 0x73, 0x4c, 0x12, 0x33, 0x51, 0x22, 0x34, 0xb1, 0x23, 0x44, 0x10, 0x33, 0x45, 0x22,
+    0x34, 0x51, 0x22, 0x34, 0xd2, 0x46, 0x9f, 0xe3, 0x57, 0xbc, 0x24, 0x79, 0xcd, 0x35, 0x8a, 0xd2, 0x06,
+    0xac, 0xe3, 0x68, 0x28, 0x48, 0x18, 0x28, 0x08, 0x18, 0x78, 0x08, 0x28, 0x48, 0x08, 0x28, 0x48, 0x18,
+    0x38, 0x08, 0x47, 0x9a, 0x45, 0x79, 0xab, 0x56, 0x89, 0xb4, 0x67, 0x9a, 0xc5, 0x78, 0xab, 0x06, 0x79,
+    0xab, 0x00, 0x12, 0x34, 0x00, 0x12, 0x30, 0x01, 0x33, 0x40, 0x11, 0x28, 0x00, 0x12, 0x34, 0x01, 0x22};
 
 std::vector<uint8_t> encode(int type, const std::vector<float>& x, const float* imp = nullptr,
                             std::vector<float>* values = nullptr) {
@@ -329,4 +352,78 @@ TEST(GgufEncoders, Iq4NlImportance) {
     ew += imp[i] * (yw[i] - x[i]) * (yw[i] - x[i]);
   }
   EXPECT_LT(ew, 0.9 * ep);
+}
+
+TEST(GgufEncoders, Iq4XsGoldenBytesAndGrid) {
+  const std::vector<float> x = golden_row(256);
+  std::vector<float> imp(256);
+  for (int i = 0; i < 256; ++i) imp[static_cast<size_t>(i)] = golden_imp(i);
+  expect_bytes(ggml::IQ4_XS, encode(ggml::IQ4_XS, x), kIq4Xs, sizeof kIq4Xs, "golden row");
+  expect_bytes(ggml::IQ4_XS, encode(ggml::IQ4_XS, x, imp.data()), kIq4XsImatrix, sizeof kIq4XsImatrix,
+               "golden row with importance");
+  // GPTQ's view of a row: scale * code_values[code] is what the decoder returns, and set_row_codes with the
+  // codes the grid implies rebuilds the row byte for byte.
+  const FormatInfo* f = format_by_ggml_type(ggml::IQ4_XS);
+  ASSERT_TRUE(f->row_grid && f->set_row_codes && f->code_values && f->quantize_row_weighted);
+  const std::vector<float> w = normal(256 * 6, 21, 0.05f);
+  std::vector<float> claimed;
+  const auto b = encode(ggml::IQ4_XS, w, nullptr, &claimed);
+  const auto y = decode(ggml::IQ4_XS, b, w.size());
+  std::vector<float> sc(w.size()), off(w.size());
+  f->row_grid(b.data(), sc.data(), off.data(), static_cast<int64_t>(w.size()));
+  std::vector<int8_t> codes(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    ASSERT_EQ(claimed[i], y[i]) << i;
+    ASSERT_EQ(off[i], 0.0f);
+    int found = -1;
+    for (int c = f->code_min; c <= f->code_max && found < 0; ++c)
+      if (sc[i] * static_cast<float>(f->code_values[c]) == y[i]) found = c;
+    ASSERT_GE(found, 0) << "element " << i << " is not on its grid";
+    codes[i] = static_cast<int8_t>(found);
+  }
+  std::vector<uint8_t> rebuilt = b;
+  for (size_t s = 0; s < rebuilt.size(); s += 136)
+    std::fill(rebuilt.begin() + s + 8, rebuilt.begin() + s + 136, 0);
+  f->set_row_codes(rebuilt.data(), codes.data(), static_cast<int64_t>(w.size()));
+  EXPECT_EQ(rebuilt, b);
+}
+
+TEST(GgufEncoders, Iq4XsZeroExtremesAndImportance) {
+  // llama.cpp's all-zero super-block: d = -0 (fp16 0x8000), every scale 32 (0), every code 8 (the grid's +1).
+  const auto z = encode(ggml::IQ4_XS, std::vector<float>(256, 0.0f));
+  EXPECT_EQ(z[0], 0x00);
+  EXPECT_EQ(z[1], 0x80);
+  for (int i = 8; i < 136; ++i) ASSERT_EQ(z[static_cast<size_t>(i)], 0x88) << i;
+  // Error bound: half the widest grid gap (24) of the sub-block step, the step within 1/64 of the largest.
+  for (float mag : {1e-3f, 1.0f, 3e4f}) {  // (below ~1e-4 the fp16 d is subnormal, as in llama.cpp)
+    const std::vector<float> x = normal(512, 4, mag);
+    const auto y = decode(ggml::IQ4_XS, encode(ggml::IQ4_XS, x), x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      float amax = 0;
+      for (size_t j = i / 256 * 256; j < i / 256 * 256 + 256; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+      ASSERT_LE(std::fabs(y[i] - x[i]), 0.11f * amax) << mag << " element " << i;
+    }
+  }
+  // Beyond fp16 the super-block step saturates (llama.cpp stores Inf) and sums that would overflow are
+  // taken in power-of-two units: every decoded value finite, the signs kept.
+  std::vector<float> big(256);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = (i % 2 ? -1.0f : 1.0f) * 1e30f * (1 + 0.01f * i);
+  const auto yb = decode(ggml::IQ4_XS, encode(ggml::IQ4_XS, big), big.size());
+  for (size_t i = 0; i < big.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(yb[i])) << i;
+    ASSERT_EQ(std::signbit(yb[i]), std::signbit(big[i])) << i;
+  }
+  // Importance moves the error toward the unimportant elements; zero importance is the unweighted rule.
+  const std::vector<float> x = normal(256 * 8, 5);
+  std::vector<float> imp(x.size(), 0.0f);
+  EXPECT_EQ(encode(ggml::IQ4_XS, x, imp.data()), encode(ggml::IQ4_XS, x));
+  for (size_t i = 0; i < imp.size(); ++i) imp[i] = i % 4 == 0 ? 100.0f : 0.01f;
+  const auto yp = decode(ggml::IQ4_XS, encode(ggml::IQ4_XS, x), x.size());
+  const auto yw = decode(ggml::IQ4_XS, encode(ggml::IQ4_XS, x, imp.data()), x.size());
+  double ep = 0, ew = 0;
+  for (size_t i = 0; i < x.size(); i += 4) {
+    ep += (yp[i] - x[i]) * (yp[i] - x[i]);
+    ew += (yw[i] - x[i]) * (yw[i] - x[i]);
+  }
+  EXPECT_LT(ew, 0.8 * ep);
 }

@@ -173,9 +173,11 @@ std::vector<Case> weight_cases() {
         "e3m2:g32", "q4_0", "q8_0", "q4_k", "ggml:q4_0", "ggml:q8_0", "ggml:q4_k",
         // the other k-quants from their encoders: rows (decode by row) and load-time KPack
         "q2_k", "q3_k", "q5_k", "q6_k", "ggml:q2_k", "ggml:q3_k", "ggml:q5_k", "ggml:q6_k",
+        // IQ4_XS from its encoder: rows (unfused) and the load-time KPack
+        "iq4_xs", "ggml:iq4_xs",
         // per-row codebooks: the lut kernels (every tier), FP32 tile prefill on AVX-512
         "lut4", "lut3", "lut2"})
-    // GGUF types lowbit reads but does not write (q4_1, q5_0, q5_1, iq4_nl, iq4_xs, mxfp4)
+    // GGUF types lowbit reads but does not write (q4_1, q5_0, q5_1, iq4_nl, mxfp4)
     // have no quantizer to build them from: GgmlRandomBlocks tests them on random blocks.
     v.push_back({s, ""});
   return v;
@@ -313,6 +315,16 @@ TEST(KernelNames, FastPathsSelected) {
       WeightMatrix rows = make_ggml_weight(buf, buf->data(), fi.ggml_type, 16, 256);
       prepare_weight(rows, false);  // held as rows: decode by row, prefill on a per-call pack
       EXPECT_EQ(matmul_kernel_name(rows), std::string(t) + ".q8vnni+q8vnni16.avx512");
+    }
+    {  // IQ4_XS: the load-time KPack; held as rows it has no row kernel (dequantized rows)
+      const FormatInfo& fi = format_by_name("iq4_xs");
+      auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(16 * fi.block_bytes), 1);
+      WeightMatrix g = make_ggml_weight(buf, buf->data(), fi.ggml_type, 16, 256);
+      prepare_weight(g);
+      EXPECT_EQ(matmul_kernel_name(g), "iq4_xs.q8vnni16.avx512");
+      WeightMatrix rows = make_ggml_weight(buf, buf->data(), fi.ggml_type, 16, 256);
+      prepare_weight(rows, false);
+      EXPECT_EQ(matmul_kernel_name(rows), "iq4_xs.deq.avx512");
     }
   }
   EXPECT_EQ(name("ggml:q4_k"), "q4_k.q8vnni16.avx512");    // load-time KPack
@@ -511,8 +523,8 @@ TEST(Q8ResidualPass, ShrinksTheActivationRounding) {
     const char* name;
     std::vector<int> f16_offsets;
   };
-  const std::vector<T> types = {
-      {"q4_0", {0}}, {"q8_0", {0}}, {"q4_k", {0, 2}}, {"q6_k", {208}}, {"q3_k", {108}}};
+  const std::vector<T> types = {{"q4_0", {0}},   {"q8_0", {0}},   {"q4_k", {0, 2}},
+                                {"q6_k", {208}}, {"q3_k", {108}}, {"iq4_xs", {0}}};
   const int64_t rows = 20, cols = 512;
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);

@@ -74,13 +74,15 @@ TEST(QBlkPack, RowsEqualTheGgufDecoderBitForBit) {
 }
 
 // The k-quant pack: random super-blocks (every code and high bit, every 4- / 6-bit scale / min, every Q6_K
-// scale byte), sane f16 d (and dmin), against the GGUF row decoder bit for bit; padding rows; the byte count.
+// scale byte, every IQ4_XS grid index and 6-bit scale), sane f16 d (and dmin), against the GGUF row decoder
+// bit for bit; padding rows; the byte count.
 TEST(KPack, RowsEqualTheGgufDecoderBitForBit) {
   for (auto [name, f16s] : {std::pair<const char*, std::vector<int>>{"q2_k", {80, 82}},
                             {"q3_k", {108}},
                             {"q4_k", {0, 2}},
                             {"q5_k", {0, 2}},
-                            {"q6_k", {208}}}) {
+                            {"q6_k", {208}},
+                            {"iq4_xs", {0}}}) {
     const FormatInfo& fi = format_by_name(name);
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {16, 512}, {5, 2048}}) {
       std::mt19937 rng(static_cast<uint32_t>(rows * 7 + cols));
@@ -101,7 +103,8 @@ TEST(KPack, RowsEqualTheGgufDecoderBitForBit) {
                          : n == "q3_k" ? 1824
                          : n == "q4_k" ? 2368
                          : n == "q5_k" ? 2880
-                                       : 3392;
+                         : n == "q6_k" ? 3392
+                                       : 2240;
       EXPECT_EQ(pk->bytes(), static_cast<size_t>((rows + 15) / 16 * nsb * sb)) << name;
       std::vector<float> want(static_cast<size_t>(cols)), got(want.size());
       for (int64_t r = 0; r < rows; ++r) {
