@@ -16,11 +16,10 @@ namespace lowbit {
 namespace {
 
 constexpr int kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlQ8_0 = 8;
-// GGUF types with a VNNI kernel against Q8-rounded activations (Q4_0/Q8_0 in matmul_avx512_q.cpp, the
-// k-quants Q2_K..Q6_K in matmul_avx512_k.cpp).
+// GGUF types on the Q8 route: a row kernel, or (IQ4_XS) only the KPack, built per call where the weight has
+// no load-time pack.
 bool ggml_q8_route(int t) {
-  return t == kGgmlQ4_0 || t == kGgmlQ4_1 || t == kGgmlQ5_0 || t == kGgmlQ5_1 || t == kGgmlQ8_0 ||
-         kern::ggml_k_supported(t);
+  return ggml_q8_row_kernel(t) || kpack_supported(t, 256);
 }
 
 std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
@@ -159,6 +158,11 @@ const KernelPlan& static_plan(Route r, int ggml_type = -1) {
 }
 
 }  // namespace
+
+bool ggml_q8_row_kernel(int t) {
+  return t == kGgmlQ4_0 || t == kGgmlQ4_1 || t == kGgmlQ5_0 || t == kGgmlQ5_1 || t == kGgmlQ8_0 ||
+         kern::ggml_k_supported(t);
+}
 
 std::shared_ptr<const KernelPlan> build_kernel_plan(const WeightMatrix& w, bool repack) {
   if (w.kind == WeightKind::Quant) return plan_for_quant(*w.q);

@@ -119,6 +119,10 @@ struct KPack {
   size_t bytes() const { return static_cast<size_t>((rows + 15) / 16 * (cols / 256) * sb_bytes); }
 };
 bool kpack_supported(int ggml_type, int64_t cols);  // Q2_K .. Q6_K, IQ4_XS with whole super-blocks
+// GGUF types with a row-at-a-time VNNI kernel against Q8-rounded activations (Q4_0 .. Q8_0 in
+// matmul_avx512_q.cpp, the k-quants Q2_K..Q6_K in matmul_avx512_k.cpp). IQ4_XS has none: held as rows it
+// decodes on a per-call KPack.
+bool ggml_q8_row_kernel(int ggml_type);
 std::shared_ptr<const KPack> build_kpack(int ggml_type, const uint8_t* data, int64_t row_bytes, int64_t rows,
                                          int64_t cols);
 // Layout fields without data, and one 16-row block of the pack from nr <= 16 GGUF rows (as pack_qblk_block).

@@ -80,7 +80,8 @@ bool vnni_block_ok(const WeightMatrix& w, const KernelPlan& p) {
 // GGUF weight without its load-time pack), a per-call pack: each 16-row block is packed into a per-thread
 // buffer and multiplied by all tokens, so the packing (~1 byte operation per weight byte) is paid once per
 // call and block, not per token, and nothing stays resident. Decode keeps the row kernel (a pack per call
-// would cost more than the product).
+// would cost more than the product) where the type has one; IQ4_XS has none, and a per-call pack beats
+// dequantized rows by far (bench_kernels `matmul/rows:iq4_xs`).
 bool pack_tile_ok(const WeightMatrix& w, const KernelPlan& p) {
   return p.load_pack() || qblk_supported(p.ggml_type, w.cols) || kpack_supported(p.ggml_type, w.cols);
 }
@@ -153,7 +154,7 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
       // Q8 blocks of x against the load-time pack; without one, decode by row and prefill on a per-call pack
       // where the type has one, else (Q2_K / Q3_K held as rows) rows dequantized into the FP32 tile.
       if (p.qblk || p.kpack) return q8_kernel(Kernel::Q8Pack);
-      if (!prefill) return q8_kernel(Kernel::Q8Row);
+      if (!prefill && ggml_q8_row_kernel(p.ggml_type)) return q8_kernel(Kernel::Q8Row);
       if (pack_tile_ok(w, p)) return q8_kernel(Kernel::Q8PackPerCall);
       return {Kernel::F32Tile, ActRounding::None};
     case Route::Nib:

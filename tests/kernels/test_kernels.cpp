@@ -316,7 +316,8 @@ TEST(KernelNames, FastPathsSelected) {
       prepare_weight(rows, false);  // held as rows: decode by row, prefill on a per-call pack
       EXPECT_EQ(matmul_kernel_name(rows), std::string(t) + ".q8vnni+q8vnni16.avx512");
     }
-    {  // IQ4_XS: the load-time KPack; held as rows it has no row kernel (dequantized rows)
+    {  // IQ4_XS: the load-time KPack; held as rows it has no row kernel: decode and prefill on a per-call
+       // pack
       const FormatInfo& fi = format_by_name("iq4_xs");
       auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(16 * fi.block_bytes), 1);
       WeightMatrix g = make_ggml_weight(buf, buf->data(), fi.ggml_type, 16, 256);
@@ -324,7 +325,7 @@ TEST(KernelNames, FastPathsSelected) {
       EXPECT_EQ(matmul_kernel_name(g), "iq4_xs.q8vnni16.avx512");
       WeightMatrix rows = make_ggml_weight(buf, buf->data(), fi.ggml_type, 16, 256);
       prepare_weight(rows, false);
-      EXPECT_EQ(matmul_kernel_name(rows), "iq4_xs.deq.avx512");
+      EXPECT_EQ(matmul_kernel_name(rows), "iq4_xs.q8vnni16.avx512");
     }
   }
   EXPECT_EQ(name("ggml:q4_k"), "q4_k.q8vnni16.avx512");    // load-time KPack
