@@ -206,6 +206,22 @@ TEST(GgufHandoff, KQuantCheckpointCopiesBlocks) {
   fs::remove(e.path);
 }
 
+// IQ4_XS (lowbit's encoder) is copied as blocks, and the independent NumPy reader decodes them to the
+// checkpoint's values bit for bit.
+TEST(GgufHandoff, Iq4XsCheckpointCopiesBlocks) {
+  const std::string ck = checkpoint(model_path("kjv-brown-6M/model.bin"), "iq4_xs", "kjv_iq4xs");
+  Exported e = export_and_load(ck);
+  for (TensorRole role : layer_matrix_roles())
+    EXPECT_EQ(entry(e.rep, gguf_tensor_name(role, 0)).mapping, "copied");
+  EXPECT_EQ(e.rep.file_type, "iq4_xs");
+  EXPECT_EQ(e.gguf->weights.layers[0].wq.format_name(), "iq4_xs");
+  expect_same_values(e, false);
+  for (TensorRole role : {TensorRole::Q, TensorRole::Down}) expect_numpy_agrees(e, role, 1);
+  expect_close_logits(e, 1e-4);
+  fs::remove_all(ck);
+  fs::remove(e.path);
+}
+
 // INT4 sym -> Q4_0, INT8 sym -> Q8_0, MXFP4 -> ggml MXFP4: exact; INT4 asym -> Q4_1 (min as f16).
 TEST(GgufHandoff, IntAndMxfp4MapExactly) {
   const std::string src = model_path("kjv-brown-6M/model.bin");

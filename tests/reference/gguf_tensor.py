@@ -13,6 +13,10 @@ Blocks of 32 weights (element j of a block, j < 16 in the low nibble of byte j, 
   Q4_1 (type 3, 20 bytes):  f16 d, f16 m, 16 bytes of nibbles q;     w = q * d + m
   Q8_0 (type 8, 34 bytes):  f16 d, 32 x int8 q;                      w = q * d
   MXFP4 (type 39, 17 bytes): u8 E8M0 e, 16 bytes of E2M1 nibbles;    w = E2M1(q) * 2^(e - 127)
+IQ4_XS (type 23): super-blocks of 256 weights in 136 bytes: f16 d, u16 scales_h, u8 scales_l[4], 128 bytes of
+nibbles as 8 sub-blocks of 32 (the order above); sub-block s has the 6-bit scale ls = (nibble s % 2 of
+scales_l[s / 2]) | (bits 2s..2s+1 of scales_h) << 4, and w = d * (ls - 32) * IQ4[q] with the non-linear grid
+IQ4 = -127 -104 -83 -65 -49 -35 -22 -10 1 13 25 38 53 69 89 113.
 F32 (type 0) and F16 (type 1) are stored as they are.
 
 Usage: gguf_tensor.py FILE.gguf TENSOR_NAME OUT.bin -- OUT gets the float32 values, row-major [rows, cols].
@@ -23,6 +27,7 @@ import sys
 import numpy as np
 
 SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+IQ4 = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float32)
 E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float32)
 
 
@@ -77,10 +82,19 @@ def decode(t, raw, n):
         b = b.reshape(-1, 17)
         scale = np.ldexp(1.0, b[:, 0:1].astype(np.int64) - 127).astype(np.float32)
         return (E2M1[nibbles(b[:, 1:])] * scale).reshape(-1)
+    if t == 23:
+        b = b.reshape(-1, 136)
+        d = b[:, 0:2].copy().view("<f2").astype(np.float32)  # [nsb, 1]
+        sh = b[:, 2:4].copy().view("<u2").astype(np.int32)  # [nsb, 1]
+        s = np.arange(8)
+        ls = ((b[:, 4 + s // 2] >> (4 * (s % 2))) & 0xF).astype(np.int32) | (((sh >> (2 * s)) & 3) << 4)
+        q = nibbles(b[:, 8:].reshape(-1, 16)).reshape(-1, 8, 32)  # [nsb, 8, 32]
+        step = d * (ls - 32).astype(np.float32)  # [nsb, 8], float32 as the ggml decoder
+        return (step[:, :, None] * IQ4[q]).reshape(-1)
     sys.exit("gguf_tensor.py: ggml type %d is not decoded here" % t)
 
 
-BLOCK = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 8: (32, 34), 39: (32, 17)}
+BLOCK = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 8: (32, 34), 23: (256, 136), 39: (32, 17)}
 
 
 def main():
