@@ -176,18 +176,25 @@ void expect_numpy_agrees(const Exported& e, TensorRole role, int64_t layer) {
   }
 }
 
-}  // namespace
-
-// kjv-brown-6M (llama2.c: rows already interleaved) in Q4_K: the blocks are copied, the values identical.
-TEST(GgufHandoff, KQuantCheckpointCopiesBlocks) {
-  const std::string ck = checkpoint(model_path("kjv-brown-6M/model.bin"), "q4_k", "kjv_q4k");
-  Exported e = export_and_load(ck);
+// kjv-brown-6M (llama2.c: rows already interleaved) quantized to a GGUF block type with lowbit's encoder and
+// exported: every block copied, the file type and the loaded format that type, the values identical.
+Exported export_copied_blocks(const std::string& type, std::string* ck) {
+  *ck = checkpoint(model_path("kjv-brown-6M/model.bin"), type, "kjv_" + type);
+  Exported e = export_and_load(*ck);
   for (TensorRole role : layer_matrix_roles())
     EXPECT_EQ(entry(e.rep, gguf_tensor_name(role, 0)).mapping, "copied");
-  EXPECT_EQ(e.rep.file_type, "q4_k");
-  EXPECT_EQ(e.rep.appended_tokens, 0);
-  EXPECT_EQ(e.gguf->weights.layers[0].wq.format_name(), "q4_k");
+  EXPECT_EQ(e.rep.file_type, type);
+  EXPECT_EQ(e.gguf->weights.layers[0].wq.format_name(), type);
   expect_same_values(e, false);
+  return e;
+}
+
+}  // namespace
+
+TEST(GgufHandoff, KQuantCheckpointCopiesBlocks) {
+  std::string ck;
+  Exported e = export_copied_blocks("q4_k", &ck);
+  EXPECT_EQ(e.rep.appended_tokens, 0);
   // The checkpoint's k-quant modules load as GGUF blocks too: both run the load-time pack's kernel (AVX2 /
   // AVX-512) on the same blocks.
   EXPECT_EQ(e.ck->weights.layers[0].wq.kind, WeightKind::Ggml);
@@ -206,16 +213,10 @@ TEST(GgufHandoff, KQuantCheckpointCopiesBlocks) {
   fs::remove(e.path);
 }
 
-// IQ4_XS (lowbit's encoder) is copied as blocks, and the independent NumPy reader decodes them to the
-// checkpoint's values bit for bit.
+// IQ4_XS: the independent NumPy reader decodes the copied blocks to the checkpoint's values bit for bit.
 TEST(GgufHandoff, Iq4XsCheckpointCopiesBlocks) {
-  const std::string ck = checkpoint(model_path("kjv-brown-6M/model.bin"), "iq4_xs", "kjv_iq4xs");
-  Exported e = export_and_load(ck);
-  for (TensorRole role : layer_matrix_roles())
-    EXPECT_EQ(entry(e.rep, gguf_tensor_name(role, 0)).mapping, "copied");
-  EXPECT_EQ(e.rep.file_type, "iq4_xs");
-  EXPECT_EQ(e.gguf->weights.layers[0].wq.format_name(), "iq4_xs");
-  expect_same_values(e, false);
+  std::string ck;
+  Exported e = export_copied_blocks("iq4_xs", &ck);
   for (TensorRole role : {TensorRole::Q, TensorRole::Down}) expect_numpy_agrees(e, role, 1);
   expect_close_logits(e, 1e-4);
   fs::remove_all(ck);
