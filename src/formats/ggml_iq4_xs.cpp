@@ -59,6 +59,7 @@ void deq(const void* src, float* y, int64_t n) {
     }
   }
 }
+
 // The sub-block steps s_b of one super-block (0 where the sums overflow: the caller checks finiteness).
 void sub_block_steps(const float* x, const float* imp, float* steps) {
   float sigma2 = 0;
@@ -95,8 +96,8 @@ void encode_super_block(const float* x, const float* imp, BlockIq4Xs* blk) {
   sub_block_steps(x, imp, steps);
   bool finite = true;
   for (float s : steps) finite = finite && std::isfinite(s);
-  int e = 0;  // steps in units of 2^(e - 1) when the plain sums overflow
-  if (!finite) {
+  if (!finite) {  // the plain sums overflow: steps in units of 2^(e - 1), the same codes
+    int e = 0;
     float amax = 0, xs[kQK_K];
     for (int j = 0; j < kQK_K; ++j) amax = std::fmax(amax, std::fabs(x[j]));
     std::frexp(amax, &e);
