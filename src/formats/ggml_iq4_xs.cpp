@@ -18,7 +18,6 @@
 // 1e-15 get step 0 (ls = 32, codes 8); an all-zero super-block stores d = -0 as llama.cpp does. Where
 // llama.cpp's sums overflow (|x| beyond ~1e12) or its fp16 d would be Inf, lowbit encodes in power-of-two
 // scaled units (the same codes) and saturates d at +-65504 with the codes re-mapped under it.
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -78,7 +77,7 @@ void assign(const float* x, const float* steps, float d, BlockIq4Xs* blk) {
   blk->scales_h = 0;
   std::memset(blk->scales_l, 0, sizeof blk->scales_l);
   for (int b = 0; b < 8; ++b) {
-    const int l = std::clamp(static_cast<int>(std::nearbyint(id * steps[b])), -32, 31);
+    const int l = rne_clamp(id * steps[b], -32, 31);  // a saturated d leaves id * steps[b] beyond int's range
     const float dl = d * static_cast<float>(l);
     const float idl = dl != 0 ? 1 / dl : 0.f;
     const float* xb = x + 32 * b;

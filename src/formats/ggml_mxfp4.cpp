@@ -50,8 +50,8 @@ void quant(const float* x, void* dst, int64_t n) {
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j)
       if (amax < std::fabs(x[j])) amax = std::fabs(x[j]);
-    int ev = 0;
-    if (amax > 0.0f) ev = static_cast<int>(std::floor(std::log2(amax))) - 2 + 127;
+    int ev = std::isfinite(amax) ? 0 : 254;  // Inf: the largest scale (log2 would overflow the int)
+    if (amax > 0.0f && std::isfinite(amax)) ev = static_cast<int>(std::floor(std::log2(amax))) - 2 + 127;
     BlockMxfp4 blk;
     blk.e = static_cast<uint8_t>(ev < 0 ? 0 : ev > 254 ? 254 : ev);
     const float d = half_scale(blk.e);

@@ -19,6 +19,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -264,6 +265,10 @@ TEST(GgufEncoders, ScaleRules) {
   b = encode(ggml::MXFP4, x);
   EXPECT_EQ(b[0], 126);
   EXPECT_EQ(decode(ggml::MXFP4, b, 32)[7], -3.0f);
+  // An Inf in the block takes the largest exponent (log2(Inf) has no int: UBSan checks the cast).
+  std::vector<float> xi = x;
+  xi[3] = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(encode(ggml::MXFP4, xi)[0], 254);
   // IQ4_NL: the least-squares step sits near max / 127 (the grid's -127 end takes the signed max).
   b = encode(ggml::IQ4_NL, x);
   const float d = f16_to_f32(ld16(b.data()));
