@@ -1,6 +1,6 @@
 // Internal to src/kernels: the W8A8 prefill kernel on AMX-INT8 tiles, written once over a tile-unit policy:
 //   AmxHw  (matmul_amx.cpp, compiled with -mamx-tile -mamx-int8): the tile instructions themselves;
-//   AmxEmu (amx_emu.cpp, plain C++): a scalar model of the same instructions, as the Intel SDM defines them
+//   AmxEmu (amx_emu.h, plain C++): a scalar model of the same instructions, as the Intel SDM defines them
 //          (LDTILECFG palette 1, TILELOADD, TILESTORED, TILEZERO, TDPBSSD), so the packing, the loop over K
 //          and the tails are tested on CPUs without AMX (set_amx_emulation in kernels/matmul.h).
 // Both include this header; internal linkage on purpose (the two files are compiled with different ISA

@@ -513,6 +513,15 @@ void amx_w8a8_tiles(const AmxInt8Pack& pk, int64_t r0, int64_t r1, const int8_t*
                     const float* wscale, int64_t T, float* y);
 void amx_w8a8_emulated(const AmxInt8Pack& pk, int64_t r0, int64_t r1, const int8_t* x, const float* sx,
                        const float* wscale, int64_t T, float* y);
+// GGUF QBlkPack types on AMX-INT8 tiles (amx_qblk.h), prefill: y[t, r] for rows [r0, r1) (r0 a multiple of
+// 16), all T tokens; q [Tp, cols] Q8 activation codes, dx [cols/32, Tp] their block scales, xs [cols/32, Tp]
+// the blocks' code sums (read for Q4_1 / Q5_1 only), Tp = T rounded up to 16 with zero padding. The same bits
+// as qblk_gemm_avx512. amx_qblk_tiles: the tile instructions (Amx tier only); amx_qblk_emulated: the scalar
+// model of them (AVX-512 CPUs; tests).
+void amx_qblk_tiles(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
+                    const int32_t* xs, int64_t T, float* y);
+void amx_qblk_emulated(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
+                       const int32_t* xs, int64_t T, float* y);
 // Activations in Q8 blocks of 32 for the QBlkPack kernel: q [T, cols] int8, dx [T, cols/32] block scales, xo
 // [T, cols/32] = -offset * (sum of the block's codes), the weight offset folded in exactly.
 // y[t, r] for rows [r0, r1) (r0 a multiple of 16), all T tokens.

@@ -779,6 +779,36 @@ void run_qblk(const WeightMatrix& w, const QBlkPack& pk, bool avx2, const float*
       static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
+// The QBlkPack types' prefill on AMX-INT8 tiles (amx_qblk.h): the same Q8 activation blocks as run_qblk,
+// padded to whole 16-token tiles with zero codes, scales and sums, the scales and sums transposed to [nb,
+// Tp].
+void run_qblk_amx(const WeightMatrix& w, const QBlkPack& pk, const float* x, int64_t T, float* y,
+                  bool hardware) {
+  const int64_t cols = w.cols, nb = cols / 32, tp = (T + 15) / 16 * 16;
+  const Q8Acts a = q8_acts(x, T, cols, 32);
+  thread_local std::vector<int8_t> qp;
+  thread_local std::vector<float> dxp;
+  thread_local std::vector<int32_t> xsp;
+  qp.assign(static_cast<size_t>(tp * cols), 0);
+  dxp.assign(static_cast<size_t>(tp * nb), 0.0f);
+  xsp.assign(static_cast<size_t>(tp * nb), 0);
+  std::copy(a.q, a.q + T * cols, qp.begin());
+  for (int64_t t = 0; t < T; ++t)  // [T, nb] -> [nb, tp]: a block's tokens contiguous for the epilogue
+    for (int64_t b = 0; b < nb; ++b) {
+      dxp[static_cast<size_t>(b * tp + t)] = a.dx[t * nb + b];
+      xsp[static_cast<size_t>(b * tp + t)] = a.sums[t * nb + b];
+    }
+  const int8_t* q = qp.data();  // the pool's workers see their own thread_locals
+  const float* dx = dxp.data();
+  const int32_t* xs = xsp.data();
+  for_row_blocks(
+      w.rows,
+      [&](int64_t r0, int64_t r1) {
+        (hardware ? kern::amx_qblk_tiles : kern::amx_qblk_emulated)(pk, r0, r1, q, dx, xs, T, y);
+      },
+      static_cast<double>(pk.bytes()) * static_cast<double>(T));
+}
+
 // 64-byte aligned per-thread scratch of at least n bytes.
 uint8_t* tls_aligned(size_t n) {
   thread_local std::vector<uint8_t> buf;
@@ -905,6 +935,9 @@ void run_q8_kernel(const WeightMatrix& w, const KernelPlan& p, Kernel k, const f
     case Kernel::Q8PackAvx2:
       return p.qblk ? run_qblk(w, *p.qblk, k == Kernel::Q8PackAvx2, x, T, y)
                     : run_kpack(w, *p.kpack, k == Kernel::Q8PackAvx2, x, T, y);
+    case Kernel::AmxQ8Pack:
+    case Kernel::AmxQ8PackEmulated:
+      return run_qblk_amx(w, *p.qblk, x, T, y, k == Kernel::AmxQ8Pack);
     case Kernel::Q8PackPerCall:
       return kpack_supported(p.ggml_type, w.cols) ? run_kpack_transient(w, p, x, T, y)
                                                   : run_qblk_transient(w, p, x, T, y);
@@ -987,6 +1020,8 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
     case Kernel::Q8Pack:
     case Kernel::Q8PackAvx2:
     case Kernel::Q8PackPerCall:
+    case Kernel::AmxQ8Pack:
+    case Kernel::AmxQ8PackEmulated:
     case Kernel::Q8Row:
     case Kernel::Q8RowAvx2:
       return choice.rounding == ActRounding::Q8x2 ? run_q8_residual(w, p, k, x, T, y)

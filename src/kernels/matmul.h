@@ -45,30 +45,32 @@ namespace lowbit {
 // The kernels matmul() chooses from. Which one runs is decided in one place, select_kernel(): matmul() runs
 // it, matmul_kernel_name() names it, matmul_rounds_to_bf16 / _q8 and WeightMatrix::decode_bytes read it.
 enum class Kernel : uint8_t {
-  Deq,              // unfused: a row dequantized into a buffer, then dot products (every tier)
-  Dense,            // F32 / F16 / BF16 weights, AVX-512
-  VnniGemv,         // INT4 / INT8 codes x INT8 activations, decode
-  VnniTile,         // W8A8 per-channel prefill, VNNI register tile
-  AmxTile,          // W8A8 per-channel prefill on AMX-INT8 tiles
-  AmxTileEmulated,  // the same on the instruction-level emulator (set_amx_emulation)
-  VnniBlock,        // other INT4 / INT8 codes x INT8 activations, prefill over per-call decoded blocks
-  F4Row,            // INT4 codes x NVFP4 activation codes, decode by rows
-  F4Block,          // the same, prefill on the VnniBlock tile (a token gets the same bits from both)
-  F32Tile,          // prefill: 16-row blocks dequantized into the dense FP32 tile
-  Q8Row,            // GGUF blocks x Q8 activations, decode by row
-  Q8Pack,           // GGUF on the load-time pack (QBlkPack / KPack), decode and prefill
-  Q8PackPerCall,    // GGUF prefill on a pack made per call
-  NibLane,          // 4-bit codes, lane kernel, FP32 activations (avx512 tier)
-  Nib16,            // 4-bit (and INT2 / INT3 widened) codes, lane kernel, BF16 activations
-  NibDot,           // 4-bit codes, one fused dot per row (groups the lanes cannot serve)
-  Byte16,           // 8-bit codes, lane kernel, BF16 activations
-  Fp6Byte16,        // FP6 rows widened per block to bytes, then the byte16 kernel
-  ByteDot,          // 8-bit codes, one fused dot per row
-  Bf16Tile,         // weight-only prefill on the BF16 tile
-  LutBf16,          // LUT2/3/4 per-row codebooks, Avx512Bf16 tier: BF16 tables, vpermw + vdpbf16ps
-  LutAvx512,        // LUT2/3/4 per-row codebooks: table in a register, vpermps lookups fused with the FMA
-  LutAvx2,          // the same with two vpermps + blend per 8 codes
-  LutGeneric,       // the same in scalar code (the generic tier)
+  Deq,                // unfused: a row dequantized into a buffer, then dot products (every tier)
+  Dense,              // F32 / F16 / BF16 weights, AVX-512
+  VnniGemv,           // INT4 / INT8 codes x INT8 activations, decode
+  VnniTile,           // W8A8 per-channel prefill, VNNI register tile
+  AmxTile,            // W8A8 per-channel prefill on AMX-INT8 tiles
+  AmxTileEmulated,    // the same on the instruction-level emulator (set_amx_emulation)
+  AmxQ8Pack,          // GGUF QBlkPack types (Q4_0 .. Q8_0, IQ4_NL, MXFP4) prefill on AMX-INT8 tiles
+  AmxQ8PackEmulated,  // the same on the instruction-level emulator
+  VnniBlock,          // other INT4 / INT8 codes x INT8 activations, prefill over per-call decoded blocks
+  F4Row,              // INT4 codes x NVFP4 activation codes, decode by rows
+  F4Block,            // the same, prefill on the VnniBlock tile (a token gets the same bits from both)
+  F32Tile,            // prefill: 16-row blocks dequantized into the dense FP32 tile
+  Q8Row,              // GGUF blocks x Q8 activations, decode by row
+  Q8Pack,             // GGUF on the load-time pack (QBlkPack / KPack), decode and prefill
+  Q8PackPerCall,      // GGUF prefill on a pack made per call
+  NibLane,            // 4-bit codes, lane kernel, FP32 activations (avx512 tier)
+  Nib16,              // 4-bit (and INT2 / INT3 widened) codes, lane kernel, BF16 activations
+  NibDot,             // 4-bit codes, one fused dot per row (groups the lanes cannot serve)
+  Byte16,             // 8-bit codes, lane kernel, BF16 activations
+  Fp6Byte16,          // FP6 rows widened per block to bytes, then the byte16 kernel
+  ByteDot,            // 8-bit codes, one fused dot per row
+  Bf16Tile,           // weight-only prefill on the BF16 tile
+  LutBf16,            // LUT2/3/4 per-row codebooks, Avx512Bf16 tier: BF16 tables, vpermw + vdpbf16ps
+  LutAvx512,          // LUT2/3/4 per-row codebooks: table in a register, vpermps lookups fused with the FMA
+  LutAvx2,            // the same with two vpermps + blend per 8 codes
+  LutGeneric,         // the same in scalar code (the generic tier)
   // The AVX2 tier (matmul_avx2*.cpp). Decode: one fused dot per row and token (Q8PackAvx2: per 16 rows);
   // prefill: Q8RowAvx2 the same, Q8PackAvx2 its tile, the others each row decoded / widened once, then dotted
   // with every token.
@@ -175,9 +177,9 @@ bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T);
 // value table to BF16 (NF4 when matmul_rounds_to_bf16): bf16(value) * scale; lut2/3/4 on the BF16 kernel:
 // bf16(table entry). The tests' oracle.
 void matmul_weight_row(const WeightMatrix& w, int64_t T, int64_t r, float* out);
-// Test seam: run the AMX W8A8 prefill kernel on a scalar model of the tile unit (kernels/amx_tiles.h) on CPUs
-// without AMX (from the Avx512 tier on), so its packing and tile loops are tested everywhere. Process-wide;
-// off by default; not for use while another thread is inside matmul().
+// Test seam: run the AMX prefill kernels (W8A8, the GGUF QBlkPack types) on a scalar model of the tile unit
+// (kernels/amx_emu.h) on CPUs without AMX (from the Avx512 tier on), so their packing and tile loops are
+// tested everywhere. Process-wide; off by default; not for use while another thread is inside matmul().
 void set_amx_emulation(bool on);
 // Dot product of two float vectors with the current ISA tier (used by attention).
 float dot_f32(const float* a, const float* b, int64_t n);

@@ -1,9 +1,10 @@
-// The AMX W8A8 prefill kernel (amx_tiles.h) on the tile instructions. Compiled with -mamx-tile -mamx-int8
-// (and the AVX-512 flags for the epilogue); called only on the Amx tier, i.e. after cpuid, XCR0 and the
-// kernel's grant of tile state (amx_request_permission, core/cpu.h). Tested through the scalar model in
-// amx_emu.cpp.
+// The AMX prefill kernels (W8A8: amx_tiles.h; the GGUF QBlkPack types: amx_qblk.h) on the tile
+// instructions. Compiled with -mamx-tile -mamx-int8 (and the AVX-512 flags for the epilogue); called only on
+// the Amx tier, i.e. after cpuid, XCR0 and the kernel's grant of tile state (amx_request_permission,
+// core/cpu.h). Tested through the scalar model of amx_emu.h.
 #include <immintrin.h>
 
+#include "kernels/amx_qblk.h"
 #include "kernels/amx_tiles.h"
 #include "kernels/kernel_plan.h"
 
@@ -32,7 +33,12 @@ namespace {
     OP(7)
 
 struct AmxHw {
-  static void config(const AmxTileCfg& c) { _tile_loadconfig(&c); }
+  static void config(const AmxTileCfg& c) {
+    // A compiler barrier: the configuration's stores must reach memory before LDTILECFG reads it (GCC 12's
+    // tile intrinsics have been reported to lose them; llama.cpp #26954).
+    asm volatile("" : : "r"(&c) : "memory");
+    _tile_loadconfig(&c);
+  }
   static void release() { _tile_release(); }
   template <int I>
   static void zero() {
@@ -52,20 +58,32 @@ struct AmxHw {
     LOWBIT_AMX_EACH(LOWBIT_OP);
 #undef LOWBIT_OP
   }
-  // The four products of the 2 x 2 blocking in amx_w8a8_rows.
+  // The four products of the 2 x 2 blocking in amx_w8a8_rows; (0, 4, 6) and (1, 5, 7) in amx_qblk_rows.
   template <int C, int A, int B>
   static void dpbssd() {
     static_assert((C == 0 && A == 4 && B == 6) || (C == 1 && A == 4 && B == 7) ||
-                      (C == 2 && A == 5 && B == 6) || (C == 3 && A == 5 && B == 7),
+                      (C == 2 && A == 5 && B == 6) || (C == 3 && A == 5 && B == 7) ||
+                      (C == 1 && A == 5 && B == 7),
                   "add the tile triple here");
     if constexpr (C == 0)
       _tile_dpbssd(0, 4, 6);
-    else if constexpr (C == 1)
+    else if constexpr (C == 1 && A == 4)
       _tile_dpbssd(1, 4, 7);
+    else if constexpr (C == 1)
+      _tile_dpbssd(1, 5, 7);
     else if constexpr (C == 2)
       _tile_dpbssd(2, 5, 6);
     else
       _tile_dpbssd(3, 5, 7);
+  }
+  // Signed A x unsigned B (the QBlkPack types with a min keep their unsigned codes).
+  template <int C, int A, int B>
+  static void dpbsud() {
+    static_assert((C == 0 && A == 4 && B == 6) || (C == 1 && A == 5 && B == 7), "add the tile triple here");
+    if constexpr (C == 0)
+      _tile_dpbsud(0, 4, 6);
+    else
+      _tile_dpbsud(1, 5, 7);
   }
 };
 #undef LOWBIT_AMX_EACH
@@ -75,6 +93,11 @@ struct AmxHw {
 void amx_w8a8_tiles(const AmxInt8Pack& pk, int64_t r0, int64_t r1, const int8_t* x, const float* sx,
                     const float* wscale, int64_t T, float* y) {
   amx_w8a8_rows<AmxHw>(pk, r0, r1, x, sx, wscale, T, y);
+}
+
+void amx_qblk_tiles(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
+                    const int32_t* xs, int64_t T, float* y) {
+  amx_qblk_rows<AmxHw>(p, r0, r1, q, dx, xs, T, y);
 }
 
 }  // namespace lowbit::kern

@@ -1,19 +1,24 @@
-// The AMX-INT8 W8A8 prefill kernel (kernels/amx_tiles.h). This machine may have no AMX, so the kernel runs on
-// the scalar model of the tile unit (set_amx_emulation) and must equal the AVX-512 VNNI register tile bit for
-// bit (both sum exactly in int32 and scale in the same order), and the reference within the kernel tolerance,
-// over shapes with row, token and K tails. Where the CPU has the Amx tier, the hardware kernel is held to the
-// same.
+// The AMX-INT8 prefill kernels: W8A8 (kernels/amx_tiles.h) and the GGUF QBlkPack types (kernels/amx_qblk.h).
+// This machine may have no AMX, so the kernels run on the scalar model of the tile unit (set_amx_emulation)
+// and must equal the AVX-512 VNNI register tiles bit for bit (both sum exactly in int32 and scale in the same
+// order), and the reference within the kernel tolerance, over shapes with row, token and K tails. Where the
+// CPU has the Amx tier, the hardware kernels are held to the same.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/half.h"
+#include "formats/format.h"
+#include "formats/ggml_types.h"
 #include "formats/scheme.h"
 #include "kernels/dispatch.h"
+#include "kernels/kernel_select.h"
 #include "kernels/matmul.h"
 #include "kernels/weight.h"
 #include "tensor/qtensor.h"
@@ -114,6 +119,112 @@ TEST(AmxW8A8, PackCountedInNbytesAndShortPrefillStaysOnVnni) {
   EXPECT_GT(after_vnni, before);  // the VNNI tile copy (+1 byte per weight, + row sums)
   // The AMX pack: 3 row blocks x 4 K tiles (200 -> 256 columns) x 1 KiB.
   EXPECT_EQ(w.nbytes() - after_vnni, size_t{3 * 4 * 1024});
+}
+
+// GGUF rows of one QBlkPack type: random codes and high bits, f16 scales (and mins) of either sign, MXFP4
+// exponents around 2^0.
+WeightMatrix ggml_rows(const FormatInfo& fi, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t nblk = rows * cols / 32;
+  auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(nblk * fi.block_bytes));
+  for (auto& b : *buf) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> ud(-0.02f, 0.02f);
+  for (int64_t k = 0; k < nblk; ++k) {
+    uint8_t* blk = buf->data() + k * fi.block_bytes;
+    if (fi.native_scale == ScaleType::E8M0) {
+      blk[0] = static_cast<uint8_t>(120 + rng() % 12);
+      continue;
+    }
+    const uint16_t h = f32_to_f16(ud(rng)), m = f32_to_f16(ud(rng));
+    std::memcpy(blk, &h, 2);
+    if (fi.ggml_type == ggml::Q4_1 || fi.ggml_type == ggml::Q5_1) std::memcpy(blk + 2, &m, 2);
+  }
+  WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
+  prepare_weight(w, /*repack=*/true);  // the load-time QBlkPack, as a model load makes it
+  return w;
+}
+
+const AmxCase kQblkCases[] = {{37, 256, 16}, {16, 32, 17}, {5, 96, 33}, {40, 896, 48}, {24, 160, 31}};
+
+// The QBlkPack types: the AMX kernel (emulated or hardware) against the VNNI register tile (q8vnni16), one
+// rounding pass and the residual pass (set_q8_residual_pass), and against the reference on the Q8-rounded
+// activations.
+void compare_qblk(bool hardware) {
+  for (const char* type : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "ggml_mxfp4"})
+    for (const AmxCase& c : kQblkCases)
+      for (bool x2 : {false, true}) {
+        const FormatInfo& fi = format_by_name(type);
+        const WeightMatrix w = ggml_rows(fi, c.rows, c.cols, static_cast<uint32_t>(c.rows * 5 + c.cols));
+        const std::vector<float> x = acts(c.T, c.cols, static_cast<uint32_t>(c.T + 1));
+        std::vector<float> y_vnni(static_cast<size_t>(c.T * c.rows)), y_amx(y_vnni.size(), -1.0f);
+        set_q8_residual_pass(x2);
+        set_kernel_isa(Isa::Avx512);
+        const std::string vnni_name = matmul_kernel_name(w);
+        matmul(w, x.data(), c.T, y_vnni.data());
+        set_kernel_isa(hardware ? best_isa() : std::min(best_isa(), Isa::Avx512Bf16));
+        if (!hardware) set_amx_emulation(true);
+        const std::string name = matmul_kernel_name(w);
+        matmul(w, x.data(), c.T, y_amx.data());
+        set_amx_emulation(false);
+        set_q8_residual_pass(false);
+        set_kernel_isa(best_isa());
+        const std::string want = std::string(x2 ? "q8vnni16x2+" : "q8vnni16+") +
+                                 (hardware ? "q8amx" + std::string(x2 ? "x2" : "") + ".amx"
+                                           : "q8amx-emulated" + std::string(x2 ? "x2" : ""));
+        EXPECT_NE(name.find(want), std::string::npos) << name;
+        EXPECT_NE(vnni_name.find(x2 ? ".q8vnni16x2.avx512" : ".q8vnni16.avx512"), std::string::npos)
+            << vnni_name;
+        int bad = 0;
+        for (size_t i = 0; i < y_vnni.size(); ++i)
+          if (f32_bits(y_amx[i]) != f32_bits(y_vnni[i]) && bad++ < 5)
+            ADD_FAILURE() << name << " " << c.rows << "x" << c.cols << " T " << c.T << " row "
+                          << i % static_cast<size_t>(c.rows) << " token " << i / static_cast<size_t>(c.rows)
+                          << ": AMX " << y_amx[i] << ", VNNI tile " << y_vnni[i];
+        EXPECT_EQ(bad, 0) << name << " " << c.rows << "x" << c.cols << " T " << c.T;
+        if (x2) continue;
+        // The reference on the Q8-rounded activations (what both kernels multiply), within float summation.
+        std::vector<float> xq(x.size()), row(static_cast<size_t>(c.cols)), ref(y_vnni.size());
+        std::vector<int8_t> q(static_cast<size_t>(c.cols));
+        std::vector<float> d(static_cast<size_t>(c.cols / 32));
+        for (int64_t t = 0; t < c.T; ++t) {
+          quantize_q8_blocks(x.data() + t * c.cols, c.cols, q.data(), d.data());
+          for (int64_t k = 0; k < c.cols; ++k) xq[t * c.cols + k] = static_cast<float>(q[k]) * d[k / 32];
+        }
+        matmul_reference(w, xq.data(), c.T, ref.data());
+        for (int64_t r = 0; r < c.rows; ++r) {
+          weight_row_f32(w, r, row.data());
+          for (int64_t t = 0; t < c.T; ++t) {
+            double mag = 0;
+            for (int64_t k = 0; k < c.cols; ++k)
+              mag += std::fabs(static_cast<double>(row[k]) * xq[t * c.cols + k]);
+            const size_t i = static_cast<size_t>(t * c.rows + r);
+            EXPECT_NEAR(y_amx[i], ref[i], 1e-5 * mag + 1e-6) << name << " row " << r << " token " << t;
+          }
+        }
+      }
+}
+
+TEST(AmxQblk, EmulatedTilesEqualVnniTileBitForBit) {
+  if (best_isa() < Isa::Avx512) GTEST_SKIP() << "the VNNI tile it is compared with needs AVX-512";
+  compare_qblk(/*hardware=*/false);
+}
+
+TEST(AmxQblk, HardwareTilesEqualVnniTileBitForBit) {
+  if (best_isa() < Isa::Amx) GTEST_SKIP() << "no AMX-INT8 on this CPU (the emulated test covers the kernel)";
+  compare_qblk(/*hardware=*/true);
+}
+
+TEST(AmxQblk, DecodeAndShortPrefillStayOnVnni) {
+  if (best_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512";
+  const WeightMatrix w = ggml_rows(format_by_name("q4_0"), 32, 256, 3);
+  set_kernel_isa(std::min(best_isa(), Isa::Avx512Bf16));
+  set_amx_emulation(true);
+  EXPECT_EQ(select_kernel(w, 1).kernel, Kernel::Q8Pack);
+  EXPECT_EQ(select_kernel(w, kAmxTokens - 1).kernel, Kernel::Q8Pack);
+  EXPECT_EQ(select_kernel(w, kAmxTokens).kernel, Kernel::AmxQ8PackEmulated);
+  set_amx_emulation(false);
+  EXPECT_EQ(select_kernel(w, kAmxTokens).kernel, Kernel::Q8Pack);
+  set_kernel_isa(best_isa());
 }
 
 }  // namespace
