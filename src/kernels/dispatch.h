@@ -6,8 +6,8 @@
 //   Avx512Bf16: Avx512 + AVX512_BF16 + AVX512_VBMI: as Avx512, and the 4-bit weight-only decode kernel takes
 //            BF16 activations (vpmultishiftqb + vpermw decode, vdpbf16ps products; matmul_avx512bf16.cpp)
 //   Amx:     Avx512Bf16 + AMX-TILE + AMX-INT8 with the OS granting tile state (Sapphire Rapids and later): as
-//            Avx512Bf16, and prefill from kAmxTokens tokens on AMX-INT8 tiles: W8A8 and the GGUF QBlkPack
-//            types (matmul_amx.cpp)
+//            Avx512Bf16, and prefill from kAmxTokens tokens on AMX-INT8 tiles: W8A8 and the GGUF types on
+//            a load-time pack (matmul_amx.cpp)
 // Tiers are ordered: a higher tier runs every kernel of the lower ones.
 // The AMX kernels are tested on CPUs without AMX through a scalar emulation of the tile unit
 // (set_amx_emulation, kernels/amx_emu.h); the development machine (AMD EPYC) has no AMX, so they have not run

@@ -522,6 +522,12 @@ void amx_qblk_tiles(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, 
                     const int32_t* xs, int64_t T, float* y);
 void amx_qblk_emulated(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
                        const int32_t* xs, int64_t T, float* y);
+// GGUF k-quants on AMX-INT8 tiles (amx_kpack.h), prefill, as above: dx [cols/32, Tp], s [nsub, Tp] the code
+// sums of each sub-block (32 columns for Q4_K / Q5_K / IQ4_XS, else 16). The same bits as kpack_gemm_avx512.
+void amx_kpack_tiles(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
+                     const int32_t* s, int64_t T, float* y);
+void amx_kpack_emulated(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
+                        const int32_t* s, int64_t T, float* y);
 // Activations in Q8 blocks of 32 for the QBlkPack kernel: q [T, cols] int8, dx [T, cols/32] block scales, xo
 // [T, cols/32] = -offset * (sum of the block's codes), the weight offset folded in exactly.
 // y[t, r] for rows [r0, r1) (r0 a multiple of 16), all T tokens.

@@ -153,9 +153,10 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
         return {prefill ? Kernel::F32Tile : Kernel::Deq, ActRounding::None};
       // Q8 blocks of x against the load-time pack; without one, decode by row and prefill on a per-call pack
       // where the type has one, else (Q2_K / Q3_K held as rows) rows dequantized into the FP32 tile.
-      // Prefill of the QBlkPack types on AMX-INT8 tiles from kAmxTokens tokens (the same bits).
-      if (p.qblk && T >= kAmxTokens && isa >= Isa::Amx) return q8_kernel(Kernel::AmxQ8Pack);
-      if (p.qblk && T >= kAmxTokens && amx_emulated()) return q8_kernel(Kernel::AmxQ8PackEmulated);
+      // Prefill on the load-time packs on AMX-INT8 tiles from kAmxTokens tokens (the same bits).
+      if ((p.qblk || p.kpack) && T >= kAmxTokens && isa >= Isa::Amx) return q8_kernel(Kernel::AmxQ8Pack);
+      if ((p.qblk || p.kpack) && T >= kAmxTokens && amx_emulated())
+        return q8_kernel(Kernel::AmxQ8PackEmulated);
       if (p.qblk || p.kpack) return q8_kernel(Kernel::Q8Pack);
       if (!prefill && ggml_q8_row_kernel(p.ggml_type)) return q8_kernel(Kernel::Q8Row);
       if (pack_tile_ok(w, p)) return q8_kernel(Kernel::Q8PackPerCall);

@@ -809,6 +809,39 @@ void run_qblk_amx(const WeightMatrix& w, const QBlkPack& pk, const float* x, int
       static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
+// The k-quants' prefill on AMX-INT8 tiles (amx_kpack.h): the Q8 activation blocks of run_kpack, padded to
+// whole 16-token tiles, the scales transposed to [cols/32, Tp] and the code sums to one per sub-block
+// [nsub, Tp] (two per-16 sums added for the 32-column sub-blocks, as the VNNI kernel adds them).
+void run_kpack_amx(const WeightMatrix& w, const KPack& pk, const float* x, int64_t T, float* y,
+                   bool hardware) {
+  const int64_t cols = w.cols, n32 = cols / 32, n16 = cols / 16, tp = (T + 15) / 16 * 16;
+  const bool wide = pk.ggml_type == ggml::Q4_K || pk.ggml_type == ggml::Q5_K || pk.ggml_type == ggml::IQ4_XS;
+  const int64_t nsub = wide ? n32 : n16;
+  const Q8Acts a = q8_acts(x, T, cols, 16);
+  thread_local std::vector<int8_t> qp;
+  thread_local std::vector<float> dxp;
+  thread_local std::vector<int32_t> sp;
+  qp.assign(static_cast<size_t>(tp * cols), 0);
+  dxp.assign(static_cast<size_t>(tp * n32), 0.0f);
+  sp.assign(static_cast<size_t>(tp * nsub), 0);
+  std::copy(a.q, a.q + T * cols, qp.begin());
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t b = 0; b < n32; ++b) dxp[static_cast<size_t>(b * tp + t)] = a.dx[t * n32 + b];
+    for (int64_t j = 0; j < nsub; ++j)
+      sp[static_cast<size_t>(j * tp + t)] =
+          wide ? a.sums[t * n16 + 2 * j] + a.sums[t * n16 + 2 * j + 1] : a.sums[t * n16 + j];
+  }
+  const int8_t* q = qp.data();  // the pool's workers see their own thread_locals
+  const float* dx = dxp.data();
+  const int32_t* s = sp.data();
+  for_row_blocks(
+      w.rows,
+      [&](int64_t r0, int64_t r1) {
+        (hardware ? kern::amx_kpack_tiles : kern::amx_kpack_emulated)(pk, r0, r1, q, dx, s, T, y);
+      },
+      static_cast<double>(pk.bytes()) * static_cast<double>(T));
+}
+
 // 64-byte aligned per-thread scratch of at least n bytes.
 uint8_t* tls_aligned(size_t n) {
   thread_local std::vector<uint8_t> buf;
@@ -937,7 +970,8 @@ void run_q8_kernel(const WeightMatrix& w, const KernelPlan& p, Kernel k, const f
                     : run_kpack(w, *p.kpack, k == Kernel::Q8PackAvx2, x, T, y);
     case Kernel::AmxQ8Pack:
     case Kernel::AmxQ8PackEmulated:
-      return run_qblk_amx(w, *p.qblk, x, T, y, k == Kernel::AmxQ8Pack);
+      return p.qblk ? run_qblk_amx(w, *p.qblk, x, T, y, k == Kernel::AmxQ8Pack)
+                    : run_kpack_amx(w, *p.kpack, x, T, y, k == Kernel::AmxQ8Pack);
     case Kernel::Q8PackPerCall:
       return kpack_supported(p.ggml_type, w.cols) ? run_kpack_transient(w, p, x, T, y)
                                                   : run_qblk_transient(w, p, x, T, y);

@@ -51,7 +51,7 @@ enum class Kernel : uint8_t {
   VnniTile,           // W8A8 per-channel prefill, VNNI register tile
   AmxTile,            // W8A8 per-channel prefill on AMX-INT8 tiles
   AmxTileEmulated,    // the same on the instruction-level emulator (set_amx_emulation)
-  AmxQ8Pack,          // GGUF QBlkPack types (Q4_0 .. Q8_0, IQ4_NL, MXFP4) prefill on AMX-INT8 tiles
+  AmxQ8Pack,          // GGUF on the load-time pack (QBlkPack / KPack), prefill on AMX-INT8 tiles
   AmxQ8PackEmulated,  // the same on the instruction-level emulator
   VnniBlock,          // other INT4 / INT8 codes x INT8 activations, prefill over per-call decoded blocks
   F4Row,              // INT4 codes x NVFP4 activation codes, decode by rows
@@ -177,7 +177,7 @@ bool matmul_rounds_to_bf16(const WeightMatrix& w, int64_t T);
 // value table to BF16 (NF4 when matmul_rounds_to_bf16): bf16(value) * scale; lut2/3/4 on the BF16 kernel:
 // bf16(table entry). The tests' oracle.
 void matmul_weight_row(const WeightMatrix& w, int64_t T, int64_t r, float* out);
-// Test seam: run the AMX prefill kernels (W8A8, the GGUF QBlkPack types) on a scalar model of the tile unit
+// Test seam: run the AMX prefill kernels (W8A8, the GGUF packs) on a scalar model of the tile unit
 // (kernels/amx_emu.h) on CPUs without AMX (from the Avx512 tier on), so their packing and tile loops are
 // tested everywhere. Process-wide; off by default; not for use while another thread is inside matmul().
 void set_amx_emulation(bool on);

@@ -1,9 +1,10 @@
-// The AMX prefill kernels (W8A8: amx_tiles.h; the GGUF QBlkPack types: amx_qblk.h) on the tile
-// instructions. Compiled with -mamx-tile -mamx-int8 (and the AVX-512 flags for the epilogue); called only on
-// the Amx tier, i.e. after cpuid, XCR0 and the kernel's grant of tile state (amx_request_permission,
-// core/cpu.h). Tested through the scalar model of amx_emu.h.
+// The AMX prefill kernels (W8A8: amx_tiles.h; the GGUF QBlkPack types: amx_qblk.h; the k-quants:
+// amx_kpack.h) on the tile instructions. Compiled with -mamx-tile -mamx-int8 (and the AVX-512 flags for the
+// epilogue); called only on the Amx tier, i.e. after cpuid, XCR0 and the kernel's grant of tile state
+// (amx_request_permission, core/cpu.h). Tested through the scalar model of amx_emu.h.
 #include <immintrin.h>
 
+#include "kernels/amx_kpack.h"
 #include "kernels/amx_qblk.h"
 #include "kernels/amx_tiles.h"
 #include "kernels/kernel_plan.h"
@@ -98,6 +99,11 @@ void amx_w8a8_tiles(const AmxInt8Pack& pk, int64_t r0, int64_t r1, const int8_t*
 void amx_qblk_tiles(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
                     const int32_t* xs, int64_t T, float* y) {
   amx_qblk_rows<AmxHw>(p, r0, r1, q, dx, xs, T, y);
+}
+
+void amx_kpack_tiles(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
+                     const int32_t* s, int64_t T, float* y) {
+  amx_kpack_rows<AmxHw>(p, r0, r1, q, dx, s, T, y);
 }
 
 }  // namespace lowbit::kern

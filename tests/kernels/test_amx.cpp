@@ -1,8 +1,8 @@
-// The AMX-INT8 prefill kernels: W8A8 (kernels/amx_tiles.h) and the GGUF QBlkPack types (kernels/amx_qblk.h).
-// This machine may have no AMX, so the kernels run on the scalar model of the tile unit (set_amx_emulation)
-// and must equal the AVX-512 VNNI register tiles bit for bit (both sum exactly in int32 and scale in the same
-// order), and the reference within the kernel tolerance, over shapes with row, token and K tails. Where the
-// CPU has the Amx tier, the hardware kernels are held to the same.
+// The AMX-INT8 prefill kernels: W8A8 (kernels/amx_tiles.h) and the GGUF packs (kernels/amx_qblk.h,
+// amx_kpack.h). This machine may have no AMX, so the kernels run on the scalar model of the tile unit
+// (set_amx_emulation) and must equal the AVX-512 VNNI register tiles bit for bit (both sum exactly in int32
+// and scale in the same order), and the reference within the kernel tolerance, over shapes with row, token
+// and K tails. Where the CPU has the Amx tier, the hardware kernels are held to the same.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -212,6 +212,71 @@ TEST(AmxQblk, EmulatedTilesEqualVnniTileBitForBit) {
 TEST(AmxQblk, HardwareTilesEqualVnniTileBitForBit) {
   if (best_isa() < Isa::Amx) GTEST_SKIP() << "no AMX-INT8 on this CPU (the emulated test covers the kernel)";
   compare_qblk(/*hardware=*/true);
+}
+
+// GGUF k-quant rows (super-blocks of 256): random bytes, the f16 d / dmin fields at their offsets set to sane
+// values (as in test_qblk_pack.cpp), packed at load.
+WeightMatrix kquant_rows(const FormatInfo& fi, const std::vector<int>& f16s, int64_t rows, int64_t cols,
+                         uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t nsb = cols / 256;
+  auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows * nsb * fi.block_bytes));
+  for (auto& b : *buf) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> ud(-0.02f, 0.02f);
+  for (int64_t k = 0; k < rows * nsb; ++k)
+    for (int off : f16s) {
+      const uint16_t h = f32_to_f16(ud(rng));
+      std::memcpy(buf->data() + k * fi.block_bytes + off, &h, 2);
+    }
+  WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
+  prepare_weight(w, /*repack=*/true);
+  return w;
+}
+
+// The k-quants: the AMX kernel against the VNNI k-quant tile, bit for bit, one pass and the residual pass.
+void compare_kpack(bool hardware) {
+  const AmxCase cases[] = {{37, 256, 16}, {16, 512, 17}, {5, 768, 33}, {24, 256, 40}};
+  for (auto [type, f16s] : {std::pair<const char*, std::vector<int>>{"q2_k", {80, 82}},
+                            {"q3_k", {108}},
+                            {"q4_k", {0, 2}},
+                            {"q5_k", {0, 2}},
+                            {"q6_k", {208}},
+                            {"iq4_xs", {0}}})
+    for (const AmxCase& c : cases)
+      for (bool x2 : {false, true}) {
+        const WeightMatrix w = kquant_rows(format_by_name(type), f16s, c.rows, c.cols,
+                                           static_cast<uint32_t>(c.rows * 3 + c.cols));
+        const std::vector<float> x = acts(c.T, c.cols, static_cast<uint32_t>(c.T + 2));
+        std::vector<float> y_vnni(static_cast<size_t>(c.T * c.rows)), y_amx(y_vnni.size(), -1.0f);
+        set_q8_residual_pass(x2);
+        set_kernel_isa(Isa::Avx512);
+        matmul(w, x.data(), c.T, y_vnni.data());
+        set_kernel_isa(hardware ? best_isa() : std::min(best_isa(), Isa::Avx512Bf16));
+        if (!hardware) set_amx_emulation(true);
+        const std::string name = matmul_kernel_name(w);
+        matmul(w, x.data(), c.T, y_amx.data());
+        set_amx_emulation(false);
+        set_q8_residual_pass(false);
+        set_kernel_isa(best_isa());
+        EXPECT_NE(name.find(hardware ? "+q8amx" : "+q8amx-emulated"), std::string::npos) << name;
+        int bad = 0;
+        for (size_t i = 0; i < y_vnni.size(); ++i)
+          if (f32_bits(y_amx[i]) != f32_bits(y_vnni[i]) && bad++ < 5)
+            ADD_FAILURE() << name << " " << c.rows << "x" << c.cols << " T " << c.T << " row "
+                          << i % static_cast<size_t>(c.rows) << " token " << i / static_cast<size_t>(c.rows)
+                          << ": AMX " << y_amx[i] << ", VNNI tile " << y_vnni[i];
+        EXPECT_EQ(bad, 0) << name << " " << c.rows << "x" << c.cols << " T " << c.T;
+      }
+}
+
+TEST(AmxKpack, EmulatedTilesEqualVnniTileBitForBit) {
+  if (best_isa() < Isa::Avx512) GTEST_SKIP() << "the VNNI tile it is compared with needs AVX-512";
+  compare_kpack(/*hardware=*/false);
+}
+
+TEST(AmxKpack, HardwareTilesEqualVnniTileBitForBit) {
+  if (best_isa() < Isa::Amx) GTEST_SKIP() << "no AMX-INT8 on this CPU (the emulated test covers the kernel)";
+  compare_kpack(/*hardware=*/true);
 }
 
 TEST(AmxQblk, DecodeAndShortPrefillStayOnVnni) {
