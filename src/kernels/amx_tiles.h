@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/kernel_plan.h"
 
@@ -115,6 +116,107 @@ void amx_w8a8_rows(const AmxInt8Pack& pk, int64_t r0, int64_t r1, const int8_t* 
   }
   Ops::release();
 }
+
+#if defined(__AVX512F__)
+// The GGUF pack kernels (amx_qblk.h, amx_kpack.h) share the loop below. A weight's 16-row block is a run of
+// nsub units of kw columns (kw = 32 or 16): unit j has a B tile of kw / 4 rows x 64 bytes at bt + 16 kw j
+// (B[kk][4n + i] = w[n][kw j + 4kk + i]) and float steps ds[16 rows] (and, with a min, nm[16 rows], stored
+// negated where the VNNI kernel subtracts) at 16 j. Per 16 tokens and unit: C = A x B (tdpbssd for signed
+// codes, tdpbsud for unsigned ones with a min), then per token row t, in the VNNI tiles' order:
+//   acc[t] = fma(float(C[t]), ds * dx[t], acc[t]);  acc[t] = fma(nm, dx[t] * s[t], acc[t])
+// dx [cols/32, Tp] (unit j reads row kw j / 32) and s [nsub, Tp] (the unit's code sums): transposed so that a
+// unit's 16 tokens are contiguous. Two C / A / B tile sets alternate between even and odd units, so the
+// hardware can run the next product while the epilogue reads the last one.
+
+// Tiles 0 / 1: C (16 x 64 bytes of int32); 4 / 5: A (16 tokens x kw bytes); 6 / 7: B (kw / 4 rows x 64
+// bytes).
+inline AmxTileCfg amx_unit_cfg(int kw) {
+  AmxTileCfg c;
+  for (int i : {0, 1}) c.colsb[i] = 64, c.rows[i] = 16;
+  for (int i : {4, 5}) c.colsb[i] = static_cast<uint16_t>(kw), c.rows[i] = 16;
+  for (int i : {6, 7}) c.colsb[i] = 64, c.rows[i] = static_cast<uint8_t>(kw / 4);
+  return c;
+}
+
+// A 64-byte aligned view of a per-thread vector of at least n elements.
+template <class T>
+T* amx_scratch(std::vector<T>& v, size_t n) {
+  v.resize(n + 64 / sizeof(T));
+  return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t{63});
+}
+
+template <bool kMin>
+inline void amx_unit_epilogue(const int32_t (&c)[16][16], const float* ds, const float* nm, const float* dx,
+                              const int32_t* s, __m512 (&acc)[16]) {
+  const __m512 d = _mm512_load_ps(ds);
+#pragma GCC unroll 16
+  for (int m = 0; m < 16; ++m) {
+    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[m])),
+                             _mm512_mul_ps(d, _mm512_set1_ps(dx[m])), acc[m]);
+    if constexpr (kMin)
+      acc[m] = _mm512_fmadd_ps(_mm512_load_ps(nm), _mm512_set1_ps(dx[m] * static_cast<float>(s[m])), acc[m]);
+  }
+}
+
+// Rows [r0, r1) (r0 a multiple of 16) of a weight of `rows` rows and `cols` columns, all T tokens: q [Tp,
+// cols] the Q8 activation codes (Tp = T rounded up to 16, zero padding), dx / s as above, y [T, rows].
+// unpack(rb, bt, ds, nm) fills a row block's units.
+template <class Ops, bool kMin, class Unpack>
+void amx_unit_rows(int kw, int64_t nsub, int64_t rows, int64_t cols, int64_t r0, int64_t r1, const int8_t* q,
+                   const float* dx, const int32_t* s, int64_t T, float* y, Unpack&& unpack) {
+  thread_local std::vector<int8_t> bt_buf;
+  thread_local std::vector<float> ds_buf, nm_buf;
+  int8_t* bt = amx_scratch(bt_buf, static_cast<size_t>(nsub * 16 * kw));
+  float* ds = amx_scratch(ds_buf, static_cast<size_t>(nsub * 16));
+  float* nm = amx_scratch(nm_buf, kMin ? static_cast<size_t>(nsub * 16) : 16);
+  const int64_t tp = (T + 15) / 16 * 16, bbytes = 16 * kw;
+  alignas(64) int32_t c[2][16][16];
+  Ops::config(amx_unit_cfg(kw));
+  for (int64_t rb = r0 / 16; rb * 16 < r1; ++rb) {
+    unpack(rb, bt, ds, nm);
+    const int64_t r = rb * 16;
+    const auto mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, std::min(r1, rows) - r)) - 1);
+    for (int64_t t0 = 0; t0 < T; t0 += 16) {
+      __m512 acc[16];
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      const int8_t* a = q + t0 * cols;
+      auto step = [&](int i, int64_t j) {
+        amx_unit_epilogue<kMin>(c[i], ds + 16 * j, nm + 16 * j, dx + (kw * j / 32) * tp + t0, s + j * tp + t0,
+                                acc);
+      };
+      for (int64_t j = 0; j < nsub; j += 2) {
+        const bool two = j + 1 < nsub;
+        Ops::template load<4>(a + kw * j, cols);
+        Ops::template load<6>(bt + bbytes * j, 64);
+        Ops::template zero<0>();
+        if (two) {
+          Ops::template load<5>(a + kw * (j + 1), cols);
+          Ops::template load<7>(bt + bbytes * (j + 1), 64);
+          Ops::template zero<1>();
+        }
+        if constexpr (kMin) {
+          Ops::template dpbsud<0, 4, 6>();
+          if (two) Ops::template dpbsud<1, 5, 7>();
+        } else {
+          Ops::template dpbssd<0, 4, 6>();
+          if (two) Ops::template dpbssd<1, 5, 7>();
+        }
+        Ops::template store<0>(c[0], 64);
+        step(0, j);
+        if (two) {
+          Ops::template store<1>(c[1], 64);
+          step(1, j + 1);
+        }
+      }
+      // Constant indices (acc stays in registers through the unit loop); tokens past T are padding.
+#pragma GCC unroll 16
+      for (int m = 0; m < 16; ++m)
+        if (t0 + m < T) _mm512_mask_storeu_ps(y + (t0 + m) * rows + r, mask, acc[m]);
+    }
+  }
+  Ops::release();
+}
+#endif
 
 }  // namespace
 }  // namespace lowbit::kern

@@ -779,43 +779,16 @@ void run_qblk(const WeightMatrix& w, const QBlkPack& pk, bool avx2, const float*
       static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
-// The QBlkPack types' prefill on AMX-INT8 tiles (amx_qblk.h): the same Q8 activation blocks as run_qblk,
-// padded to whole 16-token tiles with zero codes, scales and sums, the scales and sums transposed to [nb,
-// Tp].
-void run_qblk_amx(const WeightMatrix& w, const QBlkPack& pk, const float* x, int64_t T, float* y,
+// Prefill on AMX-INT8 tiles over a load-time pack (amx_tiles.h, amx_unit_rows): the Q8 activation blocks
+// of the VNNI pack kernels, padded to whole 16-token tiles with zero codes, the block scales transposed to
+// [cols/32, Tp] and the code sums to one per unit [nsub, Tp] (a unit is a 32-column block of the QBlkPack
+// types, a sub-block of the k-quants: 32 columns for Q4_K / Q5_K / IQ4_XS, else 16; two per-16 sums added
+// as the VNNI kernels add them).
+void run_pack_amx(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y,
                   bool hardware) {
-  const int64_t cols = w.cols, nb = cols / 32, tp = (T + 15) / 16 * 16;
-  const Q8Acts a = q8_acts(x, T, cols, 32);
-  thread_local std::vector<int8_t> qp;
-  thread_local std::vector<float> dxp;
-  thread_local std::vector<int32_t> xsp;
-  qp.assign(static_cast<size_t>(tp * cols), 0);
-  dxp.assign(static_cast<size_t>(tp * nb), 0.0f);
-  xsp.assign(static_cast<size_t>(tp * nb), 0);
-  std::copy(a.q, a.q + T * cols, qp.begin());
-  for (int64_t t = 0; t < T; ++t)  // [T, nb] -> [nb, tp]: a block's tokens contiguous for the epilogue
-    for (int64_t b = 0; b < nb; ++b) {
-      dxp[static_cast<size_t>(b * tp + t)] = a.dx[t * nb + b];
-      xsp[static_cast<size_t>(b * tp + t)] = a.sums[t * nb + b];
-    }
-  const int8_t* q = qp.data();  // the pool's workers see their own thread_locals
-  const float* dx = dxp.data();
-  const int32_t* xs = xsp.data();
-  for_row_blocks(
-      w.rows,
-      [&](int64_t r0, int64_t r1) {
-        (hardware ? kern::amx_qblk_tiles : kern::amx_qblk_emulated)(pk, r0, r1, q, dx, xs, T, y);
-      },
-      static_cast<double>(pk.bytes()) * static_cast<double>(T));
-}
-
-// The k-quants' prefill on AMX-INT8 tiles (amx_kpack.h): the Q8 activation blocks of run_kpack, padded to
-// whole 16-token tiles, the scales transposed to [cols/32, Tp] and the code sums to one per sub-block
-// [nsub, Tp] (two per-16 sums added for the 32-column sub-blocks, as the VNNI kernel adds them).
-void run_kpack_amx(const WeightMatrix& w, const KPack& pk, const float* x, int64_t T, float* y,
-                   bool hardware) {
   const int64_t cols = w.cols, n32 = cols / 32, n16 = cols / 16, tp = (T + 15) / 16 * 16;
-  const bool wide = pk.ggml_type == ggml::Q4_K || pk.ggml_type == ggml::Q5_K || pk.ggml_type == ggml::IQ4_XS;
+  const int type = p.ggml_type;
+  const bool wide = p.qblk || type == ggml::Q4_K || type == ggml::Q5_K || type == ggml::IQ4_XS;
   const int64_t nsub = wide ? n32 : n16;
   const Q8Acts a = q8_acts(x, T, cols, 16);
   thread_local std::vector<int8_t> qp;
@@ -837,9 +810,12 @@ void run_kpack_amx(const WeightMatrix& w, const KPack& pk, const float* x, int64
   for_row_blocks(
       w.rows,
       [&](int64_t r0, int64_t r1) {
-        (hardware ? kern::amx_kpack_tiles : kern::amx_kpack_emulated)(pk, r0, r1, q, dx, s, T, y);
+        if (p.qblk)
+          (hardware ? kern::amx_qblk_tiles : kern::amx_qblk_emulated)(*p.qblk, r0, r1, q, dx, s, T, y);
+        else
+          (hardware ? kern::amx_kpack_tiles : kern::amx_kpack_emulated)(*p.kpack, r0, r1, q, dx, s, T, y);
       },
-      static_cast<double>(pk.bytes()) * static_cast<double>(T));
+      static_cast<double>(p.qblk ? p.qblk->bytes() : p.kpack->bytes()) * static_cast<double>(T));
 }
 
 // 64-byte aligned per-thread scratch of at least n bytes.
@@ -970,8 +946,7 @@ void run_q8_kernel(const WeightMatrix& w, const KernelPlan& p, Kernel k, const f
                     : run_kpack(w, *p.kpack, k == Kernel::Q8PackAvx2, x, T, y);
     case Kernel::AmxQ8Pack:
     case Kernel::AmxQ8PackEmulated:
-      return p.qblk ? run_qblk_amx(w, *p.qblk, x, T, y, k == Kernel::AmxQ8Pack)
-                    : run_kpack_amx(w, *p.kpack, x, T, y, k == Kernel::AmxQ8Pack);
+      return run_pack_amx(w, p, x, T, y, k == Kernel::AmxQ8Pack);
     case Kernel::Q8PackPerCall:
       return kpack_supported(p.ggml_type, w.cols) ? run_kpack_transient(w, p, x, T, y)
                                                   : run_qblk_transient(w, p, x, T, y);

@@ -144,6 +144,38 @@ WeightMatrix ggml_rows(const FormatInfo& fi, int64_t rows, int64_t cols, uint32_
   return w;
 }
 
+// One GGUF pack weight on the VNNI tile (Avx512 tier) and on the AMX kernel (emulated below the Amx tier, or
+// the hardware), one rounding pass or the residual pass (x2): both kernel names checked, the outputs equal
+// bit for bit. Returns the AMX output.
+std::vector<float> amx_equals_vnni(const WeightMatrix& w, const std::vector<float>& x, const AmxCase& c,
+                                   bool x2, bool hardware) {
+  std::vector<float> y_vnni(static_cast<size_t>(c.T * c.rows)), y_amx(y_vnni.size(), -1.0f);
+  set_q8_residual_pass(x2);
+  set_kernel_isa(Isa::Avx512);
+  const std::string vnni_name = matmul_kernel_name(w);
+  matmul(w, x.data(), c.T, y_vnni.data());
+  set_kernel_isa(hardware ? best_isa() : std::min(best_isa(), Isa::Avx512Bf16));
+  if (!hardware) set_amx_emulation(true);
+  const std::string name = matmul_kernel_name(w);
+  matmul(w, x.data(), c.T, y_amx.data());
+  set_amx_emulation(false);
+  set_q8_residual_pass(false);
+  set_kernel_isa(best_isa());
+  const std::string sfx = x2 ? "x2" : "";
+  EXPECT_NE(name.find(".q8vnni16" + sfx + "+q8amx" + (hardware ? sfx + ".amx" : "-emulated" + sfx)),
+            std::string::npos)
+      << name;
+  EXPECT_NE(vnni_name.find(".q8vnni16" + sfx + ".avx512"), std::string::npos) << vnni_name;
+  int bad = 0;
+  for (size_t i = 0; i < y_vnni.size(); ++i)
+    if (f32_bits(y_amx[i]) != f32_bits(y_vnni[i]) && bad++ < 5)
+      ADD_FAILURE() << name << " " << c.rows << "x" << c.cols << " T " << c.T << " row "
+                    << i % static_cast<size_t>(c.rows) << " token " << i / static_cast<size_t>(c.rows)
+                    << ": AMX " << y_amx[i] << ", VNNI tile " << y_vnni[i];
+  EXPECT_EQ(bad, 0) << name << " " << c.rows << "x" << c.cols << " T " << c.T;
+  return y_amx;
+}
+
 const AmxCase kQblkCases[] = {{37, 256, 16}, {16, 32, 17}, {5, 96, 33}, {40, 896, 48}, {24, 160, 31}};
 
 // The QBlkPack types: the AMX kernel (emulated or hardware) against the VNNI register tile (q8vnni16), one
@@ -156,34 +188,10 @@ void compare_qblk(bool hardware) {
         const FormatInfo& fi = format_by_name(type);
         const WeightMatrix w = ggml_rows(fi, c.rows, c.cols, static_cast<uint32_t>(c.rows * 5 + c.cols));
         const std::vector<float> x = acts(c.T, c.cols, static_cast<uint32_t>(c.T + 1));
-        std::vector<float> y_vnni(static_cast<size_t>(c.T * c.rows)), y_amx(y_vnni.size(), -1.0f);
-        set_q8_residual_pass(x2);
-        set_kernel_isa(Isa::Avx512);
-        const std::string vnni_name = matmul_kernel_name(w);
-        matmul(w, x.data(), c.T, y_vnni.data());
-        set_kernel_isa(hardware ? best_isa() : std::min(best_isa(), Isa::Avx512Bf16));
-        if (!hardware) set_amx_emulation(true);
-        const std::string name = matmul_kernel_name(w);
-        matmul(w, x.data(), c.T, y_amx.data());
-        set_amx_emulation(false);
-        set_q8_residual_pass(false);
-        set_kernel_isa(best_isa());
-        const std::string want = std::string(x2 ? "q8vnni16x2+" : "q8vnni16+") +
-                                 (hardware ? "q8amx" + std::string(x2 ? "x2" : "") + ".amx"
-                                           : "q8amx-emulated" + std::string(x2 ? "x2" : ""));
-        EXPECT_NE(name.find(want), std::string::npos) << name;
-        EXPECT_NE(vnni_name.find(x2 ? ".q8vnni16x2.avx512" : ".q8vnni16.avx512"), std::string::npos)
-            << vnni_name;
-        int bad = 0;
-        for (size_t i = 0; i < y_vnni.size(); ++i)
-          if (f32_bits(y_amx[i]) != f32_bits(y_vnni[i]) && bad++ < 5)
-            ADD_FAILURE() << name << " " << c.rows << "x" << c.cols << " T " << c.T << " row "
-                          << i % static_cast<size_t>(c.rows) << " token " << i / static_cast<size_t>(c.rows)
-                          << ": AMX " << y_amx[i] << ", VNNI tile " << y_vnni[i];
-        EXPECT_EQ(bad, 0) << name << " " << c.rows << "x" << c.cols << " T " << c.T;
+        const std::vector<float> y_amx = amx_equals_vnni(w, x, c, x2, hardware);
         if (x2) continue;
         // The reference on the Q8-rounded activations (what both kernels multiply), within float summation.
-        std::vector<float> xq(x.size()), row(static_cast<size_t>(c.cols)), ref(y_vnni.size());
+        std::vector<float> xq(x.size()), row(static_cast<size_t>(c.cols)), ref(y_amx.size());
         std::vector<int8_t> q(static_cast<size_t>(c.cols));
         std::vector<float> d(static_cast<size_t>(c.cols / 32));
         for (int64_t t = 0; t < c.T; ++t) {
@@ -198,7 +206,7 @@ void compare_qblk(bool hardware) {
             for (int64_t k = 0; k < c.cols; ++k)
               mag += std::fabs(static_cast<double>(row[k]) * xq[t * c.cols + k]);
             const size_t i = static_cast<size_t>(t * c.rows + r);
-            EXPECT_NEAR(y_amx[i], ref[i], 1e-5 * mag + 1e-6) << name << " row " << r << " token " << t;
+            EXPECT_NEAR(y_amx[i], ref[i], 1e-5 * mag + 1e-6) << type << " row " << r << " token " << t;
           }
         }
       }
@@ -246,26 +254,7 @@ void compare_kpack(bool hardware) {
       for (bool x2 : {false, true}) {
         const WeightMatrix w = kquant_rows(format_by_name(type), f16s, c.rows, c.cols,
                                            static_cast<uint32_t>(c.rows * 3 + c.cols));
-        const std::vector<float> x = acts(c.T, c.cols, static_cast<uint32_t>(c.T + 2));
-        std::vector<float> y_vnni(static_cast<size_t>(c.T * c.rows)), y_amx(y_vnni.size(), -1.0f);
-        set_q8_residual_pass(x2);
-        set_kernel_isa(Isa::Avx512);
-        matmul(w, x.data(), c.T, y_vnni.data());
-        set_kernel_isa(hardware ? best_isa() : std::min(best_isa(), Isa::Avx512Bf16));
-        if (!hardware) set_amx_emulation(true);
-        const std::string name = matmul_kernel_name(w);
-        matmul(w, x.data(), c.T, y_amx.data());
-        set_amx_emulation(false);
-        set_q8_residual_pass(false);
-        set_kernel_isa(best_isa());
-        EXPECT_NE(name.find(hardware ? "+q8amx" : "+q8amx-emulated"), std::string::npos) << name;
-        int bad = 0;
-        for (size_t i = 0; i < y_vnni.size(); ++i)
-          if (f32_bits(y_amx[i]) != f32_bits(y_vnni[i]) && bad++ < 5)
-            ADD_FAILURE() << name << " " << c.rows << "x" << c.cols << " T " << c.T << " row "
-                          << i % static_cast<size_t>(c.rows) << " token " << i / static_cast<size_t>(c.rows)
-                          << ": AMX " << y_amx[i] << ", VNNI tile " << y_vnni[i];
-        EXPECT_EQ(bad, 0) << name << " " << c.rows << "x" << c.cols << " T " << c.T;
+        amx_equals_vnni(w, acts(c.T, c.cols, static_cast<uint32_t>(c.T + 2)), c, x2, hardware);
       }
 }
 
