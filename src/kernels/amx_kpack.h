@@ -22,6 +22,7 @@
 #include "formats/ggml_iq4_grid.h"
 #include "formats/ggml_types.h"
 #include "kernels/amx_tiles.h"
+#include "kernels/cvt16_avx512.h"
 #include "kernels/kernel_plan.h"
 
 namespace lowbit::kern {
@@ -39,24 +40,14 @@ inline bool amx_k_min(int type) {
 inline __m512 amx_k_neg(__m512 v) {
   return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN)));
 }
-inline __m512 amx_k_u8x16(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-inline __m512 amx_k_i8x16(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-inline __m512 amx_k_f16x16(const uint8_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
 // One super-block region -> its sub-blocks' B tiles (bt: 4096 bytes) and float steps ds / dm (16 per
 // sub-block; dm negated), exactly the vectors and products of matmul_avx512_kpack.cpp.
 inline void amx_k_unpack(int type, const uint8_t* reg, int8_t* bt, float* ds, float* dm) {
   const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), m3 = _mm512_set1_epi8(3);
   auto put = [&](int row, __m512i v) { _mm512_store_si512(bt + 64 * row, v); };
   if (type == ggml::Q2_K || type == ggml::Q3_K) {
-    const __m512 d = amx_k_f16x16(reg);
-    const __m512 dmin = type == ggml::Q2_K ? amx_k_f16x16(reg + 32) : _mm512_setzero_ps();
+    const __m512 d = cvt_f16x16(reg);
+    const __m512 dmin = type == ggml::Q2_K ? cvt_f16x16(reg + 32) : _mm512_setzero_ps();
     for (int i = 0; i < 16; ++i) {
       const uint8_t* v = reg + (type == ggml::Q2_K ? 320 + 64 * i : 288 + 96 * i);
       if (type == ggml::Q2_K) {
@@ -67,7 +58,7 @@ inline void amx_k_unpack(int type, const uint8_t* reg, int8_t* bt, float* ds, fl
         _mm512_store_ps(dm + 16 * i,
                         amx_k_neg(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(scm, 4)))));
       } else {
-        _mm512_store_ps(ds + 16 * i, _mm512_mul_ps(d, amx_k_i8x16(reg + 32 + 16 * i)));
+        _mm512_store_ps(ds + 16 * i, _mm512_mul_ps(d, cvt_i8x16(reg + 32 + 16 * i)));
       }
       const __m512i c = _mm512_loadu_si512(v);
       for (int q = 0; q < 4; ++q) {
@@ -82,11 +73,11 @@ inline void amx_k_unpack(int type, const uint8_t* reg, int8_t* bt, float* ds, fl
       }
     }
   } else if (type == ggml::IQ4_XS) {
-    const __m512 d = amx_k_f16x16(reg);
+    const __m512 d = cvt_f16x16(reg);
     const __m512i lut =
         _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(formats_detail::kIq4Grid)));
     for (int sb = 0; sb < 8; ++sb) {
-      _mm512_store_ps(ds + 16 * sb, _mm512_mul_ps(d, amx_k_i8x16(reg + 32 + 16 * sb)));
+      _mm512_store_ps(ds + 16 * sb, _mm512_mul_ps(d, cvt_i8x16(reg + 32 + 16 * sb)));
       for (int k = 0; k < 4; ++k) {
         const __m512i v = _mm512_load_si512(reg + 192 + 64 * (4 * sb + k));
         put(8 * sb + 2 * k, _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4)));
@@ -94,10 +85,10 @@ inline void amx_k_unpack(int type, const uint8_t* reg, int8_t* bt, float* ds, fl
       }
     }
   } else if (type == ggml::Q4_K || type == ggml::Q5_K) {
-    const __m512 d = amx_k_f16x16(reg), dmin = amx_k_f16x16(reg + 32);
+    const __m512 d = cvt_f16x16(reg), dmin = cvt_f16x16(reg + 32);
     for (int sb = 0; sb < 8; ++sb) {
-      _mm512_store_ps(ds + 16 * sb, _mm512_mul_ps(d, amx_k_u8x16(reg + 64 + 16 * sb)));
-      _mm512_store_ps(dm + 16 * sb, amx_k_neg(_mm512_mul_ps(dmin, amx_k_u8x16(reg + 192 + 16 * sb))));
+      _mm512_store_ps(ds + 16 * sb, _mm512_mul_ps(d, cvt_u8x16(reg + 64 + 16 * sb)));
+      _mm512_store_ps(dm + 16 * sb, amx_k_neg(_mm512_mul_ps(dmin, cvt_u8x16(reg + 192 + 16 * sb))));
       for (int k = 0; k < 4; ++k) {
         const int chunk = 4 * sb + k;
         const __m512i v = _mm512_load_si512(
@@ -116,11 +107,11 @@ inline void amx_k_unpack(int type, const uint8_t* reg, int8_t* bt, float* ds, fl
       }
     }
   } else {  // Q6_K: u = low nibble | (two high bits) << 4, per quarter of a 16-column sub-block; u - 32
-    const __m512 d = amx_k_f16x16(reg);
+    const __m512 d = cvt_f16x16(reg);
     const __m512i o32 = _mm512_set1_epi8(32);
     for (int i = 0; i < 16; ++i) {
       const uint8_t* g = reg + 64 + (i / 4) * 832;
-      _mm512_store_ps(ds + 16 * i, _mm512_mul_ps(d, amx_k_i8x16(g + 768 + 16 * (i % 4))));
+      _mm512_store_ps(ds + 16 * i, _mm512_mul_ps(d, cvt_i8x16(g + 768 + 16 * (i % 4))));
       const __m512i h = _mm512_load_si512(g + 512 + 64 * (i % 4));
       const __m512i a = _mm512_load_si512(g + 128 * (i % 4)), b = _mm512_load_si512(g + 128 * (i % 4) + 64);
       put(4 * i,

@@ -28,6 +28,7 @@
 
 #include "formats/ggml_iq4_grid.h"
 #include "formats/ggml_types.h"
+#include "kernels/cvt16_avx512.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/with_nt.h"
 
@@ -69,16 +70,6 @@ inline __m512i bcast32(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
   return _mm512_set1_epi32(v);
-}
-
-inline __m512 cvt_u8x16(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-inline __m512 cvt_i8x16(const uint8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-inline __m512 cvt_f16x16(const uint8_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
 // Rows [r, r + 16) x tokens [t0, t0 + NT). reg0: the row block's first super-block region.
