@@ -17,20 +17,16 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "formats/ggml_iq4_grid.h"
 #include "formats/ggml_types.h"
 #include "kernels/amx_tiles.h"
-#include "kernels/cvt16_avx512.h"
 #include "kernels/kernel_plan.h"
+#include "kernels/pack_decode_avx512.h"
 
 namespace lowbit::kern {
 namespace {
 
-inline bool amx_k_wide(int type) {  // sub-blocks of 32 columns
-  return type == ggml::Q4_K || type == ggml::Q5_K || type == ggml::IQ4_XS;
-}
 inline bool amx_k_min(int type) {
   return type == ggml::Q2_K || type == ggml::Q4_K || type == ggml::Q5_K;
 }
@@ -43,7 +39,6 @@ inline __m512 amx_k_neg(__m512 v) {
 // One super-block region -> its sub-blocks' B tiles (bt: 4096 bytes) and float steps ds / dm (16 per
 // sub-block; dm negated), exactly the vectors and products of matmul_avx512_kpack.cpp.
 inline void amx_k_unpack(int type, const uint8_t* reg, int8_t* bt, float* ds, float* dm) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), m3 = _mm512_set1_epi8(3);
   auto put = [&](int row, __m512i v) { _mm512_store_si512(bt + 64 * row, v); };
   if (type == ggml::Q2_K || type == ggml::Q3_K) {
     const __m512 d = cvt_f16x16(reg);
@@ -60,17 +55,10 @@ inline void amx_k_unpack(int type, const uint8_t* reg, int8_t* bt, float* ds, fl
       } else {
         _mm512_store_ps(ds + 16 * i, _mm512_mul_ps(d, cvt_i8x16(reg + 32 + 16 * i)));
       }
-      const __m512i c = _mm512_loadu_si512(v);
-      for (int q = 0; q < 4; ++q) {
-        __m512i u = _mm512_and_si512(_mm512_srli_epi16(c, 2 * q), m3);
-        if (type == ggml::Q3_K) {  // the third bit, then u - 4
-          uint64_t mq;
-          std::memcpy(&mq, v + 64 + 8 * q, 8);
-          u = _mm512_or_si512(u, _mm512_maskz_mov_epi8(_cvtu64_mask64(mq), _mm512_set1_epi8(4)));
-          u = _mm512_sub_epi8(u, _mm512_set1_epi8(4));
-        }
-        put(4 * i + q, u);
-      }
+      __m512i u[4];
+      k23_codes(v, type == ggml::Q3_K, u);
+      for (int q = 0; q < 4; ++q)  // Q3_K: u - 4
+        put(4 * i + q, type == ggml::Q3_K ? _mm512_sub_epi8(u[q], _mm512_set1_epi8(4)) : u[q]);
     }
   } else if (type == ggml::IQ4_XS) {
     const __m512 d = cvt_f16x16(reg);
@@ -80,8 +68,10 @@ inline void amx_k_unpack(int type, const uint8_t* reg, int8_t* bt, float* ds, fl
       _mm512_store_ps(ds + 16 * sb, _mm512_mul_ps(d, cvt_i8x16(reg + 32 + 16 * sb)));
       for (int k = 0; k < 4; ++k) {
         const __m512i v = _mm512_load_si512(reg + 192 + 64 * (4 * sb + k));
-        put(8 * sb + 2 * k, _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4)));
-        put(8 * sb + 2 * k + 1, _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)));
+        __m512i lo, hi;
+        split_nibbles(v, lo, hi);
+        put(8 * sb + 2 * k, _mm512_shuffle_epi8(lut, lo));
+        put(8 * sb + 2 * k + 1, _mm512_shuffle_epi8(lut, hi));
       }
     }
   } else if (type == ggml::Q4_K || type == ggml::Q5_K) {
@@ -93,20 +83,14 @@ inline void amx_k_unpack(int type, const uint8_t* reg, int8_t* bt, float* ds, fl
         const int chunk = 4 * sb + k;
         const __m512i v = _mm512_load_si512(
             reg + (type == ggml::Q4_K ? 320 + 64 * chunk : 320 + 320 * (chunk / 4) + 64 * (chunk % 4)));
-        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        if (type == ggml::Q5_K) {
-          uint64_t ml, mh;
-          const uint8_t* hb = reg + 320 + 320 * sb + 256 + 16 * k;
-          std::memcpy(&ml, hb, 8);
-          std::memcpy(&mh, hb + 8, 8);
-          lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(_cvtu64_mask64(ml), _mm512_set1_epi8(0x10)));
-          hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(_cvtu64_mask64(mh), _mm512_set1_epi8(0x10)));
-        }
+        __m512i lo, hi;
+        split_nibbles(v, lo, hi);
+        if (type == ggml::Q5_K) or_fifth_bits(reg + 320 + 320 * sb + 256 + 16 * k, lo, hi);
         put(8 * sb + 2 * k, lo);
         put(8 * sb + 2 * k + 1, hi);
       }
     }
-  } else {  // Q6_K: u = low nibble | (two high bits) << 4, per quarter of a 16-column sub-block; u - 32
+  } else {  // Q6_K: u - 32
     const __m512 d = cvt_f16x16(reg);
     const __m512i o32 = _mm512_set1_epi8(32);
     for (int i = 0; i < 16; ++i) {
@@ -114,17 +98,9 @@ inline void amx_k_unpack(int type, const uint8_t* reg, int8_t* bt, float* ds, fl
       _mm512_store_ps(ds + 16 * i, _mm512_mul_ps(d, cvt_i8x16(g + 768 + 16 * (i % 4))));
       const __m512i h = _mm512_load_si512(g + 512 + 64 * (i % 4));
       const __m512i a = _mm512_load_si512(g + 128 * (i % 4)), b = _mm512_load_si512(g + 128 * (i % 4) + 64);
-      put(4 * i,
-          _mm512_sub_epi8(
-              _mm512_or_si512(_mm512_and_si512(a, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30)), o32));
-      put(4 * i + 1, _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
-                                                     _mm512_and_si512(_mm512_slli_epi16(h, 2), m30)),
-                                     o32));
-      put(4 * i + 2,
-          _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(b, m4), _mm512_and_si512(h, m30)), o32));
-      put(4 * i + 3, _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), m4),
-                                                     _mm512_and_si512(_mm512_srli_epi16(h, 2), m30)),
-                                     o32));
+      __m512i u[4];
+      q6k_codes(a, b, h, u);
+      for (int q = 0; q < 4; ++q) put(4 * i + q, _mm512_sub_epi8(u[q], o32));
     }
   }
 }
@@ -134,12 +110,12 @@ inline void amx_k_unpack(int type, const uint8_t* reg, int8_t* bt, float* ds, fl
 template <class Ops>
 void amx_kpack_rows(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
                     const int32_t* s, int64_t T, float* y) {
-  const int kw = amx_k_wide(p.ggml_type) ? 32 : 16;
+  const int kw = kpack_sub_block_cols(p.ggml_type);
   const int64_t nsb = p.cols / 256, per_sb = 256 / kw, region = nsb * p.sb_bytes;
   auto unpack = [&](int64_t rb, int8_t* bt, float* ds, float* nm) {
     for (int64_t sb = 0; sb < nsb; ++sb)
       amx_k_unpack(p.ggml_type, p.data.get() + rb * region + sb * p.sb_bytes, bt + sb * 4096,
-                   ds + sb * per_sb * 16, nm + sb * per_sb * 16);
+                   ds + sb * per_sb * 16, nm ? nm + sb * per_sb * 16 : nullptr);
   };
   if (amx_k_min(p.ggml_type))
     amx_unit_rows<Ops, true>(kw, nsb * per_sb, p.rows, p.cols, r0, r1, q, dx, s, T, y, unpack);

@@ -24,11 +24,11 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include "formats/ggml_types.h"
 #include "kernels/amx_tiles.h"
 #include "kernels/kernel_plan.h"
+#include "kernels/pack_decode_avx512.h"
 
 namespace lowbit::kern {
 namespace {
@@ -36,7 +36,6 @@ namespace {
 // One 16-row block region of the pack -> nb B tiles (512 bytes each) and nb x 16 float scales / mins.
 inline void amx_qblk_unpack(const QBlkPack& p, const uint8_t* base, int64_t nb, int8_t* bt, float* ds,
                             float* mn) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F), h16 = _mm512_set1_epi8(0x10);
   const __m512i off = _mm512_set1_epi8(static_cast<char>(p.min_bytes ? 0 : p.offset));
   const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.lut.data())));
   const bool q5 = p.hbit_bytes != 0;
@@ -49,15 +48,9 @@ inline void amx_qblk_unpack(const QBlkPack& p, const uint8_t* base, int64_t nb, 
     } else {
       for (int k = 0; k < 4; ++k) {
         const __m512i v = _mm512_loadu_si512(cb + 64 * k);
-        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        if (q5) {
-          uint64_t ml, mh;
-          const uint8_t* hb = base + p.hbit_off(b, nb);
-          std::memcpy(&ml, hb + 16 * k, 8);
-          std::memcpy(&mh, hb + 16 * k + 8, 8);
-          lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(_cvtu64_mask64(ml), h16));
-          hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(_cvtu64_mask64(mh), h16));
-        }
+        __m512i lo, hi;
+        split_nibbles(v, lo, hi);
+        if (q5) or_fifth_bits(base + p.hbit_off(b, nb) + 16 * k, lo, hi);
         if (p.has_lut) {
           lo = _mm512_shuffle_epi8(lut, lo);
           hi = _mm512_shuffle_epi8(lut, hi);

@@ -168,7 +168,7 @@ void amx_unit_rows(int kw, int64_t nsub, int64_t rows, int64_t cols, int64_t r0,
   thread_local std::vector<float> ds_buf, nm_buf;
   int8_t* bt = amx_scratch(bt_buf, static_cast<size_t>(nsub * 16 * kw));
   float* ds = amx_scratch(ds_buf, static_cast<size_t>(nsub * 16));
-  float* nm = amx_scratch(nm_buf, kMin ? static_cast<size_t>(nsub * 16) : 16);
+  float* nm = kMin ? amx_scratch(nm_buf, static_cast<size_t>(nsub * 16)) : nullptr;
   const int64_t tp = (T + 15) / 16 * 16, bbytes = 16 * kw;
   alignas(64) int32_t c[2][16][16];
   Ops::config(amx_unit_cfg(kw));
@@ -181,8 +181,8 @@ void amx_unit_rows(int kw, int64_t nsub, int64_t rows, int64_t cols, int64_t r0,
       for (auto& a : acc) a = _mm512_setzero_ps();
       const int8_t* a = q + t0 * cols;
       auto step = [&](int i, int64_t j) {
-        amx_unit_epilogue<kMin>(c[i], ds + 16 * j, nm + 16 * j, dx + (kw * j / 32) * tp + t0, s + j * tp + t0,
-                                acc);
+        amx_unit_epilogue<kMin>(c[i], ds + 16 * j, kMin ? nm + 16 * j : nullptr, dx + (kw * j / 32) * tp + t0,
+                                s + j * tp + t0, acc);
       };
       for (int64_t j = 0; j < nsub; j += 2) {
         const bool two = j + 1 < nsub;

@@ -119,6 +119,10 @@ struct KPack {
   size_t bytes() const { return static_cast<size_t>((rows + 15) / 16 * (cols / 256) * sb_bytes); }
 };
 bool kpack_supported(int ggml_type, int64_t cols);  // Q2_K .. Q6_K, IQ4_XS with whole super-blocks
+// Columns per scale step of a KPack type's sub-blocks: 32 (Q4_K, Q5_K, IQ4_XS) or 16 (Q2_K, Q3_K, Q6_K).
+inline int kpack_sub_block_cols(int ggml_type) {
+  return ggml_type == ggml::Q4_K || ggml_type == ggml::Q5_K || ggml_type == ggml::IQ4_XS ? 32 : 16;
+}
 // GGUF types with a row-at-a-time VNNI kernel against Q8-rounded activations (Q4_0 .. Q8_0 in
 // matmul_avx512_q.cpp, the k-quants Q2_K..Q6_K in matmul_avx512_k.cpp). IQ4_XS has none: held as rows it
 // decodes on a per-call KPack.

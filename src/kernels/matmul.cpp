@@ -730,18 +730,20 @@ void run_amx_w8a8(const WeightMatrix& w, const KernelPlan& p, const AmxInt8Pack&
 
 // Activations of the load-time packs and the AVX2 row kernels: per token Q8 blocks of 32 (q [T, cols], dx
 // [T, cols/32]; the AVX2 tier's quantizer when avx2, bit-identical) and the sums of the codes per `width`
-// columns (sums [T, cols/width]; none for width 0). Thread-local buffers, valid until the next call.
+// columns (sums [T, cols/width]; none for width 0). q has max(T, tp) rows, the rows past T zero (the AMX
+// tiles read whole 16-token tiles). Thread-local buffers, valid until the next call.
 struct Q8Acts {
   const int8_t* q;
   const float* dx;
   int32_t* sums;
 };
-Q8Acts q8_acts(const float* x, int64_t T, int64_t cols, int64_t width, bool avx2 = false) {
+Q8Acts q8_acts(const float* x, int64_t T, int64_t cols, int64_t width, bool avx2 = false, int64_t tp = 0) {
   const int64_t nb = cols / 32, ns = width ? cols / width : 0;
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> dx;
   thread_local std::vector<int32_t> sums;
-  q.resize(static_cast<size_t>(T * cols));
+  q.resize(static_cast<size_t>(std::max(T, tp) * cols));
+  std::fill(q.begin() + T * cols, q.end(), int8_t{0});
   dx.resize(static_cast<size_t>(T * nb));
   sums.resize(static_cast<size_t>(T * ns));
   for (int64_t t = 0; t < T; ++t) {
@@ -780,31 +782,27 @@ void run_qblk(const WeightMatrix& w, const QBlkPack& pk, bool avx2, const float*
 }
 
 // Prefill on AMX-INT8 tiles over a load-time pack (amx_tiles.h, amx_unit_rows): the Q8 activation blocks
-// of the VNNI pack kernels, padded to whole 16-token tiles with zero codes, the block scales transposed to
-// [cols/32, Tp] and the code sums to one per unit [nsub, Tp] (a unit is a 32-column block of the QBlkPack
+// of the VNNI pack kernels, the codes padded to whole 16-token tiles with zeros, the block scales transposed
+// to [cols/32, Tp] and the code sums to one per unit [nsub, Tp] (a unit is a 32-column block of the QBlkPack
 // types, a sub-block of the k-quants: 32 columns for Q4_K / Q5_K / IQ4_XS, else 16; two per-16 sums added
 // as the VNNI kernels add them).
 void run_pack_amx(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y,
                   bool hardware) {
   const int64_t cols = w.cols, n32 = cols / 32, n16 = cols / 16, tp = (T + 15) / 16 * 16;
-  const int type = p.ggml_type;
-  const bool wide = p.qblk || type == ggml::Q4_K || type == ggml::Q5_K || type == ggml::IQ4_XS;
+  const bool wide = p.qblk || kpack_sub_block_cols(p.ggml_type) == 32;
   const int64_t nsub = wide ? n32 : n16;
-  const Q8Acts a = q8_acts(x, T, cols, 16);
-  thread_local std::vector<int8_t> qp;
+  const Q8Acts a = q8_acts(x, T, cols, 16, /*avx2=*/false, tp);
   thread_local std::vector<float> dxp;
   thread_local std::vector<int32_t> sp;
-  qp.assign(static_cast<size_t>(tp * cols), 0);
   dxp.assign(static_cast<size_t>(tp * n32), 0.0f);
   sp.assign(static_cast<size_t>(tp * nsub), 0);
-  std::copy(a.q, a.q + T * cols, qp.begin());
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t b = 0; b < n32; ++b) dxp[static_cast<size_t>(b * tp + t)] = a.dx[t * n32 + b];
     for (int64_t j = 0; j < nsub; ++j)
       sp[static_cast<size_t>(j * tp + t)] =
           wide ? a.sums[t * n16 + 2 * j] + a.sums[t * n16 + 2 * j + 1] : a.sums[t * n16 + j];
   }
-  const int8_t* q = qp.data();  // the pool's workers see their own thread_locals
+  const int8_t* q = a.q;  // the pool's workers see their own thread_locals
   const float* dx = dxp.data();
   const int32_t* s = sp.data();
   for_row_blocks(

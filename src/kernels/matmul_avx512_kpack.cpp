@@ -28,8 +28,8 @@
 
 #include "formats/ggml_iq4_grid.h"
 #include "formats/ggml_types.h"
-#include "kernels/cvt16_avx512.h"
 #include "kernels/kernel_plan.h"
+#include "kernels/pack_decode_avx512.h"
 #include "kernels/with_nt.h"
 
 namespace lowbit::kern {
@@ -77,7 +77,6 @@ template <int TY, int NT>
 void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* q, const float* dx,
                 const int32_t* s16, int64_t t0, float* y, int64_t r, __mmask16 m) {
   const int64_t cols = p.cols, n32 = cols / 32, n16 = cols / 16;
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   __m512 accf[NT];
   for (int j = 0; j < NT; ++j) accf[j] = _mm512_setzero_ps();
   for (int64_t s = 0; s < nsb; ++s) {
@@ -91,7 +90,6 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
       // byte 4r + j), Q3_K's third bit ORed in from mask q.
       const __m512 d = cvt_f16x16(reg);
       const __m512 dmin = TY == ggml::Q2_K ? cvt_f16x16(reg + 32) : _mm512_setzero_ps();
-      const __m512i m3 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4);
       for (int i = 0; i < 16; ++i) {
         prefetch_step<16>(reg, p.sb_bytes, i);
         __m512 ds, dm = _mm512_setzero_ps();
@@ -104,16 +102,8 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
         } else {
           ds = _mm512_mul_ps(d, cvt_i8x16(reg + 32 + 16 * i));
         }
-        const __m512i c = _mm512_loadu_si512(v);  // Q3_K sub-blocks are 96 bytes apart: not 64-byte aligned
-        __m512i u[4] = {_mm512_and_si512(c, m3), _mm512_and_si512(_mm512_srli_epi16(c, 2), m3),
-                        _mm512_and_si512(_mm512_srli_epi16(c, 4), m3),
-                        _mm512_and_si512(_mm512_srli_epi16(c, 6), m3)};
-        if constexpr (TY == ggml::Q3_K)
-          for (int q = 0; q < 4; ++q) {
-            uint64_t mq;
-            std::memcpy(&mq, v + 64 + 8 * q, 8);
-            u[q] = _mm512_or_si512(u[q], _mm512_maskz_mov_epi8(_cvtu64_mask64(mq), b2));
-          }
+        __m512i u[4];
+        k23_codes(v, TY == ggml::Q3_K, u);
         for (int j = 0; j < NT; ++j) {
           const int8_t* xb = q + (t0 + j) * cols + 256 * s + 16 * i;
           const int32_t s16i = s16[(t0 + j) * n16 + 16 * s + i];
@@ -138,8 +128,10 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
         }
         for (int k = 0; k < 4; ++k) {
           const __m512i v = _mm512_load_si512(reg + 192 + 64 * (4 * sb + k));
-          const __m512i lo = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
-          const __m512i hi = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+          __m512i lo, hi;
+          split_nibbles(v, lo, hi);
+          lo = _mm512_shuffle_epi8(lut, lo);
+          hi = _mm512_shuffle_epi8(lut, hi);
           for (int j = 0; j < NT; ++j) {
             const int8_t* xb = q + (t0 + j) * cols + 256 * s + 32 * sb + 8 * k;
             acc[j] = _mm512_dpbusd_epi32(acc[j], lo, bcast32(xb));
@@ -163,15 +155,9 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
         for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_si512();
         for (int k = 0; k < 4; ++k) {
           const __m512i v = _mm512_load_si512(reg + k45_chunk<TY>(4 * sb + k));
-          __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-          if constexpr (TY == ggml::Q5_K) {
-            uint64_t ml, mh;
-            const uint8_t* hb = reg + 320 + 320 * sb + 256 + 16 * k;
-            std::memcpy(&ml, hb, 8);
-            std::memcpy(&mh, hb + 8, 8);
-            lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(_cvtu64_mask64(ml), _mm512_set1_epi8(0x10)));
-            hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(_cvtu64_mask64(mh), _mm512_set1_epi8(0x10)));
-          }
+          __m512i lo, hi;
+          split_nibbles(v, lo, hi);
+          if constexpr (TY == ggml::Q5_K) or_fifth_bits(reg + 320 + 320 * sb + 256 + 16 * k, lo, hi);
           for (int j = 0; j < NT; ++j) {
             const int8_t* xb = q + (t0 + j) * cols + 256 * s + 32 * sb + 8 * k;
             acc[j] = _mm512_dpbusd_epi32(acc[j], lo, bcast32(xb));
@@ -195,21 +181,12 @@ void kpack_tile(const KPack& p, const uint8_t* reg0, int64_t nsb, const int8_t* 
         const __m512 ds = _mm512_mul_ps(d, cvt_i8x16(g + 768 + 16 * (i % 4)));
         const __m512i h = _mm512_load_si512(g + 512 + 64 * (i % 4));
         const __m512i a = _mm512_load_si512(g + 128 * (i % 4)), b = _mm512_load_si512(g + 128 * (i % 4) + 64);
-        // u = low nibble | (two high bits) << 4, per quarter of the sub-block (kernel_plan.h).
-        const __m512i u0 =
-            _mm512_or_si512(_mm512_and_si512(a, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
-        const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
-                                           _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
-        const __m512i u2 = _mm512_or_si512(_mm512_and_si512(b, m4), _mm512_and_si512(h, m30));
-        const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), m4),
-                                           _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+        __m512i u[4];
+        q6k_codes(a, b, h, u);
         for (int j = 0; j < NT; ++j) {
           const int8_t* xb = q + (t0 + j) * cols + 256 * s + 16 * i;
           __m512i acc = _mm512_set1_epi32(-32 * s16[(t0 + j) * n16 + 16 * s + i]);
-          acc = _mm512_dpbusd_epi32(acc, u0, bcast32(xb));
-          acc = _mm512_dpbusd_epi32(acc, u1, bcast32(xb + 4));
-          acc = _mm512_dpbusd_epi32(acc, u2, bcast32(xb + 8));
-          acc = _mm512_dpbusd_epi32(acc, u3, bcast32(xb + 12));
+          for (int k = 0; k < 4; ++k) acc = _mm512_dpbusd_epi32(acc, u[k], bcast32(xb + 4 * k));
           const float xd = dx[(t0 + j) * n32 + 8 * s + i / 2];
           accf[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(ds, _mm512_set1_ps(xd)), accf[j]);
         }

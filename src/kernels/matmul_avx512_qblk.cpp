@@ -18,6 +18,7 @@
 
 #include "formats/ggml_types.h"
 #include "kernels/kernel_plan.h"
+#include "kernels/pack_decode_avx512.h"
 #include "kernels/with_nt.h"
 
 namespace lowbit::kern {
@@ -35,7 +36,6 @@ template <int TY, int NT>
 void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols, const int8_t* q,
                const float* dx, const int32_t* xo, int64_t t0, float* y, int64_t rows, int64_t r,
                __mmask16 m) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F), h16 = _mm512_set1_epi8(0x10);
   const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.lut.data())));
   __m512 accf[NT];
   for (int j = 0; j < NT; ++j) accf[j] = _mm512_setzero_ps();
@@ -63,15 +63,10 @@ void qblk_tile(const QBlkPack& p, const uint8_t* base, int64_t nb, int64_t cols,
     } else {
       for (int k = 0; k < 4; ++k) {
         const __m512i v = _mm512_loadu_si512(cb + 64 * k);
-        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-        if constexpr (TY == ggml::Q5_0 || TY == ggml::Q5_1) {
-          uint64_t ml, mh;
-          const uint8_t* hb = base + p.hbit_off(b, nb);
-          std::memcpy(&ml, hb + 16 * k, 8);
-          std::memcpy(&mh, hb + 16 * k + 8, 8);
-          lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(_cvtu64_mask64(ml), h16));
-          hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(_cvtu64_mask64(mh), h16));
-        }
+        __m512i lo, hi;
+        split_nibbles(v, lo, hi);
+        if constexpr (TY == ggml::Q5_0 || TY == ggml::Q5_1)
+          or_fifth_bits(base + p.hbit_off(b, nb) + 16 * k, lo, hi);
         if constexpr (TY == ggml::IQ4_NL || TY == ggml::MXFP4) {
           lo = _mm512_shuffle_epi8(lut, lo);
           hi = _mm512_shuffle_epi8(lut, hi);
