@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -22,6 +21,7 @@
 #include "kernels/matmul.h"
 #include "kernels/weight.h"
 #include "tensor/qtensor.h"
+#include "tests/kernels/random_ggml_blocks.h"
 
 namespace lowbit {
 namespace {
@@ -121,26 +121,11 @@ TEST(AmxW8A8, PackCountedInNbytesAndShortPrefillStaysOnVnni) {
   EXPECT_EQ(w.nbytes() - after_vnni, size_t{3 * 4 * 1024});
 }
 
-// GGUF rows of one QBlkPack type: random codes and high bits, f16 scales (and mins) of either sign, MXFP4
-// exponents around 2^0.
+// GGUF rows of one QBlkPack type (finite MXFP4 exponents), packed at load as a model load packs them.
 WeightMatrix ggml_rows(const FormatInfo& fi, int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const int64_t nblk = rows * cols / 32;
-  auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(nblk * fi.block_bytes));
-  for (auto& b : *buf) b = static_cast<uint8_t>(rng());
-  std::uniform_real_distribution<float> ud(-0.02f, 0.02f);
-  for (int64_t k = 0; k < nblk; ++k) {
-    uint8_t* blk = buf->data() + k * fi.block_bytes;
-    if (fi.native_scale == ScaleType::E8M0) {
-      blk[0] = static_cast<uint8_t>(120 + rng() % 12);
-      continue;
-    }
-    const uint16_t h = f32_to_f16(ud(rng)), m = f32_to_f16(ud(rng));
-    std::memcpy(blk, &h, 2);
-    if (fi.ggml_type == ggml::Q4_1 || fi.ggml_type == ggml::Q5_1) std::memcpy(blk + 2, &m, 2);
-  }
+  auto buf = random_block32_rows(fi, rows, cols, seed, /*every_exponent=*/false);
   WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
-  prepare_weight(w, /*repack=*/true);  // the load-time QBlkPack, as a model load makes it
+  prepare_weight(w, /*repack=*/true);
   return w;
 }
 
@@ -222,20 +207,10 @@ TEST(AmxQblk, HardwareTilesEqualVnniTileBitForBit) {
   compare_qblk(/*hardware=*/true);
 }
 
-// GGUF k-quant rows (super-blocks of 256): random bytes, the f16 d / dmin fields at their offsets set to sane
-// values (as in test_qblk_pack.cpp), packed at load.
+// GGUF k-quant rows, packed at load.
 WeightMatrix kquant_rows(const FormatInfo& fi, const std::vector<int>& f16s, int64_t rows, int64_t cols,
                          uint32_t seed) {
-  std::mt19937 rng(seed);
-  const int64_t nsb = cols / 256;
-  auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows * nsb * fi.block_bytes));
-  for (auto& b : *buf) b = static_cast<uint8_t>(rng());
-  std::uniform_real_distribution<float> ud(-0.02f, 0.02f);
-  for (int64_t k = 0; k < rows * nsb; ++k)
-    for (int off : f16s) {
-      const uint16_t h = f32_to_f16(ud(rng));
-      std::memcpy(buf->data() + k * fi.block_bytes + off, &h, 2);
-    }
+  auto buf = random_kquant_rows(fi, f16s, rows, cols, seed);
   WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
   prepare_weight(w, /*repack=*/true);
   return w;

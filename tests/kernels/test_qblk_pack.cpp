@@ -5,9 +5,6 @@
 // matmul_reference in test_kernels.cpp, MatmulVsReference.)
 #include <gtest/gtest.h>
 
-#include <cstring>
-#include <memory>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,37 +16,17 @@
 #include "kernels/kernel_plan.h"
 #include "kernels/matmul.h"
 #include "kernels/weight.h"
+#include "tests/kernels/random_ggml_blocks.h"
 
 namespace lowbit {
 namespace {
-
-// Random GGUF blocks (every code, every high bit), with sane f16 scales.
-std::shared_ptr<std::vector<uint8_t>> random_rows(const FormatInfo& fi, int64_t rows, int64_t cols,
-                                                  uint32_t seed) {
-  std::mt19937 rng(seed);
-  const int64_t nblk = rows * cols / 32;
-  auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(nblk * fi.block_bytes));
-  for (auto& b : *buf) b = static_cast<uint8_t>(rng());
-  std::uniform_real_distribution<float> ud(-0.02f, 0.02f);
-  for (int64_t k = 0; k < nblk; ++k) {
-    if (fi.native_scale == ScaleType::E8M0) {
-      (*buf)[static_cast<size_t>(k * fi.block_bytes)] =
-          static_cast<uint8_t>(k);  // every exponent, NaN (255) too
-      continue;
-    }
-    const uint16_t h = f32_to_f16(ud(rng)), m = f32_to_f16(ud(rng));
-    std::memcpy(buf->data() + k * fi.block_bytes, &h, 2);
-    if (fi.ggml_type == 3 || fi.ggml_type == 7)
-      std::memcpy(buf->data() + k * fi.block_bytes + 2, &m, 2);  // Q4_1/Q5_1 min
-  }
-  return buf;
-}
 
 TEST(QBlkPack, RowsEqualTheGgufDecoderBitForBit) {
   for (const char* name : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "iq4_nl", "ggml_mxfp4"}) {
     const FormatInfo& fi = format_by_name(name);
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {16, 32}, {5, 896}, {40, 2048}}) {
-      auto buf = random_rows(fi, rows, cols, static_cast<uint32_t>(rows * 7 + cols));
+      auto buf = random_block32_rows(fi, rows, cols, static_cast<uint32_t>(rows * 7 + cols),
+                                     /*every_exponent=*/true);
       const int64_t row_bytes = cols / 32 * fi.block_bytes;
       ASSERT_TRUE(qblk_supported(fi.ggml_type, cols));
       auto pk = build_qblk_pack(fi.ggml_type, buf->data(), row_bytes, rows, cols);
@@ -85,16 +62,8 @@ TEST(KPack, RowsEqualTheGgufDecoderBitForBit) {
                             {"iq4_xs", {0}}}) {
     const FormatInfo& fi = format_by_name(name);
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{37, 256}, {16, 512}, {5, 2048}}) {
-      std::mt19937 rng(static_cast<uint32_t>(rows * 7 + cols));
       const int64_t nsb = cols / 256, row_bytes = nsb * fi.block_bytes;
-      auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows * row_bytes));
-      for (auto& b : *buf) b = static_cast<uint8_t>(rng());
-      std::uniform_real_distribution<float> ud(-0.02f, 0.02f);
-      for (int64_t k = 0; k < rows * nsb; ++k)
-        for (int off : f16s) {
-          const uint16_t h = f32_to_f16(ud(rng));
-          std::memcpy(buf->data() + k * fi.block_bytes + off, &h, 2);
-        }
+      auto buf = random_kquant_rows(fi, f16s, rows, cols, static_cast<uint32_t>(rows * 7 + cols));
       ASSERT_TRUE(kpack_supported(fi.ggml_type, cols));
       auto pk = build_kpack(fi.ggml_type, buf->data(), row_bytes, rows, cols);
       ASSERT_NE(pk, nullptr);
@@ -125,7 +94,7 @@ TEST(QBlkPack, RepackedWeightCountsThePackNotTheStoredRowsTwice) {
   if (best_isa() < Isa::Avx2) GTEST_SKIP() << "the pack is only built for the AVX2 and AVX-512 kernels";
   const FormatInfo& fi = format_by_name("q4_0");
   const int64_t rows = 32, cols = 256;
-  auto buf = random_rows(fi, rows, cols, 3);
+  auto buf = random_block32_rows(fi, rows, cols, 3, /*every_exponent=*/true);
   WeightMatrix w = make_ggml_weight(buf, buf->data(), fi.ggml_type, rows, cols);
   WeightMatrix table = w;
   prepare_weight(w);
