@@ -106,16 +106,18 @@ inline void amx_k_unpack(int type, const uint8_t* reg, int8_t* bt, float* ds, fl
 }
 
 // Rows [r0, r1) (r0 a multiple of 16), all T tokens; q, dx, s (each sub-block's code sums) and y as
-// amx_unit_rows reads them, one unit per sub-block.
+// amx_unit_rows reads them, one unit per sub-block. block: one 16-row block packed per call, read instead of
+// the load-time pack's data.
 template <class Ops>
 void amx_kpack_rows(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
-                    const int32_t* s, int64_t T, float* y) {
+                    const int32_t* s, int64_t T, float* y, const uint8_t* block) {
   const int kw = kpack_sub_block_cols(p.ggml_type);
   const int64_t nsb = p.cols / 256, per_sb = 256 / kw, region = nsb * p.sb_bytes;
   auto unpack = [&](int64_t rb, int8_t* bt, float* ds, float* nm) {
+    const uint8_t* src = block ? block : p.data.get() + rb * region;
     for (int64_t sb = 0; sb < nsb; ++sb)
-      amx_k_unpack(p.ggml_type, p.data.get() + rb * region + sb * p.sb_bytes, bt + sb * 4096,
-                   ds + sb * per_sb * 16, nm ? nm + sb * per_sb * 16 : nullptr);
+      amx_k_unpack(p.ggml_type, src + sb * p.sb_bytes, bt + sb * 4096, ds + sb * per_sb * 16,
+                   nm ? nm + sb * per_sb * 16 : nullptr);
   };
   if (amx_k_min(p.ggml_type))
     amx_unit_rows<Ops, true>(kw, nsb * per_sb, p.rows, p.cols, r0, r1, q, dx, s, T, y, unpack);

@@ -71,13 +71,14 @@ inline void amx_qblk_unpack(const QBlkPack& p, const uint8_t* base, int64_t nb, 
 }
 
 // Rows [r0, r1) (r0 a multiple of 16), all T tokens; q, dx, xs (the blocks' code sums) and y as
-// amx_unit_rows reads them, one unit per 32-column block.
+// amx_unit_rows reads them, one unit per 32-column block. block: one 16-row block packed per call, read
+// instead of the load-time pack's data.
 template <class Ops>
 void amx_qblk_rows(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
-                   const int32_t* xs, int64_t T, float* y) {
+                   const int32_t* xs, int64_t T, float* y, const uint8_t* block) {
   const int64_t nb = p.cols / 32, region = nb * p.block_bytes;
   auto unpack = [&](int64_t rb, int8_t* bt, float* ds, float* mn) {
-    amx_qblk_unpack(p, p.data.get() + rb * region, nb, bt, ds, mn);
+    amx_qblk_unpack(p, block ? block : p.data.get() + rb * region, nb, bt, ds, mn);
   };
   if (p.min_bytes)
     amx_unit_rows<Ops, true>(32, nb, p.rows, p.cols, r0, r1, q, dx, xs, T, y, unpack);

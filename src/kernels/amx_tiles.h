@@ -216,6 +216,72 @@ void amx_unit_rows(int kw, int64_t nsub, int64_t rows, int64_t cols, int64_t r0,
   }
   Ops::release();
 }
+
+// INT4 / INT8 codes with INT8 (or INT4) activations (W4A8, W4A4, grouped or asymmetric INT8; vnni_block_ok),
+// one 16-row block of rows, all T tokens: vnni_block_avx512's operation on tiles. The block's per-call
+// layout (vnni_block_layout: [kq][16 rows][4 columns] of the unsigned stored codes u) is already in B-tile
+// order: the kw columns from c are B rows c / 4 .. (c + kw) / 4 - 1 at wb + 16 c, 64 bytes apart. Per 16
+// tokens and scale group g: C = the sum of the group's tile products A x B (tdpbsud: signed activations x
+// unsigned codes; exact in int32, as the VNNI tile's vpdpbusd sums are), then the VNNI tile's epilogue in its
+// order: v = C - z * X_g (int32), acc = fma(float(v), s * sx[t], acc). The same bits. Groups g and g + 1
+// accumulate in C tiles 0 and 1 from A / B tiles 4 / 6 and 5 / 7. xq [Tp, xstride], xg [Tp, ng] and sx [Tp]
+// hold Tp = T rounded up to 16 tokens (zero padding), so the epilogue is one unrolled loop of 16.
+template <class Ops>
+void amx_block16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z, int bits,
+                 int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride, const int32_t* xg,
+                 int64_t ng, const float* sx, int T, float* y, int64_t ystride) {
+  const int kw = amx_block_kw(group, ng, cols);
+  float* sv;
+  int32_t* zv;
+  const uint8_t* wb = vnni_block_layout(nr, rows, s, z, bits, zoff, cols, ng, &sv, &zv);
+  const int64_t span = ng == 1 ? (cols + 63) / 64 * 64 : group;  // columns per group (padded: one group)
+  const int64_t tiles = span / kw;
+  const auto mask = static_cast<__mmask16>((1u << nr) - 1);
+  alignas(64) int32_t c[2][16][16];
+  Ops::config(amx_unit_cfg(kw));
+  for (int t0 = 0; t0 < T; t0 += 16) {
+    __m512 acc[16];
+    for (auto& a : acc) a = _mm512_setzero_ps();
+    const int8_t* a = xq + t0 * xstride;
+    auto epilogue = [&](int i, int64_t g) {
+      const __m512 sg = _mm512_load_ps(sv + 16 * g);
+      const __m512i zg = _mm512_load_si512(zv + 16 * g);
+#pragma GCC unroll 16
+      for (int m = 0; m < 16; ++m) {
+        const __m512i v = _mm512_sub_epi32(_mm512_load_si512(c[i][m]),
+                                           _mm512_mullo_epi32(zg, _mm512_set1_epi32(xg[(t0 + m) * ng + g])));
+        acc[m] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(sg, _mm512_set1_ps(sx[t0 + m])), acc[m]);
+      }
+    };
+    for (int64_t g = 0; g < ng; g += 2) {
+      const bool two = g + 1 < ng;
+      Ops::template zero<0>();
+      if (two) Ops::template zero<1>();
+      for (int64_t i = 0; i < tiles; ++i) {
+        const int64_t c0 = g * span + i * kw;
+        Ops::template load<4>(a + c0, xstride);
+        Ops::template load<6>(wb + 16 * c0, 64);
+        Ops::template dpbsud<0, 4, 6>();
+        if (two) {
+          Ops::template load<5>(a + c0 + span, xstride);
+          Ops::template load<7>(wb + 16 * (c0 + span), 64);
+          Ops::template dpbsud<1, 5, 7>();
+        }
+      }
+      Ops::template store<0>(c[0], 64);
+      epilogue(0, g);
+      if (two) {
+        Ops::template store<1>(c[1], 64);
+        epilogue(1, g + 1);
+      }
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; ++m)
+      if (t0 + m < T) _mm512_mask_storeu_ps(y + (t0 + m) * ystride, mask, acc[m]);
+  }
+  Ops::release();
+}
 #endif
 
 }  // namespace

@@ -521,17 +521,36 @@ void amx_w8a8_emulated(const AmxInt8Pack& pk, int64_t r0, int64_t r1, const int8
 // 16), all T tokens; q [Tp, cols] Q8 activation codes, dx [cols/32, Tp] their block scales, xs [cols/32, Tp]
 // the blocks' code sums (read for Q4_1 / Q5_1 only), Tp = T rounded up to 16 with zero padding. The same bits
 // as qblk_gemm_avx512. amx_qblk_tiles: the tile instructions (Amx tier only); amx_qblk_emulated: the scalar
-// model of them (AVX-512 CPUs; tests).
+// model of them (AVX-512 CPUs; tests). block: one 16-row block packed per call (pack_qblk_block's output for
+// rows [r0, r1), p its layout without data), read instead of p's load-time data.
 void amx_qblk_tiles(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
-                    const int32_t* xs, int64_t T, float* y);
+                    const int32_t* xs, int64_t T, float* y, const uint8_t* block = nullptr);
 void amx_qblk_emulated(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
-                       const int32_t* xs, int64_t T, float* y);
+                       const int32_t* xs, int64_t T, float* y, const uint8_t* block = nullptr);
 // GGUF k-quants on AMX-INT8 tiles (amx_kpack.h), prefill, as above: dx [cols/32, Tp], s [nsub, Tp] the code
 // sums of each sub-block (32 columns for Q4_K / Q5_K / IQ4_XS, else 16). The same bits as kpack_gemm_avx512.
+// block: as for amx_qblk_tiles (pack_kpack_block's output).
 void amx_kpack_tiles(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
-                     const int32_t* s, int64_t T, float* y);
+                     const int32_t* s, int64_t T, float* y, const uint8_t* block = nullptr);
 void amx_kpack_emulated(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
-                        const int32_t* s, int64_t T, float* y);
+                        const int32_t* s, int64_t T, float* y, const uint8_t* block = nullptr);
+// INT4 / INT8 codes with INT8 (or INT4) activations on AMX-INT8 tiles (amx_tiles.h, amx_block16), prefill:
+// vnni_block_avx512's arguments, with xq, xg and sx holding T rounded up to 16 tokens (zero padding), and
+// the same bits. amx_block_kw: the tile width in columns for the weight's
+// scale groups (per-channel: 64; groups: the largest multiple of 4 up to 64 that divides the group, with
+// whole groups only), 0 where the kernel does not apply. vnni_block_layout: one 16-row block in the VNNI
+// tile's per-call layout ([kq][16 rows][4 columns] unsigned codes, columns padded with 0 to a multiple of
+// 64; a per-thread buffer) and its scale / zero cells per group (sv, zv: 16 per group).
+int amx_block_kw(int64_t group, int64_t gcols, int64_t cols);
+const uint8_t* vnni_block_layout(int nr, const uint8_t* const* rows, const float* const* s,
+                                 const float* const* z, int bits, int zoff, int64_t cols, int64_t ng,
+                                 float** sv, int32_t** zv);
+void amx_block_tiles(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                     int bits, int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride,
+                     const int32_t* xg, int64_t ng, const float* sx, int T, float* y, int64_t ystride);
+void amx_block_emulated(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                        int bits, int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride,
+                        const int32_t* xg, int64_t ng, const float* sx, int T, float* y, int64_t ystride);
 // Activations in Q8 blocks of 32 for the QBlkPack kernel: q [T, cols] int8, dx [T, cols/32] block scales, xo
 // [T, cols/32] = -offset * (sum of the block's codes), the weight offset folded in exactly.
 // y[t, r] for rows [r0, r1) (r0 a multiple of 16), all T tokens.

@@ -131,9 +131,9 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
     return {prefill ? Kernel::F4Block : Kernel::F4Row, ActRounding::None};
   // INT4 / INT8 codes with INT8 or INT4 activations (W4A4: the 4-bit codes are widened to bytes and run on
   // the same integer kernels, exact in int32): integer products. Prefill: W8A8 per-channel on AMX tiles (from
-  // kAmxTokens, where the tier or the emulator has them) or the VNNI register tile, other INT codes on the
-  // same tile over per-call decoded blocks, anything else dequantized into the FP32 tile (x still through the
-  // activation route).
+  // kAmxTokens, where the tier or the emulator has them) or the VNNI register tile, other INT codes over
+  // per-call decoded blocks on AMX tiles (from kAmxTokens, whole scale groups) or the VNNI tile, anything
+  // else dequantized into the FP32 tile (x still through the activation route).
   const bool int_act = w.act_format == FormatId::INT8 || w.act_format == FormatId::INT4;
   if (int_act && p.int_codes && p.vnni_ok) {
     if (!prefill) return {Kernel::VnniGemv, ActRounding::None};
@@ -142,7 +142,12 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
       if (T >= kAmxTokens && amx_emulated()) return {Kernel::AmxTileEmulated, ActRounding::None};
       return {Kernel::VnniTile, ActRounding::None};
     }
-    return {vnni_block_ok(w, p) ? Kernel::VnniBlock : Kernel::F32Tile, ActRounding::None};
+    if (!vnni_block_ok(w, p)) return {Kernel::F32Tile, ActRounding::None};
+    if (T >= kAmxTokens && kern::amx_block_kw(p.group, p.gcols, w.cols) > 0) {
+      if (isa >= Isa::Amx) return {Kernel::AmxBlock, ActRounding::None};
+      if (amx_emulated()) return {Kernel::AmxBlockEmulated, ActRounding::None};
+    }
+    return {Kernel::VnniBlock, ActRounding::None};
   }
   switch (p.route) {
     case Route::Dense:
@@ -153,12 +158,14 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
         return {prefill ? Kernel::F32Tile : Kernel::Deq, ActRounding::None};
       // Q8 blocks of x against the load-time pack; without one, decode by row and prefill on a per-call pack
       // where the type has one, else (Q2_K / Q3_K held as rows) rows dequantized into the FP32 tile.
-      // Prefill on the load-time packs on AMX-INT8 tiles from kAmxTokens tokens (the same bits).
+      // Prefill on the load-time or per-call packs on AMX-INT8 tiles from kAmxTokens tokens (the same bits).
       if ((p.qblk || p.kpack) && T >= kAmxTokens && isa >= Isa::Amx) return q8_kernel(Kernel::AmxQ8Pack);
       if ((p.qblk || p.kpack) && T >= kAmxTokens && amx_emulated())
         return q8_kernel(Kernel::AmxQ8PackEmulated);
       if (p.qblk || p.kpack) return q8_kernel(Kernel::Q8Pack);
       if (!prefill && ggml_q8_row_kernel(p.ggml_type)) return q8_kernel(Kernel::Q8Row);
+      if (pack_tile_ok(w, p) && T >= kAmxTokens && (isa >= Isa::Amx || amx_emulated()))
+        return q8_kernel(isa >= Isa::Amx ? Kernel::AmxQ8PackPerCall : Kernel::AmxQ8PackPerCallEmulated);
       if (pack_tile_ok(w, p)) return q8_kernel(Kernel::Q8PackPerCall);
       return {Kernel::F32Tile, ActRounding::None};
     case Route::Nib:
@@ -202,13 +209,19 @@ const char* kernel_short_name(Kernel k) {
     case Kernel::AmxTileEmulated:
       return "amxtile-emulated";
     case Kernel::AmxQ8Pack:
+    case Kernel::AmxQ8PackPerCall:
       return "q8amx";
     case Kernel::AmxQ8PackEmulated:
+    case Kernel::AmxQ8PackPerCallEmulated:
       return "q8amx-emulated";
     case Kernel::VnniTile:
       return "vnnitile";
     case Kernel::VnniBlock:
       return "vnniblock";
+    case Kernel::AmxBlock:
+      return "amxblock";
+    case Kernel::AmxBlockEmulated:
+      return "amxblock-emulated";
     case Kernel::F4Row:
       return "f4vnni";
     case Kernel::F4Block:
@@ -259,6 +272,8 @@ Isa kernel_tier(Kernel k) {
   switch (k) {
     case Kernel::AmxTile:
     case Kernel::AmxQ8Pack:
+    case Kernel::AmxQ8PackPerCall:
+    case Kernel::AmxBlock:
       return Isa::Amx;
     case Kernel::Nib16:
     case Kernel::Byte16:

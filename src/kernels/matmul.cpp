@@ -648,22 +648,29 @@ void code_group_sums(const int8_t* q, int64_t cols, int64_t grp, int64_t ng, int
 }
 
 // INT4 / INT8 codes x INT8 / INT4 activations over 16-row blocks laid out per call: the VNNI register tile
-// (AVX-512) or the vpmaddubsw one (avx2: I8BlockAvx2).
+// (AVX-512: VnniBlock), its AMX-INT8 form (AmxBlock, or AmxBlockEmulated on the instruction model; the
+// buffers padded to whole 16-token tiles) or the vpmaddubsw one (avx2: I8BlockAvx2).
 void run_int_block(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y,
-                   bool avx2) {
+                   Kernel k) {
   const int64_t cols = w.cols, xs = (cols + 63) / 64 * 64, ng = p.gcols, grp = ng == 1 ? cols : p.group;
+  const bool amx = k == Kernel::AmxBlock || k == Kernel::AmxBlockEmulated;
+  const int64_t tp = amx ? (T + 15) / 16 * 16 : T;
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<int32_t> xg;
   thread_local std::vector<float> sx;
-  xq.assign(static_cast<size_t>(T * xs), 0);  // padding columns hold x = 0
-  xg.assign(static_cast<size_t>(T * ng), 0);
-  sx.resize(static_cast<size_t>(T));
+  xq.assign(static_cast<size_t>(tp * xs), 0);  // padding columns (and tokens) hold x = 0
+  xg.assign(static_cast<size_t>(tp * ng), 0);
+  sx.assign(static_cast<size_t>(tp), 0.0f);
   for (int64_t t = 0; t < T; ++t) {
     int8_t* q = xq.data() + t * xs;
     quantize_activation_codes(w, x + t * cols, q, &sx[t]);
     code_group_sums(q, cols, grp, ng, xg.data() + t * ng);
   }
   const int zoff = p.asym ? 0 : static_cast<int>(-p.lut[0]);
+  auto* block = k == Kernel::I8BlockAvx2        ? kern::i8dot_block_avx2
+                : k == Kernel::AmxBlock         ? kern::amx_block_tiles
+                : k == Kernel::AmxBlockEmulated ? kern::amx_block_emulated
+                                                : kern::vnni_block_avx512;
   // The pool's workers see their own thread_local vectors: pass the caller's buffers as plain pointers.
   const int8_t* xqp = xq.data();
   const int32_t* xgp = xg.data();
@@ -671,9 +678,8 @@ void run_int_block(const WeightMatrix& w, const KernelPlan& p, const float* x, i
   for_code_row_blocks(
       w, p, static_cast<double>(w.nbytes()) * static_cast<double>(T),
       [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp, int64_t r0) {
-        (avx2 ? kern::i8dot_block_avx2 : kern::vnni_block_avx512)(nr, rp, sp, zp, p.bits, zoff, cols, p.group,
-                                                                  xqp, xs, xgp, ng, sxp, static_cast<int>(T),
-                                                                  y + r0, w.rows);
+        block(nr, rp, sp, zp, p.bits, zoff, cols, p.group, xqp, xs, xgp, ng, sxp, static_cast<int>(T), y + r0,
+              w.rows);
       });
 }
 
@@ -781,41 +787,6 @@ void run_qblk(const WeightMatrix& w, const QBlkPack& pk, bool avx2, const float*
       static_cast<double>(pk.bytes()) * static_cast<double>(T));
 }
 
-// Prefill on AMX-INT8 tiles over a load-time pack (amx_tiles.h, amx_unit_rows): the Q8 activation blocks
-// of the VNNI pack kernels, the codes padded to whole 16-token tiles with zeros, the block scales transposed
-// to [cols/32, Tp] and the code sums to one per unit [nsub, Tp] (a unit is a 32-column block of the QBlkPack
-// types, a sub-block of the k-quants: 32 columns for Q4_K / Q5_K / IQ4_XS, else 16; two per-16 sums added
-// as the VNNI kernels add them).
-void run_pack_amx(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y,
-                  bool hardware) {
-  const int64_t cols = w.cols, n32 = cols / 32, n16 = cols / 16, tp = (T + 15) / 16 * 16;
-  const bool wide = p.qblk || kpack_sub_block_cols(p.ggml_type) == 32;
-  const int64_t nsub = wide ? n32 : n16;
-  const Q8Acts a = q8_acts(x, T, cols, 16, /*avx2=*/false, tp);
-  thread_local std::vector<float> dxp;
-  thread_local std::vector<int32_t> sp;
-  dxp.assign(static_cast<size_t>(tp * n32), 0.0f);
-  sp.assign(static_cast<size_t>(tp * nsub), 0);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t b = 0; b < n32; ++b) dxp[static_cast<size_t>(b * tp + t)] = a.dx[t * n32 + b];
-    for (int64_t j = 0; j < nsub; ++j)
-      sp[static_cast<size_t>(j * tp + t)] =
-          wide ? a.sums[t * n16 + 2 * j] + a.sums[t * n16 + 2 * j + 1] : a.sums[t * n16 + j];
-  }
-  const int8_t* q = a.q;  // the pool's workers see their own thread_locals
-  const float* dx = dxp.data();
-  const int32_t* s = sp.data();
-  for_row_blocks(
-      w.rows,
-      [&](int64_t r0, int64_t r1) {
-        if (p.qblk)
-          (hardware ? kern::amx_qblk_tiles : kern::amx_qblk_emulated)(*p.qblk, r0, r1, q, dx, s, T, y);
-        else
-          (hardware ? kern::amx_kpack_tiles : kern::amx_kpack_emulated)(*p.kpack, r0, r1, q, dx, s, T, y);
-      },
-      static_cast<double>(p.qblk ? p.qblk->bytes() : p.kpack->bytes()) * static_cast<double>(T));
-}
-
 // 64-byte aligned per-thread scratch of at least n bytes.
 uint8_t* tls_aligned(size_t n) {
   thread_local std::vector<uint8_t> buf;
@@ -838,6 +809,62 @@ void for_packed_row_blocks(const WeightMatrix& w, size_t block_bytes, double wor
         gemm(base, r0, static_cast<int>(r1 - r0));
       },
       work_bytes);
+}
+
+// Prefill on AMX-INT8 tiles (amx_tiles.h, amx_unit_rows) over the load-time pack, or, for a GGUF type held
+// as rows (online --quantize q4_0 / q4_k, or no load-time pack), over each 16-row block packed per call
+// (as Q8PackPerCall does): the Q8 activation blocks of the VNNI pack kernels, the codes padded to whole
+// 16-token tiles with zeros, the block scales transposed to [cols/32, Tp] and the code sums to one per unit
+// [nsub, Tp] (a unit is a 32-column block of the QBlkPack types, a sub-block of the k-quants: 32 columns for
+// Q4_K / Q5_K / IQ4_XS, else 16; two per-16 sums added as the VNNI kernels add them).
+void run_pack_amx(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y,
+                  bool hardware) {
+  const int64_t cols = w.cols, n32 = cols / 32, n16 = cols / 16, tp = (T + 15) / 16 * 16;
+  const bool per_call = !p.qblk && !p.kpack, kq = p.kpack || (per_call && kpack_supported(p.ggml_type, cols));
+  const bool wide = !kq || kpack_sub_block_cols(p.ggml_type) == 32;
+  const int64_t nsub = wide ? n32 : n16;
+  const Q8Acts a = q8_acts(x, T, cols, 16, /*avx2=*/false, tp);
+  thread_local std::vector<float> dxp;
+  thread_local std::vector<int32_t> sp;
+  dxp.assign(static_cast<size_t>(tp * n32), 0.0f);
+  sp.assign(static_cast<size_t>(tp * nsub), 0);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t b = 0; b < n32; ++b) dxp[static_cast<size_t>(b * tp + t)] = a.dx[t * n32 + b];
+    for (int64_t j = 0; j < nsub; ++j)
+      sp[static_cast<size_t>(j * tp + t)] =
+          wide ? a.sums[t * n16 + 2 * j] + a.sums[t * n16 + 2 * j + 1] : a.sums[t * n16 + j];
+  }
+  const int8_t* q = a.q;  // the pool's workers see their own thread_locals
+  const float* dx = dxp.data();
+  const int32_t* s = sp.data();
+  const auto qblk_fn = hardware ? kern::amx_qblk_tiles : kern::amx_qblk_emulated;
+  const auto kpack_fn = hardware ? kern::amx_kpack_tiles : kern::amx_kpack_emulated;
+  if (!per_call) {
+    for_row_blocks(
+        w.rows,
+        [&](int64_t r0, int64_t r1) {
+          if (p.qblk)
+            qblk_fn(*p.qblk, r0, r1, q, dx, s, T, y, nullptr);
+          else
+            kpack_fn(*p.kpack, r0, r1, q, dx, s, T, y, nullptr);
+        },
+        static_cast<double>(p.qblk ? p.qblk->bytes() : p.kpack->bytes()) * static_cast<double>(T));
+    return;
+  }
+  const double work = static_cast<double>(w.nbytes()) * static_cast<double>(T);
+  if (kq) {
+    const KPack meta = kpack_layout(p.ggml_type, w.rows, cols);
+    for_packed_row_blocks(
+        w, static_cast<size_t>(cols / 256 * meta.sb_bytes), work,
+        [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_kpack_block(meta, rp, nr, base); },
+        [&](const uint8_t* base, int64_t r0, int nr) { kpack_fn(meta, r0, r0 + nr, q, dx, s, T, y, base); });
+  } else {
+    const QBlkPack meta = qblk_layout(p.ggml_type, w.rows, cols);
+    for_packed_row_blocks(
+        w, static_cast<size_t>(n32 * meta.block_bytes), work,
+        [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_qblk_block(meta, rp, nr, base); },
+        [&](const uint8_t* base, int64_t r0, int nr) { qblk_fn(meta, r0, r0 + nr, q, dx, s, T, y, base); });
+  }
 }
 
 void run_kpack_transient(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
@@ -944,7 +971,9 @@ void run_q8_kernel(const WeightMatrix& w, const KernelPlan& p, Kernel k, const f
                     : run_kpack(w, *p.kpack, k == Kernel::Q8PackAvx2, x, T, y);
     case Kernel::AmxQ8Pack:
     case Kernel::AmxQ8PackEmulated:
-      return run_pack_amx(w, p, x, T, y, k == Kernel::AmxQ8Pack);
+    case Kernel::AmxQ8PackPerCall:
+    case Kernel::AmxQ8PackPerCallEmulated:
+      return run_pack_amx(w, p, x, T, y, k == Kernel::AmxQ8Pack || k == Kernel::AmxQ8PackPerCall);
     case Kernel::Q8PackPerCall:
       return kpack_supported(p.ggml_type, w.cols) ? run_kpack_transient(w, p, x, T, y)
                                                   : run_qblk_transient(w, p, x, T, y);
@@ -998,7 +1027,9 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
       return run_vnni_tile512(w, p, *int8_tile(w, p), x, T, y);
     case Kernel::VnniBlock:
     case Kernel::I8BlockAvx2:
-      return run_int_block(w, p, x, T, y, k == Kernel::I8BlockAvx2);
+    case Kernel::AmxBlock:
+    case Kernel::AmxBlockEmulated:
+      return run_int_block(w, p, x, T, y, k);
     case Kernel::I8RowAvx2:
       return run_i8dot_rows_avx2(w, p, x, T, y);
     case Kernel::VnniGemv:
@@ -1029,6 +1060,8 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
     case Kernel::Q8PackPerCall:
     case Kernel::AmxQ8Pack:
     case Kernel::AmxQ8PackEmulated:
+    case Kernel::AmxQ8PackPerCall:
+    case Kernel::AmxQ8PackPerCallEmulated:
     case Kernel::Q8Row:
     case Kernel::Q8RowAvx2:
       return choice.rounding == ActRounding::Q8x2 ? run_q8_residual(w, p, k, x, T, y)

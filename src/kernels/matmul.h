@@ -53,24 +53,28 @@ enum class Kernel : uint8_t {
   AmxTileEmulated,    // the same on the instruction-level emulator (set_amx_emulation)
   AmxQ8Pack,          // GGUF on the load-time pack (QBlkPack / KPack), prefill on AMX-INT8 tiles
   AmxQ8PackEmulated,  // the same on the instruction-level emulator
-  VnniBlock,          // other INT4 / INT8 codes x INT8 activations, prefill over per-call decoded blocks
-  F4Row,              // INT4 codes x NVFP4 activation codes, decode by rows
-  F4Block,            // the same, prefill on the VnniBlock tile (a token gets the same bits from both)
-  F32Tile,            // prefill: 16-row blocks dequantized into the dense FP32 tile
-  Q8Row,              // GGUF blocks x Q8 activations, decode by row
-  Q8Pack,             // GGUF on the load-time pack (QBlkPack / KPack), decode and prefill
-  Q8PackPerCall,      // GGUF prefill on a pack made per call
-  NibLane,            // 4-bit codes, lane kernel, FP32 activations (avx512 tier)
-  Nib16,              // 4-bit (and INT2 / INT3 widened) codes, lane kernel, BF16 activations
-  NibDot,             // 4-bit codes, one fused dot per row (groups the lanes cannot serve)
-  Byte16,             // 8-bit codes, lane kernel, BF16 activations
-  Fp6Byte16,          // FP6 rows widened per block to bytes, then the byte16 kernel
-  ByteDot,            // 8-bit codes, one fused dot per row
-  Bf16Tile,           // weight-only prefill on the BF16 tile
-  LutBf16,            // LUT2/3/4 per-row codebooks, Avx512Bf16 tier: BF16 tables, vpermw + vdpbf16ps
-  LutAvx512,          // LUT2/3/4 per-row codebooks: table in a register, vpermps lookups fused with the FMA
-  LutAvx2,            // the same with two vpermps + blend per 8 codes
-  LutGeneric,         // the same in scalar code (the generic tier)
+  AmxQ8PackPerCall,   // GGUF held as rows, prefill on AMX-INT8 tiles over 16-row blocks packed per call
+  AmxQ8PackPerCallEmulated,  // the same on the instruction-level emulator
+  VnniBlock,         // other INT4 / INT8 codes x INT8 activations, prefill over per-call decoded blocks
+  AmxBlock,          // the same blocks on AMX-INT8 tiles (the same bits)
+  AmxBlockEmulated,  // the same on the instruction-level emulator
+  F4Row,             // INT4 codes x NVFP4 activation codes, decode by rows
+  F4Block,           // the same, prefill on the VnniBlock tile (a token gets the same bits from both)
+  F32Tile,           // prefill: 16-row blocks dequantized into the dense FP32 tile
+  Q8Row,             // GGUF blocks x Q8 activations, decode by row
+  Q8Pack,            // GGUF on the load-time pack (QBlkPack / KPack), decode and prefill
+  Q8PackPerCall,     // GGUF prefill on a pack made per call
+  NibLane,           // 4-bit codes, lane kernel, FP32 activations (avx512 tier)
+  Nib16,             // 4-bit (and INT2 / INT3 widened) codes, lane kernel, BF16 activations
+  NibDot,            // 4-bit codes, one fused dot per row (groups the lanes cannot serve)
+  Byte16,            // 8-bit codes, lane kernel, BF16 activations
+  Fp6Byte16,         // FP6 rows widened per block to bytes, then the byte16 kernel
+  ByteDot,           // 8-bit codes, one fused dot per row
+  Bf16Tile,          // weight-only prefill on the BF16 tile
+  LutBf16,           // LUT2/3/4 per-row codebooks, Avx512Bf16 tier: BF16 tables, vpermw + vdpbf16ps
+  LutAvx512,         // LUT2/3/4 per-row codebooks: table in a register, vpermps lookups fused with the FMA
+  LutAvx2,           // the same with two vpermps + blend per 8 codes
+  LutGeneric,        // the same in scalar code (the generic tier)
   // The AVX2 tier (matmul_avx2*.cpp). Decode: one fused dot per row and token (Q8PackAvx2: per 16 rows);
   // prefill: Q8RowAvx2 the same, Q8PackAvx2 its tile, the others each row decoded / widened once, then dotted
   // with every token.

@@ -1,7 +1,8 @@
-// The AMX prefill kernels (W8A8: amx_tiles.h; the GGUF QBlkPack types: amx_qblk.h; the k-quants:
-// amx_kpack.h) on the tile instructions. Compiled with -mamx-tile -mamx-int8 (and the AVX-512 flags for the
-// epilogue); called only on the Amx tier, i.e. after cpuid, XCR0 and the kernel's grant of tile state
-// (amx_request_permission, core/cpu.h). Tested through the scalar model of amx_emu.h.
+// The AMX prefill kernels (W8A8 and INT4 / INT8 codes with INT8 activations: amx_tiles.h; the GGUF QBlkPack
+// types: amx_qblk.h; the k-quants: amx_kpack.h) on the tile instructions. Compiled with -mamx-tile
+// -mamx-int8 (and the AVX-512 flags for the epilogue); called only on the Amx tier, i.e. after cpuid, XCR0
+// and the kernel's grant of tile state (amx_request_permission, core/cpu.h). Tested through the scalar model
+// of amx_emu.h.
 #include <immintrin.h>
 
 #include "kernels/amx_kpack.h"
@@ -77,7 +78,8 @@ struct AmxHw {
     else
       _tile_dpbssd(3, 5, 7);
   }
-  // Signed A x unsigned B (the QBlkPack types with a min keep their unsigned codes).
+  // Signed A x unsigned B (the QBlkPack types with a min keep their unsigned codes; amx_block16's stored
+  // codes).
   template <int C, int A, int B>
   static void dpbsud() {
     static_assert((C == 0 && A == 4 && B == 6) || (C == 1 && A == 5 && B == 7), "add the tile triple here");
@@ -97,13 +99,19 @@ void amx_w8a8_tiles(const AmxInt8Pack& pk, int64_t r0, int64_t r1, const int8_t*
 }
 
 void amx_qblk_tiles(const QBlkPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
-                    const int32_t* xs, int64_t T, float* y) {
-  amx_qblk_rows<AmxHw>(p, r0, r1, q, dx, xs, T, y);
+                    const int32_t* xs, int64_t T, float* y, const uint8_t* block) {
+  amx_qblk_rows<AmxHw>(p, r0, r1, q, dx, xs, T, y, block);
 }
 
 void amx_kpack_tiles(const KPack& p, int64_t r0, int64_t r1, const int8_t* q, const float* dx,
-                     const int32_t* s, int64_t T, float* y) {
-  amx_kpack_rows<AmxHw>(p, r0, r1, q, dx, s, T, y);
+                     const int32_t* s, int64_t T, float* y, const uint8_t* block) {
+  amx_kpack_rows<AmxHw>(p, r0, r1, q, dx, s, T, y, block);
+}
+
+void amx_block_tiles(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                     int bits, int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride,
+                     const int32_t* xg, int64_t ng, const float* sx, int T, float* y, int64_t ystride) {
+  amx_block16<AmxHw>(nr, rows, s, z, bits, zoff, cols, group, xq, xstride, xg, ng, sx, T, y, ystride);
 }
 
 }  // namespace lowbit::kern

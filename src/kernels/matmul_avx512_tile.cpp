@@ -368,6 +368,20 @@ void f4_block_avx512(int nr, const uint8_t* const* rows, const float* const* s, 
   }
 }
 
+int amx_block_kw(int64_t group, int64_t gcols, int64_t cols) {
+  if (gcols == 1) return 64;  // one group: 64-column tiles over the zero-padded row
+  if (group % 4 != 0 || cols % group != 0) return 0;
+  for (int kw = 64; kw >= 4; kw -= 4)
+    if (group % kw == 0) return kw;
+  return 0;
+}
+
+const uint8_t* vnni_block_layout(int nr, const uint8_t* const* rows, const float* const* s,
+                                 const float* const* z, int bits, int zoff, int64_t cols, int64_t ng,
+                                 float** sv, int32_t** zv) {
+  return layout_block16<int32_t>(nr, rows, s, z, bits, zoff, cols, ng, sv, zv);
+}
+
 void vnni_block_avx512(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
                        int bits, int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride,
                        const int32_t* xg, int64_t ng, const float* sx, int T, float* y, int64_t ystride) {

@@ -1,8 +1,9 @@
-// The AMX-INT8 prefill kernels: W8A8 (kernels/amx_tiles.h) and the GGUF packs (kernels/amx_qblk.h,
-// amx_kpack.h). This machine may have no AMX, so the kernels run on the scalar model of the tile unit
-// (set_amx_emulation) and must equal the AVX-512 VNNI register tiles bit for bit (both sum exactly in int32
-// and scale in the same order), and the reference within the kernel tolerance, over shapes with row, token
-// and K tails. Where the CPU has the Amx tier, the hardware kernels are held to the same.
+// The AMX-INT8 prefill kernels: W8A8 and INT4 / INT8 codes with INT8 activations (kernels/amx_tiles.h), and
+// the GGUF packs (kernels/amx_qblk.h, amx_kpack.h). This machine may have no AMX, so the kernels run on the
+// scalar model of the tile unit (set_amx_emulation) and must equal the AVX-512 VNNI register tiles bit for
+// bit (both sum exactly in int32 and scale in the same order), and the reference within the kernel tolerance,
+// over shapes with row, token and K tails. Where the CPU has the Amx tier, the hardware kernels are held to
+// the same.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -241,6 +242,138 @@ TEST(AmxKpack, EmulatedTilesEqualVnniTileBitForBit) {
 TEST(AmxKpack, HardwareTilesEqualVnniTileBitForBit) {
   if (best_isa() < Isa::Amx) GTEST_SKIP() << "no AMX-INT8 on this CPU (the emulated test covers the kernel)";
   compare_kpack(/*hardware=*/true);
+}
+
+// INT4 / INT8 codes with INT8 or INT4 activations (W4A8, W4A4, grouped / asymmetric INT8) on the per-call
+// 16-row blocks: the AMX kernel against the VNNI block tile bit for bit, over groups of one tile (g32, g64),
+// several tiles (g128; per channel with K padded to 64) and a 16-column tile (g16), symmetric and asymmetric,
+// with row and token tails.
+struct BlockCase {
+  const char* scheme;
+  FormatId act;
+  AmxCase c;
+};
+const BlockCase kBlockCases[] = {
+    {"int4:g32", FormatId::INT8, {37, 256, 16}},         {"int4:g128", FormatId::INT8, {24, 384, 17}},
+    {"int4:g64:asym", FormatId::INT8, {33, 896, 33}},    {"int4:channel", FormatId::INT8, {40, 200, 20}},
+    {"int8:g128:asym", FormatId::INT8, {16, 256, 64}},   {"int8:g32", FormatId::INT8, {50, 160, 31}},
+    {"int4:g16", FormatId::INT8, {20, 384, 18}},         {"int4:g128", FormatId::INT4, {24, 512, 48}},
+    {"int4:channel:asym", FormatId::INT4, {17, 128, 16}}};
+
+WeightMatrix int_codes(const BlockCase& b, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::vector<float> w(static_cast<size_t>(b.c.rows * b.c.cols));
+  for (auto& v : w) v = nd(rng);
+  w[3] = 0.7f;  // an outlier in the first group
+  WeightMatrix m = make_quant_weight(std::make_shared<QuantizedMatrix>(
+      quantize_matrix(w.data(), b.c.rows, b.c.cols, parse_scheme(b.scheme))));
+  m.act_format = b.act;
+  return m;
+}
+
+void compare_block(bool hardware) {
+  for (const BlockCase& b : kBlockCases) {
+    const AmxCase& c = b.c;
+    const WeightMatrix w = int_codes(b, static_cast<uint32_t>(c.rows * 7 + c.cols));
+    const std::vector<float> x = acts(c.T, c.cols, static_cast<uint32_t>(c.T + 3));
+    std::vector<float> y_vnni(static_cast<size_t>(c.T * c.rows)), y_amx(y_vnni.size(), -1.0f);
+    set_kernel_isa(Isa::Avx512);
+    const std::string vnni_name = matmul_kernel_name(w);
+    matmul(w, x.data(), c.T, y_vnni.data());
+    set_kernel_isa(hardware ? best_isa() : std::min(best_isa(), Isa::Avx512Bf16));
+    if (!hardware) set_amx_emulation(true);
+    const std::string name = matmul_kernel_name(w);
+    matmul(w, x.data(), c.T, y_amx.data());
+    set_amx_emulation(false);
+    set_kernel_isa(best_isa());
+    EXPECT_NE(vnni_name.find(".vnni+vnniblock.avx512"), std::string::npos) << vnni_name;
+    EXPECT_NE(name.find(hardware ? ".vnni+amxblock.amx" : ".vnni+amxblock-emulated."), std::string::npos)
+        << name;
+    int bad = 0;
+    for (size_t i = 0; i < y_vnni.size(); ++i)
+      if (f32_bits(y_amx[i]) != f32_bits(y_vnni[i]) && bad++ < 5)
+        ADD_FAILURE() << name << " " << c.rows << "x" << c.cols << " T " << c.T << " row "
+                      << i % static_cast<size_t>(c.rows) << " token " << i / static_cast<size_t>(c.rows)
+                      << ": AMX " << y_amx[i] << ", VNNI block " << y_vnni[i];
+    EXPECT_EQ(bad, 0) << name << " " << c.rows << "x" << c.cols << " T " << c.T;
+  }
+}
+
+TEST(AmxBlock, EmulatedTilesEqualVnniBlockBitForBit) {
+  if (best_isa() < Isa::Avx512) GTEST_SKIP() << "the VNNI tile it is compared with needs AVX-512";
+  compare_block(/*hardware=*/false);
+}
+
+TEST(AmxBlock, HardwareTilesEqualVnniBlockBitForBit) {
+  if (best_isa() < Isa::Amx) GTEST_SKIP() << "no AMX-INT8 on this CPU (the emulated test covers the kernel)";
+  compare_block(/*hardware=*/true);
+}
+
+// Decode and prompts under kAmxTokens stay on the VNNI kernels; a group that is not whole (200 columns in
+// groups of 32) keeps the VNNI block tile at any length.
+TEST(AmxBlock, ShortPrefillAndRaggedGroupsStayOnVnni) {
+  if (best_isa() < Isa::Avx512) GTEST_SKIP() << "no AVX-512";
+  const WeightMatrix w = int_codes({"int4:g32", FormatId::INT8, {32, 256, 16}}, 4);
+  const WeightMatrix ragged = int_codes({"int4:g32", FormatId::INT8, {32, 200, 16}}, 5);
+  set_kernel_isa(std::min(best_isa(), Isa::Avx512Bf16));
+  set_amx_emulation(true);
+  EXPECT_EQ(select_kernel(w, 1).kernel, Kernel::VnniGemv);
+  EXPECT_EQ(select_kernel(w, kAmxTokens - 1).kernel, Kernel::VnniBlock);
+  EXPECT_EQ(select_kernel(w, kAmxTokens).kernel, Kernel::AmxBlockEmulated);
+  EXPECT_EQ(select_kernel(ragged, 64).kernel, Kernel::VnniBlock);
+  set_amx_emulation(false);
+  EXPECT_EQ(select_kernel(w, kAmxTokens).kernel, Kernel::VnniBlock);
+  set_kernel_isa(best_isa());
+}
+
+// GGUF types held as rows (online --quantize q4_0 / q8_0 / q4_k ..., no load-time pack): prefill packs each
+// 16-row block per call; the AMX kernel over those blocks against the VNNI one (Q8PackPerCall), bit for bit,
+// one pass and the residual pass.
+void compare_per_call(bool hardware) {
+  const AmxCase cases[] = {{37, 256, 16}, {20, 512, 33}};
+  for (const char* type : {"q4_0", "q4_1", "q5_1", "q8_0", "q2_k", "q4_k", "q6_k"})
+    for (const AmxCase& c : cases)
+      for (bool x2 : {false, true}) {
+        std::mt19937 rng(static_cast<uint32_t>(c.rows + c.T));
+        std::normal_distribution<float> nd(0.0f, 0.05f);
+        std::vector<float> wf(static_cast<size_t>(c.rows * c.cols));
+        for (auto& v : wf) v = nd(rng);
+        const WeightMatrix w = make_quant_weight(std::make_shared<QuantizedMatrix>(
+            quantize_matrix(wf.data(), c.rows, c.cols, parse_scheme(type))));
+        const std::vector<float> x = acts(c.T, c.cols, static_cast<uint32_t>(c.T + 4));
+        std::vector<float> y_vnni(static_cast<size_t>(c.T * c.rows)), y_amx(y_vnni.size(), -1.0f);
+        set_q8_residual_pass(x2);
+        set_kernel_isa(Isa::Avx512);
+        const Kernel vk = select_kernel(w, c.T).kernel;
+        matmul(w, x.data(), c.T, y_vnni.data());
+        set_kernel_isa(hardware ? best_isa() : std::min(best_isa(), Isa::Avx512Bf16));
+        if (!hardware) set_amx_emulation(true);
+        const Kernel ak = select_kernel(w, c.T).kernel;
+        matmul(w, x.data(), c.T, y_amx.data());
+        set_amx_emulation(false);
+        set_q8_residual_pass(false);
+        set_kernel_isa(best_isa());
+        EXPECT_EQ(vk, Kernel::Q8PackPerCall) << type;
+        EXPECT_EQ(ak, hardware ? Kernel::AmxQ8PackPerCall : Kernel::AmxQ8PackPerCallEmulated) << type;
+        int bad = 0;
+        for (size_t i = 0; i < y_vnni.size(); ++i)
+          if (f32_bits(y_amx[i]) != f32_bits(y_vnni[i]) && bad++ < 5)
+            ADD_FAILURE() << type << (x2 ? " x2 " : " ") << c.rows << "x" << c.cols << " T " << c.T << " row "
+                          << i % static_cast<size_t>(c.rows) << " token " << i / static_cast<size_t>(c.rows)
+                          << ": AMX " << y_amx[i] << ", VNNI " << y_vnni[i];
+        EXPECT_EQ(bad, 0) << type << " " << c.rows << "x" << c.cols << " T " << c.T;
+      }
+}
+
+TEST(AmxPerCall, EmulatedTilesEqualVnniPerCallPackBitForBit) {
+  if (best_isa() < Isa::Avx512) GTEST_SKIP() << "the VNNI tile it is compared with needs AVX-512";
+  compare_per_call(/*hardware=*/false);
+}
+
+TEST(AmxPerCall, HardwareTilesEqualVnniPerCallPackBitForBit) {
+  if (best_isa() < Isa::Amx) GTEST_SKIP() << "no AMX-INT8 on this CPU (the emulated test covers the kernel)";
+  compare_per_call(/*hardware=*/true);
 }
 
 TEST(AmxQblk, DecodeAndShortPrefillStayOnVnni) {
