@@ -2,13 +2,14 @@
 // exactly the instructions the tile kernels use, as the Intel SDM defines them: palette 1 (8 tiles of up to
 // 16 rows x 64 bytes, each with its configured rows and bytes per row); LDTILECFG (zeroes the tiles);
 // TILELOADD / TILESTORED copy `rows` rows of `colsb` bytes at `stride`; TILEZERO; TDPBSSD / TDPBSUD
-// (signed A x signed / unsigned B bytes, int32 wrap-around).
+// (signed A x signed / unsigned B bytes, int32 wrap-around); TDPBF16PS (BF16 pairs into FP32).
 //
 // Why a model: the development machine has no AMX, and a kernel that only runs where nobody tested it is a
 // liability. Every packing, K-loop and tail decision of the kernels runs on it in the tests
 // (set_amx_emulation); only the instructions themselves are left to the hardware. Internal linkage on
 // purpose: amx_emu.cpp (generic flags) and matmul_avx512_amx_emu.cpp (AVX-512 flags) each get their own.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -68,6 +69,34 @@ struct AmxEmu {
             u += static_cast<uint32_t>(static_cast<int32_t>(static_cast<int8_t>(a.d[m][4 * k + i])) * bv);
           }
         acc = static_cast<int32_t>(u);
+        std::memcpy(c.d[m] + 4 * n, &acc, 4);
+      }
+  }
+  // TDPBF16PS: C[m][n] (FP32) += A[m][2k] * B[k][2n], then += A[m][2k + 1] * B[k][2n + 1], for k < colsb(A)/4
+  // in order; BF16 inputs that are denormal read as 0 (DAZ), each step rounds to nearest even with denormal
+  // results flushed to 0 (FTZ). A product of two BF16 values is exact in FP32, so one fma per step is the
+  // instruction's arithmetic as the SDM writes it.
+  template <int C, int A, int B>
+  static void dpbf16ps() {
+    Tile &c = tiles()[C], &a = tiles()[A], &b = tiles()[B];
+    auto bf = [](const uint8_t* p) {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      uint32_t u = static_cast<uint32_t>(h) << 16;
+      if ((u & 0x7F800000u) == 0) u &= 0x80000000u;  // DAZ
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    };
+    for (int m = 0; m < c.rows; ++m)
+      for (int n = 0; n < c.colsb / 4; ++n) {
+        float acc;
+        std::memcpy(&acc, c.d[m] + 4 * n, 4);
+        for (int k = 0; k < a.colsb / 4; ++k)
+          for (int i = 0; i < 2; ++i) {
+            acc = std::fma(bf(a.d[m] + 4 * k + 2 * i), bf(b.d[k] + 4 * n + 2 * i), acc);
+            if (std::fpclassify(acc) == FP_SUBNORMAL) acc = std::copysign(0.0f, acc);  // FTZ
+          }
         std::memcpy(c.d[m] + 4 * n, &acc, 4);
       }
   }

@@ -282,6 +282,71 @@ void amx_block16(int nr, const uint8_t* const* rows, const float* const* s, cons
   }
   Ops::release();
 }
+
+// Weight-only prefill with BF16 activations on AMX-BF16 (bf16_tile_avx512bf16's arithmetic), one 16-row
+// block, all T tokens. The block's per-call layout (bf16_block_layout: pair-major words, 16 rows per 64-byte
+// line) is the B-tile order of TDPBF16PS (B[kk][2n + i] = value(row n, 2 (p0 + kk) + i)), so kp pairs from
+// pair p0 are a B tile of kp rows at wb + 16 p0; A: 16 tokens' BF16 activations, 2 kp values per row. Per 16
+// tokens and scale group g: C = the sum of the group's tile products (FP32), then the register tile's
+// epilogue acc = fma(C, s_g, acc) (asymmetric: acc -= z s_g * X_g). Groups g and g + 1 alternate between tile
+// sets. xb [Tp, xstride] and gsum [Tp, ng] hold Tp = T rounded up to 16 tokens (zero padding).
+template <class Ops>
+void amx_bf16_block16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                      int64_t cols, int64_t group, const Nib16Lut* nib, const Byte16Lut* byte,
+                      const uint16_t* xb, int64_t xstride, const float* gsum, int T, float* y,
+                      int64_t ystride) {
+  const uint32_t* wb;
+  const float *sv, *zs;
+  const int64_t ng = bf16_block_layout(nr, rows, s, z, cols, group, nib, byte, &wb, &sv, &zs);
+  const int kp = amx_bf16_pairs(group, cols);
+  const int64_t npairs = (cols + 1) / 2,
+                gpairs = ng == 1 ? (npairs + 15) / 16 * 16 : std::min(group, cols) / 2;
+  const int64_t tiles = gpairs / kp, astride = xstride * 2;
+  const auto mask = static_cast<__mmask16>((1u << nr) - 1);
+  alignas(64) float c[2][16][16];
+  Ops::config(amx_unit_cfg(4 * kp));  // A rows of 4 kp bytes, B tiles of kp rows
+  for (int t0 = 0; t0 < T; t0 += 16) {
+    __m512 acc[16];
+    for (auto& a : acc) a = _mm512_setzero_ps();
+    const uint16_t* a = xb + t0 * xstride;
+    auto epilogue = [&](int i, int64_t g) {
+      const __m512 sg = _mm512_load_ps(sv + 16 * g);
+#pragma GCC unroll 16
+      for (int m = 0; m < 16; ++m) {
+        acc[m] = _mm512_fmadd_ps(_mm512_load_ps(c[i][m]), sg, acc[m]);
+        if (zs)
+          acc[m] =
+              _mm512_fnmadd_ps(_mm512_load_ps(zs + 16 * g), _mm512_set1_ps(gsum[(t0 + m) * ng + g]), acc[m]);
+      }
+    };
+    for (int64_t g = 0; g < ng; g += 2) {
+      const bool two = g + 1 < ng;
+      Ops::template zero<0>();
+      if (two) Ops::template zero<1>();
+      for (int64_t i = 0; i < tiles; ++i) {
+        const int64_t p0 = g * gpairs + i * kp;
+        Ops::template load<4>(a + 2 * p0, astride);
+        Ops::template load<6>(wb + 16 * p0, 64);
+        Ops::template dpbf16ps<0, 4, 6>();
+        if (two) {
+          Ops::template load<5>(a + 2 * (p0 + gpairs), astride);
+          Ops::template load<7>(wb + 16 * (p0 + gpairs), 64);
+          Ops::template dpbf16ps<1, 5, 7>();
+        }
+      }
+      Ops::template store<0>(c[0], 64);
+      epilogue(0, g);
+      if (two) {
+        Ops::template store<1>(c[1], 64);
+        epilogue(1, g + 1);
+      }
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < 16; ++m)
+      if (t0 + m < T) _mm512_mask_storeu_ps(y + (t0 + m) * ystride, mask, acc[m]);
+  }
+  Ops::release();
+}
 #endif
 
 }  // namespace

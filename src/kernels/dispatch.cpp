@@ -15,7 +15,7 @@ Isa detect() {
   if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni && f.fma && f.f16c) {
     if (!f.avx512bf16 || !f.avx512vbmi) return Isa::Avx512;
     // Tile data state must be granted by the kernel (Linux arch_prctl) before the first tile instruction.
-    return f.amx_tile && f.amx_int8 && amx_request_permission() ? Isa::Amx : Isa::Avx512Bf16;
+    return f.amx_tile && f.amx_int8 && f.amx_bf16 && amx_request_permission() ? Isa::Amx : Isa::Avx512Bf16;
   }
   if (f.avx2 && f.fma && f.f16c) return Isa::Avx2;
   return Isa::Generic;

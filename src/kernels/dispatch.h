@@ -5,9 +5,10 @@
 //   Avx512:  AVX-512 F/BW/VL/DQ + VNNI: fused dequantize-and-multiply kernels, VNNI integer products
 //   Avx512Bf16: Avx512 + AVX512_BF16 + AVX512_VBMI: as Avx512, and the 4-bit weight-only decode kernel takes
 //            BF16 activations (vpmultishiftqb + vpermw decode, vdpbf16ps products; matmul_avx512bf16.cpp)
-//   Amx:     Avx512Bf16 + AMX-TILE + AMX-INT8 with the OS granting tile state (Sapphire Rapids and later): as
-//            Avx512Bf16, and prefill from kAmxTokens tokens on AMX-INT8 tiles: W8A8 and the GGUF types on
-//            a load-time pack (matmul_amx.cpp)
+//   Amx:     Avx512Bf16 + AMX-TILE + AMX-INT8 + AMX-BF16 with the OS granting tile state (Sapphire Rapids
+//            and later): as Avx512Bf16, and prefill from kAmxTokens tokens on AMX tiles: INT8 (W8A8, INT4 /
+//            INT8 codes with INT8 activations, the GGUF types on a load-time or per-call pack) and BF16 (the
+//            weight-only formats of the BF16 tile) (matmul_amx.cpp)
 // Tiers are ordered: a higher tier runs every kernel of the lower ones.
 // The AMX kernels are tested on CPUs without AMX through a scalar emulation of the tile unit
 // (set_amx_emulation, kernels/amx_emu.h); the development machine (AMD EPYC) has no AMX, so they have not run

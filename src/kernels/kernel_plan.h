@@ -418,6 +418,26 @@ void bf16_tile_avx512bf16(int nr, const uint8_t* const* rows, const float* const
                           const uint16_t* xb, int64_t xstride, const float* gsum, int T, float* y,
                           int64_t ystride);
 
+// The same tile's per-call layout of one 16-row block (per-thread buffers): wb [ceil(pairs / 16) * 16][16]
+// pair-major words (value(row i, 2kp), value(row i, 2kp + 1)), zero past the row; sv [groups][16] the rows'
+// scales; zs [groups][16] z * s (null for symmetric weights). Returns the number of groups.
+int64_t bf16_block_layout(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                          int64_t cols, int64_t group, const Nib16Lut* nib, const Byte16Lut* byte,
+                          const uint32_t** wb, const float** sv, const float** zs);
+// The weight-only prefill on AMX-BF16 tiles (amx_tiles.h, amx_bf16_block16): bf16_tile_avx512bf16's
+// arguments and arithmetic (exact BF16 code values x BF16 activations, FP32 accumulation, group scales in
+// FP32) with xb and gsum holding T rounded up to 16 tokens (zero padding); the products are summed in the
+// tile unit's order, not the register tile's. amx_bf16_pairs: the pairs per tile product for the weight's
+// groups (16 per channel or for groups of whole 32 columns, the group's pairs for groups of 16 or 8 columns),
+// 0 where the kernel does not apply.
+int amx_bf16_pairs(int64_t group, int64_t cols);
+void amx_bf16_tiles(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                    int64_t cols, int64_t group, const Nib16Lut* nib, const Byte16Lut* byte,
+                    const uint16_t* xb, int64_t xstride, const float* gsum, int T, float* y, int64_t ystride);
+void amx_bf16_emulated(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                       int64_t cols, int64_t group, const Nib16Lut* nib, const Byte16Lut* byte,
+                       const uint16_t* xb, int64_t xstride, const float* gsum, int T, float* y,
+                       int64_t ystride);
 // INT8 activations for the VNNI kernels, one token: codes laid out for the weight's bits (bits 8: natural
 // order padded to 64; bits 4: per 128-element chunk the 64 even then the 64 odd elements), plus per-chunk
 // lane sums (16 int32 per chunk: lane l sums the activation codes that meet weight lane l).

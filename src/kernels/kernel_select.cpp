@@ -62,6 +62,16 @@ bool bf16_tile_ok(const WeightMatrix& w, const KernelPlan& p) {
          fp6_byte16_ok(w, p);
 }
 
+// Weight-only prefill where bf16_tile_ok: on AMX-BF16 tiles from kAmxTokens (the Amx tier, or the emulator)
+// where the groups make whole tile products, else the BF16 register tile. Both round x to BF16.
+KernelChoice bf16_prefill(const WeightMatrix& w, const KernelPlan& p, Isa isa, int64_t T) {
+  if (T >= kAmxTokens && kern::amx_bf16_pairs(p.group, w.cols) > 0) {
+    if (isa >= Isa::Amx) return {Kernel::AmxBf16, ActRounding::Bf16};
+    if (amx_emulated()) return {Kernel::AmxBf16Emulated, ActRounding::Bf16};
+  }
+  return {Kernel::Bf16Tile, ActRounding::Bf16};
+}
+
 // INT4 / INT8 weights with INT8 activations that the W8A8 tile does not take (INT4, groups, zero points): the
 // VNNI register tile over 16-row blocks decoded per call (vnni_block_avx512). Stored codes u with value
 // lut[u] = u - zoff (symmetric) or u (asymmetric, stored integer zero points), groups of whole 4-column
@@ -171,7 +181,7 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
     case Route::Nib:
     case Route::Byte:
       if (prefill)
-        return bf16_tile_ok(w, p) ? KernelChoice{Kernel::Bf16Tile, ActRounding::Bf16}
+        return bf16_tile_ok(w, p) ? bf16_prefill(w, p, isa, T)
                                   : KernelChoice{Kernel::F32Tile, ActRounding::None};
       if (p.route == Route::Nib && kern::nib_lanes_ok(p.group, w.cols))
         return isa >= Isa::Avx512Bf16 ? KernelChoice{Kernel::Nib16, ActRounding::Bf16}
@@ -187,7 +197,7 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
   if (!prefill && lowbit_nib16_ok(w, p)) return {Kernel::Nib16, ActRounding::Bf16};
   if (!prefill && fp6_byte16_ok(w, p)) return {Kernel::Fp6Byte16, ActRounding::Bf16};
   if (prefill && (lowbit_codes(w, p) || fp6_byte16_ok(w, p)) && bf16_tile_ok(w, p))
-    return {Kernel::Bf16Tile, ActRounding::Bf16};
+    return bf16_prefill(w, p, isa, T);
   return {prefill ? Kernel::F32Tile : Kernel::Deq, ActRounding::None};
 }
 
@@ -222,6 +232,10 @@ const char* kernel_short_name(Kernel k) {
       return "amxblock";
     case Kernel::AmxBlockEmulated:
       return "amxblock-emulated";
+    case Kernel::AmxBf16:
+      return "amxbf16";
+    case Kernel::AmxBf16Emulated:
+      return "amxbf16-emulated";
     case Kernel::F4Row:
       return "f4vnni";
     case Kernel::F4Block:
@@ -274,6 +288,7 @@ Isa kernel_tier(Kernel k) {
     case Kernel::AmxQ8Pack:
     case Kernel::AmxQ8PackPerCall:
     case Kernel::AmxBlock:
+    case Kernel::AmxBf16:
       return Isa::Amx;
     case Kernel::Nib16:
     case Kernel::Byte16:

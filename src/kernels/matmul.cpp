@@ -531,16 +531,20 @@ void run_byte16_gemv(const WeightMatrix& w, const KernelPlan& p, const float* x,
                           });
 }
 
-// Prefill on the BF16 tile: activations rounded to BF16 once (zero-padded to an even count; group sums of the
-// rounded values for asymmetric weights), then each block of 16 rows decoded once and multiplied by all
-// tokens.
-void run_bf16_tile(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
+// Prefill on the BF16 tile (k: Bf16Tile, or AmxBf16 / AmxBf16Emulated on AMX-BF16 tiles): activations
+// rounded to BF16 once (zero-padded to an even count; group sums of the rounded values for asymmetric
+// weights), then each block of 16 rows decoded once and multiplied by all tokens.
+void run_bf16_tile(const WeightMatrix& w, const KernelPlan& p, Kernel k, const float* x, int64_t T,
+                   float* y) {
   const int64_t rows = w.rows, cols = w.cols, xstride = (cols + 31) / 32 * 32;
   const int64_t ng = asym_groups(p, cols);
+  // The AMX kernels read whole 16-token tiles: padding tokens hold x = 0.
+  const bool amx = k == Kernel::AmxBf16 || k == Kernel::AmxBf16Emulated;
+  const int64_t tp = amx ? (T + 15) / 16 * 16 : T;
   thread_local std::vector<uint16_t> act;
   thread_local std::vector<float> gs;
-  act.assign(static_cast<size_t>(T * xstride), 0);
-  gs.resize(static_cast<size_t>(T * ng));
+  act.assign(static_cast<size_t>(tp * xstride), 0);
+  gs.assign(static_cast<size_t>(tp * ng), 0.0f);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t i = 0; i < cols; ++i) act[t * xstride + i] = f32_to_bf16(x[t * cols + i]);
     if (ng) kern::group_sums(x + t * cols, cols, p.group, true, gs.data() + t * ng);
@@ -559,8 +563,11 @@ void run_bf16_tile(const WeightMatrix& w, const KernelPlan& p, const float* x, i
       [&](int nr, const uint8_t* const* rp, const float* const* sp, const float* const* zp, int64_t r0) {
         const uint8_t* wr[kRowBlock];
         if (low || six) widen_block(p, cols, nr, rp, wr);
-        kern::bf16_tile_avx512bf16(nr, low || six ? wr : rp, sp, zp, cols, p.group, nib, byte, xb, xstride,
-                                   gsum, static_cast<int>(T), y + r0, rows);
+        const auto tile = k == Kernel::AmxBf16           ? kern::amx_bf16_tiles
+                          : k == Kernel::AmxBf16Emulated ? kern::amx_bf16_emulated
+                                                         : kern::bf16_tile_avx512bf16;
+        tile(nr, low || six ? wr : rp, sp, zp, cols, p.group, nib, byte, xb, xstride, gsum,
+             static_cast<int>(T), y + r0, rows);
       });
 }
 
@@ -1067,7 +1074,9 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
       return choice.rounding == ActRounding::Q8x2 ? run_q8_residual(w, p, k, x, T, y)
                                                   : run_q8_kernel(w, p, k, x, T, y);
     case Kernel::Bf16Tile:
-      return run_bf16_tile(w, p, x, T, y);
+    case Kernel::AmxBf16:
+    case Kernel::AmxBf16Emulated:
+      return run_bf16_tile(w, p, k, x, T, y);
     case Kernel::Nib16:
     case Kernel::NibLane:
       return run_nib_gemv512(w, p, x, T, y, k == Kernel::Nib16);

@@ -58,6 +58,8 @@ enum class Kernel : uint8_t {
   VnniBlock,         // other INT4 / INT8 codes x INT8 activations, prefill over per-call decoded blocks
   AmxBlock,          // the same blocks on AMX-INT8 tiles (the same bits)
   AmxBlockEmulated,  // the same on the instruction-level emulator
+  AmxBf16,           // weight-only prefill (as Bf16Tile) on AMX-BF16 tiles
+  AmxBf16Emulated,   // the same on the instruction-level emulator
   F4Row,             // INT4 codes x NVFP4 activation codes, decode by rows
   F4Block,           // the same, prefill on the VnniBlock tile (a token gets the same bits from both)
   F32Tile,           // prefill: 16-row blocks dequantized into the dense FP32 tile

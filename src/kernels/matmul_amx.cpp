@@ -1,8 +1,8 @@
-// The AMX prefill kernels (W8A8 and INT4 / INT8 codes with INT8 activations: amx_tiles.h; the GGUF QBlkPack
-// types: amx_qblk.h; the k-quants: amx_kpack.h) on the tile instructions. Compiled with -mamx-tile
-// -mamx-int8 (and the AVX-512 flags for the epilogue); called only on the Amx tier, i.e. after cpuid, XCR0
-// and the kernel's grant of tile state (amx_request_permission, core/cpu.h). Tested through the scalar model
-// of amx_emu.h.
+// The AMX prefill kernels on the tile instructions: W8A8, INT4 / INT8 codes with INT8 activations and the
+// weight-only BF16 tile (amx_tiles.h), the GGUF QBlkPack types (amx_qblk.h) and the k-quants (amx_kpack.h).
+// Compiled with -mamx-tile -mamx-int8 -mamx-bf16 (and the AVX-512 flags for the epilogue); called only on the
+// Amx tier, i.e. after cpuid, XCR0 and the kernel's grant of tile state (amx_request_permission,
+// core/cpu.h). Tested through the scalar model of amx_emu.h.
 #include <immintrin.h>
 
 #include "kernels/amx_kpack.h"
@@ -88,6 +88,15 @@ struct AmxHw {
     else
       _tile_dpbsud(1, 5, 7);
   }
+  // BF16 pairs into FP32 (amx_bf16_block16).
+  template <int C, int A, int B>
+  static void dpbf16ps() {
+    static_assert((C == 0 && A == 4 && B == 6) || (C == 1 && A == 5 && B == 7), "add the tile triple here");
+    if constexpr (C == 0)
+      _tile_dpbf16ps(0, 4, 6);
+    else
+      _tile_dpbf16ps(1, 5, 7);
+  }
 };
 #undef LOWBIT_AMX_EACH
 
@@ -112,6 +121,13 @@ void amx_block_tiles(int nr, const uint8_t* const* rows, const float* const* s, 
                      int bits, int zoff, int64_t cols, int64_t group, const int8_t* xq, int64_t xstride,
                      const int32_t* xg, int64_t ng, const float* sx, int T, float* y, int64_t ystride) {
   amx_block16<AmxHw>(nr, rows, s, z, bits, zoff, cols, group, xq, xstride, xg, ng, sx, T, y, ystride);
+}
+
+void amx_bf16_tiles(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                    int64_t cols, int64_t group, const Nib16Lut* nib, const Byte16Lut* byte,
+                    const uint16_t* xb, int64_t xstride, const float* gsum, int T, float* y,
+                    int64_t ystride) {
+  amx_bf16_block16<AmxHw>(nr, rows, s, z, cols, group, nib, byte, xb, xstride, gsum, T, y, ystride);
 }
 
 }  // namespace lowbit::kern

@@ -26,4 +26,11 @@ void amx_block_emulated(int nr, const uint8_t* const* rows, const float* const* 
   amx_block16<AmxEmu>(nr, rows, s, z, bits, zoff, cols, group, xq, xstride, xg, ng, sx, T, y, ystride);
 }
 
+void amx_bf16_emulated(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                       int64_t cols, int64_t group, const Nib16Lut* nib, const Byte16Lut* byte,
+                       const uint16_t* xb, int64_t xstride, const float* gsum, int T, float* y,
+                       int64_t ystride) {
+  amx_bf16_block16<AmxEmu>(nr, rows, s, z, cols, group, nib, byte, xb, xstride, gsum, T, y, ystride);
+}
+
 }  // namespace lowbit::kern

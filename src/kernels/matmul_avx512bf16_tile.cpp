@@ -98,13 +98,17 @@ void tile(const uint32_t* wb, int64_t npairs, int64_t gpairs, const float* sv, c
 
 }  // namespace
 
-void bf16_tile_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+int amx_bf16_pairs(int64_t group, int64_t cols) {
+  if (group >= cols || group % 32 == 0) return 16;
+  return group % 2 == 0 && 32 % group == 0 ? static_cast<int>(group / 2) : 0;
+}
+
+int64_t bf16_block_layout(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
                           int64_t cols, int64_t group, const Nib16Lut* nib, const Byte16Lut* byte,
-                          const uint16_t* xb, int64_t xstride, const float* gsum, int T, float* y,
-                          int64_t ystride) {
+                          const uint32_t** wbp, const float** svp, const float** zsp) {
   const int64_t npairs = (cols + 1) / 2, nblk = (npairs + 15) / 16;
   // Groups hold whole pairs (even groups; the caller checks) or the group is the whole row.
-  const int64_t grp = std::min(group, cols), ng = (cols + grp - 1) / grp, gpairs = ng == 1 ? npairs : grp / 2;
+  const int64_t grp = std::min(group, cols), ng = (cols + grp - 1) / grp;
   const bool asym = z[0] != nullptr;
   // Scratch per thread, in 64-byte lines: the block's pairs, its scales and z * s per group.
   struct alignas(64) Line {
@@ -142,7 +146,22 @@ void bf16_tile_avx512bf16(int nr, const uint8_t* const* rows, const float* const
     transpose16(v);
     for (int j = 0; j < 16; ++j) _mm512_store_si512(wb + (16 * b + j) * 16, v[j]);
   }
+  *wbp = wb;
+  *svp = sv;
+  *zsp = asym ? zs : nullptr;
+  return ng;
+}
 
+void bf16_tile_avx512bf16(int nr, const uint8_t* const* rows, const float* const* s, const float* const* z,
+                          int64_t cols, int64_t group, const Nib16Lut* nib, const Byte16Lut* byte,
+                          const uint16_t* xb, int64_t xstride, const float* gsum, int T, float* y,
+                          int64_t ystride) {
+  const int64_t npairs = (cols + 1) / 2;
+  const uint32_t* wb;
+  const float *sv, *zs;
+  const int64_t ng = bf16_block_layout(nr, rows, s, z, cols, group, nib, byte, &wb, &sv, &zs);
+  const int64_t gpairs = ng == 1 ? npairs : std::min(group, cols) / 2;
+  const bool asym = zs != nullptr;
   const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1);
   for (int t0 = 0; t0 < T; t0 += 8) {
     const int nt = std::min(8, T - t0);

@@ -1,9 +1,9 @@
-// The AMX-INT8 prefill kernels: W8A8 and INT4 / INT8 codes with INT8 activations (kernels/amx_tiles.h), and
-// the GGUF packs (kernels/amx_qblk.h, amx_kpack.h). This machine may have no AMX, so the kernels run on the
-// scalar model of the tile unit (set_amx_emulation) and must equal the AVX-512 VNNI register tiles bit for
-// bit (both sum exactly in int32 and scale in the same order), and the reference within the kernel tolerance,
-// over shapes with row, token and K tails. Where the CPU has the Amx tier, the hardware kernels are held to
-// the same.
+// The AMX prefill kernels: W8A8, INT4 / INT8 codes with INT8 activations and the weight-only BF16 tile
+// (kernels/amx_tiles.h), and the GGUF packs (kernels/amx_qblk.h, amx_kpack.h). This machine may have no AMX,
+// so the kernels run on the scalar model of the tile unit (set_amx_emulation) and must equal the AVX-512 VNNI
+// register tiles bit for bit (both sum exactly in int32 and scale in the same order), and the reference
+// within the kernel tolerance, over shapes with row, token and K tails. Where the CPU has the Amx tier, the
+// hardware kernels are held to the same.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -374,6 +374,98 @@ TEST(AmxPerCall, EmulatedTilesEqualVnniPerCallPackBitForBit) {
 TEST(AmxPerCall, HardwareTilesEqualVnniPerCallPackBitForBit) {
   if (best_isa() < Isa::Amx) GTEST_SKIP() << "no AMX-INT8 on this CPU (the emulated test covers the kernel)";
   compare_per_call(/*hardware=*/true);
+}
+
+// Weight-only formats on the BF16 tile (4-bit, 8-bit and FP8 codes, INT2 / INT3 widened, symmetric and
+// asymmetric, per channel and in groups of 128, 32 and 16 columns): the AMX-BF16 kernel against the BF16
+// register tile and the reference. Both multiply the same exact BF16 code values by the same BF16-rounded
+// activations with FP32 accumulation and apply the same FP32 epilogue; only the order of the FP32 sums
+// differs (the tile unit adds one pair at a time in column order), so they agree to float summation, not bit
+// for bit.
+struct Bf16Case {
+  const char* scheme;
+  AmxCase c;
+};
+const Bf16Case kBf16Cases[] = {
+    {"int4:g128", {37, 256, 16}},    {"int4:g32:asym", {24, 200, 17}},  {"nf4:g64", {33, 896, 33}},
+    {"int4:channel", {16, 130, 20}}, {"int8:g128:asym", {20, 384, 31}}, {"e4m3:channel", {18, 160, 48}},
+    {"int3:g32", {40, 256, 16}},     {"int2:g16:asym", {17, 128, 19}},  {"mxfp4", {24, 192, 16}}};
+
+void compare_bf16(bool hardware) {
+  for (const Bf16Case& b : kBf16Cases) {
+    const AmxCase& c = b.c;
+    std::mt19937 rng(static_cast<uint32_t>(c.rows * 11 + c.cols));
+    std::normal_distribution<float> nd(0.0f, 0.05f);
+    std::vector<float> wf(static_cast<size_t>(c.rows * c.cols));
+    for (auto& v : wf) v = nd(rng);
+    wf[5] = 0.6f;
+    const WeightMatrix w = make_quant_weight(std::make_shared<QuantizedMatrix>(
+        quantize_matrix(wf.data(), c.rows, c.cols, parse_scheme(b.scheme))));
+    const std::vector<float> x = acts(c.T, c.cols, static_cast<uint32_t>(c.T + 5));
+    std::vector<float> y_tile(static_cast<size_t>(c.T * c.rows)), y_amx(y_tile.size(), -1.0f),
+        ref(y_tile.size());
+    set_kernel_isa(Isa::Avx512Bf16);
+    const Kernel tk = select_kernel(w, c.T).kernel;
+    matmul(w, x.data(), c.T, y_tile.data());
+    set_kernel_isa(hardware ? best_isa() : Isa::Avx512Bf16);
+    if (!hardware) set_amx_emulation(true);
+    const Kernel ak = select_kernel(w, c.T).kernel;
+    const std::string name = matmul_kernel_name(w);
+    matmul(w, x.data(), c.T, y_amx.data());
+    set_amx_emulation(false);
+    set_kernel_isa(best_isa());
+    EXPECT_EQ(tk, Kernel::Bf16Tile) << b.scheme;
+    EXPECT_EQ(ak, hardware ? Kernel::AmxBf16 : Kernel::AmxBf16Emulated) << b.scheme;
+    EXPECT_NE(name.find(hardware ? "+amxbf16.amx" : "+amxbf16-emulated."), std::string::npos) << name;
+    // The reference on the BF16-rounded activations (what both kernels multiply).
+    std::vector<float> xb(x.size()), row(static_cast<size_t>(c.cols));
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    matmul_reference(w, xb.data(), c.T, ref.data());
+    for (int64_t r = 0; r < c.rows; ++r) {
+      weight_row_f32(w, r, row.data());
+      for (int64_t t = 0; t < c.T; ++t) {
+        double mag = 0;
+        for (int64_t k = 0; k < c.cols; ++k)
+          mag += std::fabs(static_cast<double>(row[k]) * xb[t * c.cols + k]);
+        const size_t i = static_cast<size_t>(t * c.rows + r);
+        EXPECT_NEAR(y_amx[i], y_tile[i], 2e-6 * mag + 1e-7) << b.scheme << " row " << r << " token " << t;
+        // NF4's values are not exact in BF16: both kernels read them rounded (2^-9 relative), as nib16 does.
+        const double wtol = std::string(b.scheme).rfind("nf4", 0) == 0 ? 1.0 / 256 : 1e-5;
+        EXPECT_NEAR(y_amx[i], ref[i], wtol * mag + 1e-6) << b.scheme << " row " << r << " token " << t;
+      }
+    }
+  }
+}
+
+TEST(AmxBf16, EmulatedTilesMatchTheBf16Tile) {
+  if (best_isa() < Isa::Avx512Bf16) GTEST_SKIP() << "the BF16 tile it is compared with needs AVX512_BF16";
+  compare_bf16(/*hardware=*/false);
+}
+
+TEST(AmxBf16, HardwareTilesMatchTheBf16Tile) {
+  if (best_isa() < Isa::Amx) GTEST_SKIP() << "no AMX on this CPU (the emulated test covers the kernel)";
+  compare_bf16(/*hardware=*/true);
+}
+
+// Decode and prompts under kAmxTokens stay on nib16 / the BF16 register tile; so do groups that make no whole
+// tile product (48 columns = 24 pairs).
+TEST(AmxBf16, ShortPrefillAndOddGroupsStayOnTheBf16Tile) {
+  if (best_isa() < Isa::Avx512Bf16) GTEST_SKIP() << "no AVX512_BF16";
+  auto weight = [](const char* scheme, int64_t cols) {
+    std::vector<float> wf(static_cast<size_t>(32 * cols), 0.01f);
+    return make_quant_weight(
+        std::make_shared<QuantizedMatrix>(quantize_matrix(wf.data(), 32, cols, parse_scheme(scheme))));
+  };
+  const WeightMatrix w = weight("int4:g128", 256), g48 = weight("int4:g48", 192);
+  set_kernel_isa(Isa::Avx512Bf16);
+  set_amx_emulation(true);
+  EXPECT_EQ(select_kernel(w, 1).kernel, Kernel::Nib16);
+  EXPECT_EQ(select_kernel(w, kAmxTokens - 1).kernel, Kernel::Bf16Tile);
+  EXPECT_EQ(select_kernel(w, kAmxTokens).kernel, Kernel::AmxBf16Emulated);
+  EXPECT_EQ(select_kernel(g48, 64).kernel, Kernel::Bf16Tile);  // 24 pairs: no whole tile per group
+  set_amx_emulation(false);
+  EXPECT_EQ(select_kernel(w, kAmxTokens).kernel, Kernel::Bf16Tile);
+  set_kernel_isa(best_isa());
 }
 
 TEST(AmxQblk, DecodeAndShortPrefillStayOnVnni) {
