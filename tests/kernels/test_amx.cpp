@@ -17,6 +17,7 @@
 #include "formats/format.h"
 #include "formats/ggml_types.h"
 #include "formats/scheme.h"
+#include "kernels/amx_emu.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernel_select.h"
 #include "kernels/matmul.h"
@@ -466,6 +467,41 @@ TEST(AmxBf16, ShortPrefillAndOddGroupsStayOnTheBf16Tile) {
   set_amx_emulation(false);
   EXPECT_EQ(select_kernel(w, kAmxTokens).kernel, Kernel::Bf16Tile);
   set_kernel_isa(best_isa());
+}
+
+// The tile-unit model's TDPBF16PS (kernels/amx_emu.h), as the SDM writes it: one FP32 rounding per product
+// in column order (1 + 2^-24 + 2^-24 stays 1 under round-to-nearest-even; one rounding of the pair sum would
+// give 1 + 2^-23), denormal BF16 inputs read as 0 (DAZ), denormal results flushed to 0 (FTZ).
+TEST(AmxEmuModel, Bf16DotRoundsEachProductAndFlushesDenormals) {
+  using kern::AmxEmu;
+  auto bf = [](float f) { return f32_to_bf16(f); };
+  auto run = [&](float c0, std::initializer_list<float> a, std::initializer_list<float> b) {
+    kern::AmxTileCfg cfg;
+    cfg.colsb[0] = 4, cfg.rows[0] = 1;  // C: 1 x 1 FP32
+    cfg.colsb[4] = 4, cfg.rows[4] = 1;  // A: one BF16 pair
+    cfg.colsb[6] = 4, cfg.rows[6] = 1;  // B: one BF16 pair for one column
+    AmxEmu::config(cfg);
+    uint16_t av[2], bv[2];
+    std::transform(a.begin(), a.end(), av, bf);
+    std::transform(b.begin(), b.end(), bv, bf);
+    AmxEmu::load<0>(&c0, 4);
+    AmxEmu::load<4>(av, 4);
+    AmxEmu::load<6>(bv, 4);
+    AmxEmu::dpbf16ps<0, 4, 6>();
+    float c = -1;
+    AmxEmu::store<0>(&c, 4);
+    AmxEmu::release();
+    return c;
+  };
+  const float tiny = std::ldexp(1.0f, -24);
+  EXPECT_EQ(run(1.0f, {tiny, tiny}, {1.0f, 1.0f}), 1.0f);
+  EXPECT_EQ(run(0.0f, {tiny, tiny}, {1.0f, 1.0f}), 2 * tiny);
+  const float denormal = bf16_to_f32(0x0001);  // the smallest BF16 denormal, 2^-133
+  ASSERT_GT(denormal, 0.0f);
+  EXPECT_EQ(run(0.0f, {denormal, 0.0f}, {std::ldexp(1.0f, 100), 0.0f}), 0.0f);  // DAZ: not 2^-33
+  EXPECT_EQ(run(0.0f, {std::ldexp(1.0f, -70), 0.0f}, {std::ldexp(1.0f, -70), 0.0f}),
+            0.0f);                                            // FTZ: not 2^-140
+  EXPECT_EQ(run(0.5f, {3.0f, -2.0f}, {0.25f, 0.5f}), 0.25f);  // 0.5 + 0.75 - 1
 }
 
 TEST(AmxQblk, DecodeAndShortPrefillStayOnVnni) {
