@@ -276,6 +276,15 @@ void for_row_blocks(int64_t rows, Fn&& fn, double work_bytes = 1e30, int64_t blo
   });
 }
 
+// As for_row_blocks, but fn(r0, r1) once per chunk of whole blocks a thread takes: for kernels that walk the
+// blocks themselves and pay a per-call set-up (the AMX kernels load the tile configuration once per call).
+template <typename Fn>
+void for_row_chunks(int64_t rows, Fn&& fn, double work_bytes, int64_t block = kRowBlock) {
+  const int64_t nb = (rows + block - 1) / block;
+  parallel_for(nb, work_bytes < kSerialBytes ? nb : 1,
+               [&](int64_t b0, int64_t b1) { fn(b0 * block, std::min(rows, b1 * block)); });
+}
+
 std::vector<float>& tls_floats(size_t n) {
   thread_local std::vector<float> v;
   if (v.size() < n) v.resize(n);
@@ -729,7 +738,7 @@ void run_amx_w8a8(const WeightMatrix& w, const KernelPlan& p, const AmxInt8Pack&
   for (int64_t t = 0; t < T; ++t) quantize_activation_codes(w, x + t * cols, xq.data() + t * pk.kp, &sx[t]);
   const int8_t* xp = xq.data();
   const float* sxp = sx.data();
-  for_row_blocks(
+  for_row_chunks(
       rows,
       [&](int64_t r0, int64_t r1) {
         if (hardware)
@@ -847,7 +856,7 @@ void run_pack_amx(const WeightMatrix& w, const KernelPlan& p, const float* x, in
   const auto qblk_fn = hardware ? kern::amx_qblk_tiles : kern::amx_qblk_emulated;
   const auto kpack_fn = hardware ? kern::amx_kpack_tiles : kern::amx_kpack_emulated;
   if (!per_call) {
-    for_row_blocks(
+    for_row_chunks(
         w.rows,
         [&](int64_t r0, int64_t r1) {
           if (p.qblk)
