@@ -228,6 +228,7 @@ def print_summary(name, llama, lowbit):
           "(--gguf-acts q8x2, FP32 activations): lowbit KLD, best llama.cpp KLD, ratio (TinyStories / WikiText) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|")
     label = lambda r: r["preset"] + (" imatrix" if r.get("imatrix") == "yes" else "")  # noqa: E731
+    multi = len({r["preset"] for r in lowbit}) > 1  # several recipes: each row names its own
     for r in lowbit:
         if any(r.get(ev) is None for ev in qa.EVAL_TEXTS):
             continue
@@ -246,6 +247,8 @@ def print_summary(name, llama, lowbit):
                                                       r[ev]["kld_q8x2"] / b2[ev]["kld_q8x2"]))
         of = r["budget_of"] if isinstance(r["budget_of"], list) else [r["budget_of"]]
         of = " = ".join(dict.fromkeys(p.replace(" imatrix", "") for p in of))
+        if multi:
+            of += " (`%s`)" % r["preset"]
         print("| %s | %d | %d | %.3f | %.5f | %.2f %% | %.5f | %.2f %% | %s | **%s** | %s |" % (
             of, r["budget_bytes"], r["file_bytes"], r["bpw"], r["stories_eval"]["kld"],
             100 * r["stories_eval"]["top1"], r["wiki_eval"]["kld"], 100 * r["wiki_eval"]["top1"], " / ".join(best),
@@ -398,7 +401,8 @@ def main():
     ap.add_argument("--model", choices=("kjv", "stories260K", "both"), default="both")
     ap.add_argument("--out", default="out/quality_per_byte")
     ap.add_argument("--chunks", type=int, default=24, help="evaluation windows of 256 tokens per text")
-    ap.add_argument("--lowbit-recipes", default="W4A16,algo=gptq", help="';'-separated lowbit recipes")
+    ap.add_argument("--lowbit-recipes", default="W4A16,algo=gptq;W4A16,algo=gptq,damp=0.1",
+                    help="';'-separated lowbit recipes, each quantized at every size (the summary names each row's)")
     ap.add_argument("--cross-check", default="", help="','-separated presets to evaluate with llama-perplexity too")
     a = ap.parse_args()
     os.makedirs(os.path.join(a.out, "rows"), exist_ok=True)
