@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/kernel_plan.h"
@@ -217,6 +218,53 @@ void amx_unit_rows(int kw, int64_t nsub, int64_t rows, int64_t cols, int64_t r0,
   Ops::release();
 }
 
+// The scale-group loop of amx_block16 and amx_bf16_block16, for one 16-token row of A tiles: groups g and
+// g + 1 accumulate `tiles` tile products each in C tiles 0 and 1 (A / B from tiles 4 / 6 and 5 / 7), then
+// epilogue(i, g) reads C tile i, stored in c[i]. Tile i of group g starts at unit u = g * span + i * unit of
+// the row (a column for INT8, a pair for BF16): A at a + a_bytes * u (rows astride apart), B at b + b_bytes *
+// u (rows 64 bytes apart). kBf16: TDPBF16PS, else TDPBSUD (signed activations x unsigned codes).
+template <class Ops, bool kBf16, class Epilogue>
+void amx_group_pairs(int64_t ng, int64_t tiles, int64_t unit, int64_t span, const uint8_t* a, int64_t astride,
+                     int64_t a_bytes, const uint8_t* b, int64_t b_bytes, void* c, Epilogue&& epilogue) {
+  auto product = [](auto one) {
+    constexpr bool kOne = decltype(one)::value;
+    if constexpr (kBf16) {
+      if constexpr (kOne)
+        Ops::template dpbf16ps<1, 5, 7>();
+      else
+        Ops::template dpbf16ps<0, 4, 6>();
+    } else {
+      if constexpr (kOne)
+        Ops::template dpbsud<1, 5, 7>();
+      else
+        Ops::template dpbsud<0, 4, 6>();
+    }
+  };
+  uint8_t* c1 = static_cast<uint8_t*>(c) + 1024;
+  for (int64_t g = 0; g < ng; g += 2) {
+    const bool two = g + 1 < ng;
+    Ops::template zero<0>();
+    if (two) Ops::template zero<1>();
+    for (int64_t i = 0; i < tiles; ++i) {
+      const int64_t u = g * span + i * unit;
+      Ops::template load<4>(a + a_bytes * u, astride);
+      Ops::template load<6>(b + b_bytes * u, 64);
+      product(std::false_type{});
+      if (two) {
+        Ops::template load<5>(a + a_bytes * (u + span), astride);
+        Ops::template load<7>(b + b_bytes * (u + span), 64);
+        product(std::true_type{});
+      }
+    }
+    Ops::template store<0>(c, 64);
+    epilogue(0, g);
+    if (two) {
+      Ops::template store<1>(c1, 64);
+      epilogue(1, g + 1);
+    }
+  }
+}
+
 // INT4 / INT8 codes with INT8 (or INT4) activations (W4A8, W4A4, grouped or asymmetric INT8; vnni_block_ok),
 // one 16-row block of rows, all T tokens: vnni_block_avx512's operation on tiles. The block's per-call
 // layout (vnni_block_layout: [kq][16 rows][4 columns] of the unsigned stored codes u) is already in B-tile
@@ -254,28 +302,8 @@ void amx_block16(int nr, const uint8_t* const* rows, const float* const* s, cons
             _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(sg, _mm512_set1_ps(sx[t0 + m])), acc[m]);
       }
     };
-    for (int64_t g = 0; g < ng; g += 2) {
-      const bool two = g + 1 < ng;
-      Ops::template zero<0>();
-      if (two) Ops::template zero<1>();
-      for (int64_t i = 0; i < tiles; ++i) {
-        const int64_t c0 = g * span + i * kw;
-        Ops::template load<4>(a + c0, xstride);
-        Ops::template load<6>(wb + 16 * c0, 64);
-        Ops::template dpbsud<0, 4, 6>();
-        if (two) {
-          Ops::template load<5>(a + c0 + span, xstride);
-          Ops::template load<7>(wb + 16 * (c0 + span), 64);
-          Ops::template dpbsud<1, 5, 7>();
-        }
-      }
-      Ops::template store<0>(c[0], 64);
-      epilogue(0, g);
-      if (two) {
-        Ops::template store<1>(c[1], 64);
-        epilogue(1, g + 1);
-      }
-    }
+    amx_group_pairs<Ops, false>(ng, tiles, kw, span, reinterpret_cast<const uint8_t*>(a), xstride, 1, wb, 16,
+                                c, epilogue);
 #pragma GCC unroll 16
     for (int m = 0; m < 16; ++m)
       if (t0 + m < T) _mm512_mask_storeu_ps(y + (t0 + m) * ystride, mask, acc[m]);
@@ -319,28 +347,8 @@ void amx_bf16_block16(int nr, const uint8_t* const* rows, const float* const* s,
               _mm512_fnmadd_ps(_mm512_load_ps(zs + 16 * g), _mm512_set1_ps(gsum[(t0 + m) * ng + g]), acc[m]);
       }
     };
-    for (int64_t g = 0; g < ng; g += 2) {
-      const bool two = g + 1 < ng;
-      Ops::template zero<0>();
-      if (two) Ops::template zero<1>();
-      for (int64_t i = 0; i < tiles; ++i) {
-        const int64_t p0 = g * gpairs + i * kp;
-        Ops::template load<4>(a + 2 * p0, astride);
-        Ops::template load<6>(wb + 16 * p0, 64);
-        Ops::template dpbf16ps<0, 4, 6>();
-        if (two) {
-          Ops::template load<5>(a + 2 * (p0 + gpairs), astride);
-          Ops::template load<7>(wb + 16 * (p0 + gpairs), 64);
-          Ops::template dpbf16ps<1, 5, 7>();
-        }
-      }
-      Ops::template store<0>(c[0], 64);
-      epilogue(0, g);
-      if (two) {
-        Ops::template store<1>(c[1], 64);
-        epilogue(1, g + 1);
-      }
-    }
+    amx_group_pairs<Ops, true>(ng, tiles, kp, gpairs, reinterpret_cast<const uint8_t*>(a), astride, 4,
+                               reinterpret_cast<const uint8_t*>(wb), 64, c, epilogue);
 #pragma GCC unroll 16
     for (int m = 0; m < 16; ++m)
       if (t0 + m < T) _mm512_mask_storeu_ps(y + (t0 + m) * ystride, mask, acc[m]);

@@ -131,36 +131,59 @@ WeightMatrix ggml_rows(const FormatInfo& fi, int64_t rows, int64_t cols, uint32_
   return w;
 }
 
+// One weight on the reference kernels of tier `ref` and on the AMX kernels (the emulator below the Amx tier,
+// or the hardware), the same activations, one rounding pass or the Q8 residual pass (x2): the outputs, and
+// the kernels and names chosen for T tokens.
+struct BothRuns {
+  std::vector<float> ref, amx;
+  Kernel ref_kernel, amx_kernel;
+  std::string ref_name, amx_name;
+};
+BothRuns run_both(const WeightMatrix& w, const std::vector<float>& x, const AmxCase& c, Isa ref,
+                  bool hardware, bool x2 = false) {
+  BothRuns r;
+  r.ref.assign(static_cast<size_t>(c.T * c.rows), -1.0f);
+  r.amx.assign(r.ref.size(), -1.0f);
+  set_q8_residual_pass(x2);
+  set_kernel_isa(ref);
+  r.ref_kernel = select_kernel(w, c.T).kernel;
+  r.ref_name = matmul_kernel_name(w);
+  matmul(w, x.data(), c.T, r.ref.data());
+  set_kernel_isa(hardware ? best_isa() : std::min(best_isa(), Isa::Avx512Bf16));
+  if (!hardware) set_amx_emulation(true);
+  r.amx_kernel = select_kernel(w, c.T).kernel;
+  r.amx_name = matmul_kernel_name(w);
+  matmul(w, x.data(), c.T, r.amx.data());
+  set_amx_emulation(false);
+  set_q8_residual_pass(false);
+  set_kernel_isa(best_isa());
+  return r;
+}
+
+// The AMX output equals the reference kernel's bit for bit (the first 5 differences named).
+void expect_same_bits(const BothRuns& r, const AmxCase& c, const std::string& what) {
+  int bad = 0;
+  for (size_t i = 0; i < r.ref.size(); ++i)
+    if (f32_bits(r.amx[i]) != f32_bits(r.ref[i]) && bad++ < 5)
+      ADD_FAILURE() << what << " " << r.amx_name << " " << c.rows << "x" << c.cols << " T " << c.T << " row "
+                    << i % static_cast<size_t>(c.rows) << " token " << i / static_cast<size_t>(c.rows)
+                    << ": AMX " << r.amx[i] << ", " << r.ref_name << " " << r.ref[i];
+  EXPECT_EQ(bad, 0) << what << " " << r.amx_name << " " << c.rows << "x" << c.cols << " T " << c.T;
+}
+
 // One GGUF pack weight on the VNNI tile (Avx512 tier) and on the AMX kernel (emulated below the Amx tier, or
 // the hardware), one rounding pass or the residual pass (x2): both kernel names checked, the outputs equal
 // bit for bit. Returns the AMX output.
 std::vector<float> amx_equals_vnni(const WeightMatrix& w, const std::vector<float>& x, const AmxCase& c,
                                    bool x2, bool hardware) {
-  std::vector<float> y_vnni(static_cast<size_t>(c.T * c.rows)), y_amx(y_vnni.size(), -1.0f);
-  set_q8_residual_pass(x2);
-  set_kernel_isa(Isa::Avx512);
-  const std::string vnni_name = matmul_kernel_name(w);
-  matmul(w, x.data(), c.T, y_vnni.data());
-  set_kernel_isa(hardware ? best_isa() : std::min(best_isa(), Isa::Avx512Bf16));
-  if (!hardware) set_amx_emulation(true);
-  const std::string name = matmul_kernel_name(w);
-  matmul(w, x.data(), c.T, y_amx.data());
-  set_amx_emulation(false);
-  set_q8_residual_pass(false);
-  set_kernel_isa(best_isa());
+  const BothRuns r = run_both(w, x, c, Isa::Avx512, hardware, x2);
   const std::string sfx = x2 ? "x2" : "";
-  EXPECT_NE(name.find(".q8vnni16" + sfx + "+q8amx" + (hardware ? sfx + ".amx" : "-emulated" + sfx)),
+  EXPECT_NE(r.amx_name.find(".q8vnni16" + sfx + "+q8amx" + (hardware ? sfx + ".amx" : "-emulated" + sfx)),
             std::string::npos)
-      << name;
-  EXPECT_NE(vnni_name.find(".q8vnni16" + sfx + ".avx512"), std::string::npos) << vnni_name;
-  int bad = 0;
-  for (size_t i = 0; i < y_vnni.size(); ++i)
-    if (f32_bits(y_amx[i]) != f32_bits(y_vnni[i]) && bad++ < 5)
-      ADD_FAILURE() << name << " " << c.rows << "x" << c.cols << " T " << c.T << " row "
-                    << i % static_cast<size_t>(c.rows) << " token " << i / static_cast<size_t>(c.rows)
-                    << ": AMX " << y_amx[i] << ", VNNI tile " << y_vnni[i];
-  EXPECT_EQ(bad, 0) << name << " " << c.rows << "x" << c.cols << " T " << c.T;
-  return y_amx;
+      << r.amx_name;
+  EXPECT_NE(r.ref_name.find(".q8vnni16" + sfx + ".avx512"), std::string::npos) << r.ref_name;
+  expect_same_bits(r, c, x2 ? "x2" : "");
+  return r.amx;
 }
 
 const AmxCase kQblkCases[] = {{37, 256, 16}, {16, 32, 17}, {5, 96, 33}, {40, 896, 48}, {24, 160, 31}};
@@ -278,26 +301,12 @@ void compare_block(bool hardware) {
     const AmxCase& c = b.c;
     const WeightMatrix w = int_codes(b, static_cast<uint32_t>(c.rows * 7 + c.cols));
     const std::vector<float> x = acts(c.T, c.cols, static_cast<uint32_t>(c.T + 3));
-    std::vector<float> y_vnni(static_cast<size_t>(c.T * c.rows)), y_amx(y_vnni.size(), -1.0f);
-    set_kernel_isa(Isa::Avx512);
-    const std::string vnni_name = matmul_kernel_name(w);
-    matmul(w, x.data(), c.T, y_vnni.data());
-    set_kernel_isa(hardware ? best_isa() : std::min(best_isa(), Isa::Avx512Bf16));
-    if (!hardware) set_amx_emulation(true);
-    const std::string name = matmul_kernel_name(w);
-    matmul(w, x.data(), c.T, y_amx.data());
-    set_amx_emulation(false);
-    set_kernel_isa(best_isa());
-    EXPECT_NE(vnni_name.find(".vnni+vnniblock.avx512"), std::string::npos) << vnni_name;
-    EXPECT_NE(name.find(hardware ? ".vnni+amxblock.amx" : ".vnni+amxblock-emulated."), std::string::npos)
-        << name;
-    int bad = 0;
-    for (size_t i = 0; i < y_vnni.size(); ++i)
-      if (f32_bits(y_amx[i]) != f32_bits(y_vnni[i]) && bad++ < 5)
-        ADD_FAILURE() << name << " " << c.rows << "x" << c.cols << " T " << c.T << " row "
-                      << i % static_cast<size_t>(c.rows) << " token " << i / static_cast<size_t>(c.rows)
-                      << ": AMX " << y_amx[i] << ", VNNI block " << y_vnni[i];
-    EXPECT_EQ(bad, 0) << name << " " << c.rows << "x" << c.cols << " T " << c.T;
+    const BothRuns r = run_both(w, x, c, Isa::Avx512, hardware);
+    EXPECT_NE(r.ref_name.find(".vnni+vnniblock.avx512"), std::string::npos) << r.ref_name;
+    EXPECT_NE(r.amx_name.find(hardware ? ".vnni+amxblock.amx" : ".vnni+amxblock-emulated."),
+              std::string::npos)
+        << r.amx_name;
+    expect_same_bits(r, c, b.scheme);
   }
 }
 
@@ -343,27 +352,11 @@ void compare_per_call(bool hardware) {
         const WeightMatrix w = make_quant_weight(std::make_shared<QuantizedMatrix>(
             quantize_matrix(wf.data(), c.rows, c.cols, parse_scheme(type))));
         const std::vector<float> x = acts(c.T, c.cols, static_cast<uint32_t>(c.T + 4));
-        std::vector<float> y_vnni(static_cast<size_t>(c.T * c.rows)), y_amx(y_vnni.size(), -1.0f);
-        set_q8_residual_pass(x2);
-        set_kernel_isa(Isa::Avx512);
-        const Kernel vk = select_kernel(w, c.T).kernel;
-        matmul(w, x.data(), c.T, y_vnni.data());
-        set_kernel_isa(hardware ? best_isa() : std::min(best_isa(), Isa::Avx512Bf16));
-        if (!hardware) set_amx_emulation(true);
-        const Kernel ak = select_kernel(w, c.T).kernel;
-        matmul(w, x.data(), c.T, y_amx.data());
-        set_amx_emulation(false);
-        set_q8_residual_pass(false);
-        set_kernel_isa(best_isa());
-        EXPECT_EQ(vk, Kernel::Q8PackPerCall) << type;
-        EXPECT_EQ(ak, hardware ? Kernel::AmxQ8PackPerCall : Kernel::AmxQ8PackPerCallEmulated) << type;
-        int bad = 0;
-        for (size_t i = 0; i < y_vnni.size(); ++i)
-          if (f32_bits(y_amx[i]) != f32_bits(y_vnni[i]) && bad++ < 5)
-            ADD_FAILURE() << type << (x2 ? " x2 " : " ") << c.rows << "x" << c.cols << " T " << c.T << " row "
-                          << i % static_cast<size_t>(c.rows) << " token " << i / static_cast<size_t>(c.rows)
-                          << ": AMX " << y_amx[i] << ", VNNI " << y_vnni[i];
-        EXPECT_EQ(bad, 0) << type << " " << c.rows << "x" << c.cols << " T " << c.T;
+        const BothRuns r = run_both(w, x, c, Isa::Avx512, hardware, x2);
+        EXPECT_EQ(r.ref_kernel, Kernel::Q8PackPerCall) << type;
+        EXPECT_EQ(r.amx_kernel, hardware ? Kernel::AmxQ8PackPerCall : Kernel::AmxQ8PackPerCallEmulated)
+            << type;
+        expect_same_bits(r, c, std::string(type) + (x2 ? " x2" : ""));
       }
 }
 
@@ -403,21 +396,13 @@ void compare_bf16(bool hardware) {
     const WeightMatrix w = make_quant_weight(std::make_shared<QuantizedMatrix>(
         quantize_matrix(wf.data(), c.rows, c.cols, parse_scheme(b.scheme))));
     const std::vector<float> x = acts(c.T, c.cols, static_cast<uint32_t>(c.T + 5));
-    std::vector<float> y_tile(static_cast<size_t>(c.T * c.rows)), y_amx(y_tile.size(), -1.0f),
-        ref(y_tile.size());
-    set_kernel_isa(Isa::Avx512Bf16);
-    const Kernel tk = select_kernel(w, c.T).kernel;
-    matmul(w, x.data(), c.T, y_tile.data());
-    set_kernel_isa(hardware ? best_isa() : Isa::Avx512Bf16);
-    if (!hardware) set_amx_emulation(true);
-    const Kernel ak = select_kernel(w, c.T).kernel;
-    const std::string name = matmul_kernel_name(w);
-    matmul(w, x.data(), c.T, y_amx.data());
-    set_amx_emulation(false);
-    set_kernel_isa(best_isa());
-    EXPECT_EQ(tk, Kernel::Bf16Tile) << b.scheme;
-    EXPECT_EQ(ak, hardware ? Kernel::AmxBf16 : Kernel::AmxBf16Emulated) << b.scheme;
-    EXPECT_NE(name.find(hardware ? "+amxbf16.amx" : "+amxbf16-emulated."), std::string::npos) << name;
+    const BothRuns r = run_both(w, x, c, Isa::Avx512Bf16, hardware);
+    const std::vector<float>&y_tile = r.ref, &y_amx = r.amx;
+    std::vector<float> ref(y_tile.size());
+    EXPECT_EQ(r.ref_kernel, Kernel::Bf16Tile) << b.scheme;
+    EXPECT_EQ(r.amx_kernel, hardware ? Kernel::AmxBf16 : Kernel::AmxBf16Emulated) << b.scheme;
+    EXPECT_NE(r.amx_name.find(hardware ? "+amxbf16.amx" : "+amxbf16-emulated."), std::string::npos)
+        << r.amx_name;
     // The reference on the BF16-rounded activations (what both kernels multiply).
     std::vector<float> xb(x.size()), row(static_cast<size_t>(c.cols));
     for (size_t i = 0; i < x.size(); ++i) xb[i] = bf16_to_f32(f32_to_bf16(x[i]));
