@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,17 @@ KernelChoice q8_kernel(Kernel k) {
 bool amx_emulated() {
   return g_amx_emulated.load(std::memory_order_relaxed);
 }
+
+namespace {
+// Where a prefill of T tokens runs on AMX tiles: from kAmxTokens, the hardware kernel on the Amx tier, its
+// run on the tile-unit model where set_amx_emulation is on; otherwise none (nullopt).
+std::optional<Kernel> amx_kernel(Isa isa, int64_t T, Kernel hardware, Kernel emulated) {
+  if (T < kAmxTokens) return std::nullopt;
+  if (isa >= Isa::Amx) return hardware;
+  if (amx_emulated()) return emulated;
+  return std::nullopt;
+}
+}  // namespace
 
 // INT2 / INT3 weight-only products on the Avx512Bf16 tier with the codes widened to 4 bits in registers:
 // decode on the nib16 kernel (lane-compatible groups), prefill on the BF16 tile (run_bf16_tile, even groups).
@@ -65,11 +77,8 @@ bool bf16_tile_ok(const WeightMatrix& w, const KernelPlan& p) {
 // Weight-only prefill where bf16_tile_ok: on AMX-BF16 tiles from kAmxTokens (the Amx tier, or the emulator)
 // where the groups make whole tile products, else the BF16 register tile. Both round x to BF16.
 KernelChoice bf16_prefill(const WeightMatrix& w, const KernelPlan& p, Isa isa, int64_t T) {
-  if (T >= kAmxTokens && kern::amx_bf16_pairs(p.group, w.cols) > 0) {
-    if (isa >= Isa::Amx) return {Kernel::AmxBf16, ActRounding::Bf16};
-    if (amx_emulated()) return {Kernel::AmxBf16Emulated, ActRounding::Bf16};
-  }
-  return {Kernel::Bf16Tile, ActRounding::Bf16};
+  const auto amx = amx_kernel(isa, T, Kernel::AmxBf16, Kernel::AmxBf16Emulated);
+  return {amx && kern::amx_bf16_pairs(p.group, w.cols) > 0 ? *amx : Kernel::Bf16Tile, ActRounding::Bf16};
 }
 
 // INT4 / INT8 weights with INT8 activations that the W8A8 tile does not take (INT4, groups, zero points): the
@@ -147,17 +156,13 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
   const bool int_act = w.act_format == FormatId::INT8 || w.act_format == FormatId::INT4;
   if (int_act && p.int_codes && p.vnni_ok) {
     if (!prefill) return {Kernel::VnniGemv, ActRounding::None};
-    if (w8a8_per_channel(w, p)) {
-      if (T >= kAmxTokens && isa >= Isa::Amx) return {Kernel::AmxTile, ActRounding::None};
-      if (T >= kAmxTokens && amx_emulated()) return {Kernel::AmxTileEmulated, ActRounding::None};
-      return {Kernel::VnniTile, ActRounding::None};
-    }
+    if (w8a8_per_channel(w, p))
+      return {amx_kernel(isa, T, Kernel::AmxTile, Kernel::AmxTileEmulated).value_or(Kernel::VnniTile),
+              ActRounding::None};
     if (!vnni_block_ok(w, p)) return {Kernel::F32Tile, ActRounding::None};
-    if (T >= kAmxTokens && kern::amx_block_kw(p.group, p.gcols, w.cols) > 0) {
-      if (isa >= Isa::Amx) return {Kernel::AmxBlock, ActRounding::None};
-      if (amx_emulated()) return {Kernel::AmxBlockEmulated, ActRounding::None};
-    }
-    return {Kernel::VnniBlock, ActRounding::None};
+    const auto amx = amx_kernel(isa, T, Kernel::AmxBlock, Kernel::AmxBlockEmulated);
+    return {amx && kern::amx_block_kw(p.group, p.gcols, w.cols) > 0 ? *amx : Kernel::VnniBlock,
+            ActRounding::None};
   }
   switch (p.route) {
     case Route::Dense:
@@ -169,14 +174,13 @@ KernelChoice select_kernel(const WeightMatrix& w, const KernelPlan& p, Isa isa, 
       // Q8 blocks of x against the load-time pack; without one, decode by row and prefill on a per-call pack
       // where the type has one, else (Q2_K / Q3_K held as rows) rows dequantized into the FP32 tile.
       // Prefill on the load-time or per-call packs on AMX-INT8 tiles from kAmxTokens tokens (the same bits).
-      if ((p.qblk || p.kpack) && T >= kAmxTokens && isa >= Isa::Amx) return q8_kernel(Kernel::AmxQ8Pack);
-      if ((p.qblk || p.kpack) && T >= kAmxTokens && amx_emulated())
-        return q8_kernel(Kernel::AmxQ8PackEmulated);
-      if (p.qblk || p.kpack) return q8_kernel(Kernel::Q8Pack);
+      if (p.qblk || p.kpack)
+        return q8_kernel(
+            amx_kernel(isa, T, Kernel::AmxQ8Pack, Kernel::AmxQ8PackEmulated).value_or(Kernel::Q8Pack));
       if (!prefill && ggml_q8_row_kernel(p.ggml_type)) return q8_kernel(Kernel::Q8Row);
-      if (pack_tile_ok(w, p) && T >= kAmxTokens && (isa >= Isa::Amx || amx_emulated()))
-        return q8_kernel(isa >= Isa::Amx ? Kernel::AmxQ8PackPerCall : Kernel::AmxQ8PackPerCallEmulated);
-      if (pack_tile_ok(w, p)) return q8_kernel(Kernel::Q8PackPerCall);
+      if (pack_tile_ok(w, p))
+        return q8_kernel(amx_kernel(isa, T, Kernel::AmxQ8PackPerCall, Kernel::AmxQ8PackPerCallEmulated)
+                             .value_or(Kernel::Q8PackPerCall));
       return {Kernel::F32Tile, ActRounding::None};
     case Route::Nib:
     case Route::Byte:

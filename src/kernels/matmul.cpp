@@ -267,22 +267,25 @@ float dot_isa(Isa isa, const float* a, const float* b, int64_t n) {
 // more than the work (small models decode ~50 such products per token).
 constexpr double kSerialBytes = 48 * 1024;
 
-// fn(r0, r1) for each block of `block` rows (a multiple of kRowBlock), in parallel unless the work is small.
+// fn(r0, r1) once per chunk of whole blocks of `block` rows (a multiple of kRowBlock) a thread takes, in
+// parallel unless the work is small: for kernels that walk the blocks themselves and pay a per-call set-up
+// (the AMX kernels load the tile configuration once per call).
 template <typename Fn>
-void for_row_blocks(int64_t rows, Fn&& fn, double work_bytes = 1e30, int64_t block = kRowBlock) {
-  const int64_t nb = (rows + block - 1) / block;
-  parallel_for(nb, work_bytes < kSerialBytes ? nb : 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) fn(b * block, std::min(rows, (b + 1) * block));
-  });
-}
-
-// As for_row_blocks, but fn(r0, r1) once per chunk of whole blocks a thread takes: for kernels that walk the
-// blocks themselves and pay a per-call set-up (the AMX kernels load the tile configuration once per call).
-template <typename Fn>
-void for_row_chunks(int64_t rows, Fn&& fn, double work_bytes, int64_t block = kRowBlock) {
+void for_row_chunks(int64_t rows, Fn&& fn, double work_bytes = 1e30, int64_t block = kRowBlock) {
   const int64_t nb = (rows + block - 1) / block;
   parallel_for(nb, work_bytes < kSerialBytes ? nb : 1,
                [&](int64_t b0, int64_t b1) { fn(b0 * block, std::min(rows, b1 * block)); });
+}
+
+// fn(r0, r1) for each block of `block` rows, as for_row_chunks hands them out.
+template <typename Fn>
+void for_row_blocks(int64_t rows, Fn&& fn, double work_bytes = 1e30, int64_t block = kRowBlock) {
+  for_row_chunks(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; r += block) fn(r, std::min(r1, r + block));
+      },
+      work_bytes, block);
 }
 
 std::vector<float>& tls_floats(size_t n) {
@@ -827,6 +830,28 @@ void for_packed_row_blocks(const WeightMatrix& w, size_t block_bytes, double wor
       work_bytes);
 }
 
+// A GGUF weight held as rows, each 16-row block packed per call into the KPack (k-quants) or QBlkPack layout,
+// then gemm(meta, base, r0, nr): the per-call packs of the VNNI and the AMX prefill.
+template <typename Gemm>
+void for_kpack_blocks(const WeightMatrix& w, const KernelPlan& p, int64_t T, Gemm&& gemm) {
+  const KPack meta = kpack_layout(p.ggml_type, w.rows, w.cols);
+  for_packed_row_blocks(
+      w, static_cast<size_t>(w.cols / 256 * meta.sb_bytes),
+      static_cast<double>(w.nbytes()) * static_cast<double>(T),
+      [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_kpack_block(meta, rp, nr, base); },
+      [&](const uint8_t* base, int64_t r0, int nr) { gemm(meta, base, r0, nr); });
+}
+
+template <typename Gemm>
+void for_qblk_blocks(const WeightMatrix& w, const KernelPlan& p, int64_t T, Gemm&& gemm) {
+  const QBlkPack meta = qblk_layout(p.ggml_type, w.rows, w.cols);
+  for_packed_row_blocks(
+      w, static_cast<size_t>(w.cols / 32 * meta.block_bytes),
+      static_cast<double>(w.nbytes()) * static_cast<double>(T),
+      [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_qblk_block(meta, rp, nr, base); },
+      [&](const uint8_t* base, int64_t r0, int nr) { gemm(meta, base, r0, nr); });
+}
+
 // Prefill on AMX-INT8 tiles (amx_tiles.h, amx_unit_rows) over the load-time pack, or, for a GGUF type held
 // as rows (online --quantize q4_0 / q4_k, or no load-time pack), over each 16-row block packed per call
 // (as Q8PackPerCall does): the Q8 activation blocks of the VNNI pack kernels, the codes padded to whole
@@ -867,44 +892,28 @@ void run_pack_amx(const WeightMatrix& w, const KernelPlan& p, const float* x, in
         static_cast<double>(p.qblk ? p.qblk->bytes() : p.kpack->bytes()) * static_cast<double>(T));
     return;
   }
-  const double work = static_cast<double>(w.nbytes()) * static_cast<double>(T);
-  if (kq) {
-    const KPack meta = kpack_layout(p.ggml_type, w.rows, cols);
-    for_packed_row_blocks(
-        w, static_cast<size_t>(cols / 256 * meta.sb_bytes), work,
-        [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_kpack_block(meta, rp, nr, base); },
-        [&](const uint8_t* base, int64_t r0, int nr) { kpack_fn(meta, r0, r0 + nr, q, dx, s, T, y, base); });
-  } else {
-    const QBlkPack meta = qblk_layout(p.ggml_type, w.rows, cols);
-    for_packed_row_blocks(
-        w, static_cast<size_t>(n32 * meta.block_bytes), work,
-        [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_qblk_block(meta, rp, nr, base); },
-        [&](const uint8_t* base, int64_t r0, int nr) { qblk_fn(meta, r0, r0 + nr, q, dx, s, T, y, base); });
-  }
+  if (kq)
+    for_kpack_blocks(w, p, T, [&](const KPack& meta, const uint8_t* base, int64_t r0, int nr) {
+      kpack_fn(meta, r0, r0 + nr, q, dx, s, T, y, base);
+    });
+  else
+    for_qblk_blocks(w, p, T, [&](const QBlkPack& meta, const uint8_t* base, int64_t r0, int nr) {
+      qblk_fn(meta, r0, r0 + nr, q, dx, s, T, y, base);
+    });
 }
 
 void run_kpack_transient(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
-  const KPack meta = kpack_layout(p.ggml_type, w.rows, w.cols);
   const Q8Acts a = q8_acts(x, T, w.cols, 16);
-  for_packed_row_blocks(
-      w, static_cast<size_t>(w.cols / 256 * meta.sb_bytes),
-      static_cast<double>(w.nbytes()) * static_cast<double>(T),
-      [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_kpack_block(meta, rp, nr, base); },
-      [&](const uint8_t* base, int64_t r0, int nr) {
-        kern::kpack_block_gemm_avx512(meta, base, r0, nr, a.q, a.dx, a.sums, T, y);
-      });
+  for_kpack_blocks(w, p, T, [&](const KPack& meta, const uint8_t* base, int64_t r0, int nr) {
+    kern::kpack_block_gemm_avx512(meta, base, r0, nr, a.q, a.dx, a.sums, T, y);
+  });
 }
 
 void run_qblk_transient(const WeightMatrix& w, const KernelPlan& p, const float* x, int64_t T, float* y) {
-  const QBlkPack meta = qblk_layout(p.ggml_type, w.rows, w.cols);
-  const Q8Acts a = qblk_acts(meta, x, T, w.cols);
-  for_packed_row_blocks(
-      w, static_cast<size_t>(w.cols / 32 * meta.block_bytes),
-      static_cast<double>(w.nbytes()) * static_cast<double>(T),
-      [&](const uint8_t* const* rp, int nr, uint8_t* base) { pack_qblk_block(meta, rp, nr, base); },
-      [&](const uint8_t* base, int64_t r0, int nr) {
-        kern::qblk_block_gemm_avx512(meta, base, r0, nr, a.q, a.dx, a.sums, T, y, w.rows);
-      });
+  const Q8Acts a = qblk_acts(qblk_layout(p.ggml_type, w.rows, w.cols), x, T, w.cols);
+  for_qblk_blocks(w, p, T, [&](const QBlkPack& meta, const uint8_t* base, int64_t r0, int nr) {
+    kern::qblk_block_gemm_avx512(meta, base, r0, nr, a.q, a.dx, a.sums, T, y, w.rows);
+  });
 }
 
 // GGUF Q2_K .. Q6_K with a load-time KPack, decode and prefill: the same Q8 blocks of 32, plus per-16 code
