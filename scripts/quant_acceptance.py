@@ -74,7 +74,15 @@ for label, recipe in (("W4A4KV4 RTN", "W4A4KV4"), ("W4A4KV4 QuaRot+RTN", "W4A4KV
                       # NVFP4 activations: E2M1 codes in blocks of 16 with E4M3 scales instead of per-token INT4.
                       ("W4A4KV4 NVFP4 act. RTN", "W4A4KV4,act=nvfp4"),
                       ("W4A4KV4 NVFP4 act. GPTQ", "W4A4KV4,act=nvfp4,algo=gptq"),
-                      ("W4A4KV4 NVFP4 act. QuaRot+GPTQ", "W4A4KV4,act=nvfp4,rotate=quarot,algo=gptq")):
+                      ("W4A4KV4 NVFP4 act. QuaRot+GPTQ", "W4A4KV4,act=nvfp4,rotate=quarot,algo=gptq"),
+                      # GPTQ's float target: each layer fits the float model's outputs from the inputs the
+                      # quantized layers and the 4-bit activation route give it (gptq.target = float).
+                      ("W4A16 GPTQ float target", "W4A16,algo=gptq,target=float"),
+                      ("W4A4KV4 QuaRot+GPTQ clip 0.9 float target",
+                       "W4A4KV4,rotate=quarot,algo=gptq,act_clip=0.9,target=float"),
+                      ("W4A4KV4 NVFP4 act. GPTQ float target", "W4A4KV4,act=nvfp4,algo=gptq,target=float"),
+                      ("W4A4KV4 NVFP4 act. QuaRot+GPTQ float target",
+                       "W4A4KV4,act=nvfp4,rotate=quarot,algo=gptq,target=float")):
     ROTATION_RECIPES.append((label, recipe))
 # SpinQuant: R1 / R2 learned from QuaRot's start (Cayley SGD on the calibration loss with int4 activations and
 # the int4+rot KV cache fake-quantized; spin_steps / spin_lr / spin_tokens at their defaults).

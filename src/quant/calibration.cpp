@@ -2,6 +2,7 @@
 #include "quant/calibration.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -176,6 +177,20 @@ void SiteStats::divide_channels(const std::vector<float>& s) {
     for (int64_t a = 0; a < cols; ++a)
       for (int64_t b = 0; b < cols; ++b) gram(a, b) /= s[a] * s[b];
   }
+  if (cross.size() > 0)
+    for (int64_t a = 0; a < cols; ++a)
+      for (int64_t b = 0; b < cols; ++b) cross(a, b) /= s[a] * s[b];
+}
+
+void SiteStats::add_cross(const float* x_ref, const float* x, int64_t T, int64_t c) {
+  if (c != cols)
+    fail("quant",
+         "add_cross: width " + std::to_string(c) + " differs from the statistics' " + std::to_string(cols));
+  if (cross.size() == 0) cross = Eigen::MatrixXf::Zero(c, c);
+  // cross += X_ref^T X: both [T, c] row-major, i.e. the column-major [c, T] matrices X_ref^T and X^T.
+  cblas_sgemm(CblasColMajor, CblasNoTrans, CblasTrans, static_cast<int>(c), static_cast<int>(c),
+              static_cast<int>(T), 1.0f, x_ref, static_cast<int>(c), x, static_cast<int>(c), 1.0f,
+              cross.data(), static_cast<int>(c));
 }
 
 namespace {
@@ -198,8 +213,11 @@ class StatsObserver : public ActivationObserver {
  public:
   // `need_output`: the last layer's output is wanted (it moves a stream); without it the forward stops at
   // down_proj's input, the last statistic, and skips down_proj's matmul (a third of the MLP's work).
-  StatsObserver(std::vector<LayerStats>* out, int first, int last, bool need_output = true)
-      : out_(out), first_(first), last_(last), need_output_(need_output) {}
+  // `ref` (the float model's inputs of the four linear-input sites for this batch) adds SiteStats::cross;
+  // `act` rounds those sites' inputs as the kernels will before any statistic.
+  StatsObserver(std::vector<LayerStats>* out, int first, int last, bool need_output = true,
+                const std::array<std::vector<float>, 4>* ref = nullptr, const ActRoute* act = nullptr)
+      : out_(out), first_(first), last_(last), need_output_(need_output), ref_(ref), act_(act) {}
   void observe(int layer, ActSite site, const float* x, int64_t T, int64_t cols) override {
     if (site == ActSite::LayerOut) {
       if (layer >= last_) throw StopForward{};
@@ -207,7 +225,19 @@ class StatsObserver : public ActivationObserver {
     }
     if (layer < first_ || layer > last_) return;
     const int i = site_index(site);
+    if (i >= 0 && i < 4 && act_ && *act_) {
+      xq_.resize(static_cast<size_t>(T * cols));
+      (*act_)(site, x, T, cols, xq_.data());
+      x = xq_.data();
+    }
     if (i >= 0) (*out_)[layer - first_].sites[i].add(x, T, cols);
+    if (i >= 0 && i < 4 && ref_) {
+      const std::vector<float>& r = (*ref_)[static_cast<size_t>(i)];
+      if (static_cast<int64_t>(r.size()) != T * cols)
+        fail("quant", std::string("float reference of site ") + act_site_name(site) + " has " +
+                          std::to_string(r.size()) + " values, the stream " + std::to_string(T * cols));
+      (*out_)[layer - first_].sites[i].add_cross(r.data(), x, T, cols);
+    }
     if (site == ActSite::DownIn && layer == last_ && !need_output_) throw StopForward{};
   }
 
@@ -215,6 +245,22 @@ class StatsObserver : public ActivationObserver {
   std::vector<LayerStats>* out_;
   int first_, last_;
   bool need_output_;
+  const std::array<std::vector<float>, 4>* ref_;
+  const ActRoute* act_;
+  std::vector<float> xq_;
+};
+
+// Copies the four linear inputs of one layer (the float reference of StatsObserver).
+class CaptureObserver : public ActivationObserver {
+ public:
+  explicit CaptureObserver(std::array<std::vector<float>, 4>* out) : out_(out) {}
+  void observe(int, ActSite site, const float* x, int64_t T, int64_t cols) override {
+    const int i = site_index(site);
+    if (i >= 0 && i < 4) (*out_)[static_cast<size_t>(i)].assign(x, x + T * cols);
+  }
+
+ private:
+  std::array<std::vector<float>, 4>* out_;
 };
 
 }  // namespace
@@ -254,7 +300,7 @@ std::vector<LayerStats> collect_stats(const Model& m, const CalibData& d, int fi
   return out;
 }
 
-CalibStream::CalibStream(const Model& m, const CalibData& d, int batch_seqs) : m_(m) {
+CalibStream::CalibStream(const Model& m, const CalibData& d, int batch_seqs, bool float_reference) : m_(m) {
   batch_seqs = std::max(1, batch_seqs);
   const int n = static_cast<int>(d.seqs.size());
   int64_t cap = 1;
@@ -272,6 +318,7 @@ CalibStream::CalibStream(const Model& m, const CalibData& d, int batch_seqs) : m
     std::vector<float> x(batch.size() * static_cast<size_t>(m.config.dim));
     dec.embed(batch, x.data());
     batches_.push_back(std::move(batch));
+    if (float_reference) ref_states_.push_back(x);
     states_.push_back(std::move(x));
   }
 }
@@ -284,8 +331,13 @@ int64_t CalibStream::tokens() const {
   return n;
 }
 
-LayerStats CalibStream::stats(bool gram, bool move_float, bool down_acts) {
+LayerStats CalibStream::stats(bool gram, bool move_float, bool down_acts, const ActRoute& act) {
   if (next_ >= m_.config.n_layers) fail("quant", "CalibStream: every layer has been streamed already");
+  const bool ref = float_reference();
+  if (ref && (move_float || down_acts || !gram))
+    fail("quant",
+         "CalibStream: a float reference pairs Gram matrices of inputs streamed through the "
+         "quantized layers (gram, no move_float, no down_acts)");
   std::vector<LayerStats> out(1);
   for (int s = 0; s < 4; ++s) out[0].sites[s].want_gram = gram;
   if (down_acts) {
@@ -295,11 +347,18 @@ LayerStats CalibStream::stats(bool gram, bool move_float, bool down_acts) {
     // One allocation for every batch's inputs (160 MB for a 0.5B model's 8,192 tokens).
     d.acts.reserve(static_cast<size_t>(tokens() * m_.config.ffn_dim));
   }
-  StatsObserver obs(&out, next_, next_, move_float);
+  std::array<std::vector<float>, 4> ref_inputs;
+  StatsObserver obs(&out, next_, next_, move_float, ref ? &ref_inputs : nullptr, act ? &act : nullptr);
+  CaptureObserver capture(&ref_inputs);
   Decoder dec(m_.config, m_.weights);
+  Decoder ref_dec(m_.config, m_.weights);
+  ref_dec.set_observer(&capture);
   dec.set_observer(&obs);
   std::vector<float> x;
   for (size_t b = 0; b < batches_.size(); ++b) {
+    // The float model's layer (its weights are still float here) moves the reference stream and leaves its
+    // inputs in ref_inputs; the same positions of the cache are rewritten by the stream's forward below.
+    if (ref) ref_dec.forward_layers(batches_[b], *kv_, ref_states_[b].data(), next_, next_);
     float* state = states_[b].data();
     if (!move_float) {
       x = states_[b];  // the stream itself moves in advance(), with the quantized layer
@@ -332,12 +391,17 @@ SiteStats CalibStream::head_stats(bool gram) const {
   SiteStats st;
   st.want_gram = gram;
   const int64_t D = m_.config.dim;
-  std::vector<float> xn;
+  std::vector<float> xn, xr;
   for (size_t b = 0; b < batches_.size(); ++b) {
     const int64_t T = static_cast<int64_t>(batches_[b].size());
     xn.resize(static_cast<size_t>(T * D));
     rms_norm(states_[b].data(), m_.weights.final_norm.data(), xn.data(), T, D, m_.config.norm_eps);
     st.add(xn.data(), T, D);
+    if (float_reference() && gram) {
+      xr.resize(static_cast<size_t>(T * D));
+      rms_norm(ref_states_[b].data(), m_.weights.final_norm.data(), xr.data(), T, D, m_.config.norm_eps);
+      st.add_cross(xr.data(), xn.data(), T, D);
+    }
   }
   fill_upper_gram(st);
   return st;

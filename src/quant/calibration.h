@@ -5,6 +5,7 @@
 #include <Eigen/Dense>
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -39,9 +40,14 @@ struct SiteStats {
   std::vector<float> max_abs;           // [cols]
   Eigen::MatrixXf gram;                 // [cols, cols] sum over tokens of x x^T, when requested (else empty)
   std::vector<float> acts;              // [n, cols] the inputs themselves, when requested (else empty)
-  bool want_gram = false, want_acts = false;
+  // [cols, cols] sum over tokens of x_ref x^T, when requested (else empty): x_ref is the float model's input
+  // at this site for the same token, x the input add() saw (GPTQ's float target, gptq.h)
+  Eigen::MatrixXf cross;
+  bool want_gram = false, want_acts = false, want_cross = false;
 
   void add(const float* x, int64_t T, int64_t c);
+  // cross += X_ref^T X for the T tokens add() saw last (x_ref, x: [T, c]).
+  void add_cross(const float* x_ref, const float* x, int64_t T, int64_t c);
   std::vector<float> mean_abs() const;
   std::vector<float> mean_sq() const;
   float absmax() const;
@@ -72,9 +78,16 @@ SiteStats head_input_stats(const Model& m, const CalibData& d, bool gram, int ba
 // the residual stream of every token is kept ([tokens, dim] floats per batch), so layer l's statistics cost
 // one forward of layer l instead of a forward through layers 0..l (n^2 / 2 layer forwards over a model).
 // The statistics equal collect_stats(m, d, l, l, gram, batch_seqs) on the same weights bit for bit.
+// What a layer's linears do to their input before the product (the activation route, kernels/matmul.h):
+// xq[T, cols] from x[T, cols] at `site` of the layer being streamed. An empty function leaves x as it is.
+using ActRoute = std::function<void(ActSite site, const float* x, int64_t T, int64_t cols, float* xq)>;
+
 class CalibStream {
  public:
-  CalibStream(const Model& m, const CalibData& d, int batch_seqs = 8);
+  // float_reference: the stream also carries the float model's residual stream (a second [tokens, dim] per
+  // batch, moved by each layer's float weights in stats()), so that stats() can pair every linear input of
+  // the quantized model with the float model's input for the same token (SiteStats::cross).
+  CalibStream(const Model& m, const CalibData& d, int batch_seqs = 8, bool float_reference = false);
   ~CalibStream();
   int next_layer() const { return next_; }  // the layer whose inputs the stream holds
   int64_t tokens() const;                   // calibration tokens streamed (every window of every batch)
@@ -83,17 +96,22 @@ class CalibStream {
   // layer's inputs come from the float layer; advance() is then not called for this layer).
   // down_acts: DownIn keeps its inputs (SiteStats::acts) instead of a Gram matrix (AWQ scores down_proj's
   // candidates on them: cheaper than a cols^2 Gram matrix when cols is the FFN width).
-  LayerStats stats(bool gram, bool move_float = false, bool down_acts = false);
+  // With a float reference: the four linear-input sites also get `cross` (their Gram matrix then needs
+  // gram), and `act` is applied to the stream's inputs before both (the Gram matrix of what the kernels
+  // multiply); move_float is refused (the stream moves in advance()).
+  LayerStats stats(bool gram, bool move_float = false, bool down_acts = false, const ActRoute& act = {});
   // Runs next_layer() with its current (by now quantized) weights: the stream moves to the next layer.
   void advance();
   // Once every layer has been streamed: statistics of the classifier's input (the final RMSNorm of the
-  // stream), the lm_head's Gram matrix and importance.
+  // stream), the lm_head's Gram matrix and importance; with a float reference and gram, also `cross`.
   SiteStats head_stats(bool gram) const;
+  bool float_reference() const { return !ref_states_.empty(); }
 
  private:
   const Model& m_;
   std::vector<std::vector<BatchEntry>> batches_;
-  std::vector<std::vector<float>> states_;  // per batch: [tokens, dim]
+  std::vector<std::vector<float>> states_;      // per batch: [tokens, dim]
+  std::vector<std::vector<float>> ref_states_;  // per batch: [tokens, dim], the float model's (or empty)
   std::unique_ptr<KvCache> kv_;
   int next_ = 0;
 };

@@ -183,6 +183,36 @@ double output_error_rows_acts(const float* w, const float* wq, int64_t rows, int
   return output_error_acts(ws.data(), qs.data(), n, cols, x, T, base);
 }
 
+std::vector<float> fit_float_target(const float* w, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram,
+                                    const Eigen::MatrixXf& cross, double damp_frac) {
+  if (gram.rows() != cols || gram.cols() != cols || cross.rows() != cols || cross.cols() != cols)
+    fail("quant", "fit_float_target: statistics of " + std::to_string(gram.rows()) + " / " +
+                      std::to_string(cross.rows()) + " channels for a matrix of " + std::to_string(cols) +
+                      " columns");
+  Eigen::MatrixXd H = gram.cast<double>();
+  const double mean_diag = std::max(H.diagonal().mean(), 1e-30);
+  double lambda = std::max(damp_frac, 1e-8) * mean_diag;
+  Eigen::LLT<Eigen::MatrixXd> llt;
+  for (int tries = 0;; ++tries) {
+    Eigen::MatrixXd A = H;
+    A.diagonal().array() += lambda;
+    llt.compute(A);
+    if (llt.info() == Eigen::Success) break;
+    if (tries == 8)
+      fail("quant", "fit_float_target: the Gram matrix is not positive definite at any damping");
+    lambda *= 10;
+  }
+  // W'^T = (H + l I)^-1 (cross + l I)^T W^T; W is row-major [rows, cols], i.e. the column-major W^T.
+  Eigen::Map<const Eigen::MatrixXf> wt(w, cols, rows);
+  Eigen::MatrixXd M = cross.cast<double>().transpose();
+  M.diagonal().array() += lambda;
+  Eigen::MatrixXd rhs = M * wt.cast<double>();
+  Eigen::MatrixXd fit = llt.solve(rhs);
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  Eigen::Map<Eigen::MatrixXf>(out.data(), cols, rows) = fit.cast<float>();
+  return out;
+}
+
 GptqProblem gptq_problem(const float* w, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram) {
   if (gram.rows() != cols || gram.cols() != cols)
     fail("quant", "GPTQ: Hessian is " + std::to_string(gram.rows()) + "x" + std::to_string(gram.cols()) +

@@ -39,6 +39,17 @@ struct GptqOptions {
 QuantizedMatrix gptq_quantize(const float* w, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram,
                               const QuantScheme& s, const GptqOptions& o, double* damp_used = nullptr);
 
+// GPTQ's float target (asymmetric calibration, as GPTAQ, Li et al. 2025): the quantized layer gets inputs
+// x~ (through the quantized layers before it and the activation route) where the float model has x, and
+// should reproduce W x, not W x~. With H = sum x~ x~^T and cross = sum x x~^T (SiteStats::cross),
+//   sum ||W x - Q x~||^2 = sum ||W' x~ - Q x~||^2 + const   for W' = W cross H^-1
+// (the residual of the least-squares fit is orthogonal to the x~), so GPTQ of W' on H minimises the float
+// target. Regularised toward W, not toward 0: W' = W (cross + l I)(H + l I)^-1 with l = damp_frac * mean(diag
+// H), which is W itself when x~ = x. Returns W' [rows, cols] row-major (double inside; l grows x10 while H +
+// l I is not positive definite). Error("quant") when the matrices do not match cols.
+std::vector<float> fit_float_target(const float* w, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram,
+                                    const Eigen::MatrixXf& cross, double damp_frac);
+
 // GPTQ on a GGUF k-quant grid (q2_k .. q6_k; gptq_quantize forwards these schemes here): block scales and
 // mins chosen up front by the format's encoder weighted by diag H, then the column loop rounds each weight to
 // its sub-block's grid (gptq_kquant.cpp). The result is in the ggml block layout.

@@ -3,6 +3,7 @@
 #include "quant/quantizer.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -134,7 +135,13 @@ WeightMatrix quantize_one(Ctx& cx, const TensorPlan& p, const std::vector<float>
   Timer tq;
   if (a == Algorithm::Gptq) {
     GptqOptions go{cx.r.gptq_block, cx.r.gptq_damp, cx.r.gptq_act_order, nvfp4_amax};
-    q = gptq_quantize(w.data(), p.rows, p.cols, ss->gram, s, go);
+    if (ss->cross.size() > 0) {  // the float target: GPTQ of the least-squares fit W' (gptq.h)
+      const std::vector<float> fit =
+          fit_float_target(w.data(), p.rows, p.cols, ss->gram, ss->cross, cx.r.gptq_target_damp);
+      q = gptq_quantize(fit.data(), p.rows, p.cols, ss->gram, s, go);
+    } else {
+      q = gptq_quantize(w.data(), p.rows, p.cols, ss->gram, s, go);
+    }
   } else {
     q = quantize_matrix(w.data(), p.rows, p.cols, s, importance, nvfp4_amax);
   }
@@ -186,6 +193,30 @@ WeightMatrix quantize_one(Ctx& cx, const TensorPlan& p, const std::vector<float>
     tr->act_scale = out.act_static_scale;
   }
   return out;
+}
+
+// The activation routes of layer l's quantized linears per input site, for statistics of the inputs as the
+// kernels will multiply them (GPTQ's float target). Dynamic routes only: a static scale is calibrated from
+// these very statistics. Empty when no linear of the layer rounds its input.
+ActRoute layer_act_route(const Ctx& cx, int l) {
+  const std::string pre = "layers." + std::to_string(l) + ".";
+  std::array<ActivationSpec, 4> site_act{};
+  bool any = false;
+  for (int k = 0; k < kRoles; ++k) {
+    const TensorPlan& p = *cx.plan.at(pre + role_row(kRole[k]).key);
+    if (!p.quantize || !p.act.enabled() || !p.act.dynamic) continue;
+    site_act[static_cast<size_t>(site_index(kRoleSite[k]))] = p.act;
+    any = true;
+  }
+  if (!any) return {};
+  return [site_act](ActSite site, const float* x, int64_t T, int64_t cols, float* xq) {
+    const ActivationSpec& a = site_act[static_cast<size_t>(site_index(site))];
+    WeightMatrix w;  // only the activation route and the width matter to quantize_activations
+    w.cols = cols;
+    w.act_format = a.enabled() ? a.format : FormatId::F32;
+    w.act_clip = a.clip;
+    quantize_activations(w, x, T, xq);
+  };
 }
 
 void process_layer(Ctx& cx, int l, LayerStats* st) {
@@ -601,7 +632,9 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
     // GPTQ / AWQ: layer l's statistics come from inputs through the already quantized layers before it.
     std::unique_ptr<CalibStream> stream;
     Timer tc;
-    if (need_stats && need_gram) stream = std::make_unique<CalibStream>(m, *o.calib, o.batch_seqs);
+    const bool float_target = r.algorithm == Algorithm::Gptq && r.gptq_target == "float";
+    if (need_stats && need_gram)
+      stream = std::make_unique<CalibStream>(m, *o.calib, o.batch_seqs, float_target);
     // AWQ takes each layer's inputs from the float layers before it, as AutoAWQ does: the scales and clips
     // are chosen for the float model's activations, and one layer forward per layer serves both the
     // statistics and the stream (GPTQ's error compensation needs the quantized layers' outputs instead).
@@ -616,7 +649,7 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
       LayerStats* st = nullptr;
       if (stream) {
         tc.reset();
-        one = stream->stats(true, awq_float, down_acts);
+        one = stream->stats(true, awq_float, down_acts, float_target ? layer_act_route(cx, l) : ActRoute{});
         rep.phase_seconds.calibration += tc.seconds();
         st = &one;
       } else if (!all.empty()) {
@@ -655,6 +688,9 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
       if (stream) {
         if (!awq_float) stream->advance();  // the last layer, quantized (AWQ's stream has moved already)
         head = stream->head_stats(true);
+        // A tied embedding is also the input's gather: fitted to lm_head's inputs it would change the
+        // embedding of every token; it keeps GPTQ's own objective.
+        if (tied_same) head.cross.resize(0, 0);
       } else {
         head = head_input_stats(m, *o.calib, false, o.batch_seqs);
       }

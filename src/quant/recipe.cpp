@@ -274,7 +274,11 @@ nlohmann::json Recipe::to_json() const {
   j["ignore"] = ig;
   j["calibration"] = {
       {"file", calib.file}, {"samples", calib.samples}, {"length", calib.length}, {"seed", calib.seed}};
-  j["gptq"] = {{"block_size", gptq_block}, {"damp", gptq_damp}, {"act_order", gptq_act_order}};
+  j["gptq"] = {{"block_size", gptq_block},
+               {"damp", gptq_damp},
+               {"act_order", gptq_act_order},
+               {"target", gptq_target},
+               {"target_damp", gptq_target_damp}};
   j["awq"] = {{"grid", awq_grid}, {"clip", awq_clip}};
   j["smoothquant"] = {{"alpha", smoothquant_alpha}};
   j["unquantized_dtype"] = unquantized_dtype;
@@ -456,10 +460,12 @@ Recipe recipe_from_json(const json& j, const std::string& where) {
   if (j.contains("gptq")) {
     const json& g = j["gptq"];
     std::string w = where + ".gptq";
-    check_keys(g, {"block_size", "damp", "act_order"}, w);
+    check_keys(g, {"block_size", "damp", "act_order", "target", "target_damp"}, w);
     if (g.contains("block_size")) r.gptq_block = get_as<int>(g, "block_size", w);
     if (g.contains("damp")) r.gptq_damp = get_as<float>(g, "damp", w);
     if (g.contains("act_order")) r.gptq_act_order = get_as<bool>(g, "act_order", w);
+    if (g.contains("target")) r.gptq_target = get_as<std::string>(g, "target", w);
+    if (g.contains("target_damp")) r.gptq_target_damp = get_as<float>(g, "target_damp", w);
   }
   if (j.contains("awq")) {
     const json& a = j["awq"];
@@ -488,6 +494,14 @@ Recipe recipe_from_json(const json& j, const std::string& where) {
           " is out of range [2, 1048576]");
   if (r.gptq_block < 1 || r.gptq_block > 4096) usage(where + ".gptq.block_size must be in [1, 4096]");
   if (!(r.gptq_damp > 0 && r.gptq_damp < 1)) usage(where + ".gptq.damp must be in (0, 1), e.g. 0.01");
+  if (r.gptq_target != "layer" && r.gptq_target != "float")
+    usage(where + ".gptq.target '" + r.gptq_target + "' is not one of layer, float");
+  if (r.gptq_target == "float" && (r.algorithm != Algorithm::Gptq || r.smoothquant))
+    usage(where +
+          ".gptq.target 'float' fits GPTQ's weights to the float model's outputs; it needs algorithm "
+          "gptq without smoothquant (add algo=gptq)");
+  if (!(r.gptq_target_damp > 0 && r.gptq_target_damp <= 100))
+    usage(where + ".gptq.target_damp must be in (0, 100], e.g. 1");
   if (r.awq_grid < 1 || r.awq_grid > 1000) usage(where + ".awq.grid must be in [1, 1000]");
   if (!(r.smoothquant_alpha >= 0 && r.smoothquant_alpha <= 1))
     usage(where + ".smoothquant.alpha must be in [0, 1] (0.5 is the usual migration strength)");
@@ -540,8 +554,9 @@ Recipe parse_recipe_arg(const std::string& arg) {
     }
   }
   const QuantScheme preset_weights = r->weights;
-  std::string spin_key;     // a spin_* key, which needs rotate=spinquant (given in any order)
-  std::string duquant_key;  // likewise a duquant_* key, rotate=duquant
+  std::string spin_key;            // a spin_* key, which needs rotate=spinquant (given in any order)
+  bool target_damp_given = false;  // target_damp= needs target=float (given in any order)
+  std::string duquant_key;         // likewise a duquant_* key, rotate=duquant
   std::optional<int> group_override;
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
@@ -601,6 +616,10 @@ Recipe parse_recipe_arg(const std::string& arg) {
       r->gptq_act_order = flag("act_order");
     else if (k == "damp")
       r->gptq_damp = static_cast<float>(num("damp"));
+    else if (k == "target")
+      r->gptq_target = lower(v);
+    else if (k == "target_damp")
+      r->gptq_target_damp = static_cast<float>(num("target_damp")), target_damp_given = true;
     else if (k == "clip")
       r->awq_clip = flag("clip");
     else if (k == "ignore")
@@ -637,7 +656,8 @@ Recipe parse_recipe_arg(const std::string& arg) {
       usage("--recipe '" + arg + "': unknown key '" + k +
             "'; known: algo, scheme, group, act, act_clip, act_static, kv, kv_strategy, alpha, samples, "
             "length, seed, "
-            "calib, act_order, damp, clip, ignore, dtype, rotate, rotate_seed, rotate_r1, rotate_r2, "
+            "calib, act_order, damp, target, target_damp, clip, ignore, dtype, rotate, rotate_seed, "
+            "rotate_r1, rotate_r2, "
             "rotate_r4, "
             "rotate_factors, spin_steps, spin_lr, spin_tokens, spin_loss, duquant_block, duquant_steps");
     if (k.rfind("spin_", 0) == 0) spin_key = k;
@@ -645,6 +665,8 @@ Recipe parse_recipe_arg(const std::string& arg) {
   }
   if (!spin_key.empty() && r->rotation.method != "spinquant")
     usage("--recipe '" + arg + "': " + spin_key + " trains SpinQuant's rotations; add rotate=spinquant");
+  if (target_damp_given && r->gptq_target != "float")
+    usage("--recipe '" + arg + "': target_damp regularises GPTQ's float target; add target=float");
   if (!duquant_key.empty() && r->rotation.method != "duquant")
     usage("--recipe '" + arg + "': " + duquant_key + " shapes DuQuant's rotation; add rotate=duquant");
   if (group_override) {

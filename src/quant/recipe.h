@@ -18,7 +18,8 @@
 //     "overrides": [{"pattern": "*.w_down", "scheme": "int8:channel"}],
 //     "ignore": ["lm_head", {"pattern": "re:.*embed.*", "reason": "..."}],
 //     "calibration": {"file": "...", "samples": 32, "length": 256, "seed": 0},
-//     "gptq": {"block_size": 128, "damp": 0.01, "act_order": true},
+//     "gptq": {"block_size": 128, "damp": 0.01, "act_order": true, "target": "layer"|"float",
+//              "target_damp": 1},
 //     "awq": {"grid": 20, "clip": true}, "smoothquant": {"alpha": 0.5},
 //     "unquantized_dtype": "source"|"f32"|"f16"|"bf16",
 //     "rotation": null | "quarot" | {"method": "quarot", "seed": 0, "r1": true, "r2": true, "r4": true,
@@ -105,8 +106,15 @@ struct Recipe {
   int gptq_block = 128;
   float gptq_damp = 0.01f;     // fraction of the mean Hessian diagonal added to the diagonal
   bool gptq_act_order = true;  // columns by decreasing Hessian diagonal, with static groups
-  int awq_grid = 20;           // alpha in {0, 1/grid, ..., 1}
-  bool awq_clip = true;        // MSE clip search weighted by the (scaled) input energy after the scaling
+  // "layer": each layer reproduces its own float outputs on the inputs the quantized layers before it give
+  // (the GPTQ paper's objective); "float": it reproduces the float model's outputs from those inputs as the
+  // activation route rounds them (asymmetric calibration, gptq.h fit_float_target)
+  std::string gptq_target = "layer";
+  // The float target's ridge toward W, as a fraction of the mean Hessian diagonal (fit_float_target): the fit
+  // is made on the calibration text and, unregularised, follows it too closely (docs/quant.md)
+  float gptq_target_damp = 1.0f;
+  int awq_grid = 20;     // alpha in {0, 1/grid, ..., 1}
+  bool awq_clip = true;  // MSE clip search weighted by the (scaled) input energy after the scaling
   ActivationSpec act;
   KvSpec kv;
   CalibSpec calib;
