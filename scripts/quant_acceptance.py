@@ -84,10 +84,14 @@ for label, recipe in (("W4A4KV4 RTN", "W4A4KV4"), ("W4A4KV4 QuaRot+RTN", "W4A4KV
                       ("W4A4KV4 NVFP4 act. QuaRot+GPTQ float target",
                        "W4A4KV4,act=nvfp4,rotate=quarot,algo=gptq,target=float")):
     ROTATION_RECIPES.append((label, recipe))
-# SpinQuant: R1 / R2 learned from QuaRot's start (Cayley SGD on the calibration loss with int4 activations and
-# the int4+rot KV cache fake-quantized; spin_steps / spin_lr / spin_tokens at their defaults).
+# SpinQuant: R1 / R2 learned from QuaRot's start (Cayley SGD on the calibration loss with the recipe's 4-bit
+# activations, int4 or nvfp4, and the int4+rot KV cache fake-quantized; spin_steps / spin_lr / spin_tokens at
+# their defaults).
 for label, recipe in (("W4A4KV4 SpinQuant+RTN", "W4A4KV4,rotate=spinquant"),
-                      ("W4A4KV4 SpinQuant+GPTQ", "W4A4KV4,rotate=spinquant,algo=gptq")):
+                      ("W4A4KV4 SpinQuant+GPTQ", "W4A4KV4,rotate=spinquant,algo=gptq"),
+                      ("W4A4KV4 NVFP4 act. SpinQuant+GPTQ", "W4A4KV4,act=nvfp4,rotate=spinquant,algo=gptq"),
+                      ("W4A4KV4 NVFP4 act. SpinQuant+GPTQ float target",
+                       "W4A4KV4,act=nvfp4,rotate=spinquant,algo=gptq,target=float")):
     ROTATION_RECIPES.append((label, recipe))
 
 # --set nonuniform: per-row k-means codebooks (lut2/3/4, docs/formats.md) against the uniform grids and the

@@ -309,9 +309,9 @@ json learn_spinquant(const Model& m, const Recipe& r, const std::vector<std::vec
   if (s->r4) r4 = plan_hadamard(c.ffn_dim, factors);
   train::SpinOptions o;
   o.steps = s->spin_steps, o.lr = s->spin_lr, o.tokens = s->spin_tokens, o.loss = s->spin_loss;
-  // The quantizers the checkpoint will run with: int4 activations (act=int4) and the KV cache format with
-  // the cache's own Hadamard (R3, `+rot`) as `lowbit eval --kv-cache int4+rot` runs it.
-  o.act_int4 = r.act.format == FormatId::INT4;
+  // The quantizers the checkpoint will run with: 4-bit activations (act=int4 or act=nvfp4) and the KV cache
+  // format with the cache's own Hadamard (R3, `+rot`) as `lowbit eval --kv-cache int4+rot` runs it.
+  if (r.act.format == FormatId::INT4 || r.act.format == FormatId::NVFP4) o.act = r.act.format;
   o.act_clip = r.act.clip;
   if (r.kv.format == FormatId::INT4 || r.kv.format == FormatId::INT8)
     o.kv_cache = std::string(r.kv.format == FormatId::INT4 ? "int4" : "int8") +

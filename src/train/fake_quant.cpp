@@ -1,10 +1,13 @@
 // Fake quantization through lowbit's own quantizers (see fake_quant.h).
 #include "train/fake_quant.h"
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "core/error.h"
 #include "core/half.h"
+#include "formats/minifloat.h"
 #include "kernels/matmul.h"
 #include "kv/kv_rotation.h"
 
@@ -19,6 +22,50 @@ void fake_quant_act_int4(float* x, int64_t T, int64_t n, float clip) {
   std::vector<float> out(static_cast<size_t>(T * n));
   quantize_activations(w, x, T, out.data());
   std::copy(out.begin(), out.end(), x);
+}
+
+void fake_quant_act_nvfp4(float* x, int64_t T, int64_t n, float clip) {
+  WeightMatrix w;
+  w.cols = n;
+  w.act_format = FormatId::NVFP4;
+  w.act_clip = clip;
+  std::vector<float> out(static_cast<size_t>(T * n));
+  quantize_activations(w, x, T, out.data());
+  std::copy(out.begin(), out.end(), x);
+}
+
+void fake_quant_act_nvfp4_grad(const float* x, const float* g, int64_t n, float clip, float* gx) {
+  const int64_t B = kNvfp4ActBlock, nb = (n + B - 1) / B;
+  std::vector<uint8_t> codes(static_cast<size_t>(n)), bs(static_cast<size_t>(nb));
+  float gs = 0;
+  quantize_activation_nvfp4(x, n, clip, codes.data(), bs.data(), &gs);
+  int64_t M = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (std::fabs(x[i]) > std::fabs(x[M])) M = i;
+  const float amax = std::fabs(x[M]);
+  for (int64_t i = 0; i < n; ++i) gx[i] = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t b0 = b * B, b1 = std::min(n, b0 + B);
+    const float S = fp8_e4m3fn_to_f32(bs[static_cast<size_t>(b)]) * gs;
+    if (!(S > 0) || !std::isfinite(S)) {  // a block of zeros (or a poisoned token): straight through
+      for (int64_t i = b0; i < b1; ++i) gx[i] += g[i];
+      continue;
+    }
+    int64_t m = b0;
+    for (int64_t i = b0 + 1; i < b1; ++i)
+      if (std::fabs(x[i]) > std::fabs(x[m])) m = i;
+    double ds = 0;
+    for (int64_t i = b0; i < b1; ++i) {
+      const bool inside = std::fabs(x[i]) <= 6.0f * S;
+      if (inside) gx[i] += g[i];
+      ds += static_cast<double>(g[i]) *
+            (fp4_e2m1_to_f32(codes[static_cast<size_t>(i)]) - (inside ? static_cast<double>(x[i]) / S : 0.0));
+    }
+    const bool saturated = std::fabs(x[m]) > clip * amax;
+    const int64_t at = saturated ? M : m;
+    const double d = saturated ? clip / 6.0 : 1.0 / 6.0;
+    gx[at] += static_cast<float>((x[at] < 0 ? -d : d) * ds);
+  }
 }
 
 KvFakeQuant make_kv_fake_quant(const std::string& kv_cache, const ModelConfig& c) {

@@ -13,6 +13,18 @@ namespace lowbit::train {
 // act=int4: every row of x [T, n] replaced in place by what matmul's INT4 activation route multiplies
 // (quantize_activations: codes in [-7, 7] at scale clip * absmax / 7, per token).
 void fake_quant_act_int4(float* x, int64_t T, int64_t n, float clip);
+// act=nvfp4: the same for the NVFP4 route (quantize_activation_nvfp4: E2M1 codes in blocks of 16 under E4M3
+// block scales and a per-token global scale from clip * absmax).
+void fake_quant_act_nvfp4(float* x, int64_t T, int64_t n, float clip);
+// The NVFP4 route's gradient for one token (x, upstream g: [n]; gx receives it), straight through the
+// rounding as fake_quant_act_int4's (train/torch_decoder.h): g_i where |x_i| <= 6 S_b (E2M1 does not
+// saturate), 0 where it does, plus each block scale's path. S_b = s_b * global scale follows the block's
+// largest |x| (S_b ~ bmax_b / 6) unless the E4M3 block scale saturates (bmax_b > clip * absmax of the token,
+// only with clip < 1), where it follows the token's largest |x| (S_b = clip * absmax / 6):
+//   gx[argmax of the block or token] += sign(x_m) * (1 / 6 or clip / 6) * sum_{i in b} g_i (c_i - [i inside]
+//   x_i / S_b)
+// with c_i = e2m1(code_i). The E4M3 rounding of the scale is passed straight through.
+void fake_quant_act_nvfp4_grad(const float* x, const float* g, int64_t n, float clip, float* gx);
 
 // The KV cache of one `--kv-cache` spec as seen by attention after one prefill of a whole sequence: rows
 // rotated per head when the spec has `rot` (R3), staged in F16, sealed into blocks of `block_tokens` when the

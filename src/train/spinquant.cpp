@@ -56,7 +56,8 @@ nlohmann::json SpinResult::to_json(const SpinOptions& o) const {
           {"windows", windows},
           {"learned", {{"r1", learned_r1}, {"r2", learned_r2}}},
           {"fake_quant",
-           {{"activations", o.act_int4 ? nlohmann::json("int4") : nlohmann::json(nullptr)},
+           {{"activations",
+             o.act != FormatId::F32 ? nlohmann::json(format_info(o.act).name) : nlohmann::json(nullptr)},
             {"act_clip", o.act_clip},
             {"kv_cache", o.kv_cache.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.kv_cache)}}},
           {"loss_before", loss_before},
@@ -92,7 +93,7 @@ SpinResult learn_rotations(const Model& m, const std::vector<std::vector<int32_t
   }
   const Tensor tokens = torch::from_blob(ids.data(), {n_win, S}, torch::kLong).clone();
   const KvFakeQuant kv = make_kv_fake_quant(o.kv_cache, c);
-  const FakeQuantOptions fq{o.act_int4, o.act_clip, &kv};
+  const FakeQuantOptions fq{o.act, o.act_clip, &kv};
   const TorchModel tm = torch_model(m, torch::kFloat, r4);
   if (o.loss != "ce" && o.loss != "kl")
     throw UsageError("train", "SpinQuant loss '" + o.loss + "' is not one of ce, kl");

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/format.h"
 #include "kernels/hadamard.h"
 #include "model/model.h"
 
@@ -23,7 +24,7 @@ struct SpinOptions {
   int64_t tokens = 0;    // calibration tokens trained on: the first ceil(tokens / window) windows
   bool learn_r1 = true;  // false: R1 stays at its start (or is absent when r1 is empty)
   bool learn_r2 = true;
-  bool act_int4 = false;  // fake-quantize every linear's input as act=int4
+  FormatId act = FormatId::F32;  // fake-quantize every linear's input as act=int4 / act=nvfp4 (F32: no)
   float act_clip = 1.0f;
   std::string kv_cache;  // fake-quantize K and V as this --kv-cache spec ("" = float)
   // What the steps minimise on the calibration tokens: "ce", the next-token cross-entropy (SpinQuant's

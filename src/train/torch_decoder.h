@@ -13,6 +13,7 @@
 
 #include <vector>
 
+#include "formats/format.h"
 #include "kernels/hadamard.h"
 #include "model/model.h"
 #include "train/fake_quant.h"
@@ -40,17 +41,19 @@ struct TorchModel {
 TorchModel torch_model(const Model& m, torch::ScalarType dt, const Hadamard* r4 = nullptr);
 
 struct FakeQuantOptions {
-  bool act = false;                 // per-token int4 activations on every linear's input except lm_head
+  // the activation route on every linear's input except lm_head: F32 (none), INT4 or NVFP4
+  FormatId act = FormatId::F32;
   float act_clip = 1.0f;            // act_clip of the recipe
   const KvFakeQuant* kv = nullptr;  // the KV cache's quantizer on K (after RoPE) and V; null = float
 };
 
 // Straight-through fake quantization (float tensors only). fake_quant_act: x [..., n] rows through
-// fake_quant_act_int4; backward is straight through the rounding: the gradient passes where |x| <= clip *
-// absmax of its row, is 0 where the value saturates, and the per-token scale (clip * absmax / 7) keeps its
-// derivative, which reaches the row's largest value (the formula is at ActFq::backward). fake_quant_kv:
+// fake_quant_act_int4 (format INT4) or fake_quant_act_nvfp4 (NVFP4); backward is straight through the
+// rounding: the gradient passes where the value does not saturate, is 0 where it does, and the scales keep
+// their derivative, which reaches the largest value they follow (INT4: the per-token scale clip * absmax / 7,
+// the formula at ActFq::backward; NVFP4: each block's scale, fake_quant_act_nvfp4_grad). fake_quant_kv:
 // x [B, S, kv_dim] sequences through fake_quant_kv; the gradient passes unchanged.
-torch::Tensor fake_quant_act(const torch::Tensor& x, float clip);
+torch::Tensor fake_quant_act(const torch::Tensor& x, FormatId format, float clip);
 torch::Tensor fake_quant_kv(const torch::Tensor& x, const KvFakeQuant& q, bool key);
 
 // Logits [B, S, vocab] of tokens [B, S] (int64, every sequence at positions 0..S-1) for the model rotated by

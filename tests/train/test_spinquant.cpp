@@ -150,7 +150,7 @@ TEST(SpinQuant, FewStepsFromNoRotationLowerTheCalibrationLoss) {
     return v;
   };
   train::SpinOptions o;
-  o.steps = 3, o.lr = 2.0, o.tokens = 2048, o.act_int4 = true, o.kv_cache = "int4+rot";
+  o.steps = 3, o.lr = 2.0, o.tokens = 2048, o.act = FormatId::INT4, o.kv_cache = "int4+rot";
   const train::SpinResult r =
       train::learn_rotations(*m, calib.seqs, eye(m->config.dim), eye(m->config.head_dim), nullptr, o);
   ASSERT_EQ(r.losses.size(), 3u);
