@@ -57,7 +57,7 @@ void check_finite(const float* x, int64_t T, int64_t n, const std::vector<BatchE
 
 namespace {
 // A unit of attention work for one kv head: m entries of one sequence (idx: their batch indices), through the
-// tiled kernel (a prefill block, or one decode entry of a long sequence) or per-token attend (m = 1).
+// tiled kernel (a prefill block, or one decode entry) or per-token attend (m = 1, H2O eviction).
 struct AttnJob {
   const int64_t* idx;
   int64_t m, h, cost;
@@ -65,8 +65,6 @@ struct AttnJob {
 };
 // Query tokens per tiled job: each K/V tile is decoded once for 32 x group rows.
 constexpr int64_t kQueryBlock = 32;
-// Decode steps attend through the tiled kernel once a sequence holds this many positions (below, per token).
-constexpr int64_t kDecodeTiledFrom = 128;
 }  // namespace
 
 void Decoder::run_attention(int layer, const std::vector<BatchEntry>& batch, const KvCache& kv,
@@ -75,7 +73,7 @@ void Decoder::run_attention(int layer, const std::vector<BatchEntry>& batch, con
   const int group = static_cast<int>(c_.n_heads / c_.n_kv_heads);
   const int64_t G = group * hd;  // one token's query heads of one kv head
   // Each sequence's entries, wherever they sit in the batch: a sequence then takes the same path (and gets
-  // the same bits) alone or interleaved with others. Tiled when it has >= 2 entries with increasing
+  // the same bits) alone or interleaved with others. Tiled when it has one entry or entries with increasing
   // positions, except with H2O eviction, whose scores need every query's normalised probabilities (the online
   // softmax never forms them).
   std::vector<std::vector<int64_t>> by_seq(static_cast<size_t>(kv.n_seqs()));
@@ -87,10 +85,10 @@ void Decoder::run_attention(int layer, const std::vector<BatchEntry>& batch, con
   }
   auto tiled = [&](const std::vector<int64_t>& ix) {
     if (ix.empty() || !kv.tiled_ok()) return false;
-    // Decode (one entry) from kDecodeTiledFrom cached positions on: one query x the group's heads per tile
-    // still scores 16 positions per vector instead of one horizontal dot per (head, position) (Qwen2.5-0.5B
-    // Q4_0, 2 threads, 4K context: F16 KV 26.7 -> 37-42 tok/s, INT8 32-39 -> 45-50; docs/kv_cache.md).
-    if (ix.size() == 1) return pos[ix[0]] + 1 >= kDecodeTiledFrom;
+    // Decode (one entry) too: one query x the group's heads per tile scores 16 positions per vector instead
+    // of one horizontal dot per (head, position) (Qwen2.5-0.5B Q4_0, 2 threads, 4K context: F16 KV 26.7 ->
+    // 37-42 tok/s, INT8 32-39 -> 45-50; 16 sequences at 8-136 positions: +12 %; docs/kv_cache.md).
+    if (ix.size() == 1) return true;
     for (size_t i = 1; i < ix.size(); ++i)
       if (pos[ix[i]] <= pos[ix[i - 1]]) return false;
     return true;
