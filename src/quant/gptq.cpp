@@ -189,28 +189,32 @@ std::vector<float> fit_float_target(const float* w, int64_t rows, int64_t cols, 
     fail("quant", "fit_float_target: statistics of " + std::to_string(gram.rows()) + " / " +
                       std::to_string(cross.rows()) + " channels for a matrix of " + std::to_string(cols) +
                       " columns");
-  Eigen::MatrixXd H = gram.cast<double>();
-  const double mean_diag = std::max(H.diagonal().mean(), 1e-30);
+  // Double precision on LAPACK / BLAS (all cores): down_proj of a 0.5B model is a 4864-wide system.
+  const int64_t n = cols;
+  const lapack_int ln = static_cast<lapack_int>(n);
+  double mean_diag = 0;
+  for (int64_t i = 0; i < n; ++i) mean_diag += gram(i, i);
+  mean_diag = std::max(mean_diag / static_cast<double>(n), 1e-30);
   double lambda = std::max(damp_frac, 1e-8) * mean_diag;
-  Eigen::LLT<Eigen::MatrixXd> llt;
+  std::vector<double> A(static_cast<size_t>(n * n));  // H + l I, column-major, then its Cholesky factor
   for (int tries = 0;; ++tries) {
-    Eigen::MatrixXd A = H;
-    A.diagonal().array() += lambda;
-    llt.compute(A);
-    if (llt.info() == Eigen::Success) break;
+    for (int64_t k = 0; k < n * n; ++k) A[static_cast<size_t>(k)] = gram.data()[k];
+    for (int64_t i = 0; i < n; ++i) A[static_cast<size_t>(i * n + i)] += lambda;
+    if (LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'L', ln, A.data(), ln) == 0) break;
     if (tries == 8)
       fail("quant", "fit_float_target: the Gram matrix is not positive definite at any damping");
     lambda *= 10;
   }
-  // W'^T = (H + l I)^-1 (cross + l I)^T W^T; W is row-major [rows, cols], i.e. the column-major W^T.
-  Eigen::Map<const Eigen::MatrixXf> wt(w, cols, rows);
-  Eigen::MatrixXd M = cross.cast<double>().transpose();
-  M.diagonal().array() += lambda;
-  Eigen::MatrixXd rhs = M * wt.cast<double>();
-  Eigen::MatrixXd fit = llt.solve(rhs);
-  std::vector<float> out(static_cast<size_t>(rows * cols));
-  Eigen::Map<Eigen::MatrixXf>(out.data(), cols, rows) = fit.cast<float>();
-  return out;
+  // W'^T = (H + l I)^-1 (cross + l I)^T W^T; w row-major [rows, cols] is the column-major W^T.
+  std::vector<double> C(cross.data(), cross.data() + n * n), wt(w, w + rows * cols),
+      rhs(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < n; ++i) C[static_cast<size_t>(i * n + i)] += lambda;
+  cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, ln, static_cast<int>(rows), ln, 1.0, C.data(), ln,
+              wt.data(), ln, 0.0, rhs.data(), ln);
+  if (LAPACKE_dpotrs(LAPACK_COL_MAJOR, 'L', ln, static_cast<lapack_int>(rows), A.data(), ln, rhs.data(),
+                     ln) != 0)
+    fail("quant", "fit_float_target: the triangular solves failed");
+  return std::vector<float>(rhs.begin(), rhs.end());
 }
 
 GptqProblem gptq_problem(const float* w, int64_t rows, int64_t cols, const Eigen::MatrixXf& gram) {

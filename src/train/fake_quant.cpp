@@ -13,25 +13,26 @@
 
 namespace lowbit::train {
 
-void fake_quant_act_int4(float* x, int64_t T, int64_t n, float clip) {
-  // The activation route reads only the format, the clip and the width of the matrix it feeds.
+namespace {
+// Every row of x [T, n] replaced by what matmul's activation route `format` multiplies. The route reads only
+// the format, the clip and the width of the matrix it feeds.
+void fake_quant_route(FormatId format, float* x, int64_t T, int64_t n, float clip) {
   WeightMatrix w;
   w.cols = n;
-  w.act_format = FormatId::INT4;
+  w.act_format = format;
   w.act_clip = clip;
   std::vector<float> out(static_cast<size_t>(T * n));
   quantize_activations(w, x, T, out.data());
   std::copy(out.begin(), out.end(), x);
 }
+}  // namespace
+
+void fake_quant_act_int4(float* x, int64_t T, int64_t n, float clip) {
+  fake_quant_route(FormatId::INT4, x, T, n, clip);
+}
 
 void fake_quant_act_nvfp4(float* x, int64_t T, int64_t n, float clip) {
-  WeightMatrix w;
-  w.cols = n;
-  w.act_format = FormatId::NVFP4;
-  w.act_clip = clip;
-  std::vector<float> out(static_cast<size_t>(T * n));
-  quantize_activations(w, x, T, out.data());
-  std::copy(out.begin(), out.end(), x);
+  fake_quant_route(FormatId::NVFP4, x, T, n, clip);
 }
 
 void fake_quant_act_nvfp4_grad(const float* x, const float* g, int64_t n, float clip, float* gx) {
