@@ -171,6 +171,15 @@ void quantize_activations(const WeightMatrix& w, const float* x, int64_t T, floa
   }
 }
 
+void quantize_activations(FormatId act_format, float act_clip, const float* x, int64_t T, int64_t cols,
+                          float* xq) {
+  WeightMatrix w;
+  w.cols = cols;
+  w.act_format = act_format;
+  w.act_clip = act_clip;
+  quantize_activations(w, x, T, xq);
+}
+
 void quantize_q8_blocks(const float* x, int64_t n, int8_t* q, float* d) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;

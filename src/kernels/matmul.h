@@ -124,6 +124,11 @@ std::string matmul_kernel_name(const WeightMatrix& w);
 
 // What the activation route does to x: xq[T, cols] = dequantize(quantize(x)) per w.act_format (copy for F32).
 void quantize_activations(const WeightMatrix& w, const float* x, int64_t T, float* xq);
+// The same for a dynamic route given by its format and clip alone (the route reads nothing else of a weight
+// but its width): xq[T, cols] as a matrix of `cols` inputs with that route multiplies them. Calibration
+// statistics and training's fake quantization use it where no weight exists yet.
+void quantize_activations(FormatId act_format, float act_clip, const float* x, int64_t T, int64_t cols,
+                          float* xq);
 // INT8 route, one token: codes[cols] and the scale used (dynamic absmax/127 or w.act_static_scale).
 void quantize_activation_int8(const WeightMatrix& w, const float* x, int8_t* codes, float* scale);
 // INT4 route, one token, the definition (scalar): amax = max |x_i| over the finite x_i, s = amax * clip / 7,

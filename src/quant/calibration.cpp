@@ -384,7 +384,7 @@ void CalibStream::advance() {
   ++next_;
 }
 
-SiteStats CalibStream::head_stats(bool gram) const {
+SiteStats CalibStream::head_stats(bool gram, bool cross) const {
   if (next_ != m_.config.n_layers)
     fail("quant", "CalibStream: head statistics need every layer streamed (at layer " +
                       std::to_string(next_) + " of " + std::to_string(m_.config.n_layers) + ")");
@@ -397,7 +397,7 @@ SiteStats CalibStream::head_stats(bool gram) const {
     xn.resize(static_cast<size_t>(T * D));
     rms_norm(states_[b].data(), m_.weights.final_norm.data(), xn.data(), T, D, m_.config.norm_eps);
     st.add(xn.data(), T, D);
-    if (float_reference() && gram) {
+    if (float_reference() && gram && cross) {
       xr.resize(static_cast<size_t>(T * D));
       rms_norm(ref_states_[b].data(), m_.weights.final_norm.data(), xr.data(), T, D, m_.config.norm_eps);
       st.add_cross(xr.data(), xn.data(), T, D);

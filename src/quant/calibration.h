@@ -43,7 +43,7 @@ struct SiteStats {
   // [cols, cols] sum over tokens of x_ref x^T, when requested (else empty): x_ref is the float model's input
   // at this site for the same token, x the input add() saw (GPTQ's float target, gptq.h)
   Eigen::MatrixXf cross;
-  bool want_gram = false, want_acts = false, want_cross = false;
+  bool want_gram = false, want_acts = false;
 
   void add(const float* x, int64_t T, int64_t c);
   // cross += X_ref^T X for the T tokens add() saw last (x_ref, x: [T, c]).
@@ -103,8 +103,9 @@ class CalibStream {
   // Runs next_layer() with its current (by now quantized) weights: the stream moves to the next layer.
   void advance();
   // Once every layer has been streamed: statistics of the classifier's input (the final RMSNorm of the
-  // stream), the lm_head's Gram matrix and importance; with a float reference and gram, also `cross`.
-  SiteStats head_stats(bool gram) const;
+  // stream), the lm_head's Gram matrix and importance; with a float reference, gram and `cross`, also
+  // SiteStats::cross.
+  SiteStats head_stats(bool gram, bool cross = true) const;
   bool float_reference() const { return !ref_states_.empty(); }
 
  private:

@@ -135,13 +135,10 @@ WeightMatrix quantize_one(Ctx& cx, const TensorPlan& p, const std::vector<float>
   Timer tq;
   if (a == Algorithm::Gptq) {
     GptqOptions go{cx.r.gptq_block, cx.r.gptq_damp, cx.r.gptq_act_order, nvfp4_amax};
-    if (ss->cross.size() > 0) {  // the float target: GPTQ of the least-squares fit W' (gptq.h)
-      const std::vector<float> fit =
-          fit_float_target(w.data(), p.rows, p.cols, ss->gram, ss->cross, cx.r.gptq_target_damp);
-      q = gptq_quantize(fit.data(), p.rows, p.cols, ss->gram, s, go);
-    } else {
-      q = gptq_quantize(w.data(), p.rows, p.cols, ss->gram, s, go);
-    }
+    std::vector<float> fit;  // the float target: GPTQ of the least-squares fit W' (gptq.h)
+    if (ss->cross.size() > 0)
+      fit = fit_float_target(w.data(), p.rows, p.cols, ss->gram, ss->cross, cx.r.gptq_target_damp);
+    q = gptq_quantize(fit.empty() ? w.data() : fit.data(), p.rows, p.cols, ss->gram, s, go);
   } else {
     q = quantize_matrix(w.data(), p.rows, p.cols, s, importance, nvfp4_amax);
   }
@@ -211,11 +208,7 @@ ActRoute layer_act_route(const Ctx& cx, int l) {
   if (!any) return {};
   return [site_act](ActSite site, const float* x, int64_t T, int64_t cols, float* xq) {
     const ActivationSpec& a = site_act[static_cast<size_t>(site_index(site))];
-    WeightMatrix w;  // only the activation route and the width matter to quantize_activations
-    w.cols = cols;
-    w.act_format = a.enabled() ? a.format : FormatId::F32;
-    w.act_clip = a.clip;
-    quantize_activations(w, x, T, xq);
+    quantize_activations(a.format, a.clip, x, T, cols, xq);
   };
 }
 
@@ -687,10 +680,9 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
       tc.reset();
       if (stream) {
         if (!awq_float) stream->advance();  // the last layer, quantized (AWQ's stream has moved already)
-        head = stream->head_stats(true);
         // A tied embedding is also the input's gather: fitted to lm_head's inputs it would change the
-        // embedding of every token; it keeps GPTQ's own objective.
-        if (tied_same) head.cross.resize(0, 0);
+        // embedding of every token; it keeps GPTQ's own objective (no cross statistics).
+        head = stream->head_stats(true, !tied_same);
       } else {
         head = head_input_stats(m, *o.calib, false, o.batch_seqs);
       }

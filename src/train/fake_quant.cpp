@@ -14,15 +14,10 @@
 namespace lowbit::train {
 
 namespace {
-// Every row of x [T, n] replaced by what matmul's activation route `format` multiplies. The route reads only
-// the format, the clip and the width of the matrix it feeds.
+// Every row of x [T, n] replaced by what matmul's activation route `format` multiplies.
 void fake_quant_route(FormatId format, float* x, int64_t T, int64_t n, float clip) {
-  WeightMatrix w;
-  w.cols = n;
-  w.act_format = format;
-  w.act_clip = clip;
   std::vector<float> out(static_cast<size_t>(T * n));
-  quantize_activations(w, x, T, out.data());
+  quantize_activations(format, clip, x, T, n, out.data());
   std::copy(out.begin(), out.end(), x);
 }
 }  // namespace

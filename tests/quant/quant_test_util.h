@@ -25,6 +25,8 @@
 #include "model/fixture.h"
 #include "model/model.h"
 #include "quant/calibration.h"
+#include "quant/quantizer.h"
+#include "quant/recipe.h"
 
 namespace lowbit::quant::testing {
 
@@ -132,6 +134,29 @@ inline CalibData random_calib(const Model& m, int samples, int length, uint64_t 
   for (int s = 0; s < samples; ++s)
     d.seqs.push_back(test_tokens(m.config.vocab_size, length, seed * 1000 + s));
   return d;
+}
+
+// make_random_model(seed) quantized by `recipe` (the --recipe form) on the calibration windows `calib`.
+inline std::unique_ptr<Model> quantized_random_model(uint64_t seed, const std::string& recipe,
+                                                     const CalibData& calib) {
+  auto m = make_random_model(seed);
+  QuantizeOptions o;
+  o.calib = &calib;
+  o.progress = false;
+  quantize_model(*m, parse_recipe_arg(recipe), o);
+  return m;
+}
+
+// Mean squared difference of two models' logits over the token sequences.
+inline double mean_sq_logit_error(const Model& a, const Model& b,
+                                  const std::vector<std::vector<int32_t>>& seqs) {
+  double e = 0, n = 0;
+  for (const auto& seq : seqs) {
+    auto la = logits_of(a, seq), lb = logits_of(b, seq);
+    for (size_t i = 0; i < la.size(); ++i) e += (la[i] - lb[i]) * (la[i] - lb[i]);
+    n += static_cast<double>(la.size());
+  }
+  return e / n;
 }
 
 inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {

@@ -362,18 +362,10 @@ TEST(Quantizer, RtnMatchesQuantizeMatrixExactly) {
 TEST(Quantizer, GptqAndAwqBeatRtnOnCalibrationOutputError) {
   auto base = make_random_model(4);
   auto calib = testing::random_calib(*base, 8, 48, 2);
+  // Mean squared logit error vs the float model on held-out tokens.
+  const std::vector<std::vector<int32_t>> held_out = {testing::test_tokens(base->config.vocab_size, 40, 77)};
   auto run = [&](const std::string& recipe) {
-    auto m = make_random_model(4);
-    QuantizeOptions o;
-    o.calib = &calib;
-    o.progress = false;
-    quantize_model(*m, parse_recipe_arg(recipe), o);
-    // Mean squared logit error vs the float model on held-out tokens.
-    auto toks = testing::test_tokens(m->config.vocab_size, 40, 77);
-    auto a = testing::logits_of(*base, toks), b = testing::logits_of(*m, toks);
-    double e = 0;
-    for (size_t i = 0; i < a.size(); ++i) e += (a[i] - b[i]) * (a[i] - b[i]);
-    return e / a.size();
+    return testing::mean_sq_logit_error(*base, *testing::quantized_random_model(4, recipe, calib), held_out);
   };
   const double rtn = run("int3:g32:sym");
   const double gptq = run("int3:g32:sym,algo=gptq");

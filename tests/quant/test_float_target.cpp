@@ -177,6 +177,7 @@ TEST(CalibStream, FloatReferencePairsTheFloatModelsInputsWithTheStreams) {
   const SiteStats h = stream.head_stats(true);
   EXPECT_EQ(h.cross.rows(), m->config.dim);
   EXPECT_GT((h.cross - h.gram).cwiseAbs().maxCoeff(), 0.0f);
+  EXPECT_EQ(stream.head_stats(true, false).cross.size(), 0) << "cross statistics not asked for";
   CalibStream plain(*m, calib, 8);
   EXPECT_THROW(stream.stats(true), Error) << "every layer is streamed";
   EXPECT_EQ(plain.stats(true).sites[0].cross.size(), 0) << "no float reference, no cross";
@@ -206,18 +207,8 @@ TEST(Quantizer, GptqFloatTargetLowersTheCalibrationLogitError) {
   auto base = make_random_model(4);
   auto calib = testing::random_calib(*base, 8, 48, 2);
   auto run = [&](const std::string& recipe) {
-    auto m = make_random_model(4);
-    QuantizeOptions o;
-    o.calib = &calib;
-    o.progress = false;
-    quantize_model(*m, parse_recipe_arg(recipe), o);
-    double e = 0, n = 0;
-    for (const auto& seq : calib.seqs) {
-      auto a = testing::logits_of(*base, seq), b = testing::logits_of(*m, seq);
-      for (size_t i = 0; i < a.size(); ++i) e += (a[i] - b[i]) * (a[i] - b[i]);
-      n += static_cast<double>(a.size());
-    }
-    return e / n;
+    return testing::mean_sq_logit_error(*base, *testing::quantized_random_model(4, recipe, calib),
+                                        calib.seqs);
   };
   for (const std::string r : {"int3:g32:sym,algo=gptq", "int4:g32:sym,act=int4,algo=gptq"}) {
     const double layer = run(r), flt = run(r + ",target=float");
