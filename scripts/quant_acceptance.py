@@ -11,7 +11,7 @@ Everything goes through the CLI: `lowbit eval ppl --save-baseline` (float32), `l
 
 Usage: scripts/quant_acceptance.py [--lowbit build/apps/lowbit/lowbit] [--shared ../shared] [--chunks 24]
                                    [--model kjv|stories260K] [--out out/quant_acceptance]
-                                   [--set ptq|rotations|nonuniform|kquants] [--only LABEL_TEXT ...]
+                                   [--set ptq|rotations|nonuniform|kquants|tune] [--only LABEL_TEXT ...]
 Prints one markdown table per model; keeps checkpoints and JSON under --out.
 """
 import argparse
@@ -108,6 +108,16 @@ for scheme in ("q2_k", "q3_k", "iq4_xs", "q4_k", "q5_k", "q6_k"):
     for algo, label in (("", "RTN"), ("imatrix", "imatrix-RTN"), ("gptq", "GPTQ")):
         KQUANT_RECIPES.append((label + " " + scheme, scheme + (",algo=" + algo if algo else "")))
 
+# --set tune: scale tuning after quantization (tune=STEPS, docs/quant.md "Scale tuning") next to the same recipe
+# without it.
+TUNE_RECIPES = []
+for label, recipe in (("W4A16 GPTQ", "W4A16,algo=gptq"), ("GPTQ int4:g32:sym", "int4:g32:sym,algo=gptq"),
+                      ("W4A4KV4 NVFP4 act. GPTQ", "W4A4KV4,act=nvfp4,algo=gptq"),
+                      ("W4A4KV4 NVFP4 act. QuaRot+GPTQ", "W4A4KV4,act=nvfp4,rotate=quarot,algo=gptq")):
+    TUNE_RECIPES.append((label, recipe))
+    for steps in (32, 96):
+        TUNE_RECIPES.append((label + " + tune %d" % steps, recipe + ",tune=%d" % steps))
+
 
 def kv_args(recipe, r3):
     """The run-time KV cache a recipe's KV width asks for (the checkpoint records it; eval takes it as a flag)."""
@@ -170,15 +180,15 @@ def main():
     ap.add_argument("--chunks", type=int, default=24, help="evaluation windows of 256 tokens per text")
     ap.add_argument("--model", action="append", choices=sorted(MODELS))
     ap.add_argument("--out", default="out/quant_acceptance")
-    ap.add_argument("--set", choices=("ptq", "rotations", "nonuniform", "kquants"), default="ptq",
+    ap.add_argument("--set", choices=("ptq", "rotations", "nonuniform", "kquants", "tune"), default="ptq",
                     help="ptq: the PTQ table; rotations: recipes with and without rotate=quarot; nonuniform: "
                     "lut2/3/4 codebooks against int3/int4 g32 and q3_k/q4_k under RTN, imatrix, GPTQ; kquants: "
-                    "q2_k..q6_k under RTN, imatrix, GPTQ")
+                    "q2_k..q6_k under RTN, imatrix, GPTQ; tune: recipes with and without scale tuning")
     ap.add_argument("--only", action="append", default=[],
                     help="run only the recipes whose label contains this text (repeatable), e.g. SpinQuant")
     a = ap.parse_args()
-    recipes = {"rotations": ROTATION_RECIPES, "nonuniform": NONUNIFORM_RECIPES,
-               "kquants": KQUANT_RECIPES}.get(a.set, RECIPES)
+    recipes = {"rotations": ROTATION_RECIPES, "nonuniform": NONUNIFORM_RECIPES, "kquants": KQUANT_RECIPES,
+               "tune": TUNE_RECIPES}.get(a.set, RECIPES)
     os.makedirs(a.out, exist_ok=True)
     texts = split_texts(a.shared, a.out)
     LB = a.lowbit

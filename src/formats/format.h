@@ -91,6 +91,11 @@ struct FormatInfo {
   // Non-affine grids (IQ4_XS): element i = scale[i] * code_values[q] + offset[i] instead, for a code q in
   // [code_min, code_max]; the values ascend. nullptr for the k-quants.
   const int8_t* code_values = nullptr;
+  // GGUF rows whose every value is proportional to one or two fp16 numbers of its block (d, and dmin / m
+  // where the block has mins): their byte offsets in the block, -1 = none. Multiplying them by one factor
+  // multiplies the block's values by it (scale tuning, tensor/qtensor.h rescale_cells). {-1, -1} elsewhere
+  // (MXFP4's E8M0 exponent cannot take a continuous factor).
+  int scale_at[2] = {-1, -1};
 
   bool is_element() const {
     return kind == FormatKind::Float || kind == FormatKind::Int || kind == FormatKind::Lut;

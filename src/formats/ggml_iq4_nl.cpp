@@ -17,6 +17,7 @@
 // are all 0 falls back to the unweighted rule (llama.cpp would store a NaN scale there); a step beyond fp16
 // saturates to +-65504 (llama.cpp stores Inf) with the codes re-mapped under it.
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "core/half.h"
@@ -94,6 +95,7 @@ FormatInfo row_iq4_nl() {
   FormatInfo r = make_gguf_row(FormatId::IQ4_NL, "iq4_nl", ggml::IQ4_NL, 4,
                                "GGUF IQ4_NL: 32 x 4-bit non-linear grid + fp16 (4.5 bpw)", deq, quant);
   r.quantize_row_weighted = weighted;
+  r.scale_at[0] = static_cast<int>(offsetof(BlockIq4Nl, d));
   return r;
 }
 }  // namespace lowbit::formats_detail

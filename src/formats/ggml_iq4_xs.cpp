@@ -168,6 +168,7 @@ FormatInfo row_iq4_xs() {
   r.code_min = 0;
   r.code_max = 15;
   r.code_values = kIq4Grid;
+  r.scale_at[0] = static_cast<int>(offsetof(BlockIq4Xs, d));
   return r;
 }
 }  // namespace lowbit::formats_detail

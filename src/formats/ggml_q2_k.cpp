@@ -124,7 +124,10 @@ constexpr KQuantOps kOps{sizeof(BlockQ2K), 0, 3, choose, grid, pack, reference};
 }  // namespace
 
 FormatInfo row_q2_k() {
-  return make_kquant_row<kOps>(FormatId::Q2_K, "q2_k", ggml::Q2_K, 2,
-                               "GGUF Q2_K: 256-superblock, 2-bit + 4-bit scales/mins", deq);
+  FormatInfo r = make_kquant_row<kOps>(FormatId::Q2_K, "q2_k", ggml::Q2_K, 2,
+                                       "GGUF Q2_K: 256-superblock, 2-bit + 4-bit scales/mins", deq);
+  r.scale_at[0] = static_cast<int>(offsetof(BlockQ2K, d));
+  r.scale_at[1] = static_cast<int>(offsetof(BlockQ2K, dmin));
+  return r;
 }
 }  // namespace lowbit::formats_detail

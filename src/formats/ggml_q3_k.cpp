@@ -138,7 +138,9 @@ constexpr KQuantOps kOps{sizeof(BlockQ3K), -4, 3, choose, grid, pack, reference}
 }  // namespace
 
 FormatInfo row_q3_k() {
-  return make_kquant_row<kOps>(FormatId::Q3_K, "q3_k", ggml::Q3_K, 3,
-                               "GGUF Q3_K: 256-superblock, 3-bit + 6-bit scales", deq);
+  FormatInfo r = make_kquant_row<kOps>(FormatId::Q3_K, "q3_k", ggml::Q3_K, 3,
+                                       "GGUF Q3_K: 256-superblock, 3-bit + 6-bit scales", deq);
+  r.scale_at[0] = static_cast<int>(offsetof(BlockQ3K, d));
+  return r;
 }
 }  // namespace lowbit::formats_detail

@@ -7,6 +7,7 @@
 // Quantization (llama.cpp reference, byte-compatible): m = the element of largest |x| (sign kept), d = m /
 // -8, q = min(15, trunc(x / d + 8.5)), using the FP32 d (the stored fp16 d is rounded from it).
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "core/half.h"
@@ -53,7 +54,9 @@ void quant(const float* x, void* dst, int64_t n) {
 }  // namespace
 
 FormatInfo row_q4_0() {
-  return make_gguf_row(FormatId::Q4_0, "q4_0", ggml::Q4_0, 4, "GGUF Q4_0: 32 x 4-bit + fp16 scale (4.5 bpw)",
-                       deq, quant);
+  FormatInfo r = make_gguf_row(FormatId::Q4_0, "q4_0", ggml::Q4_0, 4,
+                               "GGUF Q4_0: 32 x 4-bit + fp16 scale (4.5 bpw)", deq, quant);
+  r.scale_at[0] = static_cast<int>(offsetof(BlockQ4_0, d));
+  return r;
 }
 }  // namespace lowbit::formats_detail

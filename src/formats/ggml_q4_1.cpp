@@ -6,6 +6,7 @@
 //
 // Quantization (llama.cpp's quantize_row_q4_1_ref, byte-compatible): d = (max - min) / 15, m = min (both
 // rounded to fp16 for storage), q = min(15, trunc((x - min) / d + 0.5)) using the FP32 d and min.
+#include <cstddef>
 #include <cstring>
 
 #include "core/half.h"
@@ -53,7 +54,10 @@ void quant(const float* x, void* dst, int64_t n) {
 }  // namespace
 
 FormatInfo row_q4_1() {
-  return make_gguf_row(FormatId::Q4_1, "q4_1", ggml::Q4_1, 4,
-                       "GGUF Q4_1: 32 x 4-bit + fp16 scale and min (5.0 bpw)", deq, quant);
+  FormatInfo r = make_gguf_row(FormatId::Q4_1, "q4_1", ggml::Q4_1, 4,
+                               "GGUF Q4_1: 32 x 4-bit + fp16 scale and min (5.0 bpw)", deq, quant);
+  r.scale_at[0] = static_cast<int>(offsetof(BlockQ4_1, d));
+  r.scale_at[1] = static_cast<int>(offsetof(BlockQ4_1, m));
+  return r;
 }
 }  // namespace lowbit::formats_detail

@@ -76,7 +76,10 @@ constexpr KQuantOps kOps{sizeof(BlockQ4K), 0, 15, choose, grid, pack, reference}
 }  // namespace
 
 FormatInfo row_q4_k() {
-  return make_kquant_row<kOps>(FormatId::Q4_K, "q4_k", ggml::Q4_K, 4,
-                               "GGUF Q4_K: 256-superblock, 4-bit + 6-bit scales/mins (4.5 bpw)", deq);
+  FormatInfo r = make_kquant_row<kOps>(FormatId::Q4_K, "q4_k", ggml::Q4_K, 4,
+                                       "GGUF Q4_K: 256-superblock, 4-bit + 6-bit scales/mins (4.5 bpw)", deq);
+  r.scale_at[0] = static_cast<int>(offsetof(BlockQ4K, d));
+  r.scale_at[1] = static_cast<int>(offsetof(BlockQ4K, dmin));
+  return r;
 }
 }  // namespace lowbit::formats_detail

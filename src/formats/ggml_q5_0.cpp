@@ -9,6 +9,7 @@
 // Quantization (llama.cpp's quantize_row_q5_0_ref, byte-compatible): m = the element of largest |x| (sign
 // kept), d = m / -16, q = min(31, trunc(x / d + 16.5)) using the FP32 d (stored rounded to fp16).
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "core/half.h"
@@ -62,7 +63,9 @@ void quant(const float* x, void* dst, int64_t n) {
 }  // namespace
 
 FormatInfo row_q5_0() {
-  return make_gguf_row(FormatId::Q5_0, "q5_0", ggml::Q5_0, 5, "GGUF Q5_0: 32 x 5-bit + fp16 scale (5.5 bpw)",
-                       deq, quant);
+  FormatInfo r = make_gguf_row(FormatId::Q5_0, "q5_0", ggml::Q5_0, 5,
+                               "GGUF Q5_0: 32 x 5-bit + fp16 scale (5.5 bpw)", deq, quant);
+  r.scale_at[0] = static_cast<int>(offsetof(BlockQ5_0, d));
+  return r;
 }
 }  // namespace lowbit::formats_detail

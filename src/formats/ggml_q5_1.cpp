@@ -7,6 +7,7 @@
 // Quantization (llama.cpp's quantize_row_q5_1_ref, byte-compatible): d = (max - min) / 31, m = min (both
 // rounded to fp16 for storage), q = trunc((x - min) / d + 0.5) using the FP32 d and min (the reference does
 // not clamp; q <= 31 holds for finite input).
+#include <cstddef>
 #include <cstring>
 
 #include "core/half.h"
@@ -61,7 +62,10 @@ void quant(const float* x, void* dst, int64_t n) {
 }  // namespace
 
 FormatInfo row_q5_1() {
-  return make_gguf_row(FormatId::Q5_1, "q5_1", ggml::Q5_1, 5,
-                       "GGUF Q5_1: 32 x 5-bit + fp16 scale and min (6.0 bpw)", deq, quant);
+  FormatInfo r = make_gguf_row(FormatId::Q5_1, "q5_1", ggml::Q5_1, 5,
+                               "GGUF Q5_1: 32 x 5-bit + fp16 scale and min (6.0 bpw)", deq, quant);
+  r.scale_at[0] = static_cast<int>(offsetof(BlockQ5_1, d));
+  r.scale_at[1] = static_cast<int>(offsetof(BlockQ5_1, m));
+  return r;
 }
 }  // namespace lowbit::formats_detail

@@ -80,7 +80,10 @@ constexpr KQuantOps kOps{sizeof(BlockQ5K), 0, 31, choose, grid, pack, reference}
 }  // namespace
 
 FormatInfo row_q5_k() {
-  return make_kquant_row<kOps>(FormatId::Q5_K, "q5_k", ggml::Q5_K, 5,
-                               "GGUF Q5_K: 256-superblock, 5-bit + 6-bit scales/mins", deq);
+  FormatInfo r = make_kquant_row<kOps>(FormatId::Q5_K, "q5_k", ggml::Q5_K, 5,
+                                       "GGUF Q5_K: 256-superblock, 5-bit + 6-bit scales/mins", deq);
+  r.scale_at[0] = static_cast<int>(offsetof(BlockQ5K, d));
+  r.scale_at[1] = static_cast<int>(offsetof(BlockQ5K, dmin));
+  return r;
 }
 }  // namespace lowbit::formats_detail

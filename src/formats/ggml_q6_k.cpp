@@ -123,7 +123,9 @@ constexpr KQuantOps kOps{sizeof(BlockQ6K), -32, 31, choose, grid, pack, referenc
 }  // namespace
 
 FormatInfo row_q6_k() {
-  return make_kquant_row<kOps>(FormatId::Q6_K, "q6_k", ggml::Q6_K, 6,
-                               "GGUF Q6_K: 256-superblock, 6-bit + int8 scales", deq);
+  FormatInfo r = make_kquant_row<kOps>(FormatId::Q6_K, "q6_k", ggml::Q6_K, 6,
+                                       "GGUF Q6_K: 256-superblock, 6-bit + int8 scales", deq);
+  r.scale_at[0] = static_cast<int>(offsetof(BlockQ6K, d));
+  return r;
 }
 }  // namespace lowbit::formats_detail

@@ -6,6 +6,7 @@
 // Quantization (llama.cpp reference, byte-compatible): d = absmax / 127, q = roundf(x / d) -- note roundf
 // rounds half AWAY from zero here (llama.cpp's choice), unlike lowbit's own INT8 (half to even).
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "core/half.h"
@@ -46,7 +47,9 @@ void quant(const float* x, void* dst, int64_t n) {
 }  // namespace
 
 FormatInfo row_q8_0() {
-  return make_gguf_row(FormatId::Q8_0, "q8_0", ggml::Q8_0, 8, "GGUF Q8_0: 32 x int8 + fp16 scale (8.5 bpw)",
-                       deq, quant);
+  FormatInfo r = make_gguf_row(FormatId::Q8_0, "q8_0", ggml::Q8_0, 8,
+                               "GGUF Q8_0: 32 x int8 + fp16 scale (8.5 bpw)", deq, quant);
+  r.scale_at[0] = static_cast<int>(offsetof(BlockQ8_0, d));
+  return r;
 }
 }  // namespace lowbit::formats_detail

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -23,6 +24,7 @@
 #include "quant/duquant.h"
 #include "quant/gptq.h"
 #include "quant/rotate.h"
+#include "quant/tune.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lowbit::quant {
@@ -444,6 +446,7 @@ nlohmann::json QuantReport::to_json() const {
           {"tied_embeddings", tied_embeddings},
           {"rotation", rotation},
           {"budget", budget},
+          {"tune", tune},
           {"summary",
            {{"quantized_tensors", nq},
             {"tensors", static_cast<int64_t>(tensors.size())},
@@ -454,7 +457,8 @@ nlohmann::json QuantReport::to_json() const {
              {{"calibration", phase_seconds.calibration},
               {"search", phase_seconds.search},
               {"quantize", phase_seconds.quantize},
-              {"report", phase_seconds.report}}},
+              {"report", phase_seconds.report},
+              {"tune", phase_seconds.tune}}},
             {"peak_rss_bytes", peak_rss_bytes}}}};
 }
 
@@ -517,6 +521,15 @@ std::string QuantReport::summary_table() const {
        << "): norms folded, R1 " << kind("r1") << ", R2 " << kind("r2") << ", R4 "
        << (rotation["r4"].is_null() ? "off" : "online hadamard")
        << (rotation["untied_embeddings"].get<bool>() ? ", tied embeddings untied" : "") << "\n";
+  }
+  if (!tune.is_null()) {
+    std::snprintf(buf, sizeof buf,
+                  "scale tuning: KL from the float model on the calibration text %.6f -> %.6f nats/token "
+                  "(%d Adam steps, %lld factors, %.1f s)\n",
+                  tune["loss_before"].get<double>(), tune["loss_after"].get<double>(),
+                  tune["steps"].get<int>(), static_cast<long long>(tune["parameters"].get<int64_t>()),
+                  tune["seconds"].get<double>());
+    os << buf;
   }
   for (auto& w : warnings) os << "warning: " << w << "\n";
   return os.str();
@@ -590,6 +603,10 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
     named = m.weights.named_matrices();
     mats = std::map<std::string, WeightMatrix*>(named.begin(), named.end());
   }
+  // Scale tuning's teacher: the network as it is now (rotated where the recipe rotates), before any matrix
+  // is quantized. A copy of the handles; the float storage stays alive until tuning ends.
+  std::optional<Model> reference;
+  if (r.tune.enabled()) reference.emplace(m);
   if (r.needs_calibration() && !o.calib)
     throw UsageError("quant", "recipe '" + r.name + "' (" + std::string(r.smoothquant ? "smoothquant+" : "") +
                                   algorithm_name(r.algorithm) + (r.kv.enabled() ? ", KV scales" : "") +
@@ -747,6 +764,12 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
       tr.bpw = dense_bits(*wm);
       tr.bytes = static_cast<int64_t>(wm->nbytes());
     }
+  }
+  if (reference) {
+    Timer tt;
+    rep.tune = tune_quantized(*reference, m, r, o.calib->seqs);
+    rep.phase_seconds.tune += tt.seconds();
+    reference.reset();
   }
   rep.tied_embeddings = m.weights.tied();
   rep.seconds = timer.seconds();

@@ -66,13 +66,14 @@ struct QuantReport {
   bool tied_embeddings = false;  // lm_head shares tok_embed's storage (counted once)
   nlohmann::json rotation;       // quant/rotate.h's record when the recipe rotates the model, else null
   nlohmann::json budget;         // quant/budget.h's allocation (lowbit quantize --budget), else null
+  nlohmann::json tune;           // quant/tune.h's record when the recipe tunes scales (tune=STEPS), else null
   double seconds = 0;
   uint64_t peak_rss_bytes = 0;
   // Where the seconds went (wall time): calibration forwards and statistics, the AWQ / SmoothQuant scale
   // search and SpinQuant's rotation training, quantization itself (GPTQ, RTN and its clip search), and the
-  // output-error report rows.
+  // output-error report rows, and scale tuning.
   struct Phases {
-    double calibration = 0, search = 0, quantize = 0, report = 0;
+    double calibration = 0, search = 0, quantize = 0, report = 0, tune = 0;
   } phase_seconds;
 
   // Bits per weight over the quantized matrices only, and over every weight matrix (dense ones at their

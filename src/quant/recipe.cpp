@@ -133,7 +133,7 @@ const char* algorithm_name(Algorithm a) {
 bool Recipe::needs_calibration() const {
   return algorithm == Algorithm::Gptq || algorithm == Algorithm::Awq || algorithm == Algorithm::Imatrix ||
          smoothquant || (act.enabled() && !act.dynamic) || kv.enabled() || rotation.method == "spinquant" ||
-         rotation.method == "duquant";
+         rotation.method == "duquant" || tune.enabled();
 }
 
 std::vector<std::string> preset_names() {
@@ -293,6 +293,9 @@ nlohmann::json Recipe::to_json() const {
                           {"loss", rotation.spin_loss}});
   if (rotation.method == "duquant")
     j["rotation"].update({{"block", rotation.duquant_block}, {"greedy_steps", rotation.duquant_steps}});
+  j["tune"] = tune.enabled()
+                  ? json{{"steps", tune.steps}, {"lr", tune.lr}, {"batch", tune.batch}, {"norms", tune.norms}}
+                  : json(nullptr);
   if (!notes.empty()) j["notes"] = notes;
   return j;
 }
@@ -354,7 +357,7 @@ RotationSpec rotation_from_json(const json& j, const std::string& where) {
 Recipe recipe_from_json(const json& j, const std::string& where) {
   check_keys(j,
              {"name", "preset", "scheme", "algorithm", "activations", "kv_cache", "overrides", "ignore",
-              "calibration", "gptq", "awq", "smoothquant", "unquantized_dtype", "rotation", "notes"},
+              "calibration", "gptq", "awq", "smoothquant", "unquantized_dtype", "rotation", "tune", "notes"},
              where);
   Recipe r;
   bool have_scheme = false;
@@ -482,6 +485,19 @@ Recipe recipe_from_json(const json& j, const std::string& where) {
   if (j.contains("unquantized_dtype"))
     r.unquantized_dtype = get_as<std::string>(j, "unquantized_dtype", where);
   if (j.contains("rotation")) r.rotation = rotation_from_json(j["rotation"], where + ".rotation");
+  if (j.contains("tune") && !j["tune"].is_null()) {
+    const json& t = j["tune"];
+    const std::string w = where + ".tune";
+    if (!t.is_object()) usage(w + " must be null or {\"steps\", \"lr\", \"batch\", \"norms\"}");
+    check_keys(t, {"steps", "lr", "batch", "norms"}, w);
+    r.tune.steps = t.contains("steps") ? get_as<int>(t, "steps", w) : 64;
+    if (t.contains("lr")) r.tune.lr = get_as<double>(t, "lr", w);
+    if (t.contains("batch")) r.tune.batch = get_as<int>(t, "batch", w);
+    if (t.contains("norms")) r.tune.norms = get_as<bool>(t, "norms", w);
+    if (r.tune.steps < 1 || r.tune.steps > 100000) usage(w + ".steps must be in [1, 100000], e.g. 64");
+    if (!(r.tune.lr > 0 && r.tune.lr <= 1)) usage(w + ".lr must be in (0, 1], e.g. 0.001");
+    if (r.tune.batch < 1 || r.tune.batch > 4096) usage(w + ".batch must be in [1, 4096], e.g. 4");
+  }
   if (j.contains("notes") && j["notes"].is_array())
     for (auto& n : j["notes"])
       if (n.is_string()) r.notes.push_back(n.get<std::string>());
@@ -557,6 +573,7 @@ Recipe parse_recipe_arg(const std::string& arg) {
   std::string spin_key;            // a spin_* key, which needs rotate=spinquant (given in any order)
   bool target_damp_given = false;  // target_damp= needs target=float (given in any order)
   std::string duquant_key;         // likewise a duquant_* key, rotate=duquant
+  std::string tune_key;            // a tune_* key, which needs tune=STEPS
   std::optional<int> group_override;
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
@@ -652,17 +669,32 @@ Recipe parse_recipe_arg(const std::string& arg) {
       r->rotation.duquant_block = static_cast<int64_t>(integer("duquant_block", 1, 1 << 20));
     else if (k == "duquant_steps")
       r->rotation.duquant_steps = static_cast<int>(integer("duquant_steps", 0, 4096));
+    else if (k == "tune")
+      r->tune.steps = static_cast<int>(integer("tune", 0, 100000));
+    else if (k == "tune_lr" && num("tune_lr") > 0 && num("tune_lr") <= 1)
+      r->tune.lr = num("tune_lr");
+    else if (k == "tune_lr")
+      usage("--recipe '" + arg + "': tune_lr '" + v + "' must be in (0, 1], e.g. 0.001");
+    else if (k == "tune_batch")
+      r->tune.batch = static_cast<int>(integer("tune_batch", 1, 4096));
+    else if (k == "tune_norms")
+      r->tune.norms = flag("tune_norms");
     else
-      usage("--recipe '" + arg + "': unknown key '" + k +
-            "'; known: algo, scheme, group, act, act_clip, act_static, kv, kv_strategy, alpha, samples, "
-            "length, seed, "
-            "calib, act_order, damp, target, target_damp, clip, ignore, dtype, rotate, rotate_seed, "
-            "rotate_r1, rotate_r2, "
-            "rotate_r4, "
-            "rotate_factors, spin_steps, spin_lr, spin_tokens, spin_loss, duquant_block, duquant_steps");
+      usage(
+          "--recipe '" + arg + "': unknown key '" + k +
+          "'; known: algo, scheme, group, act, act_clip, act_static, kv, kv_strategy, alpha, samples, "
+          "length, seed, "
+          "calib, act_order, damp, target, target_damp, clip, ignore, dtype, rotate, rotate_seed, "
+          "rotate_r1, rotate_r2, "
+          "rotate_r4, "
+          "rotate_factors, spin_steps, spin_lr, spin_tokens, spin_loss, duquant_block, duquant_steps, tune, "
+          "tune_lr, tune_batch, tune_norms");
     if (k.rfind("spin_", 0) == 0) spin_key = k;
     if (k.rfind("duquant_", 0) == 0) duquant_key = k;
+    if (k.rfind("tune_", 0) == 0) tune_key = k;
   }
+  if (!tune_key.empty() && !r->tune.enabled())
+    usage("--recipe '" + arg + "': " + tune_key + " shapes scale tuning; add tune=STEPS (e.g. tune=64)");
   if (!spin_key.empty() && r->rotation.method != "spinquant")
     usage("--recipe '" + arg + "': " + spin_key + " trains SpinQuant's rotations; add rotate=spinquant");
   if (target_damp_given && r->gptq_target != "float")

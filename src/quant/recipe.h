@@ -8,7 +8,7 @@
 // act=int4, act=nvfp4, act_clip=0.9, act_static=1, kv=e4m3, kv_strategy=head, alpha=0.5, samples=32,
 // length=256, seed=0, calib=FILE, ignore=PATTERN, rotate=quarot|spinquant|duquant, rotate_seed=0,
 // rotate_r1=1, rotate_r2=1, rotate_r4=1, rotate_factors=FILE, spin_steps=24, spin_lr=1.5, spin_tokens=2048,
-// spin_loss=kl|ce, duquant_block=128, duquant_steps=8.
+// spin_loss=kl|ce, duquant_block=128, duquant_steps=8, tune=64, tune_lr=0.001, tune_batch=4, tune_norms=1.
 //
 // JSON form (every key optional except that some scheme must result; unknown keys are named in the error):
 //   { "name": "...", "preset": "W4A16", "scheme": "int4:g32:sym:f16", "algorithm": "gptq",
@@ -25,7 +25,8 @@
 //     "rotation": null | "quarot" | {"method": "quarot", "seed": 0, "r1": true, "r2": true, "r4": true,
 //                                    "factors": "hadamards.safetensors"}
 //                 | {"method": "spinquant", ..., "steps": 24, "lr": 1.5, "tokens": 2048, "loss": "kl"}
-//                 | {"method": "duquant", ..., "block": 128, "greedy_steps": 8} }
+//                 | {"method": "duquant", ..., "block": 128, "greedy_steps": 8},
+//     "tune": null | {"steps": 64, "lr": 0.001, "batch": 4, "norms": true} }
 // Patterns match a matrix's lowbit name ("layers.3.wq", "lm_head", "tok_embed") or its Hugging Face module
 // name
 // ("model.layers.3.self_attn.q_proj"); "re:" prefix = regular expression (compressed-tensors style),
@@ -97,6 +98,16 @@ struct TensorRule {
   std::string reason;   // ignore rules: why the tensor stays unquantized
 };
 
+// Scale tuning after quantization (train/tune_scales.h): Adam on the stored scales and the RMSNorm gammas,
+// minimising the KL divergence from the float model on the calibration windows. steps = 0: off.
+struct TuneSpec {
+  int steps = 0;
+  double lr = 1e-3;
+  int batch = 4;      // calibration windows per step
+  bool norms = true;  // tune the RMSNorm gammas too
+  bool enabled() const { return steps > 0; }
+};
+
 struct Recipe {
   std::string name;     // preset or file name, for reports
   QuantScheme weights;  // default scheme for every decoder linear layer
@@ -122,6 +133,7 @@ struct Recipe {
   std::vector<TensorRule> ignore;            // default: tok_embed and lm_head
   std::string unquantized_dtype = "source";  // source | f32 | f16 | bf16
   RotationSpec rotation;
+  TuneSpec tune;
   std::vector<std::string> notes;  // what the shorthand left unstated and how it was filled in
 
   bool needs_calibration() const;  // algorithm / smoothquant / static activations / KV scales / imatrix

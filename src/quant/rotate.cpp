@@ -1,8 +1,6 @@
 // QuaRot-style offline rotation (see rotate.h).
 #include "quant/rotate.h"
 
-#include <dlfcn.h>
-
 #include <cstdlib>
 
 #include <Eigen/Dense>
@@ -15,6 +13,7 @@
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
 #include "kv/kv_rotation.h"
+#include "quant/train_library.h"
 #include "train/spinquant.h"
 
 namespace lowbit::quant {
@@ -264,35 +263,6 @@ json rotate_model(Model& m, const RotationSpec& s) {
   return rec;
 }
 
-namespace {
-// The train library (libtorch), opened on first use: only a SpinQuant run pays for loading torch.
-// LOWBIT_TRAIN_LIBRARY in the environment names another copy of it.
-train::LearnRotationsFn train_library() {
-  static const train::LearnRotationsFn fn = [] {
-    const char* env = std::getenv("LOWBIT_TRAIN_LIBRARY");
-    const std::string path = env && *env ? env : LOWBIT_TRAIN_LIBRARY;
-    if (path.empty())
-      throw UsageError("quant",
-                       "rotate=spinquant needs lowbit's train library (libtorch), and this build has none "
-                       "(configured with -DLOWBIT_BUILD_TRAIN=OFF); build with scripts/setup.sh or point "
-                       "LOWBIT_TRAIN_LIBRARY at liblowbit_train.so");
-    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-      throw UsageError("quant",
-                       std::string("rotate=spinquant needs lowbit's train library (libtorch), which did "
-                                   "not load: ") +
-                           dlerror() +
-                           "; build lowbit with scripts/setup.sh (libtorch-dev) or point "
-                           "LOWBIT_TRAIN_LIBRARY at liblowbit_train.so");
-    auto entry = reinterpret_cast<train::LearnRotationsFn (*)()>(dlsym(h, "lowbit_train_entry"));
-    if (!entry)
-      throw UsageError("quant", "'" + path + "' has no lowbit_train_entry: not lowbit's train library");
-    return entry();
-  }();
-  return fn;
-}
-}  // namespace
-
 json learn_spinquant(const Model& m, const Recipe& r, const std::vector<std::vector<int32_t>>& windows,
                      RotationSpec* s) {
   const ModelConfig& c = m.config;
@@ -313,12 +283,11 @@ json learn_spinquant(const Model& m, const Recipe& r, const std::vector<std::vec
   // format with the cache's own Hadamard (R3, `+rot`) as `lowbit eval --kv-cache int4+rot` runs it.
   if (r.act.format == FormatId::INT4 || r.act.format == FormatId::NVFP4) o.act = r.act.format;
   o.act_clip = r.act.clip;
-  if (r.kv.format == FormatId::INT4 || r.kv.format == FormatId::INT8)
-    o.kv_cache = std::string(r.kv.format == FormatId::INT4 ? "int4" : "int8") +
-                 (kv_rotation_supported(c.head_dim) ? "+rot" : "");
+  o.kv_cache = fake_quant_kv_spec(r, c);
   json record;
-  train::SpinResult res =
-      train_library()(m, windows, s->r1_matrix, s->r2_matrix, r4 ? &*r4 : nullptr, o, &record);
+  static const auto learn = reinterpret_cast<train::LearnRotationsFn (*)()>(
+      train_symbol("lowbit_train_entry", "rotate=spinquant"))();
+  train::SpinResult res = learn(m, windows, s->r1_matrix, s->r2_matrix, r4 ? &*r4 : nullptr, o, &record);
   s->r1_matrix = std::move(res.r1);
   s->r2_matrix = std::move(res.r2);
   return record;

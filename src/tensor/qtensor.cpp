@@ -465,6 +465,60 @@ QuantizedMatrix quantized_from_gguf(int ggml_type, int64_t rows, int64_t cols, c
   return q;
 }
 
+ScaleGrid rescale_grid(const QuantizedMatrix& q) {
+  const FormatInfo& fi = q.scheme.info();
+  if (!q.input_perm.empty() || q.rows <= 0 || q.cols <= 0) return {};
+  if (fi.is_gguf()) {
+    if (fi.scale_at[0] < 0 || fi.block_elems <= 0) return {};
+    return ScaleGrid{q.rows, q.cols / fi.block_elems, 1, fi.block_elems};
+  }
+  if (is_plain_fmt(fi.id) || q.scheme.double_quant || q.grid.cells() == 0) return {};
+  const ScaleType st = q.scheme.scale_type;
+  if (st != ScaleType::F32 && st != ScaleType::F16 && st != ScaleType::BF16) return {};
+  if (format_info(q.elem).kind == FormatKind::Codebook) return ScaleGrid{q.rows, 1, 1, q.cols};
+  return q.grid;
+}
+
+QuantizedMatrix rescale_cells(const QuantizedMatrix& q, const float* mult) {
+  const ScaleGrid g = rescale_grid(q);
+  if (g.cells() == 0)
+    throw UsageError("tensor", "a " + to_string(q.scheme) +
+                                   " matrix stores no scales that a factor can move; leave it out of scale "
+                                   "tuning");
+  for (int64_t k = 0; k < g.cells(); ++k)
+    if (!(mult[k] > 0.0f) || !std::isfinite(mult[k]))
+      throw UsageError("tensor", "scale factor " + std::to_string(mult[k]) + " of cell " + std::to_string(k) +
+                                     " is not finite and positive");
+  QuantizedMatrix out = q;
+  const FormatInfo& fi = q.scheme.info();
+  if (fi.is_gguf()) {
+    const int64_t nb = q.cols / fi.block_elems;
+    for (int64_t r = 0; r < q.rows; ++r)
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* blk = out.codes.data() + r * q.row_bytes + b * fi.block_bytes;
+        for (int at : fi.scale_at) {
+          if (at < 0) continue;
+          uint16_t h = 0;
+          std::memcpy(&h, blk + at, 2);
+          const float v = std::clamp(f16_to_f32(h) * mult[r * nb + b], -65504.0f, 65504.0f);
+          h = f32_to_f16(v);
+          std::memcpy(blk + at, &h, 2);
+        }
+      }
+    return out;
+  }
+  const ScaleType st = q.scheme.scale_type;
+  const int sb = scale_type_bits(st) / 8;
+  const float big = st == ScaleType::F16 ? 65504.0f : std::numeric_limits<float>::max();
+  const bool codebook = format_info(q.elem).kind == FormatKind::Codebook;
+  for (int64_t k = 0; k < q.grid.cells(); ++k) {
+    uint8_t* p = out.scales.data() + k * sb;
+    const float v = scale_decode(st, scale_load(st, p)) * mult[codebook ? k / q.grid.cols : k];
+    scale_store(st, scale_encode(st, std::clamp(v, -big, big)), p);
+  }
+  return out;
+}
+
 void dequantize_row(const QuantizedMatrix& q, int64_t r, float* out) {
   const FormatInfo& fi = q.scheme.info();
   const uint8_t* row = q.row_data(r);

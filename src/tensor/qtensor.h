@@ -85,6 +85,22 @@ QuantizedMatrix quantize_matrix(const float* w, int64_t rows, int64_t cols, cons
 QuantizedMatrix quantized_from_gguf(int ggml_type, int64_t rows, int64_t cols, const uint8_t* data,
                                     size_t nbytes);
 
+// Scale tuning (train/tune_scales.h) moves the numbers a quantized matrix stores as floats and keeps its
+// codes. rescale_grid: the cells of q whose values are all proportional to such numbers (a group's or
+// channel's scale, a GGUF block's d and its dmin / m, a per-row codebook's table), so that multiplying them
+// by one factor multiplies the cell's values by it and changes no byte count. Cell (i, j) covers rows
+// [i*row_block, ...) x cols [j*col_block, ...) as in a ScaleGrid. Empty (cells() == 0) where the stored
+// scales cannot take a continuous factor: MX's E8M0 exponents, NVFP4's E4M3 block scales, NF4's
+// double-quantized int8 scales, plain F32 / F16 / BF16 rows, GGUF types without a scale_at field, and an
+// input permutation (its cells are in stored column order).
+ScaleGrid rescale_grid(const QuantizedMatrix& q);
+// q with each cell k's stored numbers multiplied by mult[k] (rescale_grid(q).cells() factors, finite and
+// > 0), rounded to their storage type (fp16 in GGUF blocks, the scheme's scale type otherwise; saturating at
+// its largest finite value): dequantizing the result gives the values the kernels compute from it. Codes and
+// zero points are unchanged. Throws UsageError("tensor") when the grid is empty or a factor is not finite
+// and positive.
+QuantizedMatrix rescale_cells(const QuantizedMatrix& q, const float* mult);
+
 // Scalar reference dequantization of row r into out[cols].
 void dequantize_row(const QuantizedMatrix& q, int64_t r, float* out);
 void dequantize_matrix(const QuantizedMatrix& q, float* out);  // out[rows*cols], parallel over rows

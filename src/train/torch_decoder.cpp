@@ -25,9 +25,9 @@ Tensor vec(const std::vector<float>& v, torch::ScalarType dt) {
   if (v.empty()) return {};
   return from_floats(v.data(), {static_cast<int64_t>(v.size())}, dt);
 }
-// W diag(gamma): the RMSNorm gamma folded into the input side of W [out, in].
+// W diag(gamma): the RMSNorm gamma folded into the input side of W [out, in]; W for an empty gamma.
 Tensor folded(const WeightMatrix& w, const std::vector<float>& gamma, torch::ScalarType dt) {
-  return matrix(w, dt) * vec(gamma, dt).unsqueeze(0);
+  return gamma.empty() ? matrix(w, dt) : matrix(w, dt) * vec(gamma, dt).unsqueeze(0);
 }
 // The dense matrix M with h M = the online transform of h (rows of M are H e_i, so M = H^T).
 Tensor dense_hadamard(const Hadamard& h, torch::ScalarType dt) {
@@ -41,6 +41,10 @@ Tensor dense_hadamard(const Hadamard& h, torch::ScalarType dt) {
 Tensor rms(const Tensor& x, double eps) {
   const Tensor r = (x.to(torch::kDouble).square().mean(-1, true) + eps).rsqrt();
   return x * r.to(x.scalar_type());
+}
+// x * gamma (per channel); x when gamma is undefined (folded into the linears).
+Tensor times(const Tensor& x, const Tensor& gamma) {
+  return gamma.defined() ? x * gamma : x;
 }
 Tensor rms_weighted(const Tensor& x, const Tensor& w, double eps) {
   return w.defined() ? rms(x, eps) * w : x;
@@ -134,13 +138,14 @@ Tensor fake_quant_kv(const Tensor& x, const KvFakeQuant& q, bool key) {
   return KvFq::apply(x, &q, key);
 }
 
-TorchModel torch_model(const Model& model, torch::ScalarType dt, const Hadamard* r4) {
+TorchModel torch_model(const Model& model, torch::ScalarType dt, const Hadamard* r4, bool fold_norms) {
   const ModelConfig& c = model.config;
   const ModelWeights& W = model.weights;
   TorchModel m;
   m.c = c;
   m.embed = matrix(W.tok_embed, dt);
-  m.head = folded(W.lm_head, W.final_norm, dt);
+  m.head = fold_norms ? folded(W.lm_head, W.final_norm, dt) : matrix(W.lm_head, dt);
+  if (!fold_norms) m.final_gamma = vec(W.final_norm, dt);
   const bool own_r4 = W.down_rotation.valid();
   if (own_r4 && r4)
     throw UsageError("train", "'" + model.path +
@@ -150,9 +155,13 @@ TorchModel torch_model(const Model& model, torch::ScalarType dt, const Hadamard*
   if (r4) m.down_h = dense_hadamard(*r4, dt);
   for (const LayerWeights& L : W.layers) {
     TorchLayer t;
-    t.wq = folded(L.wq, L.attn_norm, dt), t.wk = folded(L.wk, L.attn_norm, dt);
-    t.wv = folded(L.wv, L.attn_norm, dt), t.wo = matrix(L.wo, dt);
-    t.gate = folded(L.w_gate, L.ffn_norm, dt), t.up = folded(L.w_up, L.ffn_norm, dt);
+    const std::vector<float> none;
+    const std::vector<float>& an = fold_norms ? L.attn_norm : none;
+    const std::vector<float>& fn = fold_norms ? L.ffn_norm : none;
+    t.wq = folded(L.wq, an, dt), t.wk = folded(L.wk, an, dt), t.wv = folded(L.wv, an, dt);
+    t.wo = matrix(L.wo, dt);
+    t.gate = folded(L.w_gate, fn, dt), t.up = folded(L.w_up, fn, dt);
+    if (!fold_norms) t.attn_gamma = vec(L.attn_norm, dt), t.ffn_gamma = vec(L.ffn_norm, dt);
     t.down = matrix(L.w_down, dt);
     // A given R4 is new to the model: W_down <- W_down H^T as rotate_model stores it.
     if (r4) t.down = t.down.matmul(m.down_h);
@@ -199,7 +208,7 @@ Tensor forward_logits(const TorchModel& m, const Tensor& tokens, const Tensor& r
       torch::ones({S, S}, torch::TensorOptions().dtype(torch::kBool)).triu(1).view({1, 1, S, S});
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   for (const TorchLayer& L : m.layers) {
-    const Tensor xn = act(rms(x, c.norm_eps));
+    const Tensor xn = act(times(rms(x, c.norm_eps), L.attn_gamma));
     Tensor q = lin(xn, in_rot(L.wq), L.bq).view({B, S, H, hd});
     Tensor k = lin(xn, in_rot(L.wk), L.bk).view({B, S, Hk, hd});
     Tensor v = lin(xn, in_rot(L.wv), L.bv).view({B, S, Hk, hd});
@@ -222,13 +231,13 @@ Tensor forward_logits(const TorchModel& m, const Tensor& tokens, const Tensor& r
     if (r2.defined()) wo = wo.view({D, H, hd}).matmul(r2.t()).reshape({D, H * hd});
     x = x + att.matmul(out_rot(wo).t());
 
-    const Tensor xm = act(rms(x, c.norm_eps));
+    const Tensor xm = act(times(rms(x, c.norm_eps), L.ffn_gamma));
     const Tensor g = xm.matmul(in_rot(L.gate).t()), u = xm.matmul(in_rot(L.up).t());
     Tensor h = (c.act == Activation::Silu ? torch::silu(g) : torch::gelu(g, "tanh")) * u;
     if (m.down_h.defined()) h = h.matmul(m.down_h);
     x = x + act(h).matmul(out_rot(L.down).t());
   }
-  return rms(x, c.norm_eps).matmul(in_rot(m.head).t());
+  return times(rms(x, c.norm_eps), m.final_gamma).matmul(in_rot(m.head).t());
 }
 
 Tensor next_token_loss(const Tensor& logits, const Tensor& tokens) {

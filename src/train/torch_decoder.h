@@ -24,12 +24,16 @@ struct TorchLayer {
   torch::Tensor wq, wk, wv, wo, gate, up, down;  // [out, in]; attn / ffn gammas folded into q,k,v / gate,up
   torch::Tensor bq, bk, bv;                      // [q_dim] / [kv_dim]; undefined without QKV bias
   torch::Tensor q_norm, k_norm;                  // [head_dim]; undefined without q/k norm
+  // [dim] each: the RMSNorm gammas applied to the normalised input before the activation route, as the
+  // engine does, when the model was built with fold_norms = false; undefined = folded into the linears
+  torch::Tensor attn_gamma, ffn_gamma;
 };
 
 struct TorchModel {
   ModelConfig c;
   torch::Tensor embed;  // [vocab, dim]
-  torch::Tensor head;   // [vocab, dim], the final norm's gamma folded in
+  torch::Tensor head;   // [vocab, dim], the final norm's gamma folded in (unless final_gamma is defined)
+  torch::Tensor final_gamma;  // [dim] with fold_norms = false, else undefined
   std::vector<TorchLayer> layers;
   torch::Tensor down_h;    // [ffn_dim, ffn_dim]: h <- h down_h is the online R4 (H^T); undefined = none
   torch::Tensor cos, sin;  // [max_seq_len, head_dim / 2]: lowbit's RoPE angles, rounded to float
@@ -37,8 +41,11 @@ struct TorchModel {
 
 // Float copies of m's weights (dequantized if quantized) in dtype dt (kFloat or kDouble for gradient checks).
 // `r4`, when given, is an online Hadamard on the down_proj input to model (the model's own down_rotation is
-// used when it has one).
-TorchModel torch_model(const Model& m, torch::ScalarType dt, const Hadamard* r4 = nullptr);
+// used when it has one). fold_norms = false keeps the RMSNorm gammas as tensors of their own (attn_gamma,
+// ffn_gamma, final_gamma) and the linears as stored, so the gammas can be trained and an activation route
+// sees the normalised input times gamma, as the engine's kernels do.
+TorchModel torch_model(const Model& m, torch::ScalarType dt, const Hadamard* r4 = nullptr,
+                       bool fold_norms = true);
 
 struct FakeQuantOptions {
   // the activation route on every linear's input except lm_head: F32 (none), INT4 or NVFP4

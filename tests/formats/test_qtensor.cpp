@@ -496,3 +496,74 @@ TEST(Codebook, BeatsUniformAndImportanceHelps) {
   const auto s = parse_scheme("lut3");
   EXPECT_LT(weighted_err(roundtrip(w, R, C, s, imp.data())), 0.9 * weighted_err(roundtrip(w, R, C, s)));
 }
+
+// Scale tuning's rescale (rescale_grid / rescale_cells): a factor per cell moves every value of the cell by
+// that factor, up to the rounding of the stored scale to its type, and nothing else of the matrix.
+TEST(RescaleCells, EveryTunableSchemeScalesItsCellsAndKeepsItsCodes) {
+  const int64_t rows = 6, cols = 512;
+  std::mt19937_64 rng(11);
+  // Unit-scale weights: Q6_K's d of weights ~0.02 is an fp16 subnormal, whose rounding is coarser than the
+  // relative bound checked here.
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (auto& v : w) v = nd(rng) + (nd(rng) > 1.5f ? 2.5f : 0.0f);  // a few larger values, mins not zero
+  for (const char* name : {"int4:g32:sym:f16", "int4:g64:asym:f16", "int8:channel:sym:f32",
+                           "int3:g32:sym:bf16", "nf4:g64", "e2m1:g32:f16", "lut4", "q4_0", "q4_1", "q5_0",
+                           "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs"}) {
+    SCOPED_TRACE(name);
+    const QuantScheme s = parse_scheme(name);
+    const QuantizedMatrix q = quantize_matrix(w.data(), rows, cols, s);
+    const ScaleGrid g = rescale_grid(q);
+    ASSERT_GT(g.cells(), 0);
+    // Factor 1 everywhere: the same bytes.
+    const std::vector<float> ones(static_cast<size_t>(g.cells()), 1.0f);
+    const QuantizedMatrix same = rescale_cells(q, ones.data());
+    EXPECT_EQ(same.codes, q.codes);
+    EXPECT_EQ(same.scales, q.scales);
+    std::vector<float> f(static_cast<size_t>(g.cells()));
+    std::uniform_real_distribution<float> ud(0.6f, 1.7f);
+    for (auto& v : f) v = ud(rng);
+    const QuantizedMatrix t = rescale_cells(q, f.data());
+    EXPECT_EQ(t.zeros, q.zeros);
+    const Matrix a = dequantize_matrix(q), b = dequantize_matrix(t);
+    // The stored scale is rounded once more: half an ulp of its type (fp16 2^-11, bf16 2^-8) of each term; a
+    // block with a min (d q + m, |m| and |d q| up to twice the cell's largest value) rounds two.
+    const double tol = s.scale_type == ScaleType::BF16 && !s.info().is_gguf() ? 1.0 / 256 : 1.0 / 1024;
+    std::vector<double> cell_max(static_cast<size_t>(g.cells()), 0.0);
+    auto cell = [&](int64_t r, int64_t c) {
+      return static_cast<size_t>((r / g.row_block) * g.cols + c / g.col_block);
+    };
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        cell_max[cell(r, c)] =
+            std::max(cell_max[cell(r, c)], std::fabs(static_cast<double>(a.data()[r * cols + c])));
+    int moved = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const float fac = f[cell(r, c)];
+        const double want = static_cast<double>(a.data()[r * cols + c]) * fac;
+        const double got = b.data()[r * cols + c];
+        ASSERT_NEAR(got, want, 2 * tol * cell_max[cell(r, c)] * fac + 1e-9) << "row " << r << " col " << c;
+        moved += got != a.data()[r * cols + c];
+      }
+    EXPECT_GT(moved, rows * cols / 2);
+  }
+}
+
+TEST(RescaleCells, SchemesWhoseScalesCannotMoveAreRefused) {
+  const int64_t rows = 4, cols = 256;
+  std::vector<float> w(static_cast<size_t>(rows * cols), 0.01f);
+  for (const char* name : {"mxfp4", "nvfp4", "nf4:g64:dq", "f16"}) {
+    SCOPED_TRACE(name);
+    const QuantizedMatrix q = quantize_matrix(w.data(), rows, cols, parse_scheme(name));
+    EXPECT_EQ(rescale_grid(q).cells(), 0);
+    const float one = 1.0f;
+    EXPECT_THROW(rescale_cells(q, &one), UsageError);
+  }
+  const QuantizedMatrix q = quantize_matrix(w.data(), rows, cols, parse_scheme("int4:g32"));
+  std::vector<float> f(static_cast<size_t>(rescale_grid(q).cells()), 1.0f);
+  f[3] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THROW(rescale_cells(q, f.data()), UsageError);
+  f[3] = 0.0f;
+  EXPECT_THROW(rescale_cells(q, f.data()), UsageError);
+}

@@ -49,6 +49,11 @@ void expect_matches_decoder(const std::string& path) {
     diff = std::max(diff, static_cast<double>(std::fabs(ref[i] - g[i])));
   }
   EXPECT_LT(diff, 1e-4 * mx) << path << ": torch forward vs lowbit Decoder, max logit " << mx;
+  // The gammas as tensors of their own (scale tuning trains them) compute the same function.
+  const TorchModel unfolded = torch_model(*m, torch::kFloat, nullptr, /*fold_norms=*/false);
+  ASSERT_TRUE(unfolded.final_gamma.defined() && unfolded.layers[0].attn_gamma.defined());
+  const torch::Tensor u = forward_logits(unfolded, token_tensor(toks, 1), {}, {}).contiguous();
+  EXPECT_LT((u - got).abs().max().item<double>(), 1e-4 * mx) << path << ": unfolded gammas";
   // And the same model under random R1 / R2 (x <- R x): the rotation is fused into the weights, not applied
   // to the output, so the logits must not move beyond float rounding.
   const torch::Tensor r1 = random_orthogonal(m->config.dim, 1, torch::kFloat);
