@@ -523,12 +523,14 @@ std::string QuantReport::summary_table() const {
        << (rotation["untied_embeddings"].get<bool>() ? ", tied embeddings untied" : "") << "\n";
   }
   if (!tune.is_null()) {
+    const bool back = tune.value("reverted", false);
     std::snprintf(buf, sizeof buf,
-                  "scale tuning: KL from the float model on the calibration text %.6f -> %.6f nats/token "
+                  "scale tuning: KL from the float model on the calibration text %.6f -> %.6f nats/token%s "
                   "(%d Adam steps, %lld factors, %.1f s)\n",
-                  tune["loss_before"].get<double>(), tune["loss_after"].get<double>(),
-                  tune["steps"].get<int>(), static_cast<long long>(tune["parameters"].get<int64_t>()),
-                  tune["seconds"].get<double>());
+                  tune["loss_before"].get<double>(),
+                  back ? tune["reverted_loss"].get<double>() : tune["loss_after"].get<double>(),
+                  back ? ", higher: reverted" : "", tune["steps"].get<int>(),
+                  static_cast<long long>(tune["parameters"].get<int64_t>()), tune["seconds"].get<double>());
     os << buf;
   }
   for (auto& w : warnings) os << "warning: " << w << "\n";
@@ -768,6 +770,8 @@ QuantReport quantize_model(Model& m, const Recipe& r, const QuantizeOptions& o) 
   if (reference) {
     Timer tt;
     rep.tune = tune_quantized(*reference, m, r, o.calib->seqs);
+    if (rep.tune.contains("warning"))
+      rep.warnings.push_back("tune: " + rep.tune["warning"].get<std::string>());
     rep.phase_seconds.tune += tt.seconds();
     reference.reset();
   }

@@ -47,6 +47,11 @@ nlohmann::json tune_quantized(const Model& reference, Model& m, const Recipe& r,
     times(m.weights.layers[l].ffn_norm, res.ffn_norm[l]);
   }
   if (!res.final_norm.empty()) times(m.weights.final_norm, res.final_norm);
+  if (res.reverted)
+    record["warning"] = "scale tuning raised the KL on the calibration windows (" +
+                        std::to_string(res.loss_before) + " -> " + std::to_string(res.reverted_loss) +
+                        "); the scales and gammas stay as quantization left them. Lower tune_lr or raise "
+                        "tune_batch";
   record["note"] =
       "tensors[].rel_error_* measure each matrix as quantization left it, before this tuning moved its "
       "scales";

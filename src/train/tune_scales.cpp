@@ -81,6 +81,8 @@ nlohmann::json TuneResult::to_json(const TuneOptions& o) const {
             {"kv_cache", o.kv_cache.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.kv_cache)}}},
           {"loss_before", loss_before},
           {"loss_after", loss_after},
+          {"reverted", reverted},
+          {"reverted_loss", reverted ? nlohmann::json(reverted_loss) : nlohmann::json(nullptr)},
           {"losses", curve},
           {"seconds", std::round(seconds * 10) / 10}};
 }
@@ -210,6 +212,15 @@ TuneResult tune_scales(const Model& reference, const Model& quantized,
     }
   }
   res.loss_after = full_loss();
+  // Adam moves every factor by about lr per step whatever its gradient's size, so too large a step size
+  // (or a quantization error already near the noise) can end above the start: keep the start then.
+  if (!(res.loss_after < res.loss_before)) {
+    torch::NoGradGuard ng;
+    for (Tensor& p : params) p.zero_();
+    res.reverted_loss = res.loss_after;
+    res.loss_after = res.loss_before;
+    res.reverted = true;
+  }
   for (const auto& p : cells) res.scales.emplace_back(p->name, factors_of(p->theta));
   if (o.norms) {
     for (int64_t l = 0; l < c.n_layers; ++l) {

@@ -39,7 +39,11 @@ struct TuneResult {
   std::vector<std::string> fixed;  // quantized matrices whose scales cannot move (rescale_grid empty)
   int64_t parameters = 0;          // factors trained
   double loss_before = 0;          // KL(float || quantized), nats per token, over all calibration windows
-  double loss_after = 0;
+  double loss_after = 0;           // ... after the steps, or loss_before when reverted
+  // The steps ended with a higher loss than they started from (reverted_loss): every factor was reset to
+  // 1, so the model is returned as quantization left it.
+  bool reverted = false;
+  double reverted_loss = 0;
   std::vector<double> losses;  // per step, on its batch, before its update
   int64_t tokens = 0;          // calibration tokens (all windows)
   int windows = 0;

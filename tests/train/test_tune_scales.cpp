@@ -68,6 +68,7 @@ TEST(TuneScales, LowersTheDecodersKlAndMovesOnlyScalesAndGammas) {
   EXPECT_EQ(t["steps"], 24);
   EXPECT_EQ(t["losses"].size(), 24u);
   EXPECT_LT(t["loss_after"].get<double>(), 0.8 * t["loss_before"].get<double>());
+  EXPECT_FALSE(t["reverted"].get<bool>());
   // The same improvement in lowbit's own decoder, which computes from the rescaled stored scales.
   const double kl_plain = mean_kl(*ref, *plain, calib.seqs), kl_tuned = mean_kl(*ref, *tuned, calib.seqs);
   EXPECT_NEAR(kl_plain, t["loss_before"].get<double>(), 0.05 * kl_plain);
@@ -93,6 +94,30 @@ TEST(TuneScales, LowersTheDecodersKlAndMovesOnlyScalesAndGammas) {
   quantize_model(*scales_only, recipe(base + ",tune=2,tune_norms=0"), {&calib, false, false});
   EXPECT_EQ(plain->weights.final_norm, scales_only->weights.final_norm);
   EXPECT_EQ(plain->weights.layers[1].attn_norm, scales_only->weights.layers[1].attn_norm);
+}
+
+// A step size far too large ends above the start: the factors are reset, the model is the untuned one, and
+// the manifest and warnings say so.
+TEST(TuneScales, StepsThatRaiseTheLossAreReverted) {
+  if (!fs::exists(kStories)) GTEST_SKIP() << kStories << " missing";
+  auto load = [] { return load_model(kStories, {DenseMode::F32, {}}); };
+  auto ref = load();
+  const CalibData calib = load_calibration({kTinyText, 4, 64, 0}, *ref->tokenizer, ref->config.max_seq_len,
+                                           ref->tokenizer->bos_id(), nullptr);
+  auto plain = load(), tuned = load();
+  quantize_model(*plain, parse_recipe_arg("W4A16,group=32"), {&calib, false, false});
+  const QuantReport rep =
+      quantize_model(*tuned, parse_recipe_arg("W4A16,group=32,tune=3,tune_lr=1"), {&calib, false, false});
+  const json t = rep.to_json()["tune"];
+  EXPECT_TRUE(t["reverted"].get<bool>());
+  EXPECT_GT(t["reverted_loss"].get<double>(), t["loss_before"].get<double>());
+  EXPECT_EQ(t["loss_after"], t["loss_before"]);
+  EXPECT_NE(rep.summary_table().find("reverted"), std::string::npos);
+  ASSERT_FALSE(rep.warnings.empty());
+  EXPECT_EQ(rep.warnings.back().rfind("tune: scale tuning raised the KL", 0), 0u) << rep.warnings.back();
+  EXPECT_EQ(plain->weights.layers[0].wq.q->scales, tuned->weights.layers[0].wq.q->scales);
+  EXPECT_EQ(plain->weights.final_norm, tuned->weights.final_norm);
+  EXPECT_EQ(testing::logits_of(*plain, calib.seqs[0]), testing::logits_of(*tuned, calib.seqs[0]));
 }
 
 TEST(TuneScales, KeysParseRoundTripAndAreRefusedWhereTheyMeanNothing) {
