@@ -6,10 +6,12 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "quant/calibration.h"
 #include "quant/quantizer.h"
+#include "tests/common/run_cli.h"
 #include "tests/quant/quant_test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "train/tune_scales.h"
@@ -173,6 +175,35 @@ TEST(TuneScales, NeedsCalibrationText) {
   auto m = load_model(kStories, {DenseMode::F32, {}});
   EXPECT_THROW(quantize_model(*m, parse_recipe_arg("W4A16,group=32,tune=4"), {nullptr, false, false}),
                UsageError);
+}
+
+// Through the `lowbit` executable, which opens the train library at run time: the checkpoint holds the tuned
+// scales over the same codes, and its manifest the record.
+TEST(TuneScales, CliWritesTheTunedCheckpointAndItsRecord) {
+  if (!fs::exists(kStories)) GTEST_SKIP() << kStories << " missing";
+  auto quantize = [](const std::string& recipe, const std::string& name) {
+    const std::string out = testing::temp_path(name);
+    const auto r = testing_cli::run_cli("quantize -m " + kStories + " -r " + recipe + " -c " + kTinyText +
+                                            " --samples 4 --length 64 -o " + out + " --force",
+                                        true);
+    EXPECT_EQ(r.rc, 0) << r.out;
+    return std::make_pair(out, r.out);
+  };
+  const auto [plain_dir, plain_out] = quantize("W4A16,group=32", "tune_cli_plain");
+  const auto [tuned_dir, tuned_out] = quantize("W4A16,group=32,tune=4", "tune_cli_tuned");
+  EXPECT_NE(tuned_out.find("scale tuning: KL"), std::string::npos) << tuned_out;
+  std::ifstream mf(tuned_dir + "/lowbit_manifest.json");
+  ASSERT_TRUE(mf.good());
+  const json man = json::parse(mf);
+  EXPECT_EQ(man["tune"]["optimizer"], "adam");
+  EXPECT_EQ(man["recipe"]["tune"]["steps"], 4);
+  EXPECT_LT(man["tune"]["loss_after"].get<double>(), man["tune"]["loss_before"].get<double>());
+  auto a = load_model(plain_dir), b = load_model(tuned_dir);
+  EXPECT_EQ(a->weights.layers[1].w_up.q->codes, b->weights.layers[1].w_up.q->codes);
+  EXPECT_NE(a->weights.layers[1].w_up.q->scales, b->weights.layers[1].w_up.q->scales);
+  EXPECT_NE(a->weights.layers[1].ffn_norm, b->weights.layers[1].ffn_norm);
+  fs::remove_all(plain_dir);
+  fs::remove_all(tuned_dir);
 }
 
 }  // namespace
