@@ -44,12 +44,14 @@ void setup(CLI::App& cmd) {
          "-r,--recipe", a.recipe,
          "Recipe: a preset (W4A16, W4A16_ASYM, W8A16, W8A8, W4A8, FP8, FP8_DYNAMIC, FP8_BLOCK, NF4, NVFP4, "
          "MXFP4, MXFP8), the W/A/KV notation (W4A16KV8), a scheme (int4:g32:sym), each optionally with "
-         ",key=value refinements (algo=gptq, group=32, act=int8, kv=e4m3, alpha=0.5, ...), or a .json recipe "
+         ",key=value refinements (algo=gptq, group=32, act=int8, kv=e4m3, alpha=0.5, tune=64, ...), or a "
+         ".json recipe "
          "file (see docs/quant.md)")
       ->required();
   cmd.add_option("-c,--calib", a.calib,
                  "Calibration text file (needed by gptq, awq, imatrix, smoothquant, static "
-                 "activation scales and KV scales); overrides the recipe's file");
+                 "activation scales, KV scales, rotate=spinquant / duquant and tune=STEPS); overrides the "
+                 "recipe's file");
   cmd.add_option("--samples", a.samples, "Calibration windows (default: recipe, 32)");
   cmd.add_option("--length", a.length, "Tokens per calibration window (default: recipe, 256)");
   cmd.add_option("--seed", a.seed, "Seed for the calibration window offsets (default: recipe, 0)");
