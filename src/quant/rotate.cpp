@@ -281,12 +281,9 @@ json learn_spinquant(const Model& m, const Recipe& r, const std::vector<std::vec
   o.steps = s->spin_steps, o.lr = s->spin_lr, o.tokens = s->spin_tokens, o.loss = s->spin_loss;
   // The quantizers the checkpoint will run with: 4-bit activations (act=int4 or act=nvfp4) and the KV cache
   // format with the cache's own Hadamard (R3, `+rot`) as `lowbit eval --kv-cache int4+rot` runs it.
-  if (r.act.format == FormatId::INT4 || r.act.format == FormatId::NVFP4) o.act = r.act.format;
-  o.act_clip = r.act.clip;
-  o.kv_cache = fake_quant_kv_spec(r, c);
+  set_fake_quant(o, r, c);
   json record;
-  static const auto learn = reinterpret_cast<train::LearnRotationsFn (*)()>(
-      train_symbol("lowbit_train_entry", "rotate=spinquant"))();
+  static const auto learn = train_entry<train::LearnRotationsFn>("lowbit_train_entry", "rotate=spinquant");
   train::SpinResult res = learn(m, windows, s->r1_matrix, s->r2_matrix, r4 ? &*r4 : nullptr, o, &record);
   s->r1_matrix = std::move(res.r1);
   s->r2_matrix = std::move(res.r2);

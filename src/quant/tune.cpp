@@ -14,13 +14,9 @@ nlohmann::json tune_quantized(const Model& reference, Model& m, const Recipe& r,
                               const std::vector<std::vector<int32_t>>& windows) {
   train::TuneOptions o;
   o.steps = r.tune.steps, o.lr = r.tune.lr, o.batch = r.tune.batch, o.norms = r.tune.norms;
-  // The quantizers the checkpoint runs with, as SpinQuant trains with them: 4-bit activations and the
-  // KV cache's INT format.
-  if (r.act.format == FormatId::INT4 || r.act.format == FormatId::NVFP4) o.act = r.act.format;
-  o.act_clip = r.act.clip;
-  o.kv_cache = fake_quant_kv_spec(r, m.config);
-  static const auto tune = reinterpret_cast<train::TuneScalesFn (*)()>(
-      train_symbol("lowbit_train_tune_entry", "tune=" + std::to_string(r.tune.steps)))();
+  set_fake_quant(o, r, m.config);  // the quantizers the checkpoint runs with, as SpinQuant trains with them
+  static const auto tune =
+      train_entry<train::TuneScalesFn>("lowbit_train_tune_entry", "tune=" + std::to_string(r.tune.steps));
   nlohmann::json record;
   const train::TuneResult res = tune(reference, m, windows, o, &record);
 

@@ -83,15 +83,7 @@ SpinResult learn_rotations(const Model& m, const std::vector<std::vector<int32_t
                                   " entries, not head_dim^2 = " + std::to_string(hd * hd));
   const int64_t S = static_cast<int64_t>(windows.front().size());
   const int64_t n_win = std::clamp<int64_t>((o.tokens + S - 1) / S, 1, static_cast<int64_t>(windows.size()));
-  std::vector<int64_t> ids;
-  for (int64_t w = 0; w < n_win; ++w) {
-    if (static_cast<int64_t>(windows[static_cast<size_t>(w)].size()) != S)
-      throw UsageError("train", "calibration windows differ in length (" + std::to_string(S) + " and " +
-                                    std::to_string(windows[static_cast<size_t>(w)].size()) +
-                                    " tokens); use a calibration file long enough for every window");
-    for (int32_t t : windows[static_cast<size_t>(w)]) ids.push_back(t);
-  }
-  const Tensor tokens = torch::from_blob(ids.data(), {n_win, S}, torch::kLong).clone();
+  const Tensor tokens = window_tokens(windows, n_win);
   const KvFakeQuant kv = make_kv_fake_quant(o.kv_cache, c);
   const FakeQuantOptions fq{o.act, o.act_clip, &kv};
   const TorchModel tm = torch_model(m, torch::kFloat, r4);

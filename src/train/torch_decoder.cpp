@@ -240,6 +240,21 @@ Tensor forward_logits(const TorchModel& m, const Tensor& tokens, const Tensor& r
   return times(rms(x, c.norm_eps), m.final_gamma).matmul(in_rot(m.head).t());
 }
 
+Tensor window_tokens(const std::vector<std::vector<int32_t>>& windows, int64_t n) {
+  const int64_t S = static_cast<int64_t>(windows.front().size());
+  std::vector<int64_t> ids;
+  ids.reserve(static_cast<size_t>(n * S));
+  for (int64_t w = 0; w < n; ++w) {
+    const std::vector<int32_t>& win = windows[static_cast<size_t>(w)];
+    if (static_cast<int64_t>(win.size()) != S)
+      throw UsageError("train", "calibration windows differ in length (" + std::to_string(S) + " and " +
+                                    std::to_string(win.size()) +
+                                    " tokens); use a calibration file long enough for every window");
+    ids.insert(ids.end(), win.begin(), win.end());
+  }
+  return torch::from_blob(ids.data(), {n, S}, torch::kLong).clone();
+}
+
 Tensor next_token_loss(const Tensor& logits, const Tensor& tokens) {
   const int64_t S = logits.size(1);
   const Tensor lp = logits.narrow(1, 0, S - 1).log_softmax(-1);

@@ -69,6 +69,10 @@ torch::Tensor fake_quant_kv(const torch::Tensor& x, const KvFakeQuant& q, bool k
 torch::Tensor forward_logits(const TorchModel& m, const torch::Tensor& tokens, const torch::Tensor& r1,
                              const torch::Tensor& r2, const FakeQuantOptions& fq = {});
 
+// The first n calibration windows (n <= windows.size(), the first one not empty) as token ids [n, S]
+// (int64), S = the first window's length. UsageError("train") when one of them has another length.
+torch::Tensor window_tokens(const std::vector<std::vector<int32_t>>& windows, int64_t n);
+
 // Mean next-token cross-entropy of logits [B, S, vocab] over tokens [B, S] (positions 0..S-2 predict 1..S-1).
 torch::Tensor next_token_loss(const torch::Tensor& logits, const torch::Tensor& tokens);
 // Mean KL(teacher || model) per position: teacher_logp [B, S, vocab] log-probabilities, logits [B, S, vocab].

@@ -101,15 +101,7 @@ TuneResult tune_scales(const Model& reference, const Model& quantized,
     throw UsageError("train", "scale tuning needs steps >= 0, lr > 0 and batch >= 1");
   const int64_t S = static_cast<int64_t>(windows.front().size());
   const int64_t n_win = static_cast<int64_t>(windows.size());
-  std::vector<int64_t> ids;
-  for (const auto& w : windows) {
-    if (static_cast<int64_t>(w.size()) != S)
-      throw UsageError("train", "calibration windows differ in length (" + std::to_string(S) + " and " +
-                                    std::to_string(w.size()) +
-                                    " tokens); use a calibration file long enough for every window");
-    ids.insert(ids.end(), w.begin(), w.end());
-  }
-  const Tensor tokens = torch::from_blob(ids.data(), {n_win, S}, torch::kLong).clone();
+  const Tensor tokens = window_tokens(windows, n_win);
   const KvFakeQuant kv = make_kv_fake_quant(o.kv_cache, c);
   const FakeQuantOptions fq{o.act, o.act_clip, &kv};
 
