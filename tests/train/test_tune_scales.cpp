@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "quant/budget.h"
 #include "quant/calibration.h"
 #include "quant/quantizer.h"
 #include "tests/common/run_cli.h"
@@ -26,26 +27,13 @@ const std::string kShared = LOWBIT_SHARED_DIR;
 const std::string kStories = kShared + "/models/stories260K/stories260K.bin";
 const std::string kTinyText = kShared + "/data/tinystories/tinystories_train_head.txt";
 
-// Mean KL(a || b) of the next-token distributions over the windows, from lowbit's decoder.
+// Mean KL(a || b) of the next-token distributions over the windows, from lowbit's decoder: the probe that
+// `lowbit quantize --budget` measures with, on a copy of `a` that takes b's weights.
 double mean_kl(const Model& a, const Model& b, const std::vector<std::vector<int32_t>>& seqs) {
-  const int64_t V = a.config.vocab_size;
-  double kl = 0, n = 0;
-  for (const auto& s : seqs) {
-    const auto la = testing::logits_of(a, s), lb = testing::logits_of(b, s);
-    for (size_t t = 0; t < s.size(); ++t) {
-      const float* x = la.data() + t * V;
-      const float* y = lb.data() + t * V;
-      double mx = -1e30, my = -1e30, zx = 0, zy = 0;
-      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(x[v])), my = std::max(my, double(y[v]));
-      for (int64_t v = 0; v < V; ++v) zx += std::exp(x[v] - mx), zy += std::exp(y[v] - my);
-      for (int64_t v = 0; v < V; ++v) {
-        const double lpx = x[v] - mx - std::log(zx), lpy = y[v] - my - std::log(zy);
-        kl += std::exp(lpx) * (lpx - lpy);
-      }
-      n += 1;
-    }
-  }
-  return kl / n;
+  Model work = a;
+  KldProbe probe(work, seqs);
+  work.weights = b.weights;
+  return probe.kld_from(-1);
 }
 
 TEST(TuneScales, LowersTheDecodersKlAndMovesOnlyScalesAndGammas) {
