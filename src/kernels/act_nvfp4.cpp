@@ -15,8 +15,40 @@
 
 namespace lowbit {
 
-void quantize_activation_nvfp4(const float* x, int64_t n, float clip, uint8_t* codes, uint8_t* block_scales,
-                               float* global_scale) {
+const char* act_scale_name(ActScale s) {
+  return s == ActScale::Mse ? "mse" : "amax";
+}
+
+float nvfp4_block_error(const float* x, int64_t n, float d) {
+  float e2 = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) continue;  // an infinity saturates whatever the scale; a NaN poisons the token
+    const float e = std::fma(-fp4_e2m1_to_f32(f32_to_fp4_e2m1(x[i] / d)), d, x[i]);
+    e2 = std::fma(e, e, e2);
+  }
+  return e2;
+}
+
+uint8_t nvfp4_act_block_scale(const float* x, int64_t n, float g, float bmax, ActScale rule,
+                              Nvfp4BlockError err) {
+  const uint8_t c6 = g > 0 ? f32_to_fp8_e4m3fn(bmax / 6.0f / g, true) : 0;
+  if (rule == ActScale::Amax || c6 == 0) return c6;
+  // Codes are monotone in the value they encode (sign 0, 0x7E = 448 the largest finite), so the candidates
+  // are a range of codes: two steps of 1/8 octave below c6 clip the block's largest values, the steps up to
+  // c4 (bmax -> 4, about five codes) leave them E2M1's finer steps below 4.
+  const int c4 = f32_to_fp8_e4m3fn(bmax / 4.0f / g, true);
+  uint8_t best = c6;
+  float best_err = err(x, n, fp8_e4m3fn_to_f32(c6) * g);
+  for (int c = std::max(1, c6 - 2); c <= std::min(0x7E, c4); ++c) {
+    if (c == c6) continue;
+    const float e = err(x, n, fp8_e4m3fn_to_f32(static_cast<uint8_t>(c)) * g);
+    if (e < best_err) best_err = e, best = static_cast<uint8_t>(c);
+  }
+  return best;
+}
+
+void quantize_activation_nvfp4(const float* x, int64_t n, float clip, ActScale rule, uint8_t* codes,
+                               uint8_t* block_scales, float* global_scale) {
   bool has_nan = false;
   const float amax = finite_absmax(x, n, &has_nan);
   // 6 * 448: the largest E2M1 value times the largest E4M3 value, so the token's largest block gets the top
@@ -29,7 +61,7 @@ void quantize_activation_nvfp4(const float* x, int64_t n, float clip, uint8_t* c
     float bmax = 0.0f;
     for (int64_t i = b0; i < b1; ++i)
       if (std::isfinite(x[i])) bmax = std::fmax(bmax, std::fabs(x[i]));
-    const uint8_t sc = g > 0 ? f32_to_fp8_e4m3fn(bmax / 6.0f / g, true) : 0;
+    const uint8_t sc = nvfp4_act_block_scale(x + b0, b1 - b0, g, bmax, rule);
     block_scales[b0 / kNvfp4ActBlock] = sc;
     const float d = fp8_e4m3fn_to_f32(sc) * g;
     for (int64_t i = b0; i < b1; ++i) {
@@ -63,9 +95,10 @@ void quantize_activations_nvfp4(const WeightMatrix& w, const float* x, int64_t T
     for (int64_t t = t0; t < t1; ++t) {
       float gt = 0.0f;
       if (kernel_isa() >= Isa::Avx2)  // bit-identical to the scalar definition
-        kern::quantize_activation_nvfp4_avx2(x + t * n, n, w.act_clip, codes.data(), scales.data(), &gt);
+        kern::quantize_activation_nvfp4_avx2(x + t * n, n, w.act_clip, w.act_scale, codes.data(),
+                                             scales.data(), &gt);
       else
-        quantize_activation_nvfp4(x + t * n, n, w.act_clip, codes.data(), scales.data(), &gt);
+        quantize_activation_nvfp4(x + t * n, n, w.act_clip, w.act_scale, codes.data(), scales.data(), &gt);
       if (g) {
         g[t] = gt;
         dequantize_activation_nvfp4(codes.data(), scales.data(), 1.0f, n, xq + t * n);

@@ -328,7 +328,8 @@ std::string matmul_kernel_name(const WeightMatrix& w) {
   else if (w.act_format == FormatId::INT4)
     name += "+a4";
   else if (w.act_format != FormatId::F32)
-    name += std::string("+a_") + format_info(w.act_format).name;
+    name += std::string("+a_") + format_info(w.act_format).name +
+            (w.act_format == FormatId::NVFP4 && w.act_scale == ActScale::Mse ? "_mse" : "");
   // "<decode>[+<prefill>].<tier>": decode at one token, prefill at a long prompt (AMX from kAmxTokens on).
   const KernelChoice dc = select_kernel(w, p, isa, 1), pc = select_kernel(w, p, isa, 1 << 20);
   const Kernel dec = dc.kernel, pre = pc.kernel;

@@ -171,12 +171,13 @@ void quantize_activations(const WeightMatrix& w, const float* x, int64_t T, floa
   }
 }
 
-void quantize_activations(FormatId act_format, float act_clip, const float* x, int64_t T, int64_t cols,
-                          float* xq) {
+void quantize_activations(FormatId act_format, float act_clip, ActScale act_scale, const float* x, int64_t T,
+                          int64_t cols, float* xq) {
   WeightMatrix w;
   w.cols = cols;
   w.act_format = act_format;
   w.act_clip = act_clip;
+  w.act_scale = act_scale;
   quantize_activations(w, x, T, xq);
 }
 
@@ -1149,8 +1150,8 @@ void run_f4_kernel(const WeightMatrix& w, const KernelPlan& p, Kernel k, const f
   parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
     std::vector<uint8_t> codes(static_cast<size_t>(cols)), scales(static_cast<size_t>(nb));
     for (int64_t t = t0; t < t1; ++t) {
-      kern::quantize_activation_nvfp4_avx2(x + t * cols, cols, w.act_clip, codes.data(), scales.data(),
-                                           &gp[t]);
+      kern::quantize_activation_nvfp4_avx2(x + t * cols, cols, w.act_clip, w.act_scale, codes.data(),
+                                           scales.data(), &gp[t]);
       int8_t* ct = c2p + t * xs;
       float* bt = betap0 + t * bs;
       for (int64_t c = 0; c < cols; ++c) ct[c] = kC2[codes[c] & 15];

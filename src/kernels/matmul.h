@@ -124,11 +124,11 @@ std::string matmul_kernel_name(const WeightMatrix& w);
 
 // What the activation route does to x: xq[T, cols] = dequantize(quantize(x)) per w.act_format (copy for F32).
 void quantize_activations(const WeightMatrix& w, const float* x, int64_t T, float* xq);
-// The same for a dynamic route given by its format and clip alone (the route reads nothing else of a weight
-// but its width): xq[T, cols] as a matrix of `cols` inputs with that route multiplies them. Calibration
-// statistics and training's fake quantization use it where no weight exists yet.
-void quantize_activations(FormatId act_format, float act_clip, const float* x, int64_t T, int64_t cols,
-                          float* xq);
+// The same for a dynamic route given by its format, clip and block-scale rule alone (the route reads nothing
+// else of a weight but its width): xq[T, cols] as a matrix of `cols` inputs with that route multiplies them.
+// Calibration statistics and training's fake quantization use it where no weight exists yet.
+void quantize_activations(FormatId act_format, float act_clip, ActScale act_scale, const float* x, int64_t T,
+                          int64_t cols, float* xq);
 // INT8 route, one token: codes[cols] and the scale used (dynamic absmax/127 or w.act_static_scale).
 void quantize_activation_int8(const WeightMatrix& w, const float* x, int8_t* codes, float* scale);
 // INT4 route, one token, the definition (scalar): amax = max |x_i| over the finite x_i, s = amax * clip / 7,
@@ -145,6 +145,9 @@ float finite_absmax(const float* x, int64_t n, bool* has_nan);
 //            times E4M3 max, so the token's largest block scale lands at the top of E4M3's range)
 //   s_b    = e4m3(bmax_b / 6 / g) per block b of 16 consecutive inputs (the last block may be shorter;
 //            bmax over its finite values; RNE, saturating at 448: with act_clip < 1 the largest saturate)
+//            with ActScale::Amax; with ActScale::Mse (nvfp4_act_block_scale) the E4M3 code among
+//            c6 - 2 .. c4 (c6 that code, c4 = e4m3(bmax_b / 4 / g); codes 1 .. 0x7E) with the least squared
+//            error of the block's x_hat
 //   code_i = e2m1(x_i / (s_b * g))  (RNE, saturating at +-6)
 //   x_hat  = e2m1(code_i) * s_b * g  (dequantize_activation_nvfp4; the first product is exact)
 // codes[n]: one E2M1 code per byte (low nibble; 0x8 is -0); block_scales[ceil(n / 16)]: E4M3FN codes (sign
@@ -154,8 +157,18 @@ float finite_absmax(const float* x, int64_t n, bool* has_nan);
 // at most clip * amax / (448 * 2^10), half E4M3's smallest step) gives codes 0 (+-6 for infinities), so the
 // block dequantizes to zeros.
 constexpr int kNvfp4ActBlock = 16;
-void quantize_activation_nvfp4(const float* x, int64_t n, float clip, uint8_t* codes, uint8_t* block_scales,
-                               float* global_scale);
+void quantize_activation_nvfp4(const float* x, int64_t n, float clip, ActScale rule, uint8_t* codes,
+                               uint8_t* block_scales, float* global_scale);
+// The squared error of one block x[n] at step d: the sum over its finite x_i, in order, of e_i^2 with
+// e_i = fma(-e2m1(code(x_i / d)), d, x_i), each term added by one fma (so a vectorized error with the same
+// per-element e_i and the same sequential sum gives the same bits).
+float nvfp4_block_error(const float* x, int64_t n, float d);
+using Nvfp4BlockError = float (*)(const float* x, int64_t n, float d);
+// A block's E4M3 scale code under `rule` (global scale g > 0, bmax its finite absmax): Amax c6 =
+// e4m3(bmax / 6 / g); Mse the code of least err(x, n, fp8(code) * g), c6 first, then c6 - 2 .. c4 in
+// increasing order, a later code only when strictly smaller (0 stays 0: nothing to fit).
+uint8_t nvfp4_act_block_scale(const float* x, int64_t n, float g, float bmax, ActScale rule,
+                              Nvfp4BlockError err = nvfp4_block_error);
 void dequantize_activation_nvfp4(const uint8_t* codes, const uint8_t* block_scales, float global_scale,
                                  int64_t n, float* out);
 // The NVFP4 route of w over T tokens (x and xq: [T, cols], input order): g == nullptr: xq = x_hat; otherwise

@@ -25,6 +25,7 @@
 #include "formats/minifloat.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/lane_avx2.h"
+#include "kernels/matmul.h"
 #include "kernels/with_nt.h"
 
 namespace lowbit::kern {
@@ -490,18 +491,66 @@ void f4_half_tile(const uint8_t* wb, int64_t nch, int64_t gch, int64_t ng, const
 
 }  // namespace
 
-void quantize_activation_nvfp4_avx2(const float* x, int64_t n, float clip, uint8_t* codes,
+namespace {
+
+// E2M1 codes of v / d (8 lanes, d > 0) with round-to-nearest-even and saturation as counts of thresholds
+// passed: |q| > 0.25, >= 0.75, > 1.25, >= 1.75, > 2.5, >= 3.5, > 5 (the ties go to the even code: 0.25 -> 0,
+// 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4); *mag the magnitude index 0..7, the
+// result with the sign bit kept (-0 -> 0x8); NaN lanes are the caller's.
+inline __m256i e2m1_codes_avx2(__m256 v, __m256 dv, __m256i* mag) {
+  const __m256 q = _mm256_div_ps(v, dv);
+  const __m256 a = _mm256_and_ps(q, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)));
+  auto gt = [&](float t) { return _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), _CMP_GT_OQ)); };
+  auto ge = [&](float t) { return _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), _CMP_GE_OQ)); };
+  __m256i c =
+      _mm256_add_epi32(_mm256_add_epi32(gt(0.25f), ge(0.75f)), _mm256_add_epi32(gt(1.25f), ge(1.75f)));
+  c = _mm256_add_epi32(c, _mm256_add_epi32(_mm256_add_epi32(gt(2.5f), ge(3.5f)), gt(5.0f)));
+  c = _mm256_sub_epi32(_mm256_setzero_si256(), c);  // the compares are -1 each
+  *mag = c;
+  return _mm256_or_si256(c, _mm256_slli_epi32(_mm256_srli_epi32(_mm256_castps_si256(q), 31), 3));
+}
+
+}  // namespace
+
+// nvfp4_block_error of a full block of 16 finite values: the same e_i (the code's value with x's sign,
+// one fnmadd), summed in the same order by scalar fmas.
+float nvfp4_block_error_avx2(const float* x, int64_t n, float d) {
+  if (n != 16) return nvfp4_block_error(x, n, d);
+  const __m256 table = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+  const __m256 dv = _mm256_set1_ps(d), sign = _mm256_set1_ps(-0.0f);
+  alignas(32) float e[16];
+  for (int k = 0; k < 16; k += 8) {
+    const __m256 v = _mm256_loadu_ps(x + k);
+    __m256i mag;
+    (void)e2m1_codes_avx2(v, dv, &mag);
+    const __m256 val = _mm256_or_ps(_mm256_permutevar8x32_ps(table, mag), _mm256_and_ps(v, sign));
+    _mm256_store_ps(e + k, _mm256_fnmadd_ps(val, dv, v));
+  }
+  float e2 = 0.0f;
+  for (int i = 0; i < 16; ++i) e2 = std::fma(e[i], e[i], e2);
+  return e2;
+}
+
+void quantize_activation_nvfp4_avx2(const float* x, int64_t n, float clip, ActScale rule, uint8_t* codes,
                                     uint8_t* block_scales, float* global_scale) {
   bool has_nan = false;
   const float amax = finite_absmax_avx2(x, n, &has_nan);
   const float g = amax * clip / (6.0f * 448.0f);
   *global_scale = has_nan ? std::numeric_limits<float>::quiet_NaN() : g;
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)),
+               inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   for (int64_t b0 = 0; b0 < n; b0 += 16) {
     const int64_t b1 = std::min(n, b0 + 16);
     bool block_nan = false;  // already in has_nan
     const float bmax = finite_absmax_avx2(x + b0, b1 - b0, &block_nan);
-    const uint8_t sc = g > 0 ? f32_to_fp8_e4m3fn(bmax / 6.0f / g, true) : 0;
+    // The vectorized error takes full blocks of finite values; others get the scalar one (the same bits).
+    bool finite = b1 - b0 == 16;
+    for (int k = 0; finite && k < 16; k += 8) {
+      const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + b0 + k), abs_mask);
+      finite = _mm256_movemask_ps(_mm256_cmp_ps(a, inf, _CMP_NLT_UQ)) == 0;  // no Inf, no NaN
+    }
+    const uint8_t sc = nvfp4_act_block_scale(x + b0, b1 - b0, g, bmax, rule,
+                                             finite ? nvfp4_block_error_avx2 : nvfp4_block_error);
     block_scales[b0 / 16] = sc;
     const float d = fp8_e4m3fn_to_f32(sc) * g;
     if (!(d > 0) || b1 - b0 < 16) {  // the scalar definition (a zero block, the ragged last block)
@@ -516,21 +565,11 @@ void quantize_activation_nvfp4_avx2(const float* x, int64_t n, float clip, uint8
       }
       continue;
     }
-    // E2M1 with round-to-nearest-even and saturation as counts of thresholds passed: |q| > 0.25, >= 0.75,
-    // > 1.25, >= 1.75, > 2.5, >= 3.5, > 5 (the ties go to the even code: 0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0,
-    // 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4); the sign bit kept (-0 -> 0x8); NaN -> 0.
     const __m256 dv = _mm256_set1_ps(d);
     for (int k = 0; k < 16; k += 8) {
       const __m256 v = _mm256_loadu_ps(x + b0 + k);
-      const __m256 q = _mm256_div_ps(v, dv);
-      const __m256 a = _mm256_and_ps(q, abs_mask);
-      auto gt = [&](float t) { return _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), _CMP_GT_OQ)); };
-      auto ge = [&](float t) { return _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), _CMP_GE_OQ)); };
-      __m256i c =
-          _mm256_add_epi32(_mm256_add_epi32(gt(0.25f), ge(0.75f)), _mm256_add_epi32(gt(1.25f), ge(1.75f)));
-      c = _mm256_add_epi32(c, _mm256_add_epi32(_mm256_add_epi32(gt(2.5f), ge(3.5f)), gt(5.0f)));
-      c = _mm256_sub_epi32(_mm256_setzero_si256(), c);  // the compares are -1 each
-      c = _mm256_or_si256(c, _mm256_slli_epi32(_mm256_srli_epi32(_mm256_castps_si256(q), 31), 3));
+      __m256i mag;
+      __m256i c = e2m1_codes_avx2(v, dv, &mag);
       c = _mm256_andnot_si256(_mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)), c);  // NaN -> 0
       const __m128i c16 = _mm_packs_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
       _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + b0 + k), _mm_packus_epi16(c16, c16));

@@ -20,6 +20,7 @@ WeightMatrix requantize_weight_rtn(const WeightMatrix& w, const QuantScheme& s) 
   out.act_format = w.act_format;
   out.act_static_scale = w.act_static_scale;
   out.act_clip = w.act_clip;
+  out.act_scale = w.act_scale;
   return out;
 }
 

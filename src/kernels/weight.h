@@ -20,6 +20,14 @@ enum class WeightKind : uint8_t {
   Quant,  // a QuantizedMatrix (tensor/qtensor.h): codes + scales (+ zeros) under a QuantScheme
 };
 
+// How the NVFP4 activation route picks a block's E4M3 scale: Amax maps the block's largest magnitude to
+// E2M1's 6 (NVIDIA's rule, what NVFP4 hardware and vLLM compute); Mse takes, among the E4M3 scales from two
+// codes below that one up to the one that maps the largest magnitude to 4, the scale with the least squared
+// error over the block (the "4 over 6" observation: 6 leaves E2M1's coarse top step between 4 and 6 to the
+// largest values; a smaller or larger scale often fits the rest of the block better).
+enum class ActScale : uint8_t { Amax, Mse };
+const char* act_scale_name(ActScale s);  // "amax", "mse"
+
 struct WeightMatrix {
   WeightKind kind = WeightKind::F32;
   int64_t rows = 0;                          // out_features
@@ -37,6 +45,9 @@ struct WeightMatrix {
   // +-7; QuaRot clips activations at 0.9); NVFP4 route: the per-token global scale is act_clip * absmax /
   // (6 * 448) (the largest block scales saturate at E4M3's 448). 1 = no clipping; the other routes ignore it.
   float act_clip = 1.0f;
+  // NVFP4 route: how each block of 16 gets its E4M3 scale (quantize_activation_nvfp4, kernels/matmul.h);
+  // the other routes ignore it.
+  ActScale act_scale = ActScale::Amax;
   // Kernel side tables (decoded scales, code LUT), built by make_quant_weight / prepare_weight, or lazily
   // (and cached process-wide) by the first matmul when absent.
   std::shared_ptr<const KernelPlan> plan;

@@ -458,7 +458,8 @@ struct ModuleQuant {
   QuantScheme scheme;
   FormatId act = FormatId::F32;
   bool act_static = false;
-  float act_clip = 1.0f;  // INT4 activations: lowbit_clip
+  float act_clip = 1.0f;                // INT4 activations: lowbit_clip
+  ActScale act_scale = ActScale::Amax;  // NVFP4 activations: lowbit_groups act_scale
 };
 
 // qc.value(key, "") for a string field, naming a value of another type instead of leaking json's type_error.
@@ -607,6 +608,16 @@ ModelWeights load_quantized_weights(const io::HfCheckpoint& ck, const ModelConfi
         if (!(gr.mq.act_clip > 0.0f && gr.mq.act_clip <= 1.0f))
           bad(where + ": input_activations.lowbit_clip " + std::to_string(gr.mq.act_clip) +
               " is outside (0, 1]");
+        if (lg && lg->contains("act_scale")) {
+          const json& v = lg->at("act_scale");
+          if (v == "mse")
+            gr.mq.act_scale = ActScale::Mse;
+          else if (v != "amax")
+            bad(where + ": lowbit_groups act_scale " + v.dump() + " is not \"amax\" or \"mse\"");
+          if (gr.mq.act != FormatId::NVFP4)
+            bad(where + ": lowbit_groups act_scale applies to nvfp4 activations, not " +
+                format_info(gr.mq.act).name);
+        }
       }
     } catch (const json::exception& e) {
       bad(where + " is malformed: " + e.what());
@@ -683,6 +694,7 @@ ModelWeights load_quantized_weights(const io::HfCheckpoint& ck, const ModelConfi
     *out = make_quant_weight(q);
     out->act_format = it->second->act;
     out->act_clip = it->second->act_clip;
+    out->act_scale = it->second->act_scale;
     if (it->second->act != FormatId::F32 && it->second->act_static) {
       const TensorView& s = need(tensors, module + ".input_scale", DType::F32, 1, ck.dir);
       std::memcpy(&out->act_static_scale, s.data, 4);

@@ -164,6 +164,7 @@ json quantization_config(const Model& m, const QuantReport& rep,
     QuantScheme s;
     FormatId act;
     float clip;
+    ActScale block_scale;  // NVFP4 activations
     bool st;
     bool act_order = false;  // input_perm (a matrix kept from an act-order GPTQ source): weight_g_idx
     std::vector<std::string> modules;
@@ -179,15 +180,17 @@ json quantization_config(const Model& m, const QuantReport& rep,
     }
     if (name == lowbit_tensor_name(TensorRole::TokEmbed, -1)) embed_quantized = true;
     const bool st = w->act_format != FormatId::F32 && w->act_static_scale > 0;
-    const std::string key = to_string(w->q->scheme) + "|" + format_info(w->act_format).name + "|" +
-                            (st ? "s" : "d") +
-                            (clipped_act(w->act_format) ? "|" + std::to_string(w->act_clip) : "") +
-                            (w->q->input_perm.empty() ? "" : "|act-order");
+    const std::string key =
+        to_string(w->q->scheme) + "|" + format_info(w->act_format).name + "|" + (st ? "s" : "d") +
+        (clipped_act(w->act_format) ? "|" + std::to_string(w->act_clip) : "") +
+        (w->act_format == FormatId::NVFP4 ? std::string("|") + act_scale_name(w->act_scale) : std::string()) +
+        (w->q->input_perm.empty() ? "" : "|act-order");
     auto& g = groups[key];
     g.act_order = !w->q->input_perm.empty();
     g.s = w->q->scheme;
     g.act = w->act_format;
     g.clip = w->act_clip;
+    g.block_scale = w->act_scale;
     g.st = st;
     g.modules.push_back(hf);
   }
@@ -239,6 +242,10 @@ json quantization_config(const Model& m, const QuantReport& rep,
     if (g.act != FormatId::F32) lg[name]["act"] = format_info(g.act).name;  // E4M3FN or E5M2: args cannot say
     // INT4 / NVFP4 activations: the clipping ratio of the per-token absmax.
     if (clipped_act(g.act)) lg[name]["act_clip"] = short_decimal(g.clip);
+    // NVFP4 activations whose block scales lowbit picks by least squared error: an engine that reads only
+    // compressed-tensors' args computes them by NVIDIA's amax rule instead.
+    if (g.act == FormatId::NVFP4 && g.block_scale != ActScale::Amax)
+      lg[name]["act_scale"] = act_scale_name(g.block_scale);
   }
   json kv = nullptr, kv_format = nullptr;
   if (rep.recipe.kv.enabled()) {

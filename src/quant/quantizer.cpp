@@ -179,8 +179,10 @@ WeightMatrix quantize_one(Ctx& cx, const TensorPlan& p, const std::vector<float>
   WeightMatrix out = make_quant_weight(std::make_shared<QuantizedMatrix>(std::move(q)));
   out.act_format = p.act.format;
   out.act_clip = p.act.clip;
+  out.act_scale = p.act.scale;
   tr->act_format = p.act.format;
   tr->act_clip = p.act.clip;
+  tr->act_block_scale = p.act.scale;
   if (p.act.enabled() && !p.act.dynamic) {
     if (!ss)
       throw UsageError("quant", "static activation scales for " + p.name +
@@ -210,7 +212,7 @@ ActRoute layer_act_route(const Ctx& cx, int l) {
   if (!any) return {};
   return [site_act](ActSite site, const float* x, int64_t T, int64_t cols, float* xq) {
     const ActivationSpec& a = site_act[static_cast<size_t>(site_index(site))];
-    quantize_activations(a.format, a.clip, x, T, cols, xq);
+    quantize_activations(a.format, a.clip, a.scale, x, T, cols, xq);
   };
 }
 
@@ -413,6 +415,7 @@ nlohmann::json TensorReport::to_json() const {
                    {"scale_source", act_static ? "calibrated absmax / format max" : "per token"}};
     if (act_format == FormatId::INT4 || act_format == FormatId::NVFP4)
       j["activations"]["clip"] = short_decimal(act_clip);
+    if (act_format == FormatId::NVFP4) j["activations"]["block_scale"] = act_scale_name(act_block_scale);
   }
   return j;
 }

@@ -51,8 +51,9 @@ struct TensorReport {
   int64_t error_rows = 0;         // rows the output errors were measured on (every k-th of large matrices)
   FormatId act_format = FormatId::F32;
   bool act_static = false;
-  float act_scale = 0;  // static per-tensor activation scale (absmax / format max)
-  float act_clip = 1;   // INT4 / NVFP4 activations: the per-token absmax clipping ratio
+  float act_scale = 0;                        // static per-tensor activation scale (absmax / format max)
+  float act_clip = 1;                         // INT4 / NVFP4 activations: the per-token absmax clipping ratio
+  ActScale act_block_scale = ActScale::Amax;  // NVFP4 activations: the block-scale rule
   nlohmann::json to_json() const;
 };
 

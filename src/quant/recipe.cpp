@@ -52,6 +52,13 @@ FormatId act_format_from_name(const std::string& s, const std::string& where) {
   return fi->id;
 }
 
+ActScale act_scale_from_name(const std::string& s, const std::string& where) {
+  const std::string l = lower(s);
+  if (l == "amax" || l == "max") return ActScale::Amax;
+  if (l == "mse") return ActScale::Mse;
+  usage(where + ": unknown block-scale rule '" + s + "'; use amax (NVIDIA's, the default) or mse");
+}
+
 Algorithm algorithm_from_name(const std::string& s, bool* smooth, const std::string& where) {
   std::string l = lower(s);
   *smooth = false;
@@ -263,6 +270,10 @@ nlohmann::json Recipe::to_json() const {
   if (!act.enabled() && act.clip != 1.0f) j["activations"] = {{"format", "none"}, {"dynamic", act.dynamic}};
   if (act.format == FormatId::INT4 || act.format == FormatId::NVFP4 || act.clip != 1.0f)
     j["activations"]["clip"] = short_decimal(act.clip);
+  if (act.scale != ActScale::Amax) {  // set: out, so that plan_recipe can refuse it off NVFP4
+    if (!j["activations"].is_object()) j["activations"] = {{"format", "none"}, {"dynamic", act.dynamic}};
+    j["activations"]["scale"] = act_scale_name(act.scale);
+  }
   j["kv_cache"] = kv.enabled() ? json{{"format", format_info(kv.format).name},
                                       {"strategy", kv.per_head ? "head" : "tensor"}}
                                : json(nullptr);
@@ -392,12 +403,15 @@ Recipe recipe_from_json(const json& j, const std::string& where) {
     } else if (a.is_string()) {
       r.act = {act_format_from_name(a.get<std::string>(), where + ".activations"), true};
     } else {
-      check_keys(a, {"format", "dynamic", "clip"}, where + ".activations");
+      check_keys(a, {"format", "dynamic", "clip", "scale"}, where + ".activations");
       if (a.contains("format"))
         r.act.format = act_format_from_name(get_as<std::string>(a, "format", where + ".activations"),
                                             where + ".activations");
       if (a.contains("dynamic")) r.act.dynamic = get_as<bool>(a, "dynamic", where + ".activations");
       if (a.contains("clip")) r.act.clip = get_as<float>(a, "clip", where + ".activations");
+      if (a.contains("scale"))
+        r.act.scale = act_scale_from_name(get_as<std::string>(a, "scale", where + ".activations"),
+                                          where + ".activations.scale");
     }
   }
   if (j.contains("kv_cache")) {
@@ -613,6 +627,8 @@ Recipe parse_recipe_arg(const std::string& arg) {
       r->act.format = act_format_from_name(v, "--recipe act");
     else if (k == "act_clip")
       r->act.clip = static_cast<float>(num("act_clip"));
+    else if (k == "act_scale")
+      r->act.scale = act_scale_from_name(v, "--recipe act_scale");
     else if (k == "act_static")
       r->act.dynamic = !flag("act_static");
     else if (k == "kv")
@@ -682,7 +698,8 @@ Recipe parse_recipe_arg(const std::string& arg) {
     else
       usage(
           "--recipe '" + arg + "': unknown key '" + k +
-          "'; known: algo, scheme, group, act, act_clip, act_static, kv, kv_strategy, alpha, samples, "
+          "'; known: algo, scheme, group, act, act_clip, act_scale, act_static, kv, kv_strategy, alpha, "
+          "samples, "
           "length, seed, "
           "calib, act_order, damp, target, target_damp, clip, ignore, dtype, rotate, rotate_seed, "
           "rotate_r1, rotate_r2, "

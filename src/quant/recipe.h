@@ -5,15 +5,15 @@
 //   presets W4A16KV8, W4A4KV4, W3A16 ...                                   W/A/KV notation, parsed into its
 //   parts int4:g32:sym:f16                                               a bare QuantScheme (weight-only)
 // each optionally followed by ",key=value" refinements: algo=gptq, scheme=int4:g32, group=32, act=int8,
-// act=int4, act=nvfp4, act_clip=0.9, act_static=1, kv=e4m3, kv_strategy=head, alpha=0.5, samples=32,
-// length=256, seed=0, calib=FILE, ignore=PATTERN, rotate=quarot|spinquant|duquant, rotate_seed=0,
+// act=int4, act=nvfp4, act_clip=0.9, act_scale=mse, act_static=1, kv=e4m3, kv_strategy=head, alpha=0.5,
+// samples=32, length=256, seed=0, calib=FILE, ignore=PATTERN, rotate=quarot|spinquant|duquant, rotate_seed=0,
 // rotate_r1=1, rotate_r2=1, rotate_r4=1, rotate_factors=FILE, spin_steps=24, spin_lr=1.5, spin_tokens=2048,
 // spin_loss=kl|ce, duquant_block=128, duquant_steps=8, tune=64, tune_lr=0.001, tune_batch=4, tune_norms=1.
 //
 // JSON form (every key optional except that some scheme must result; unknown keys are named in the error):
 //   { "name": "...", "preset": "W4A16", "scheme": "int4:g32:sym:f16", "algorithm": "gptq",
 //     "activations": {"format": "int8", "dynamic": true} | {"format": "int4", "dynamic": true, "clip": 0.9}
-//                    | {"format": "nvfp4", "clip": 1} | null,
+//                    | {"format": "nvfp4", "clip": 1, "scale": "amax"|"mse"} | null,
 //     "kv_cache": {"format": "e4m3", "strategy": "tensor"|"head"} | null,
 //     "overrides": [{"pattern": "*.w_down", "scheme": "int8:channel"}],
 //     "ignore": ["lm_head", {"pattern": "re:.*embed.*", "reason": "..."}],
@@ -40,6 +40,7 @@
 
 #include "arch/config.h"
 #include "formats/scheme.h"
+#include "kernels/weight.h"
 
 namespace lowbit::quant {
 
@@ -53,6 +54,9 @@ struct ActivationSpec {
   // global scale clip * absmax / (6 * 448) (NVFP4); values past the clipped range saturate. 1 = absmax;
   // QuaRot clips 4-bit activations at 0.9.
   float clip = 1.0f;
+  // NVFP4 only: how each block of 16 gets its E4M3 scale (kernels/weight.h ActScale): amax (NVIDIA's rule,
+  // what vLLM computes) or mse (the least squared error among nearby scales; lowbit's engine only).
+  ActScale scale = ActScale::Amax;
   bool enabled() const { return format != FormatId::F32; }
 };
 

@@ -166,6 +166,11 @@ std::vector<TensorPlan> plan_recipe(const Recipe& r, const ModelConfig& c,
           "PPL 83 vs QuaRot 6.1 on LLaMA-2-7B); add a Hadamard rotation");
   } else if (r.act.clip != 1.0f)
     errors.push_back("act_clip without activation quantization; add act=int4 or drop act_clip");
+  if (r.act.scale != ActScale::Amax && r.act.format != FormatId::NVFP4)
+    errors.push_back(std::string("act_scale=") + act_scale_name(r.act.scale) +
+                     " picks NVFP4 activation block scales, but the activations are " +
+                     (r.act.enabled() ? format_info(r.act.format).name : "not quantized") +
+                     "; add act=nvfp4 or drop act_scale");
   if (r.kv.enabled()) {
     const FormatId f = r.kv.format;
     if (f != FormatId::INT8 && f != FormatId::INT4 && !is_fp8(f))

@@ -30,6 +30,7 @@ template <class Options>
 void set_fake_quant(Options& o, const Recipe& r, const ModelConfig& c) {
   if (r.act.format == FormatId::INT4 || r.act.format == FormatId::NVFP4) o.act = r.act.format;
   o.act_clip = r.act.clip;
+  o.act_scale = r.act.scale;
   o.kv_cache = fake_quant_kv_spec(r, c);
 }
 

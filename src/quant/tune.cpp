@@ -31,6 +31,7 @@ nlohmann::json tune_quantized(const Model& reference, Model& m, const Recipe& r,
     WeightMatrix t =
         make_quant_weight(std::make_shared<QuantizedMatrix>(rescale_cells(*w->q, factors.data())));
     t.act_format = w->act_format, t.act_static_scale = w->act_static_scale, t.act_clip = w->act_clip;
+    t.act_scale = w->act_scale;
     *w = std::move(t);
   }
   if (tied) m.weights.lm_head = m.weights.tok_embed;  // one storage, as before

@@ -15,26 +15,27 @@ namespace lowbit::train {
 
 namespace {
 // Every row of x [T, n] replaced by what matmul's activation route `format` multiplies.
-void fake_quant_route(FormatId format, float* x, int64_t T, int64_t n, float clip) {
+void fake_quant_route(FormatId format, float* x, int64_t T, int64_t n, float clip, ActScale scale) {
   std::vector<float> out(static_cast<size_t>(T * n));
-  quantize_activations(format, clip, x, T, n, out.data());
+  quantize_activations(format, clip, scale, x, T, n, out.data());
   std::copy(out.begin(), out.end(), x);
 }
 }  // namespace
 
 void fake_quant_act_int4(float* x, int64_t T, int64_t n, float clip) {
-  fake_quant_route(FormatId::INT4, x, T, n, clip);
+  fake_quant_route(FormatId::INT4, x, T, n, clip, ActScale::Amax);
 }
 
-void fake_quant_act_nvfp4(float* x, int64_t T, int64_t n, float clip) {
-  fake_quant_route(FormatId::NVFP4, x, T, n, clip);
+void fake_quant_act_nvfp4(float* x, int64_t T, int64_t n, float clip, ActScale scale) {
+  fake_quant_route(FormatId::NVFP4, x, T, n, clip, scale);
 }
 
-void fake_quant_act_nvfp4_grad(const float* x, const float* g, int64_t n, float clip, float* gx) {
+void fake_quant_act_nvfp4_grad(const float* x, const float* g, int64_t n, float clip, ActScale scale,
+                               float* gx) {
   const int64_t B = kNvfp4ActBlock, nb = (n + B - 1) / B;
   std::vector<uint8_t> codes(static_cast<size_t>(n)), bs(static_cast<size_t>(nb));
   float gs = 0;
-  quantize_activation_nvfp4(x, n, clip, codes.data(), bs.data(), &gs);
+  quantize_activation_nvfp4(x, n, clip, scale, codes.data(), bs.data(), &gs);
   int64_t M = 0;
   for (int64_t i = 1; i < n; ++i)
     if (std::fabs(x[i]) > std::fabs(x[M])) M = i;
@@ -57,9 +58,16 @@ void fake_quant_act_nvfp4_grad(const float* x, const float* g, int64_t n, float 
       ds += static_cast<double>(g[i]) *
             (fp4_e2m1_to_f32(codes[static_cast<size_t>(i)]) - (inside ? static_cast<double>(x[i]) / S : 0.0));
     }
-    const bool saturated = std::fabs(x[m]) > clip * amax;
-    const int64_t at = saturated ? M : m;
-    const double d = saturated ? clip / 6.0 : 1.0 / 6.0;
+    int64_t at;
+    double d;
+    if (scale == ActScale::Amax) {
+      const bool saturated = std::fabs(x[m]) > clip * amax;
+      at = saturated ? M : m;
+      d = saturated ? clip / 6.0 : 1.0 / 6.0;
+    } else {  // the top E4M3 code follows the token's scale, every other one the block's largest |x|
+      at = bs[static_cast<size_t>(b)] == 0x7E ? M : m;
+      d = std::fabs(x[at]) > 0 ? S / std::fabs(x[at]) : 0.0;
+    }
     gx[at] += static_cast<float>((x[at] < 0 ? -d : d) * ds);
   }
 }

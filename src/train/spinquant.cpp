@@ -59,6 +59,7 @@ nlohmann::json SpinResult::to_json(const SpinOptions& o) const {
            {{"activations",
              o.act != FormatId::F32 ? nlohmann::json(format_info(o.act).name) : nlohmann::json(nullptr)},
             {"act_clip", o.act_clip},
+            {"act_scale", act_scale_name(o.act_scale)},
             {"kv_cache", o.kv_cache.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.kv_cache)}}},
           {"loss_before", loss_before},
           {"loss_after", loss_after},
@@ -85,7 +86,7 @@ SpinResult learn_rotations(const Model& m, const std::vector<std::vector<int32_t
   const int64_t n_win = std::clamp<int64_t>((o.tokens + S - 1) / S, 1, static_cast<int64_t>(windows.size()));
   const Tensor tokens = window_tokens(windows, n_win);
   const KvFakeQuant kv = make_kv_fake_quant(o.kv_cache, c);
-  const FakeQuantOptions fq{o.act, o.act_clip, &kv};
+  const FakeQuantOptions fq{o.act, o.act_clip, o.act_scale, &kv};
   const TorchModel tm = torch_model(m, torch::kFloat, r4);
   if (o.loss != "ce" && o.loss != "kl")
     throw UsageError("train", "SpinQuant loss '" + o.loss + "' is not one of ce, kl");

@@ -26,7 +26,8 @@ struct SpinOptions {
   bool learn_r2 = true;
   FormatId act = FormatId::F32;  // fake-quantize every linear's input as act=int4 / act=nvfp4 (F32: no)
   float act_clip = 1.0f;
-  std::string kv_cache;  // fake-quantize K and V as this --kv-cache spec ("" = float)
+  ActScale act_scale = ActScale::Amax;  // NVFP4: the block-scale rule
+  std::string kv_cache;                 // fake-quantize K and V as this --kv-cache spec ("" = float)
   // What the steps minimise on the calibration tokens: "ce", the next-token cross-entropy (SpinQuant's
   // loss), or "kl", the KL divergence from the float model's next-token distribution (no rotation, no fake
   // quantization) to the fake-quantized one.

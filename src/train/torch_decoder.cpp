@@ -65,7 +65,7 @@ Tensor rope(const Tensor& x, const TorchModel& m) {
 }
 
 struct ActFq : torch::autograd::Function<ActFq> {
-  static Tensor forward(AutogradContext* ctx, Tensor x, int64_t format, double clip) {
+  static Tensor forward(AutogradContext* ctx, Tensor x, int64_t format, double clip, int64_t scale) {
     if (x.scalar_type() != torch::kFloat)
       throw Error("train",
                   "fake quantization runs on float32 tensors (got another dtype); turn it off for "
@@ -74,12 +74,14 @@ struct ActFq : torch::autograd::Function<ActFq> {
     const int64_t n = y.size(-1);
     const bool nvfp4 = format == static_cast<int64_t>(FormatId::NVFP4);
     if (nvfp4)
-      fake_quant_act_nvfp4(y.data_ptr<float>(), y.numel() / n, n, static_cast<float>(clip));
+      fake_quant_act_nvfp4(y.data_ptr<float>(), y.numel() / n, n, static_cast<float>(clip),
+                           static_cast<ActScale>(scale));
     else
       fake_quant_act_int4(y.data_ptr<float>(), y.numel() / n, n, static_cast<float>(clip));
     ctx->save_for_backward({x.detach().contiguous(), y});
     ctx->saved_data["clip"] = clip;
     ctx->saved_data["nvfp4"] = nvfp4;
+    ctx->saved_data["scale"] = scale;
     return y;
   }
   // y = s * c with c = clamp(round(x / s), -7, 7) and s = clip * max|x| / 7 per row. Straight-through on the
@@ -97,9 +99,10 @@ struct ActFq : torch::autograd::Function<ActFq> {
       Tensor gx = torch::empty_like(x);
       const int64_t n = x.size(-1), rows = x.numel() / n;
       for (int64_t t = 0; t < rows; ++t)
-        fake_quant_act_nvfp4_grad(x.data_ptr<float>() + t * n, up.data_ptr<float>() + t * n, n,
-                                  static_cast<float>(clip), gx.data_ptr<float>() + t * n);
-      return {gx, Tensor(), Tensor()};
+        fake_quant_act_nvfp4_grad(
+            x.data_ptr<float>() + t * n, up.data_ptr<float>() + t * n, n, static_cast<float>(clip),
+            static_cast<ActScale>(ctx->saved_data["scale"].toInt()), gx.data_ptr<float>() + t * n);
+      return {gx, Tensor(), Tensor(), Tensor()};
     }
     const Tensor a = x.abs();
     const Tensor amax = a.amax(-1, true);
@@ -110,7 +113,7 @@ struct ActFq : torch::autograd::Function<ActFq> {
     const Tensor ds = (g[0] * (c - inside * x / safe)).sum(-1, true) * static_cast<float>(clip / 7.0);
     const Tensor at_max = torch::zeros_like(x).scatter_(-1, a.argmax(-1, true), 1.0);
     const Tensor gx = g[0] * inside + at_max * x.sign() * torch::where(s > 0, ds, torch::zeros_like(ds));
-    return {gx, Tensor(), Tensor()};
+    return {gx, Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -128,11 +131,12 @@ struct KvFq : torch::autograd::Function<KvFq> {
 
 }  // namespace
 
-Tensor fake_quant_act(const Tensor& x, FormatId format, float clip) {
+Tensor fake_quant_act(const Tensor& x, FormatId format, float clip, ActScale scale) {
   if (format != FormatId::INT4 && format != FormatId::NVFP4)
     throw UsageError("train", std::string("activations in ") + format_info(format).name +
                                   " cannot be fake-quantized for training; int4 and nvfp4 can");
-  return ActFq::apply(x, static_cast<int64_t>(format), static_cast<double>(clip));
+  return ActFq::apply(x, static_cast<int64_t>(format), static_cast<double>(clip),
+                      static_cast<int64_t>(scale));
 }
 Tensor fake_quant_kv(const Tensor& x, const KvFakeQuant& q, bool key) {
   return KvFq::apply(x, &q, key);
@@ -195,7 +199,7 @@ Tensor forward_logits(const TorchModel& m, const Tensor& tokens, const Tensor& r
   auto in_rot = [&](const Tensor& w) { return r1.defined() ? w.matmul(r1.t()) : w; };
   auto out_rot = [&](const Tensor& w) { return r1.defined() ? r1.matmul(w) : w; };
   auto act = [&](const Tensor& x) {
-    return fq.act != FormatId::F32 ? fake_quant_act(x, fq.act, fq.act_clip) : x;
+    return fq.act != FormatId::F32 ? fake_quant_act(x, fq.act, fq.act_clip, fq.act_scale) : x;
   };
   auto lin = [](const Tensor& x, const Tensor& w, const Tensor& b) {
     return b.defined() ? torch::addmm(b, x.reshape({-1, x.size(-1)}), w.t()).view({x.size(0), x.size(1), -1})

@@ -50,8 +50,9 @@ TorchModel torch_model(const Model& m, torch::ScalarType dt, const Hadamard* r4 
 struct FakeQuantOptions {
   // the activation route on every linear's input except lm_head: F32 (none), INT4 or NVFP4
   FormatId act = FormatId::F32;
-  float act_clip = 1.0f;            // act_clip of the recipe
-  const KvFakeQuant* kv = nullptr;  // the KV cache's quantizer on K (after RoPE) and V; null = float
+  float act_clip = 1.0f;                // act_clip of the recipe
+  ActScale act_scale = ActScale::Amax;  // NVFP4: the recipe's block-scale rule (act_scale)
+  const KvFakeQuant* kv = nullptr;      // the KV cache's quantizer on K (after RoPE) and V; null = float
 };
 
 // Straight-through fake quantization (float tensors only). fake_quant_act: x [..., n] rows through
@@ -60,7 +61,8 @@ struct FakeQuantOptions {
 // their derivative, which reaches the largest value they follow (INT4: the per-token scale clip * absmax / 7,
 // the formula at ActFq::backward; NVFP4: each block's scale, fake_quant_act_nvfp4_grad). fake_quant_kv:
 // x [B, S, kv_dim] sequences through fake_quant_kv; the gradient passes unchanged.
-torch::Tensor fake_quant_act(const torch::Tensor& x, FormatId format, float clip);
+torch::Tensor fake_quant_act(const torch::Tensor& x, FormatId format, float clip,
+                             ActScale scale = ActScale::Amax);
 torch::Tensor fake_quant_kv(const torch::Tensor& x, const KvFakeQuant& q, bool key);
 
 // Logits [B, S, vocab] of tokens [B, S] (int64, every sequence at positions 0..S-1) for the model rotated by

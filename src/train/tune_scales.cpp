@@ -78,6 +78,7 @@ nlohmann::json TuneResult::to_json(const TuneOptions& o) const {
            {{"activations",
              o.act != FormatId::F32 ? nlohmann::json(format_info(o.act).name) : nlohmann::json(nullptr)},
             {"act_clip", o.act_clip},
+            {"act_scale", act_scale_name(o.act_scale)},
             {"kv_cache", o.kv_cache.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.kv_cache)}}},
           {"loss_before", loss_before},
           {"loss_after", loss_after},
@@ -103,7 +104,7 @@ TuneResult tune_scales(const Model& reference, const Model& quantized,
   const int64_t n_win = static_cast<int64_t>(windows.size());
   const Tensor tokens = window_tokens(windows, n_win);
   const KvFakeQuant kv = make_kv_fake_quant(o.kv_cache, c);
-  const FakeQuantOptions fq{o.act, o.act_clip, &kv};
+  const FakeQuantOptions fq{o.act, o.act_clip, o.act_scale, &kv};
 
   // The teacher: the float model's log-probabilities, kept for every window when they fit in 512 MiB,
   // else computed per batch (a forward without gradient).

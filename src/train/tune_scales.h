@@ -26,7 +26,8 @@ struct TuneOptions {
   bool norms = true;  // also tune the RMSNorm gammas (attention, FFN, final; a factor per channel)
   FormatId act = FormatId::F32;  // the activation route the checkpoint runs with (INT4 / NVFP4), modelled
   float act_clip = 1.0f;
-  std::string kv_cache;  // the KV cache format it runs with, fake-quantized ("" = float)
+  ActScale act_scale = ActScale::Amax;  // NVFP4: the block-scale rule
+  std::string kv_cache;                 // the KV cache format it runs with, fake-quantized ("" = float)
 };
 
 struct TuneResult {

@@ -49,7 +49,7 @@ Quantized run(const std::vector<float>& x, float clip = 1.0f) {
   Quantized q;
   q.codes.assign(x.size(), 0xEE);
   q.scales.assign(static_cast<size_t>((n + 15) / 16), 0xEE);
-  quantize_activation_nvfp4(x.data(), n, clip, q.codes.data(), q.scales.data(), &q.g);
+  quantize_activation_nvfp4(x.data(), n, clip, ActScale::Amax, q.codes.data(), q.scales.data(), &q.g);
   q.deq.assign(x.size(), -1.0f);
   dequantize_activation_nvfp4(q.codes.data(), q.scales.data(), q.g, n, q.deq.data());
   return q;
@@ -304,8 +304,8 @@ TEST(ActivationNvfp4, Avx2QuantizerIsTheDefinition) {
       Bytes ca(x.size(), 99), cb(x.size(), 98), sa(static_cast<size_t>(nb), 97),
           sb(static_cast<size_t>(nb), 96);
       float ga = -1.0f, gb = -2.0f;
-      quantize_activation_nvfp4(x.data(), n, clip, ca.data(), sa.data(), &ga);
-      kern::quantize_activation_nvfp4_avx2(x.data(), n, clip, cb.data(), sb.data(), &gb);
+      quantize_activation_nvfp4(x.data(), n, clip, ActScale::Amax, ca.data(), sa.data(), &ga);
+      kern::quantize_activation_nvfp4_avx2(x.data(), n, clip, ActScale::Amax, cb.data(), sb.data(), &gb);
       ASSERT_EQ(std::memcmp(&ga, &gb, 4), 0) << "n " << n << " g " << ga << " vs " << gb;
       ASSERT_EQ(sa, sb) << "n " << n;
       ASSERT_EQ(ca, cb) << "n " << n << " clip " << clip;

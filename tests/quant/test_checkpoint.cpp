@@ -45,6 +45,7 @@ void expect_same_weights(Model& a, Model& b, const std::string& what) {
     EXPECT_EQ(x.act_format, y.act_format) << what << " " << na[i].first;
     EXPECT_EQ(x.act_static_scale, y.act_static_scale) << what << " " << na[i].first;
     EXPECT_EQ(x.act_clip, y.act_clip) << what << " " << na[i].first;
+    EXPECT_EQ(x.act_scale, y.act_scale) << what << " " << na[i].first;
     if (x.kind == WeightKind::Quant && y.kind == WeightKind::Quant) {
       EXPECT_EQ(to_string(x.q->scheme), to_string(y.q->scheme)) << what << " " << na[i].first;
       EXPECT_EQ(x.q->codes, y.q->codes) << what << " " << na[i].first;
@@ -119,6 +120,7 @@ INSTANTIATE_TEST_SUITE_P(
                       // W4A4: int4 per-token activations (with QuaRot's clip), the int4 KV scales
                       Case{"int4:channel:sym,act=int4", false}, Case{"W4A4KV4,group=32,act_clip=0.9", true},
                       Case{"nvfp4,act=nvfp4,act_clip=0.9", false}, Case{"int4:g32:sym,act=nvfp4", true},
+                      Case{"int4:g32:sym,act=nvfp4,act_scale=mse", false},
                       // per-row codebooks (lowbit-packed codes + the [rows, 2^b] f16 tables as weight_scale)
                       Case{"lut3", false}, Case{"lut4,algo=gptq", true}, Case{"lut2,algo=imatrix", false}),
     [](const ::testing::TestParamInfo<Case>& info) {

@@ -159,63 +159,77 @@ TEST(FakeQuantSte, ActivationsAreLowbitsInt4CodesAndGradientsPassInsideTheClipRa
 // gradient is that of a surrogate built from torch operations, each block's values passed straight through
 // where E2M1 does not saturate plus the block scale S = bmax / 6 (or clip * absmax / 6 where the E4M3 scale
 // saturates, clip < 1) times the fixed c - [inside] x / S: torch's max sends the scale's gradient to the
-// largest value, independently of fake_quant_act_nvfp4_grad's loop.
+// largest value, independently of fake_quant_act_nvfp4_grad's loop. Under act_scale=mse the same with the
+// chosen S as a fixed multiple of the value it follows (the token's largest at E4M3's top code 0x7E, else
+// the block's).
 TEST(FakeQuantSte, Nvfp4ActivationsAreLowbitsCodesAndGradientsFollowTheBlockScales) {
   const int64_t T = 7, n = 104, nb = (n + 15) / 16;  // six blocks of 16 and one of 8
-  for (float clip : {1.0f, 0.7f}) {
-    const torch::Tensor x = outlier_rows(T, n, 9).requires_grad_(true);
-    const torch::Tensor y = fake_quant_act(x, FormatId::NVFP4, clip);
-    const torch::Tensor up = torch::randn({T, n});
-    y.backward(up);
-    const torch::Tensor xd = x.detach().contiguous();
-    std::vector<uint8_t> codes(static_cast<size_t>(n)), bs(static_cast<size_t>(nb));
-    std::vector<float> ref(static_cast<size_t>(n));
-    int64_t saturated = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      const float* xt = xd.data_ptr<float>() + t * n;
-      float g = 0;
-      quantize_activation_nvfp4(xt, n, clip, codes.data(), bs.data(), &g);
-      dequantize_activation_nvfp4(codes.data(), bs.data(), g, n, ref.data());
-      for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(y[t][i].item<float>(), ref[static_cast<size_t>(i)])
-            << "clip " << clip << " at " << t << ", " << i;
-      const torch::Tensor xr = xd[t].clone().requires_grad_(true);
-      const torch::Tensor amax = xr.abs().max();
-      std::vector<torch::Tensor> parts;
-      for (int64_t b = 0; b < nb; ++b) {
-        const int64_t b0 = b * 16, len = std::min<int64_t>(16, n - b0);
-        const torch::Tensor seg = xr.narrow(0, b0, len);
-        float Sb = 0;
-        {
-          std::vector<float> one(static_cast<size_t>(len));
-          // S_b = e4m3(block scale) * g: the dequantized value of an E2M1 code of 1.0 (0x2) in this block.
-          std::vector<uint8_t> unit(static_cast<size_t>(len), 0x2);
-          dequantize_activation_nvfp4(unit.data(), bs.data() + b, g, len, one.data());
-          Sb = one[0];
+  for (ActScale rule : {ActScale::Amax, ActScale::Mse})
+    for (float clip : {1.0f, 0.7f}) {
+      const torch::Tensor x = outlier_rows(T, n, 9).requires_grad_(true);
+      const torch::Tensor y = fake_quant_act(x, FormatId::NVFP4, clip, rule);
+      const torch::Tensor up = torch::randn({T, n});
+      y.backward(up);
+      const torch::Tensor xd = x.detach().contiguous();
+      std::vector<uint8_t> codes(static_cast<size_t>(n)), bs(static_cast<size_t>(nb));
+      std::vector<float> ref(static_cast<size_t>(n));
+      int64_t saturated = 0, moved = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        const float* xt = xd.data_ptr<float>() + t * n;
+        float g = 0;
+        quantize_activation_nvfp4(xt, n, clip, rule, codes.data(), bs.data(), &g);
+        dequantize_activation_nvfp4(codes.data(), bs.data(), g, n, ref.data());
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(y[t][i].item<float>(), ref[static_cast<size_t>(i)])
+              << "clip " << clip << " at " << t << ", " << i;
+        const torch::Tensor xr = xd[t].clone().requires_grad_(true);
+        const torch::Tensor amax = xr.abs().max();
+        std::vector<torch::Tensor> parts;
+        for (int64_t b = 0; b < nb; ++b) {
+          const int64_t b0 = b * 16, len = std::min<int64_t>(16, n - b0);
+          const torch::Tensor seg = xr.narrow(0, b0, len);
+          float Sb = 0;
+          {
+            std::vector<float> one(static_cast<size_t>(len));
+            // S_b = e4m3(block scale) * g: the dequantized value of an E2M1 code of 1.0 (0x2) in this block.
+            std::vector<uint8_t> unit(static_cast<size_t>(len), 0x2);
+            dequantize_activation_nvfp4(unit.data(), bs.data() + b, g, len, one.data());
+            Sb = one[0];
+          }
+          ASSERT_GT(Sb, 0.0f);
+          std::vector<float> cv(static_cast<size_t>(len));
+          for (int64_t i = 0; i < len; ++i)
+            cv[static_cast<size_t>(i)] = ref[static_cast<size_t>(b0 + i)] / Sb;
+          const torch::Tensor c = torch::from_blob(cv.data(), {len}, torch::kFloat).clone();
+          const torch::Tensor inside = (seg.detach().abs() <= 6.0f * Sb).to(torch::kFloat);
+          const torch::Tensor bmax = seg.abs().max();
+          torch::Tensor St;
+          if (rule == ActScale::Amax) {
+            const bool sat = bmax.item<float>() > clip * amax.item<float>();
+            saturated += sat;
+            St = sat ? amax * (clip / 6.0f) : bmax / 6.0f;
+          } else {
+            const bool top = bs[static_cast<size_t>(b)] == 0x7E;
+            const torch::Tensor follows = top ? amax : bmax;
+            St = follows * (Sb / follows.item<float>());
+            moved += std::fabs(Sb * 6.0f - bmax.item<float>()) > 0.1f * bmax.item<float>();
+          }
+          parts.push_back(inside * seg + St * (c - inside * seg.detach() / Sb));
         }
-        ASSERT_GT(Sb, 0.0f);
-        std::vector<float> cv(static_cast<size_t>(len));
-        for (int64_t i = 0; i < len; ++i) cv[static_cast<size_t>(i)] = ref[static_cast<size_t>(b0 + i)] / Sb;
-        const torch::Tensor c = torch::from_blob(cv.data(), {len}, torch::kFloat).clone();
-        const torch::Tensor inside = (seg.detach().abs() <= 6.0f * Sb).to(torch::kFloat);
-        const torch::Tensor bmax = seg.abs().max();
-        const bool sat = bmax.item<float>() > clip * amax.item<float>();
-        saturated += sat;
-        const torch::Tensor St = sat ? amax * (clip / 6.0f) : bmax / 6.0f;
-        parts.push_back(inside * seg + St * (c - inside * seg.detach() / Sb));
+        (up[t] * torch::cat(parts)).sum().backward();
+        for (int64_t i = 0; i < n; ++i)
+          EXPECT_NEAR(x.grad()[t][i].item<double>(), xr.grad()[i].item<double>(),
+                      1e-4 * (1 + std::fabs(xr.grad()[i].item<double>())))
+              << "clip " << clip << " token " << t << " channel " << i;
       }
-      (up[t] * torch::cat(parts)).sum().backward();
-      for (int64_t i = 0; i < n; ++i)
-        EXPECT_NEAR(x.grad()[t][i].item<double>(), xr.grad()[i].item<double>(),
-                    1e-4 * (1 + std::fabs(xr.grad()[i].item<double>())))
-            << "clip " << clip << " token " << t << " channel " << i;
+      if (rule == ActScale::Mse) {
+        EXPECT_GT(moved, 0) << "the search must move some block scales away from bmax / 6";
+      } else if (clip < 1.0f) {
+        EXPECT_GT(saturated, 0) << "some block scales must saturate";
+      } else {
+        EXPECT_EQ(saturated, 0);
+      }
     }
-    if (clip < 1.0f) {
-      EXPECT_GT(saturated, 0) << "some block scales must saturate";
-    } else {
-      EXPECT_EQ(saturated, 0);
-    }
-  }
 }
 
 // K and V rows of one sequence through fake_quant_kv equal what the paged cache returns after storing them
