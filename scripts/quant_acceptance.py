@@ -93,6 +93,12 @@ for label, recipe in (("W4A4KV4 SpinQuant+RTN", "W4A4KV4,rotate=spinquant"),
                       ("W4A4KV4 NVFP4 act. SpinQuant+GPTQ float target",
                        "W4A4KV4,act=nvfp4,rotate=spinquant,algo=gptq,target=float")):
     ROTATION_RECIPES.append((label, recipe))
+# NVFP4 activations whose block scales are picked by least squared error (act_scale=mse) instead of
+# NVIDIA's bmax / 6 (docs/kernels.md, "Activation routes").
+for label, recipe in (("RTN", ""), ("GPTQ", ",algo=gptq"), ("QuaRot+GPTQ", ",rotate=quarot,algo=gptq"),
+                      ("QuaRot+GPTQ float target", ",rotate=quarot,algo=gptq,target=float"),
+                      ("SpinQuant+GPTQ float target", ",rotate=spinquant,algo=gptq,target=float")):
+    ROTATION_RECIPES.append(("W4A4KV4 NVFP4 act. MSE scales " + label, "W4A4KV4,act=nvfp4,act_scale=mse" + recipe))
 
 # --set nonuniform: per-row k-means codebooks (lut2/3/4, docs/formats.md) against the uniform grids and the
 # k-quant of the same width, each under RTN, imatrix and GPTQ.

@@ -19,32 +19,40 @@ const char* act_scale_name(ActScale s) {
   return s == ActScale::Mse ? "mse" : "amax";
 }
 
-float nvfp4_block_error(const float* x, int64_t n, float d) {
-  float e2 = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(x[i])) continue;  // an infinity saturates whatever the scale; a NaN poisons the token
-    const float e = std::fma(-fp4_e2m1_to_f32(f32_to_fp4_e2m1(x[i] / d)), d, x[i]);
-    e2 = std::fma(e, e, e2);
+void nvfp4_block_errors(const float* x, int64_t n, const float* d, int nd, float* err) {
+  for (int k = 0; k < nd; ++k) {
+    float e2 = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(x[i]))
+        continue;  // an infinity saturates whatever the scale; a NaN poisons the token
+      const float e = std::fma(-fp4_e2m1_to_f32(f32_to_fp4_e2m1(x[i] / d[k])), d[k], x[i]);
+      e2 = std::fma(e, e, e2);
+    }
+    err[k] = e2;
   }
-  return e2;
 }
 
 uint8_t nvfp4_act_block_scale(const float* x, int64_t n, float g, float bmax, ActScale rule,
-                              Nvfp4BlockError err) {
+                              Nvfp4BlockErrors errs) {
   const uint8_t c6 = g > 0 ? f32_to_fp8_e4m3fn(bmax / 6.0f / g, true) : 0;
   if (rule == ActScale::Amax || c6 == 0) return c6;
   // Codes are monotone in the value they encode (sign 0, 0x7E = 448 the largest finite), so the candidates
   // are a range of codes: two steps of 1/8 octave below c6 clip the block's largest values, the steps up to
-  // c4 (bmax -> 4, about five codes) leave them E2M1's finer steps below 4.
+  // c4 (bmax -> 4, four or five codes) leave them E2M1's finer steps below 4. At most 8 in all (c4 is at
+  // most 5 codes above c6), one AVX2 register of steps.
   const int c4 = f32_to_fp8_e4m3fn(bmax / 4.0f / g, true);
-  uint8_t best = c6;
-  float best_err = err(x, n, fp8_e4m3fn_to_f32(c6) * g);
-  for (int c = std::max(1, c6 - 2); c <= std::min(0x7E, c4); ++c) {
-    if (c == c6) continue;
-    const float e = err(x, n, fp8_e4m3fn_to_f32(static_cast<uint8_t>(c)) * g);
-    if (e < best_err) best_err = e, best = static_cast<uint8_t>(c);
-  }
-  return best;
+  uint8_t code[16];
+  float d[16], err[16];
+  int nd = 0;
+  code[nd++] = c6;
+  for (int c = std::max(1, c6 - 2); c <= std::min(0x7E, c4) && nd < 16; ++c)
+    if (c != c6) code[nd++] = static_cast<uint8_t>(c);
+  for (int k = 0; k < nd; ++k) d[k] = fp8_e4m3fn_to_f32(code[k]) * g;
+  errs(x, n, d, nd, err);
+  int best = 0;
+  for (int k = 1; k < nd; ++k)
+    if (err[k] < err[best]) best = k;
+  return code[best];
 }
 
 void quantize_activation_nvfp4(const float* x, int64_t n, float clip, ActScale rule, uint8_t* codes,

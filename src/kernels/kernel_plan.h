@@ -513,9 +513,9 @@ void f4dot_block_avx2(int nr, const uint8_t* const* rows, const float* const* s,
                       int zoff, int64_t cols, int64_t group, int64_t ng, const int8_t* xq, int64_t xstride,
                       const float* beta, int64_t bstride, const float* xz, int T, float* y, int64_t ystride);
 // quantize_activation_nvfp4 (kernels/matmul.h) bit for bit, vectorized per full block of 16.
-// nvfp4_block_error (kernels/matmul.h) bit for bit; vectorized for a block of 16 finite values (other
-// blocks go to the scalar one).
-float nvfp4_block_error_avx2(const float* x, int64_t n, float d);
+// nvfp4_block_errors (kernels/matmul.h) bit for bit; vectorized with one step per lane (8 at a time) for
+// a block of 16 finite values (other blocks go to the scalar one).
+void nvfp4_block_errors_avx2(const float* x, int64_t n, const float* d, int nd, float* err);
 void quantize_activation_nvfp4_avx2(const float* x, int64_t n, float clip, ActScale rule, uint8_t* codes,
                                     uint8_t* block_scales, float* global_scale);
 // The INT8 / INT4 activation quantizers on AVX2, bit for bit the scalar ones (as the _avx512 versions).

@@ -159,16 +159,16 @@ float finite_absmax(const float* x, int64_t n, bool* has_nan);
 constexpr int kNvfp4ActBlock = 16;
 void quantize_activation_nvfp4(const float* x, int64_t n, float clip, ActScale rule, uint8_t* codes,
                                uint8_t* block_scales, float* global_scale);
-// The squared error of one block x[n] at step d: the sum over its finite x_i, in order, of e_i^2 with
-// e_i = fma(-e2m1(code(x_i / d)), d, x_i), each term added by one fma (so a vectorized error with the same
-// per-element e_i and the same sequential sum gives the same bits).
-float nvfp4_block_error(const float* x, int64_t n, float d);
-using Nvfp4BlockError = float (*)(const float* x, int64_t n, float d);
+// The squared errors of one block x[n] at the steps d[nd]: err[k] is the sum over the block's finite x_i,
+// in order, of e_i^2 with e_i = fma(-e2m1(code(x_i / d[k])), d[k], x_i), each term added by one fma (so a
+// vectorized version with one step per lane, the same e_i and the same sequential sums gives the same bits).
+void nvfp4_block_errors(const float* x, int64_t n, const float* d, int nd, float* err);
+using Nvfp4BlockErrors = void (*)(const float* x, int64_t n, const float* d, int nd, float* err);
 // A block's E4M3 scale code under `rule` (global scale g > 0, bmax its finite absmax): Amax c6 =
-// e4m3(bmax / 6 / g); Mse the code of least err(x, n, fp8(code) * g), c6 first, then c6 - 2 .. c4 in
-// increasing order, a later code only when strictly smaller (0 stays 0: nothing to fit).
+// e4m3(bmax / 6 / g); Mse the code of least error (errs at the steps fp8(code) * g), c6 first, then
+// c6 - 2 .. c4 in increasing order, a later code only when strictly smaller (0 stays 0: nothing to fit).
 uint8_t nvfp4_act_block_scale(const float* x, int64_t n, float g, float bmax, ActScale rule,
-                              Nvfp4BlockError err = nvfp4_block_error);
+                              Nvfp4BlockErrors errs = nvfp4_block_errors);
 void dequantize_activation_nvfp4(const uint8_t* codes, const uint8_t* block_scales, float global_scale,
                                  int64_t n, float* out);
 // The NVFP4 route of w over T tokens (x and xq: [T, cols], input order): g == nullptr: xq = x_hat; otherwise

@@ -512,23 +512,29 @@ inline __m256i e2m1_codes_avx2(__m256 v, __m256 dv, __m256i* mag) {
 
 }  // namespace
 
-// nvfp4_block_error of a full block of 16 finite values: the same e_i (the code's value with x's sign,
-// one fnmadd), summed in the same order by scalar fmas.
-float nvfp4_block_error_avx2(const float* x, int64_t n, float d) {
-  if (n != 16) return nvfp4_block_error(x, n, d);
+// nvfp4_block_errors of a full block of 16 finite values, one step per lane: per element the broadcast
+// x_i's code at 8 steps, the same e_i (the code's value with x's sign, one fnmadd) and one fma into each
+// lane's sum, so every lane adds its 16 terms in the scalar order.
+void nvfp4_block_errors_avx2(const float* x, int64_t n, const float* d, int nd, float* err) {
+  if (n != 16) return nvfp4_block_errors(x, n, d, nd, err);
   const __m256 table = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
-  const __m256 dv = _mm256_set1_ps(d), sign = _mm256_set1_ps(-0.0f);
-  alignas(32) float e[16];
-  for (int k = 0; k < 16; k += 8) {
-    const __m256 v = _mm256_loadu_ps(x + k);
-    __m256i mag;
-    (void)e2m1_codes_avx2(v, dv, &mag);
-    const __m256 val = _mm256_or_ps(_mm256_permutevar8x32_ps(table, mag), _mm256_and_ps(v, sign));
-    _mm256_store_ps(e + k, _mm256_fnmadd_ps(val, dv, v));
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int k0 = 0; k0 < nd; k0 += 8) {
+    alignas(32) float dl[8], out[8];
+    for (int k = 0; k < 8; ++k) dl[k] = d[std::min(nd - 1, k0 + k)];  // spare lanes repeat the last step
+    const __m256 dv = _mm256_load_ps(dl);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < 16; ++i) {
+      const __m256 v = _mm256_set1_ps(x[i]);
+      __m256i mag;
+      (void)e2m1_codes_avx2(v, dv, &mag);
+      const __m256 val = _mm256_or_ps(_mm256_permutevar8x32_ps(table, mag), _mm256_and_ps(v, sign));
+      const __m256 e = _mm256_fnmadd_ps(val, dv, v);
+      acc = _mm256_fmadd_ps(e, e, acc);
+    }
+    _mm256_store_ps(out, acc);
+    for (int k = 0; k < 8 && k0 + k < nd; ++k) err[k0 + k] = out[k];
   }
-  float e2 = 0.0f;
-  for (int i = 0; i < 16; ++i) e2 = std::fma(e[i], e[i], e2);
-  return e2;
 }
 
 void quantize_activation_nvfp4_avx2(const float* x, int64_t n, float clip, ActScale rule, uint8_t* codes,
@@ -550,7 +556,7 @@ void quantize_activation_nvfp4_avx2(const float* x, int64_t n, float clip, ActSc
       finite = _mm256_movemask_ps(_mm256_cmp_ps(a, inf, _CMP_NLT_UQ)) == 0;  // no Inf, no NaN
     }
     const uint8_t sc = nvfp4_act_block_scale(x + b0, b1 - b0, g, bmax, rule,
-                                             finite ? nvfp4_block_error_avx2 : nvfp4_block_error);
+                                             finite ? nvfp4_block_errors_avx2 : nvfp4_block_errors);
     block_scales[b0 / 16] = sc;
     const float d = fp8_e4m3fn_to_f32(sc) * g;
     if (!(d > 0) || b1 - b0 < 16) {  // the scalar definition (a zero block, the ragged last block)

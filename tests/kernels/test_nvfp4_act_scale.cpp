@@ -153,11 +153,14 @@ TEST(Nvfp4ActScale, Avx2QuantizerIsTheDefinition) {
     }
   // The vectorized block error itself, bit for bit (so a different summation order cannot hide behind
   // the rare near-ties where it would flip a choice).
+  const float steps[9] = {0.05f, 0.3f, 1.0f, 0.17f, 0.4f, 0.21f, 0.6f, 0.25f, 2.0f};
   for (int rep = 0; rep < 200; ++rep) {
     const std::vector<float> x = token(rng, 16, rep % 2);
-    for (float d : {0.05f, 0.3f, 1.0f}) {
-      const float a = nvfp4_block_error(x.data(), 16, d), b = kern::nvfp4_block_error_avx2(x.data(), 16, d);
-      ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << a << " vs " << b;
+    for (int nd : {1, 5, 8, 9}) {
+      float a[9], b[9];
+      nvfp4_block_errors(x.data(), 16, steps, nd, a);
+      kern::nvfp4_block_errors_avx2(x.data(), 16, steps, nd, b);
+      ASSERT_EQ(std::memcmp(a, b, sizeof(float) * static_cast<size_t>(nd)), 0) << "nd " << nd;
     }
   }
 }
