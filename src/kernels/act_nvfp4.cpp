@@ -21,14 +21,15 @@ const char* act_scale_name(ActScale s) {
 
 void nvfp4_block_errors(const float* x, int64_t n, const float* d, int nd, float* err) {
   for (int k = 0; k < nd; ++k) {
-    float e2 = 0.0f;
+    float e2[2] = {0.0f, 0.0f};  // even and odd inputs
+    const float r = 1.0f / d[k];
     for (int64_t i = 0; i < n; ++i) {
-      if (!std::isfinite(x[i]))
-        continue;  // an infinity saturates whatever the scale; a NaN poisons the token
-      const float e = std::fma(-fp4_e2m1_to_f32(f32_to_fp4_e2m1(x[i] / d[k])), d[k], x[i]);
-      e2 = std::fma(e, e, e2);
+      // an infinity saturates whatever the scale; a NaN poisons the token
+      if (!std::isfinite(x[i])) continue;
+      const float e = std::fma(-fp4_e2m1_to_f32(f32_to_fp4_e2m1(x[i] * r)), d[k], x[i]);
+      e2[i & 1] = std::fma(e, e, e2[i & 1]);
     }
-    err[k] = e2;
+    err[k] = e2[0] + e2[1];
   }
 }
 

@@ -516,6 +516,9 @@ void f4dot_block_avx2(int nr, const uint8_t* const* rows, const float* const* s,
 // nvfp4_block_errors (kernels/matmul.h) bit for bit; vectorized with one step per lane (8 at a time) for
 // a block of 16 finite values (other blocks go to the scalar one).
 void nvfp4_block_errors_avx2(const float* x, int64_t n, const float* d, int nd, float* err);
+// The same on AVX-512: lanes 0..7 the 8 steps at an even input, lanes 8..15 at the next odd one
+// (act_nvfp4_avx512.cpp).
+void nvfp4_block_errors_avx512(const float* x, int64_t n, const float* d, int nd, float* err);
 void quantize_activation_nvfp4_avx2(const float* x, int64_t n, float clip, ActScale rule, uint8_t* codes,
                                     uint8_t* block_scales, float* global_scale);
 // The INT8 / INT4 activation quantizers on AVX2, bit for bit the scalar ones (as the _avx512 versions).

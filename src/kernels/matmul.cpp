@@ -1129,6 +1129,30 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
 // its codes as c = 2 * E2M1 value, the block scales halved (beta), the per-group sums xz = sum beta_b * C_b,
 // then the kernels; the outputs times the token's global scale. The prefill tiles take the codes in natural
 // order, the decode kernels in their own layouts (f4_rows_layout; i8x_layout_avx2 with the betas per lane).
+// The NVFP4 route's codes of the last input run_f4_kernel quantized on this thread. q / k / v read the same
+// normalised input, and so do gate / up: the later products reuse the codes instead of quantizing (and,
+// under act_scale=mse, searching every block's scale) again. Keyed by the input's bytes, its shape and the
+// route's parameters, so a reuse is exactly what quantizing again would give.
+struct F4Acts {
+  std::vector<float> x;
+  int64_t T = 0, cols = 0;
+  float clip = 0;
+  ActScale rule = ActScale::Amax;
+  std::vector<uint8_t> codes, scales;  // [T, cols], [T, ceil(cols / 16)]
+  std::vector<float> g;                // [T]
+  bool holds(const WeightMatrix& w, const float* in, int64_t t) const {
+    return t == T && w.cols == cols && w.act_clip == clip && w.act_scale == rule &&
+           std::memcmp(in, x.data(), static_cast<size_t>(t * cols) * sizeof(float)) == 0;
+  }
+  void take(const WeightMatrix& w, const float* in, int64_t t) {
+    T = t, cols = w.cols, clip = w.act_clip, rule = w.act_scale;
+    x.assign(in, in + t * cols);
+    codes.resize(static_cast<size_t>(t * cols));
+    scales.resize(static_cast<size_t>(t * ((cols + kNvfp4ActBlock - 1) / kNvfp4ActBlock)));
+    g.resize(static_cast<size_t>(t));
+  }
+};
+
 void run_f4_kernel(const WeightMatrix& w, const KernelPlan& p, Kernel k, const float* x, int64_t T,
                    float* y) {
   static constexpr int8_t kC2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
@@ -1137,21 +1161,26 @@ void run_f4_kernel(const WeightMatrix& w, const KernelPlan& p, Kernel k, const f
                 nb = (cols + kNvfp4ActBlock - 1) / kNvfp4ActBlock;
   const int64_t ng = p.gcols, grp = ng == 1 ? cols : p.group, bs = xs / 16;  // bs: blocks per token, padded
   thread_local std::vector<int8_t> c2, xl;
-  thread_local std::vector<float> beta, bv, xz, g;
+  thread_local std::vector<float> beta, bv, xz;
+  thread_local F4Acts acts;
   c2.assign(static_cast<size_t>(T * xs), 0);
   xl.resize(static_cast<size_t>(T * xs));
   beta.assign(static_cast<size_t>(T * bs), 0.0f);
   bv.resize(static_cast<size_t>(T * bs * 2));
   xz.assign(static_cast<size_t>(T * ng), 0.0f);
-  g.resize(static_cast<size_t>(T));
+  const bool reuse = acts.holds(w, x, T);
+  if (!reuse) acts.take(w, x, T);
   int8_t *c2p = c2.data(), *xlp = xl.data();
-  float *betap0 = beta.data(), *bvp = bv.data(), *xzp0 = xz.data(), *gp = g.data();
+  float *betap0 = beta.data(), *bvp = bv.data(), *xzp0 = xz.data(), *gp = acts.g.data();
+  uint8_t *codes_all = acts.codes.data(), *scales_all = acts.scales.data();
   // Tokens are independent: prefill spreads them over the pool (as the emulation does).
   parallel_for(T, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<uint8_t> codes(static_cast<size_t>(cols)), scales(static_cast<size_t>(nb));
     for (int64_t t = t0; t < t1; ++t) {
-      kern::quantize_activation_nvfp4_avx2(x + t * cols, cols, w.act_clip, w.act_scale, codes.data(),
-                                           scales.data(), &gp[t]);
+      const uint8_t* codes = codes_all + t * cols;
+      const uint8_t* scales = scales_all + t * nb;
+      if (!reuse)
+        kern::quantize_activation_nvfp4_avx2(x + t * cols, cols, w.act_clip, w.act_scale,
+                                             codes_all + t * cols, scales_all + t * nb, &gp[t]);
       int8_t* ct = c2p + t * xs;
       float* bt = betap0 + t * bs;
       for (int64_t c = 0; c < cols; ++c) ct[c] = kC2[codes[c] & 15];

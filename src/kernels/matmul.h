@@ -159,9 +159,12 @@ float finite_absmax(const float* x, int64_t n, bool* has_nan);
 constexpr int kNvfp4ActBlock = 16;
 void quantize_activation_nvfp4(const float* x, int64_t n, float clip, ActScale rule, uint8_t* codes,
                                uint8_t* block_scales, float* global_scale);
-// The squared errors of one block x[n] at the steps d[nd]: err[k] is the sum over the block's finite x_i,
-// in order, of e_i^2 with e_i = fma(-e2m1(code(x_i / d[k])), d[k], x_i), each term added by one fma (so a
-// vectorized version with one step per lane, the same e_i and the same sequential sums gives the same bits).
+// The squared errors of one block x[n] at the steps d[nd]: err[k] = S_even + S_odd, the sums over the
+// block's finite x_i at even and at odd i, each in order, of e_i^2 with e_i = fma(-e2m1(code(x_i * r_k)),
+// d[k], x_i), r_k = 1 / d[k] in float (a product, not the route's x_i / d: a division per input and step
+// was most of the search's time; the two differ only where x_i / d is within an ulp of a rounding boundary),
+// each term added by one fma (so a vectorized version with one step per lane, or an even and an odd input
+// side by side, the same e_i and the same sequential sums gives the same bits).
 void nvfp4_block_errors(const float* x, int64_t n, const float* d, int nd, float* err);
 using Nvfp4BlockErrors = void (*)(const float* x, int64_t n, const float* d, int nd, float* err);
 // A block's E4M3 scale code under `rule` (global scale g > 0, bmax its finite absmax): Amax c6 =

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "formats/minifloat.h"
+#include "kernels/dispatch.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/lane_avx2.h"
 #include "kernels/matmul.h"
@@ -497,8 +498,9 @@ namespace {
 // passed: |q| > 0.25, >= 0.75, > 1.25, >= 1.75, > 2.5, >= 3.5, > 5 (the ties go to the even code: 0.25 -> 0,
 // 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4); *mag the magnitude index 0..7, the
 // result with the sign bit kept (-0 -> 0x8); NaN lanes are the caller's.
-inline __m256i e2m1_codes_avx2(__m256 v, __m256 dv, __m256i* mag) {
-  const __m256 q = _mm256_div_ps(v, dv);
+// (recip: dv holds 1 / d and q = v * dv, the search's product.)
+inline __m256i e2m1_codes_avx2(__m256 v, __m256 dv, __m256i* mag, bool recip = false) {
+  const __m256 q = recip ? _mm256_mul_ps(v, dv) : _mm256_div_ps(v, dv);
   const __m256 a = _mm256_and_ps(q, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)));
   auto gt = [&](float t) { return _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), _CMP_GT_OQ)); };
   auto ge = [&](float t) { return _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), _CMP_GE_OQ)); };
@@ -514,7 +516,7 @@ inline __m256i e2m1_codes_avx2(__m256 v, __m256 dv, __m256i* mag) {
 
 // nvfp4_block_errors of a full block of 16 finite values, one step per lane: per element the broadcast
 // x_i's code at 8 steps, the same e_i (the code's value with x's sign, one fnmadd) and one fma into each
-// lane's sum, so every lane adds its 16 terms in the scalar order.
+// lane's even or odd sum, so every lane adds its terms in the scalar order.
 void nvfp4_block_errors_avx2(const float* x, int64_t n, const float* d, int nd, float* err) {
   if (n != 16) return nvfp4_block_errors(x, n, d, nd, err);
   const __m256 table = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
@@ -522,17 +524,17 @@ void nvfp4_block_errors_avx2(const float* x, int64_t n, const float* d, int nd, 
   for (int k0 = 0; k0 < nd; k0 += 8) {
     alignas(32) float dl[8], out[8];
     for (int k = 0; k < 8; ++k) dl[k] = d[std::min(nd - 1, k0 + k)];  // spare lanes repeat the last step
-    const __m256 dv = _mm256_load_ps(dl);
-    __m256 acc = _mm256_setzero_ps();
+    const __m256 dv = _mm256_load_ps(dl), rv = _mm256_div_ps(_mm256_set1_ps(1.0f), dv);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int i = 0; i < 16; ++i) {
       const __m256 v = _mm256_set1_ps(x[i]);
       __m256i mag;
-      (void)e2m1_codes_avx2(v, dv, &mag);
+      (void)e2m1_codes_avx2(v, rv, &mag, true);
       const __m256 val = _mm256_or_ps(_mm256_permutevar8x32_ps(table, mag), _mm256_and_ps(v, sign));
       const __m256 e = _mm256_fnmadd_ps(val, dv, v);
-      acc = _mm256_fmadd_ps(e, e, acc);
+      acc[i & 1] = _mm256_fmadd_ps(e, e, acc[i & 1]);
     }
-    _mm256_store_ps(out, acc);
+    _mm256_store_ps(out, _mm256_add_ps(acc[0], acc[1]));
     for (int k = 0; k < 8 && k0 + k < nd; ++k) err[k0 + k] = out[k];
   }
 }
@@ -545,6 +547,9 @@ void quantize_activation_nvfp4_avx2(const float* x, int64_t n, float clip, ActSc
   *global_scale = has_nan ? std::numeric_limits<float>::quiet_NaN() : g;
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)),
                inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  // The search's errors: an even and an odd input per AVX-512 register where the tier has them.
+  const Nvfp4BlockErrors fast =
+      kernel_isa() >= Isa::Avx512 ? nvfp4_block_errors_avx512 : nvfp4_block_errors_avx2;
   for (int64_t b0 = 0; b0 < n; b0 += 16) {
     const int64_t b1 = std::min(n, b0 + 16);
     bool block_nan = false;  // already in has_nan
@@ -555,8 +560,8 @@ void quantize_activation_nvfp4_avx2(const float* x, int64_t n, float clip, ActSc
       const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + b0 + k), abs_mask);
       finite = _mm256_movemask_ps(_mm256_cmp_ps(a, inf, _CMP_NLT_UQ)) == 0;  // no Inf, no NaN
     }
-    const uint8_t sc = nvfp4_act_block_scale(x + b0, b1 - b0, g, bmax, rule,
-                                             finite ? nvfp4_block_errors_avx2 : nvfp4_block_errors);
+    const uint8_t sc =
+        nvfp4_act_block_scale(x + b0, b1 - b0, g, bmax, rule, finite ? fast : nvfp4_block_errors);
     block_scales[b0 / 16] = sc;
     const float d = fp8_e4m3fn_to_f32(sc) * g;
     if (!(d > 0) || b1 - b0 < 16) {  // the scalar definition (a zero block, the ragged last block)

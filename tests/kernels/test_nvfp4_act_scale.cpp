@@ -7,13 +7,14 @@
 //    candidate has a smaller error, measured here in double by a loop of its own; Mse lowers the token's
 //    squared error against Amax on average.
 //  - The AVX2 quantizer equals the scalar definition bit for bit under Mse (NaN, infinities, zeros, ragged
-//    lengths, clips).
+//    lengths, clips), with its AVX2 and its AVX-512 search, and so do the searches' errors themselves.
 //  - matmul with Mse equals the oracle (the route's x_hat, double sums) on every ISA tier for integer-kernel,
 //    BF16-kernel and emulated weights, differs from Amax's output, and the kernel name says "_mse".
 //  - The recipe: act_scale=mse and {"scale": "mse"} parse and round-trip; it is refused without act=nvfp4
 //    and for an unknown rule, with a [quant] message.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -138,29 +139,43 @@ TEST(Nvfp4ActScale, Avx2QuantizerIsTheDefinition) {
     inputs.push_back(special);
     inputs.push_back(std::vector<float>(static_cast<size_t>(n), 5.0f));  // ties between candidate errors
   }
-  for (const auto& x : inputs)
-    for (float clip : {1.0f, 0.9f}) {
-      const int64_t n = static_cast<int64_t>(x.size()), nb = (n + 15) / 16;
-      std::vector<uint8_t> ca(x.size(), 99), cb(x.size(), 98), sa(static_cast<size_t>(nb), 97),
-          sb(static_cast<size_t>(nb), 96);
-      float ga = -1.0f, gb = -2.0f;
-      quantize_activation_nvfp4(x.data(), n, clip, ActScale::Mse, ca.data(), sa.data(), &ga);
-      kern::quantize_activation_nvfp4_avx2(x.data(), n, clip, ActScale::Mse, cb.data(), sb.data(), &gb);
-      ASSERT_EQ(std::isnan(ga), std::isnan(gb));
-      if (!std::isnan(ga)) ASSERT_EQ(ga, gb);
-      ASSERT_EQ(sa, sb) << "n " << n << " clip " << clip;
-      ASSERT_EQ(ca, cb) << "n " << n << " clip " << clip;
-    }
+  // The AVX2 quantizer takes the AVX-512 search on the AVX-512 tiers: both.
+  std::vector<Isa> tiers{Isa::Avx2};
+  if (best_isa() >= Isa::Avx512) tiers.push_back(Isa::Avx512);
+  for (Isa tier : tiers)
+    for (const auto& x : inputs)
+      for (float clip : {1.0f, 0.9f}) {
+        set_kernel_isa(tier);
+        const int64_t n = static_cast<int64_t>(x.size()), nb = (n + 15) / 16;
+        std::vector<uint8_t> ca(x.size(), 99), cb(x.size(), 98), sa(static_cast<size_t>(nb), 97),
+            sb(static_cast<size_t>(nb), 96);
+        float ga = -1.0f, gb = -2.0f;
+        quantize_activation_nvfp4(x.data(), n, clip, ActScale::Mse, ca.data(), sa.data(), &ga);
+        kern::quantize_activation_nvfp4_avx2(x.data(), n, clip, ActScale::Mse, cb.data(), sb.data(), &gb);
+        ASSERT_EQ(std::isnan(ga), std::isnan(gb));
+        if (!std::isnan(ga)) ASSERT_EQ(ga, gb);
+        ASSERT_EQ(sa, sb) << "n " << n << " clip " << clip;
+        ASSERT_EQ(ca, cb) << "n " << n << " clip " << clip;
+        set_kernel_isa(best_isa());
+      }
   // The vectorized block error itself, bit for bit (so a different summation order cannot hide behind
   // the rare near-ties where it would flip a choice).
   const float steps[9] = {0.05f, 0.3f, 1.0f, 0.17f, 0.4f, 0.21f, 0.6f, 0.25f, 2.0f};
-  for (int rep = 0; rep < 200; ++rep) {
-    const std::vector<float> x = token(rng, 16, rep % 2);
+  for (int rep = 0; rep < 218; ++rep) {
+    std::vector<float> x = token(rng, 16, rep % 2);
+    if (rep >= 200)  // every E2M1 rounding tie at one of the steps (x * (1 / d) and x / d round them apart)
+      for (int i = 0; i < 16; ++i)
+        x[static_cast<size_t>(i)] =
+            (i % 2 ? -1.0f : 1.0f) * steps[(rep - 200) % 9] *
+            std::array<float, 8>{0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f}[i % 8];
     for (int nd : {1, 5, 8, 9}) {
-      float a[9], b[9];
+      float a[9], b[9], c[9];
       nvfp4_block_errors(x.data(), 16, steps, nd, a);
       kern::nvfp4_block_errors_avx2(x.data(), 16, steps, nd, b);
       ASSERT_EQ(std::memcmp(a, b, sizeof(float) * static_cast<size_t>(nd)), 0) << "nd " << nd;
+      if (best_isa() < Isa::Avx512) continue;
+      kern::nvfp4_block_errors_avx512(x.data(), 16, steps, nd, c);
+      ASSERT_EQ(std::memcmp(a, c, sizeof(float) * static_cast<size_t>(nd)), 0) << "nd " << nd << " avx512";
     }
   }
 }
@@ -211,6 +226,51 @@ TEST(Nvfp4ActScale, MatmulEqualsTheOracleOnEveryTier) {
       set_kernel_isa(best_isa());
     }
   }
+}
+
+// The integer kernels keep the last input's codes per thread (q / k / v share an input): a second weight on
+// the same input, the same input changed in place, and another rule each give the oracle's products.
+TEST(Nvfp4ActScale, KeptCodesFollowTheInput) {
+  const int64_t cols = 256, T = 3;
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::vector<WeightMatrix> ws;
+  for (int64_t rows : {16, 40}) {
+    std::vector<float> w(static_cast<size_t>(rows * cols));
+    for (auto& v : w) v = nd(rng);
+    ws.push_back(make_quant_weight(std::make_shared<QuantizedMatrix>(
+        quantize_matrix(w.data(), rows, cols, parse_scheme("int4:g64:sym")))));
+    ws.back().act_format = FormatId::NVFP4;
+  }
+  std::vector<float> x;
+  for (int64_t t = 0; t < T; ++t) {
+    const std::vector<float> xt = token(rng, cols, 1);
+    x.insert(x.end(), xt.begin(), xt.end());
+  }
+  for (Isa isa : available_isas()) {
+    set_kernel_isa(isa);
+    for (int step = 0; step < 6; ++step) {
+      WeightMatrix& m = ws[static_cast<size_t>(step % 2)];
+      m.act_scale = step >= 4 ? ActScale::Mse : ActScale::Amax;
+      if (step == 2) x[5] *= -3.0f;  // the same buffer, new content
+      std::vector<float> xq(x.size()), row(static_cast<size_t>(cols)), y(static_cast<size_t>(T * m.rows));
+      quantize_activations(m, x.data(), T, xq.data());
+      matmul(m, x.data(), T, y.data());
+      for (int64_t r = 0; r < m.rows; ++r) {
+        matmul_weight_row(m, T, r, row.data());
+        for (int64_t t = 0; t < T; ++t) {
+          double ref = 0, mag = 0;
+          for (int64_t c = 0; c < cols; ++c) {
+            ref += double{row[c]} * xq[t * cols + c];
+            mag += std::fabs(double{row[c]} * xq[t * cols + c]);
+          }
+          ASSERT_NEAR(y[t * m.rows + r], ref, 2e-5 * mag + 1e-6)
+              << matmul_kernel_name(m) << " step " << step << " row " << r;
+        }
+      }
+    }
+  }
+  set_kernel_isa(best_isa());
 }
 
 TEST(Nvfp4ActScale, RecipeKeyJsonAndRefusals) {
