@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/error.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
 #include "model/quantized_checkpoint.h"
@@ -339,6 +340,41 @@ TEST(CtConfig, Int4ActivationClipTravelsInLowbitGroups) {
     }
     fs::remove_all(w.dir);
   }
+}
+
+// The NVFP4 block-scale rule (act_scale=mse) travels in lowbit_groups and comes back on every matrix; an
+// unknown rule, or one on a group whose activations are not NVFP4, is refused with a [model] message.
+TEST(CtConfig, Nvfp4BlockScaleRuleTravelsInLowbitGroupsAndBadOnesAreRefused) {
+  Written w = write("int4:g32:sym,act=nvfp4,act_scale=mse", "act_scale");
+  json cfg = read_json(w.dir + "/config.json");
+  expect_ct_config(cfg.at("quantization_config"), "act_scale=mse");
+  EXPECT_EQ(cfg["quantization_config"]["lowbit_groups"]["group_0"].at("act_scale"), "mse");
+  auto loaded = load_model(w.dir);
+  int n = 0;
+  for (auto& [name, m] : loaded->weights.named_matrices())
+    if (m->kind == WeightKind::Quant) {
+      EXPECT_EQ(m->act_scale, ActScale::Mse) << name;
+      ++n;
+    }
+  EXPECT_GT(n, 0);
+  const auto refused = [&](const json& value, const char* act, const char* says) {
+    json c = cfg;
+    c["quantization_config"]["lowbit_groups"]["group_0"]["act_scale"] = value;
+    if (act) c["quantization_config"]["lowbit_groups"]["group_0"]["act"] = act;
+    write_json(w.dir + "/config.json", c);
+    try {
+      load_model(w.dir);
+      ADD_FAILURE() << value.dump() << " loaded";
+    } catch (const lowbit::Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.rfind("[model] ", 0), 0u) << msg;
+      EXPECT_NE(msg.find(says), std::string::npos) << msg;
+    }
+  };
+  refused("best", nullptr, "\"best\" is not \"amax\" or \"mse\"");
+  refused(3, nullptr, "3 is not");
+  refused("mse", "int4", "applies to nvfp4 activations");
+  fs::remove_all(w.dir);
 }
 
 }  // namespace
