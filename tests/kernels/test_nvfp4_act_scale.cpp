@@ -66,6 +66,28 @@ std::vector<float> token(std::mt19937& rng, int64_t n, int kind) {
   return x;
 }
 
+// matmul(m, x) against the oracle: x through the route (quantize_activations), the rows as the kernel
+// multiplies them, double sums; returns the products.
+std::vector<float> matmul_against_oracle(const WeightMatrix& m, const std::vector<float>& x, int64_t T,
+                                         const std::string& what) {
+  const int64_t rows = m.rows, cols = m.cols;
+  std::vector<float> xq(x.size()), row(static_cast<size_t>(cols)), y(static_cast<size_t>(T * rows));
+  quantize_activations(m, x.data(), T, xq.data());
+  matmul(m, x.data(), T, y.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    matmul_weight_row(m, T, r, row.data());
+    for (int64_t t = 0; t < T; ++t) {
+      double ref = 0, mag = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        ref += double{row[c]} * xq[t * cols + c];
+        mag += std::fabs(double{row[c]} * xq[t * cols + c]);
+      }
+      EXPECT_NEAR(y[t * rows + r], ref, 2e-5 * mag + 1e-6) << what << " row " << r << " token " << t;
+    }
+  }
+  return y;
+}
+
 TEST(Nvfp4ActScale, HandComputedBlock) {
   // Block 0 holds 2688 = 6 * 448, so g = 1 and its scale is 448 under both rules; block 1 is sixteen 5s.
   std::vector<float> x(32, 5.0f);
@@ -153,7 +175,9 @@ TEST(Nvfp4ActScale, Avx2QuantizerIsTheDefinition) {
         quantize_activation_nvfp4(x.data(), n, clip, ActScale::Mse, ca.data(), sa.data(), &ga);
         kern::quantize_activation_nvfp4_avx2(x.data(), n, clip, ActScale::Mse, cb.data(), sb.data(), &gb);
         ASSERT_EQ(std::isnan(ga), std::isnan(gb));
-        if (!std::isnan(ga)) ASSERT_EQ(ga, gb);
+        if (!std::isnan(ga)) {
+          ASSERT_EQ(ga, gb);
+        }
         ASSERT_EQ(sa, sb) << "n " << n << " clip " << clip;
         ASSERT_EQ(ca, cb) << "n " << n << " clip " << clip;
         set_kernel_isa(best_isa());
@@ -204,22 +228,7 @@ TEST(Nvfp4ActScale, MatmulEqualsTheOracleOnEveryTier) {
           m.act_scale = rule;
           const std::string name = matmul_kernel_name(m);
           EXPECT_EQ(name.find("+a_nvfp4_mse") != std::string::npos, rule == ActScale::Mse) << name;
-          std::vector<float> xq(x.size()), row(static_cast<size_t>(cols));
-          quantize_activations(m, x.data(), T, xq.data());
-          auto& out = y[static_cast<int>(rule)];
-          out.assign(static_cast<size_t>(T * rows), 0.0f);
-          matmul(m, x.data(), T, out.data());
-          for (int64_t r = 0; r < rows; ++r) {
-            matmul_weight_row(m, T, r, row.data());
-            for (int64_t t = 0; t < T; ++t) {
-              double ref = 0, mag = 0;
-              for (int64_t c = 0; c < cols; ++c) {
-                ref += double{row[c]} * xq[t * cols + c];
-                mag += std::fabs(double{row[c]} * xq[t * cols + c]);
-              }
-              EXPECT_NEAR(out[t * rows + r], ref, 2e-5 * mag + 1e-6) << name << " T " << T << " row " << r;
-            }
-          }
+          y[static_cast<int>(rule)] = matmul_against_oracle(m, x, T, name + " T " + std::to_string(T));
         }
         EXPECT_NE(y[0], y[1]) << scheme << " T " << T << ": the rule must change the products";
       }
@@ -253,21 +262,7 @@ TEST(Nvfp4ActScale, KeptCodesFollowTheInput) {
       WeightMatrix& m = ws[static_cast<size_t>(step % 2)];
       m.act_scale = step >= 4 ? ActScale::Mse : ActScale::Amax;
       if (step == 2) x[5] *= -3.0f;  // the same buffer, new content
-      std::vector<float> xq(x.size()), row(static_cast<size_t>(cols)), y(static_cast<size_t>(T * m.rows));
-      quantize_activations(m, x.data(), T, xq.data());
-      matmul(m, x.data(), T, y.data());
-      for (int64_t r = 0; r < m.rows; ++r) {
-        matmul_weight_row(m, T, r, row.data());
-        for (int64_t t = 0; t < T; ++t) {
-          double ref = 0, mag = 0;
-          for (int64_t c = 0; c < cols; ++c) {
-            ref += double{row[c]} * xq[t * cols + c];
-            mag += std::fabs(double{row[c]} * xq[t * cols + c]);
-          }
-          ASSERT_NEAR(y[t * m.rows + r], ref, 2e-5 * mag + 1e-6)
-              << matmul_kernel_name(m) << " step " << step << " row " << r;
-        }
-      }
+      matmul_against_oracle(m, x, T, matmul_kernel_name(m) + " step " + std::to_string(step));
     }
   }
   set_kernel_isa(best_isa());
@@ -282,7 +277,9 @@ TEST(Nvfp4ActScale, RecipeKeyJsonAndRefusals) {
   EXPECT_EQ(r.act.scale, ActScale::Mse);
   std::vector<std::string> warn;
   for (const auto& p : quant::plan_recipe(r, c, &warn))
-    if (p.quantize && p.name != "tok_embed") EXPECT_EQ(p.act.scale, ActScale::Mse) << p.name;
+    if (p.quantize && p.name != "tok_embed") {
+      EXPECT_EQ(p.act.scale, ActScale::Mse) << p.name;
+    }
   const nlohmann::json j = r.to_json();
   EXPECT_EQ(j["activations"]["scale"], "mse");
   EXPECT_EQ(quant::recipe_from_json(j).to_json(), j);
