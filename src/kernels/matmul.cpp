@@ -1124,11 +1124,6 @@ void run_matmul(const WeightMatrix& w, const float* x, int64_t T, float* y, bool
   }
 }
 
-// INT4 codes x NVFP4 activations on the integer kernels (f4vnni / f4vnni16 on AVX-512, f4dot / f4dot16 on
-// AVX2): each token quantized by the route (quantize_activation_nvfp4_avx2, bit-identical to the definition),
-// its codes as c = 2 * E2M1 value, the block scales halved (beta), the per-group sums xz = sum beta_b * C_b,
-// then the kernels; the outputs times the token's global scale. The prefill tiles take the codes in natural
-// order, the decode kernels in their own layouts (f4_rows_layout; i8x_layout_avx2 with the betas per lane).
 // The NVFP4 route's codes of the last input run_f4_kernel quantized on this thread. q / k / v read the same
 // normalised input, and so do gate / up: the later products reuse the codes instead of quantizing (and,
 // under act_scale=mse, searching every block's scale) again. Keyed by the input's bytes, its shape and the
@@ -1153,6 +1148,11 @@ struct F4Acts {
   }
 };
 
+// INT4 codes x NVFP4 activations on the integer kernels (f4vnni / f4vnni16 on AVX-512, f4dot / f4dot16 on
+// AVX2): each token quantized by the route (quantize_activation_nvfp4_avx2, bit-identical to the definition),
+// its codes as c = 2 * E2M1 value, the block scales halved (beta), the per-group sums xz = sum beta_b * C_b,
+// then the kernels; the outputs times the token's global scale. The prefill tiles take the codes in natural
+// order, the decode kernels in their own layouts (f4_rows_layout; i8x_layout_avx2 with the betas per lane).
 void run_f4_kernel(const WeightMatrix& w, const KernelPlan& p, Kernel k, const float* x, int64_t T,
                    float* y) {
   static constexpr int8_t kC2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};

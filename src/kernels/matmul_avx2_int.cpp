@@ -494,13 +494,11 @@ void f4_half_tile(const uint8_t* wb, int64_t nch, int64_t gch, int64_t ng, const
 
 namespace {
 
-// E2M1 codes of v / d (8 lanes, d > 0) with round-to-nearest-even and saturation as counts of thresholds
-// passed: |q| > 0.25, >= 0.75, > 1.25, >= 1.75, > 2.5, >= 3.5, > 5 (the ties go to the even code: 0.25 -> 0,
-// 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4); *mag the magnitude index 0..7, the
-// result with the sign bit kept (-0 -> 0x8); NaN lanes are the caller's.
-// (recip: dv holds 1 / d and q = v * dv, the search's product.)
-inline __m256i e2m1_codes_avx2(__m256 v, __m256 dv, __m256i* mag, bool recip = false) {
-  const __m256 q = recip ? _mm256_mul_ps(v, dv) : _mm256_div_ps(v, dv);
+// E2M1 codes of q (8 lanes; the route's x / d, the search's x * (1 / d)) with round-to-nearest-even and
+// saturation as counts of thresholds passed: |q| > 0.25, >= 0.75, > 1.25, >= 1.75, > 2.5, >= 3.5, > 5 (the
+// ties go to the even code: 0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4); *mag
+// the magnitude index 0..7, the result with the sign bit kept (-0 -> 0x8); NaN lanes are the caller's.
+inline __m256i e2m1_codes_avx2(__m256 q, __m256i* mag) {
   const __m256 a = _mm256_and_ps(q, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)));
   auto gt = [&](float t) { return _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), _CMP_GT_OQ)); };
   auto ge = [&](float t) { return _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(t), _CMP_GE_OQ)); };
@@ -529,7 +527,7 @@ void nvfp4_block_errors_avx2(const float* x, int64_t n, const float* d, int nd, 
     for (int i = 0; i < 16; ++i) {
       const __m256 v = _mm256_set1_ps(x[i]);
       __m256i mag;
-      (void)e2m1_codes_avx2(v, rv, &mag, true);
+      (void)e2m1_codes_avx2(_mm256_mul_ps(v, rv), &mag);
       const __m256 val = _mm256_or_ps(_mm256_permutevar8x32_ps(table, mag), _mm256_and_ps(v, sign));
       const __m256 e = _mm256_fnmadd_ps(val, dv, v);
       acc[i & 1] = _mm256_fmadd_ps(e, e, acc[i & 1]);
@@ -555,7 +553,7 @@ void quantize_activation_nvfp4_avx2(const float* x, int64_t n, float clip, ActSc
     bool block_nan = false;  // already in has_nan
     const float bmax = finite_absmax_avx2(x + b0, b1 - b0, &block_nan);
     // The vectorized error takes full blocks of finite values; others get the scalar one (the same bits).
-    bool finite = b1 - b0 == 16;
+    bool finite = rule == ActScale::Mse && b1 - b0 == 16;
     for (int k = 0; finite && k < 16; k += 8) {
       const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + b0 + k), abs_mask);
       finite = _mm256_movemask_ps(_mm256_cmp_ps(a, inf, _CMP_NLT_UQ)) == 0;  // no Inf, no NaN
@@ -580,7 +578,7 @@ void quantize_activation_nvfp4_avx2(const float* x, int64_t n, float clip, ActSc
     for (int k = 0; k < 16; k += 8) {
       const __m256 v = _mm256_loadu_ps(x + b0 + k);
       __m256i mag;
-      __m256i c = e2m1_codes_avx2(v, dv, &mag);
+      __m256i c = e2m1_codes_avx2(_mm256_div_ps(v, dv), &mag);
       c = _mm256_andnot_si256(_mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)), c);  // NaN -> 0
       const __m128i c16 = _mm_packs_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
       _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + b0 + k), _mm_packus_epi16(c16, c16));
