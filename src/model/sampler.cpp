@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "kernels/reduce.h"
 
 namespace lowbit {
 
@@ -28,7 +29,7 @@ Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {
 }
 
 int32_t argmax(const float* logits, int64_t n) {
-  return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
+  return static_cast<int32_t>(argmax_f32(logits, n));
 }
 
 int32_t Sampler::sample(const float* logits, int64_t vocab, const std::vector<int32_t>& history) {

@@ -29,16 +29,40 @@ Rope::Rope(const ModelConfig& c, const std::vector<float>& freq_factors)
   }
 }
 
-void Rope::apply(float* x, int64_t n_heads, int64_t pos) const {
+void Rope::angles(int64_t pos, float* cs) const {
   const int64_t half = head_dim_ / 2;
   for (int64_t i = 0; i < half; ++i) {
-    double a = static_cast<double>(pos) * inv_freq_[i];
-    float c = static_cast<float>(std::cos(a)), s = static_cast<float>(std::sin(a));
+    const double a = static_cast<double>(pos) * inv_freq_[i];
+    cs[i] = static_cast<float>(std::cos(a));
+    cs[half + i] = static_cast<float>(std::sin(a));
+  }
+}
+
+void Rope::apply(float* x, int64_t n_heads, const float* cs) const {
+  const int64_t half = head_dim_ / 2;
+  const bool inter = style_ == RopeStyle::Interleaved;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* v = x + h * head_dim_;
+    for (int64_t i = 0; i < half; ++i) {
+      const float c = cs[i], s = cs[half + i];
+      const int64_t i0 = inter ? 2 * i : i, i1 = inter ? 2 * i + 1 : i + half;
+      const float a0 = v[i0], a1 = v[i1];
+      v[i0] = a0 * c - a1 * s;
+      v[i1] = a0 * s + a1 * c;
+    }
+  }
+}
+
+void Rope::apply(float* x, int64_t n_heads, int64_t pos) const {
+  const int64_t half = head_dim_ / 2;
+  const bool inter = style_ == RopeStyle::Interleaved;
+  for (int64_t i = 0; i < half; ++i) {
+    const double a = static_cast<double>(pos) * inv_freq_[i];
+    const float c = static_cast<float>(std::cos(a)), s = static_cast<float>(std::sin(a));
     for (int64_t h = 0; h < n_heads; ++h) {
       float* v = x + h * head_dim_;
-      int64_t i0 = style_ == RopeStyle::Interleaved ? 2 * i : i;
-      int64_t i1 = style_ == RopeStyle::Interleaved ? 2 * i + 1 : i + half;
-      float a0 = v[i0], a1 = v[i1];
+      const int64_t i0 = inter ? 2 * i : i, i1 = inter ? 2 * i + 1 : i + half;
+      const float a0 = v[i0], a1 = v[i1];
       v[i0] = a0 * c - a1 * s;
       v[i1] = a0 * s + a1 * c;
     }

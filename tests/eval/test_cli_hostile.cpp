@@ -107,8 +107,9 @@ TEST(HostileCli, DirectoryAsTextIsNamed) {
   const auto r = run_cli("eval ppl -m " + kModel + " --text " + kShared + "/data", true);
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_TRUE(has(r.out, "is a directory")) << r.out;
+  const std::string out = (scratch("dir_as_text") / "out").string();  // not /tmp/x: it may exist
   const auto c =
-      run_cli("quantize -m " + kModel + " -r int4:g32,algo=gptq -c " + kShared + "/data -o /tmp/x", true);
+      run_cli("quantize -m " + kModel + " -r int4:g32,algo=gptq -c " + kShared + "/data -o " + out, true);
   EXPECT_EQ(c.rc, 2) << c.out;
   EXPECT_TRUE(has(c.out, "is a directory")) << c.out;
 }

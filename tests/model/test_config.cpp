@@ -220,3 +220,25 @@ TEST(Rope, ConventionsRotatePairs) {
   EXPECT_NEAR(y[0], std::cos(1.0), 1e-6);
   EXPECT_NEAR(y[2], std::sin(1.0), 1e-6);
 }
+
+// The decoder rotates with angles computed once per step (Rope::angles + apply(x, heads, cs)): the same bits
+// as apply(x, heads, pos), in both conventions, at positions up to 100k.
+TEST(Rope, AnglesOnceGiveTheSameBits) {
+  for (RopeStyle style : {RopeStyle::Interleaved, RopeStyle::Half}) {
+    ModelConfig c;
+    c.head_dim = 64;
+    c.rope_theta = 1e6;
+    c.rope_style = style;
+    Rope r(c, {});
+    std::vector<float> cs(64);
+    for (int64_t pos : {0, 1, 7, 4095, 100000}) {
+      std::vector<float> a(3 * 64), b;
+      for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+      b = a;
+      r.apply(a.data(), 3, pos);
+      r.angles(pos, cs.data());
+      r.apply(b.data(), 3, cs.data());
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "pos " << pos << " i " << i;
+    }
+  }
+}
