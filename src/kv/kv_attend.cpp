@@ -176,6 +176,26 @@ void PagedKvCache::attend_tiled(int layer, int seq, const int64_t* qpos, int64_t
     int64_t off;
     void load(int64_t j0, int64_t j1, float* k, float* v, int64_t* pos) const override {
       const int64_t hd = kv->head_dim_;
+      const LayerInfo& L = kv->layers_[layer];
+      if (L.k.format == KvFormat::F16 && L.v.format == KvFormat::F16 && L.staging == 0 &&
+          !kv->spec_.pre_rope) {
+        // F16 rows as they lie in the pages (plain layers stage nothing): the tile's row addresses, then one
+        // widening call per side. head_row per row dispatched per 64 values, and its loads missed one row at
+        // a time: +8 % tokens/s at 16 decode sequences of the 0.5B Q4_0 (docs/serve.md).
+        const uint16_t* kr[kAttnTile];
+        const uint16_t* vr[kAttnTile];
+        for (int64_t j = j0; j < j1; ++j) {
+          const Entry& e = st->entries[j];
+          pos[j - j0] = e.pos;
+          const uint8_t* base = kv->page_layer(e.slot / kv->B_, layer);
+          const int slot = e.slot % kv->B_;
+          kr[j - j0] = reinterpret_cast<const uint16_t*>(base + slot * L.k.row_bytes) + off;
+          vr[j - j0] = reinterpret_cast<const uint16_t*>(base + L.v_off + slot * L.v.row_bytes) + off;
+        }
+        widen_f16_rows(kr, j1 - j0, hd, k);
+        widen_f16_rows(vr, j1 - j0, hd, v);
+        return;
+      }
       for (int64_t j = j0; j < j1; ++j) {
         const Entry& e = st->entries[j];
         kv->key_row(layer, seq, e, off, k + (j - j0) * hd);

@@ -599,6 +599,21 @@ TEST(RowHelpers, MatchScalarOnEveryIsa) {
         ASSERT_EQ(std::memcmp(&b[i], &rb, 4), 0) << isa_name(isa) << " bf16 0x" << std::hex << i;
       }
     }
+    // A tile of scattered F16 rows (the paged cache's K / V tiles): each row as widen_f16 gives it, in order,
+    // for row lengths with and without a tail.
+    for (int64_t n : {int64_t(64), int64_t(24), int64_t(5)}) {
+      const int64_t n_rows = 37;
+      std::vector<const uint16_t*> rows(static_cast<size_t>(n_rows));
+      for (int64_t i = 0; i < n_rows; ++i)
+        rows[static_cast<size_t>(i)] = all.data() + (i * 7919 + 31) % 60000;
+      std::vector<float> tile(static_cast<size_t>(n_rows * n)), one(static_cast<size_t>(n));
+      widen_f16_rows(rows.data(), n_rows, n, tile.data());
+      for (int64_t i = 0; i < n_rows; ++i) {
+        widen_f16(rows[static_cast<size_t>(i)], one.data(), n);
+        ASSERT_EQ(std::memcmp(tile.data() + i * n, one.data(), static_cast<size_t>(n) * 4), 0)
+            << isa_name(isa) << " row " << i << " n " << n;
+      }
+    }
     // FP8 rows: every E4M3FN / E5M2 code, scaled, equal to the formats library's decode times the scale (NaN
     // codes NaN); lengths that leave a tail.
     std::vector<uint8_t> codes(256);
