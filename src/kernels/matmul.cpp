@@ -1264,9 +1264,6 @@ void widen_f16_rows(const uint16_t* const* rows, int64_t n_rows, int64_t n, floa
   const auto widen = isa >= Isa::Avx512 ? kern::widen_f16_avx512
                      : isa >= Isa::Avx2 ? kern::widen_f16_avx2
                                         : kern::widen_f16_generic;
-  const int64_t bytes = n * 2;
-  for (int64_t i = 0; i < n_rows; ++i)
-    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(reinterpret_cast<const char*>(rows[i]) + o);
   for (int64_t i = 0; i < n_rows; ++i) widen(rows[i], out + i * n, n);
 }
 

@@ -214,8 +214,7 @@ float dot_f32(const float* a, const float* b, int64_t n);
 void widen_f16(const uint16_t* h, float* out, int64_t n);
 void widen_bf16(const uint16_t* h, float* out, int64_t n);
 // out[i * n + c] = rows[i][c] widened, for n_rows rows of n F16 values each (a K or V tile of the paged
-// cache, whose rows lie in different pages): one tier dispatch for the tile, every row's cache lines
-// requested before the first is converted (the rows of 16 sequences' pages miss the cache between layers).
+// cache, whose rows lie in different pages): one tier dispatch for the tile instead of one per row.
 void widen_f16_rows(const uint16_t* const* rows, int64_t n_rows, int64_t n, float* out);
 // out[i] = value(codes[i]) * scale for FP8 E4M3FN (e4m3) or E5M2 codes, equal to the formats library's decode
 // times scale (NaN codes give a NaN).

@@ -177,30 +177,52 @@ void PagedKvCache::attend_tiled(int layer, int seq, const int64_t* qpos, int64_t
     void load(int64_t j0, int64_t j1, float* k, float* v, int64_t* pos) const override {
       const int64_t hd = kv->head_dim_;
       const LayerInfo& L = kv->layers_[layer];
-      if (L.k.format == KvFormat::F16 && L.v.format == KvFormat::F16 && L.staging == 0 &&
-          !kv->spec_.pre_rope) {
-        // F16 rows as they lie in the pages (plain layers stage nothing): the tile's row addresses, then one
-        // widening call per side. head_row per row dispatched per 64 values, and its loads missed one row at
-        // a time: +8 % tokens/s at 16 decode sequences of the 0.5B Q4_0 (docs/serve.md).
-        const uint16_t* kr[kAttnTile];
-        const uint16_t* vr[kAttnTile];
-        for (int64_t j = j0; j < j1; ++j) {
-          const Entry& e = st->entries[j];
-          pos[j - j0] = e.pos;
-          const uint8_t* base = kv->page_layer(e.slot / kv->B_, layer);
-          const int slot = e.slot % kv->B_;
-          kr[j - j0] = reinterpret_cast<const uint16_t*>(base + slot * L.k.row_bytes) + off;
-          vr[j - j0] = reinterpret_cast<const uint16_t*>(base + L.v_off + slot * L.v.row_bytes) + off;
+      // The tile's rows lie in pages of their own (16 sequences' pages do not stay in cache between layers):
+      // their addresses first, every row's lines requested before the first is read, so the misses overlap
+      // instead of arriving one row at a time. Plain F16 / F32 rows (whose layers stage nothing) then widen
+      // or copy in one call per side; other formats decode per row (head_row). +8 % tokens/s at 16 decode
+      // sequences of the 0.5B Q4_0 with F16 pages (docs/serve.md).
+      const uint8_t* kr[kAttnTile];
+      const uint8_t* vr[kAttnTile];
+      bool staged = false;
+      for (int64_t j = j0; j < j1; ++j) {
+        const Entry& e = st->entries[j];
+        pos[j - j0] = e.pos;
+        if (e.slot < 0) {
+          staged = true;
+          continue;
         }
-        widen_f16_rows(kr, j1 - j0, hd, k);
-        widen_f16_rows(vr, j1 - j0, hd, v);
+        const uint8_t* base = kv->page_layer(e.slot / kv->B_, layer);
+        const int slot = e.slot % kv->B_;
+        kr[j - j0] = base + slot * L.k.row_bytes;
+        vr[j - j0] = base + L.v_off + slot * L.v.row_bytes;
+        for (int64_t o = 0; o < L.k.row_bytes; o += 64) __builtin_prefetch(kr[j - j0] + o);
+        for (int64_t o = 0; o < L.v.row_bytes; o += 64) __builtin_prefetch(vr[j - j0] + o);
+      }
+      const KvFormat kf = L.k.format, vf = L.v.format;
+      if (!staged && kf == vf && (kf == KvFormat::F16 || kf == KvFormat::F32) && !kv->spec_.pre_rope) {
+        const int64_t n = j1 - j0;
+        if (kf == KvFormat::F16) {
+          const uint16_t* kh[kAttnTile];
+          const uint16_t* vh[kAttnTile];
+          for (int64_t i = 0; i < n; ++i) {
+            kh[i] = reinterpret_cast<const uint16_t*>(kr[i]) + off;
+            vh[i] = reinterpret_cast<const uint16_t*>(vr[i]) + off;
+          }
+          widen_f16_rows(kh, n, hd, k);
+          widen_f16_rows(vh, n, hd, v);
+        } else {
+          for (int64_t i = 0; i < n; ++i) {
+            std::memcpy(k + i * hd, reinterpret_cast<const float*>(kr[i]) + off, hd * sizeof(float));
+            std::memcpy(v + i * hd, reinterpret_cast<const float*>(vr[i]) + off, hd * sizeof(float));
+          }
+        }
         return;
       }
       for (int64_t j = j0; j < j1; ++j) {
         const Entry& e = st->entries[j];
         kv->key_row(layer, seq, e, off, k + (j - j0) * hd);
         kv->head_row(layer, seq, e, false, off, v + (j - j0) * hd);
-        pos[j - j0] = e.pos;
       }
     }
   } rows;
