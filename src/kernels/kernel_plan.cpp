@@ -128,7 +128,7 @@ std::shared_ptr<KernelPlan> plan_for_quant(const QuantizedMatrix& q) {
     }
   }
   // FP6 (E2M3 / E3M2, MX or grouped): a 6-bit bit stream, widened to one code per byte per block of rows and
-  // then multiplied by the byte16 kernels (matmul.cpp, fp6_byte16_ok); every value is exact in BF16.
+  // then multiplied by the byte16 kernels (matmul_codes.cpp, fp6_byte16_ok); every value is exact in BF16.
   if (q.bits == 6 && !is_int && best_isa() >= Isa::Avx512Bf16 && kern::byte16_lanes_ok(G, cols)) {
     std::vector<float> t256(256, 0.0f);
     std::copy(p->lut.begin(), p->lut.end(), t256.begin());

@@ -143,7 +143,7 @@ std::shared_ptr<const QBlkPack> build_qblk_pack(int ggml_type, const uint8_t* da
 QBlkPack qblk_layout(int ggml_type, int64_t rows, int64_t cols);
 // One 16-row block of the pack (layout p) at base [cols/32 * block_bytes], from nr <= 16 GGUF rows (rows[i]:
 // row i's blocks); rows nr..15 are zero. build_qblk_pack runs it per block at load; prefill of a weight
-// without a load-time pack runs it per block and call (a transient pack, kernels/matmul.cpp).
+// without a load-time pack runs it per block and call (a transient pack, kernels/matmul_ggml.cpp).
 void pack_qblk_block(const QBlkPack& p, const uint8_t* const* rows, int nr, uint8_t* base);
 // Row r of the pack, dequantized (the test oracle of the packer: equals the GGUF row decoder bit for bit).
 void qblk_row_f32(const QBlkPack& p, int64_t r, float* out);

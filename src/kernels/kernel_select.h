@@ -1,6 +1,6 @@
-// The kernel decision shared by matmul.cpp (which runs the kernel) and kernel_select.cpp (which decides,
-// names it and answers what it rounds). Internal to the kernels rung; the public face is select_kernel() in
-// matmul.h.
+// The kernel decision shared by matmul.cpp and its route files (which run the kernel) and kernel_select.cpp
+// (which decides, names it and answers what it rounds). Internal to the kernels rung; the public face is
+// select_kernel() in matmul.h.
 #pragma once
 #include <cstdint>
 
@@ -26,9 +26,10 @@ Isa kernel_tier(Kernel k);
 // set_amx_emulation's state.
 bool amx_emulated();
 
-// Conditions of the fused kernels, also read by the kernels themselves (matmul.cpp).
-// INT2 / INT3 weight-only products on the Avx512Bf16 tier with the codes widened to 4 bits in registers:
-// decode on the nib16 kernel (lane-compatible groups), prefill on the BF16 tile (run_bf16_tile, even groups).
+// Conditions of the fused kernels, also read by the kernels themselves (matmul.cpp, matmul_codes.cpp,
+// matmul_ggml.cpp). INT2 / INT3 weight-only products on the Avx512Bf16 tier with the codes widened to 4 bits
+// in registers: decode on the nib16 kernel (lane-compatible groups), prefill on the BF16 tile (run_bf16_tile,
+// even groups).
 bool lowbit_codes(const WeightMatrix& w, const KernelPlan& p);
 bool lowbit_nib16_ok(const WeightMatrix& w, const KernelPlan& p);
 // FP6 (6-bit E2M3 / E3M2 streams) on the byte16 kernels and the BF16 tile, each block's rows widened to one

@@ -47,7 +47,7 @@ size_t WeightMatrix::decode_bytes() const {
   size_t b = q->codes.size();
   if (!plan || plan->scales.empty())
     return q->storage_bytes();  // no decoded table: the stored cells are read
-  // nib16 decode reads the stored binary16 / uint8 cells where the plan has them (matmul.cpp,
+  // nib16 decode reads the stored binary16 / uint8 cells where the plan has them (matmul_codes.cpp,
   // run_nib_gemv512).
   if ((plan->scales_f16 || plan->scales_e8m0 || plan->scales_e4m3) &&
       (plan->route == Route::Nib || (plan->route == Route::Deq && plan->bits < 4)) &&  // INT2 / INT3 on nib16
