@@ -31,7 +31,9 @@ void attend_tiled_rows(const AttnRows& rows, int64_t n_rows, const int64_t* qpos
                        int64_t head_dim, const float* q, int64_t q_stride, float* out, int64_t out_stride);
 
 // y[i] = exp(x[i]) as the tiled softmax computes it (AVX-512 polynomial on that tier, std::exp otherwise);
-// exposed for its test against std::exp.
+// exposed for its test against std::exp. The polynomial clamps its input to [kExpMinInput, 88.37626]: below
+// kExpMinInput it gives ~1e-38 where std::exp gives a denormal or 0.
+constexpr float kExpMinInput = -87.33654f;
 void attn_exp(const float* x, float* y, int64_t n);
 
 }  // namespace lowbit

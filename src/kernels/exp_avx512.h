@@ -4,13 +4,15 @@
 #pragma once
 #include <immintrin.h>
 
+#include "kernels/attn_tiled.h"
+
 namespace lowbit::kern {
 namespace {
 
 // Cephes expf: x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-7 polynomial, times 2^n (scalef). Relative
 // error about 1e-7 on the softmax's range (x <= 0); inputs below -87.3 give ~1e-38 instead of 0.
 __attribute__((target("avx512f,avx512dq"))) inline __m512 exp512(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.37626f));
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kExpMinInput)), _mm512_set1_ps(88.37626f));
   const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);

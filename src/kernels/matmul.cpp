@@ -587,25 +587,22 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   return dot_isa(kernel_isa(), a, b, n);
 }
 
+namespace {
+// The F16 widening of the current tier (widen_f16 per row, widen_f16_rows per tile).
+auto widen_f16_kernel() {
+  const Isa isa = kernel_isa();
+  return isa >= Isa::Avx512 ? kern::widen_f16_avx512
+         : isa >= Isa::Avx2 ? kern::widen_f16_avx2
+                            : kern::widen_f16_generic;
+}
+}  // namespace
+
 void widen_f16(const uint16_t* h, float* out, int64_t n) {
-  switch (kernel_isa()) {
-    case Isa::Avx512:
-    case Isa::Avx512Bf16:
-    case Isa::Amx:
-      return kern::widen_f16_avx512(h, out, n);
-    case Isa::Avx2:
-      return kern::widen_f16_avx2(h, out, n);
-    case Isa::Generic:
-      break;
-  }
-  kern::widen_f16_generic(h, out, n);
+  widen_f16_kernel()(h, out, n);
 }
 
 void widen_f16_rows(const uint16_t* const* rows, int64_t n_rows, int64_t n, float* out) {
-  const Isa isa = kernel_isa();
-  const auto widen = isa >= Isa::Avx512 ? kern::widen_f16_avx512
-                     : isa >= Isa::Avx2 ? kern::widen_f16_avx2
-                                        : kern::widen_f16_generic;
+  const auto widen = widen_f16_kernel();
   for (int64_t i = 0; i < n_rows; ++i) widen(rows[i], out + i * n, n);
 }
 

@@ -99,8 +99,9 @@ int32_t Sampler::sample_all(const float* l, int64_t vocab) {
   const float mx = l[argmax_f32(l, vocab)];
   // exp((l - mx) / T) over the vocabulary with the kernels' vector exp (the tiled softmax's; 151,936 libm
   // expf calls and one sequential double sum were most of the ~0.85 ms this took per token, which 16
-  // sequences sampling at temperature 1 pay every step). Below its range (-87.3) the vector exp gives ~1e-38:
-  // those tokens (-inf logits included) get 0, as std::exp gives them or a denormal no draw can reach.
+  // sequences sampling at temperature 1 pay every step). Below its range (kExpMinInput) the vector exp gives
+  // ~1e-38: those tokens (-inf logits included) get 0, as std::exp gives them or a denormal no draw can
+  // reach.
   const float t = p_.temperature;
   for (int64_t i = 0; i < vocab; ++i) e[i] = (l[i] - mx) / t;
   attn_exp(e.data(), e.data(), vocab);
@@ -109,12 +110,12 @@ int32_t Sampler::sample_all(const float* l, int64_t vocab) {
   for (; i8 + 8 <= vocab; i8 += 8)
     for (int j = 0; j < 8; ++j) {
       float& v = e[static_cast<size_t>(i8 + j)];
-      if ((l[i8 + j] - mx) / t < -87.33654f) v = 0.0f;
+      if ((l[i8 + j] - mx) / t < kExpMinInput) v = 0.0f;
       part[j] += v;
     }
   for (; i8 < vocab; ++i8) {
     float& v = e[static_cast<size_t>(i8)];
-    if ((l[i8] - mx) / t < -87.33654f) v = 0.0f;
+    if ((l[i8] - mx) / t < kExpMinInput) v = 0.0f;
     part[0] += v;
   }
   const double sum =

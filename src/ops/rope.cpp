@@ -54,19 +54,10 @@ void Rope::apply(float* x, int64_t n_heads, const float* cs) const {
 }
 
 void Rope::apply(float* x, int64_t n_heads, int64_t pos) const {
-  const int64_t half = head_dim_ / 2;
-  const bool inter = style_ == RopeStyle::Interleaved;
-  for (int64_t i = 0; i < half; ++i) {
-    const double a = static_cast<double>(pos) * inv_freq_[i];
-    const float c = static_cast<float>(std::cos(a)), s = static_cast<float>(std::sin(a));
-    for (int64_t h = 0; h < n_heads; ++h) {
-      float* v = x + h * head_dim_;
-      const int64_t i0 = inter ? 2 * i : i, i1 = inter ? 2 * i + 1 : i + half;
-      const float a0 = v[i0], a1 = v[i1];
-      v[i0] = a0 * c - a1 * s;
-      v[i1] = a0 * s + a1 * c;
-    }
-  }
+  thread_local std::vector<float> cs;
+  cs.resize(static_cast<size_t>(head_dim_));
+  angles(pos, cs.data());
+  apply(x, n_heads, cs.data());
 }
 
 }  // namespace lowbit
