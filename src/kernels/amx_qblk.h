@@ -1,6 +1,6 @@
 // Internal to src/kernels: GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL / MXFP4 prefill on AMX-INT8 tiles,
 // over the load-time QBlkPack (kernel_plan.h), written once over a tile-unit policy as amx_tiles.h:
-//   AmxHw  (matmul_amx.cpp, -mamx-tile -mamx-int8): the tile instructions;
+//   AmxHw  (matmul_amx.cpp): the tile instructions, as asm statements;
 //   AmxEmu (amx_emu.h, instantiated in matmul_avx512_amx_emu.cpp): the scalar model of them.
 // Both translation units are compiled for AVX-512 (the unpack and the epilogue below), so the emulated kernel
 // runs exactly the code of the hardware one but for the tile instructions.

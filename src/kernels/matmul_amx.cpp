@@ -1,10 +1,8 @@
 // The AMX prefill kernels on the tile instructions: W8A8, INT4 / INT8 codes with INT8 activations and the
 // weight-only BF16 tile (amx_tiles.h), the GGUF QBlkPack types (amx_qblk.h) and the k-quants (amx_kpack.h).
-// Compiled with -mamx-tile -mamx-int8 -mamx-bf16 (and the AVX-512 flags for the epilogue); called only on the
-// Amx tier, i.e. after cpuid, XCR0 and the kernel's grant of tile state (amx_request_permission,
-// core/cpu.h). Tested through the scalar model of amx_emu.h.
-#include <immintrin.h>
-
+// Compiled with the AVX-512 flags (for the epilogues); the tile instructions are asm statements (AmxHw), so
+// no -mamx-* flag is needed. Called only on the Amx tier, i.e. after cpuid, XCR0 and the kernel's grant of
+// tile state (amx_request_permission, core/cpu.h). Tested through the scalar model of amx_emu.h.
 #include "kernels/amx_kpack.h"
 #include "kernels/amx_qblk.h"
 #include "kernels/amx_tiles.h"
@@ -13,92 +11,47 @@
 namespace lowbit::kern {
 namespace {
 
-// GCC's tile intrinsics are macros that paste the tile number into the instruction text, so the number must
-// be a literal, not a template parameter: each operation dispatches on its compile-time index to literal
-// tiles.
-#define LOWBIT_AMX_EACH(OP)  \
-  if constexpr (I == 0)      \
-    OP(0);                   \
-  else if constexpr (I == 1) \
-    OP(1);                   \
-  else if constexpr (I == 2) \
-    OP(2);                   \
-  else if constexpr (I == 3) \
-    OP(3);                   \
-  else if constexpr (I == 4) \
-    OP(4);                   \
-  else if constexpr (I == 5) \
-    OP(5);                   \
-  else if constexpr (I == 6) \
-    OP(6);                   \
-  else                       \
-    OP(7)
-
+// The tile instructions as lowbit's own asm statements, whose operands tell the compiler what memory each
+// one reads and writes. GCC 12's <amxtileintrin.h> does not: its LDTILECFG operand is 8 bytes wide, so the
+// stores of the rest of the 64-byte configuration may be dropped as dead (the crash llama.cpp #26954 works
+// around), and its TILELOADD reads no memory as far as the compiler knows, so stores into a buffer that the
+// next tile load reads (the unpacked B tiles of amx_unit_rows, the BF16 blocks of amx_bf16_block16) may be
+// moved past the load. clang's builtins are modelled correctly; one definition for both compilers keeps the
+// code that was compiled and inspected (objdump) the code that ships. Tile numbers are immediates (%c).
+// Tile state itself is invisible to the compiler: volatile asm statements keep their program order.
 struct AmxHw {
-  static void config(const AmxTileCfg& c) {
-    // A compiler barrier: the configuration's stores must reach memory before LDTILECFG reads it (GCC 12's
-    // tile intrinsics have been reported to lose them; llama.cpp #26954).
-    asm volatile("" : : "r"(&c) : "memory");
-    _tile_loadconfig(&c);
-  }
-  static void release() { _tile_release(); }
+  static void config(const AmxTileCfg& c) { asm volatile("ldtilecfg %0" : : "m"(c)); }
+  static void release() { asm volatile("tilerelease" ::); }
   template <int I>
   static void zero() {
-#define LOWBIT_OP(n) _tile_zero(n)
-    LOWBIT_AMX_EACH(LOWBIT_OP);
-#undef LOWBIT_OP
+    asm volatile("tilezero %%tmm%c0" : : "i"(I));
   }
+  // Reads 16 rows at p, stride bytes apart ("memory": the rows' extent is not a type).
   template <int I>
   static void load(const void* p, int64_t stride) {
-#define LOWBIT_OP(n) _tile_loadd(n, p, stride)
-    LOWBIT_AMX_EACH(LOWBIT_OP);
-#undef LOWBIT_OP
+    asm volatile("tileloadd (%0,%1,1), %%tmm%c2" : : "r"(p), "r"(stride), "i"(I) : "memory");
   }
   template <int I>
   static void store(void* p, int64_t stride) {
-#define LOWBIT_OP(n) _tile_stored(n, p, stride)
-    LOWBIT_AMX_EACH(LOWBIT_OP);
-#undef LOWBIT_OP
+    asm volatile("tilestored %%tmm%c2, (%0,%1,1)" : : "r"(p), "r"(stride), "i"(I) : "memory");
   }
-  // The four products of the 2 x 2 blocking in amx_w8a8_rows; (0, 4, 6) and (1, 5, 7) in amx_qblk_rows.
+  // C += A x B: signed A x signed B bytes (the 2 x 2 blocking of amx_w8a8_rows, amx_qblk_rows' signed codes).
   template <int C, int A, int B>
   static void dpbssd() {
-    static_assert((C == 0 && A == 4 && B == 6) || (C == 1 && A == 4 && B == 7) ||
-                      (C == 2 && A == 5 && B == 6) || (C == 3 && A == 5 && B == 7) ||
-                      (C == 1 && A == 5 && B == 7),
-                  "add the tile triple here");
-    if constexpr (C == 0)
-      _tile_dpbssd(0, 4, 6);
-    else if constexpr (C == 1 && A == 4)
-      _tile_dpbssd(1, 4, 7);
-    else if constexpr (C == 1)
-      _tile_dpbssd(1, 5, 7);
-    else if constexpr (C == 2)
-      _tile_dpbssd(2, 5, 6);
-    else
-      _tile_dpbssd(3, 5, 7);
+    asm volatile("tdpbssd %%tmm%c2, %%tmm%c1, %%tmm%c0" : : "i"(C), "i"(A), "i"(B));
   }
   // Signed A x unsigned B (the QBlkPack types with a min keep their unsigned codes; amx_block16's stored
   // codes).
   template <int C, int A, int B>
   static void dpbsud() {
-    static_assert((C == 0 && A == 4 && B == 6) || (C == 1 && A == 5 && B == 7), "add the tile triple here");
-    if constexpr (C == 0)
-      _tile_dpbsud(0, 4, 6);
-    else
-      _tile_dpbsud(1, 5, 7);
+    asm volatile("tdpbsud %%tmm%c2, %%tmm%c1, %%tmm%c0" : : "i"(C), "i"(A), "i"(B));
   }
   // BF16 pairs into FP32 (amx_bf16_block16).
   template <int C, int A, int B>
   static void dpbf16ps() {
-    static_assert((C == 0 && A == 4 && B == 6) || (C == 1 && A == 5 && B == 7), "add the tile triple here");
-    if constexpr (C == 0)
-      _tile_dpbf16ps(0, 4, 6);
-    else
-      _tile_dpbf16ps(1, 5, 7);
+    asm volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" : : "i"(C), "i"(A), "i"(B));
   }
 };
-#undef LOWBIT_AMX_EACH
 
 }  // namespace
 
