@@ -209,20 +209,33 @@ void HttpServer::shutdown(double deadline_s) {
   svr_->stop();
 }
 
-std::shared_ptr<Request> HttpServer::submit(GenRequest& g) {
+HttpServer::Choices HttpServer::submit(const GenRequest& g) {
+  Choices rs;
+  auto refuse = [&rs](ApiError e) {
+    for (auto& r : rs) r->cancel();
+    return e;
+  };
   try {
-    return engine_.submit(g.engine);
+    for (int i = 0; i < g.n; ++i) {
+      RequestOptions o = g.engine;
+      o.sampler.seed += static_cast<uint64_t>(i);
+      rs.push_back(engine_.submit(std::move(o)));
+    }
   } catch (const QueueFull&) {
-    throw ApiError(429,
-                   "The server's request queue is full (--max-queue " +
-                       std::to_string(engine_.options().max_queue) + "); retry later",
-                   "", "queue_full");
+    throw refuse(ApiError(429,
+                          "The server's request queue is full (--max-queue " +
+                              std::to_string(engine_.options().max_queue) + "); retry later",
+                          "", "queue_full"));
   } catch (const UsageError& e) {
-    throw ApiError(400, e.what());
+    throw refuse(ApiError(400, e.what()));
   } catch (const Error& e) {
-    throw ApiError(503, std::string("The server is not accepting requests: ") + e.what(), "",
-                   "shutting_down");
+    throw refuse(
+        ApiError(503, std::string("The server is not accepting requests: ") + e.what(), "", "shutting_down"));
+  } catch (...) {
+    refuse(ApiError(500, ""));
+    throw;
   }
+  return rs;
 }
 
 void HttpServer::routes() {
@@ -303,45 +316,65 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
   if (stopping_) throw ApiError(503, "The server is shutting down", "", "shutting_down");
   const json body = parse_body(req.body);
   GenRequest g = chat ? parse_chat_request(body, ctx_) : parse_completion_request(body, ctx_);
-  auto r = submit(g);
+  Choices rs = submit(g);
   if (g.stream) {
-    respond_stream(res, std::move(r), std::move(g));
+    respond_stream(res, std::move(rs), std::move(g));
     return;
   }
   const ResponseMeta meta = new_response_meta(chat, o_.served_name);
-  TextAssembler ta(*model_.tokenizer, g.stop, g.engine.prompt);
-  std::string text;
-  std::vector<TokenEvent> events;
-  RequestRecord rec;
   // httplib does not tell a handler that its client left: ClientWatch peeks the connection between tokens
-  // and while the request waits, so a client that gave up stops its sequence (as a stream's failed write
+  // and while the request waits, so a client that gave up stops its sequences (as a stream's failed write
   // does).
   ClientWatch client(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
-  const DriveResult d = drive_request(
-      *r, ta,
-      [&](const std::string& t, const TokenEvent* e) {
-        text += t;
-        if (e && g.logprobs >= 0) events.push_back(*e);
-        return client.alive();
-      },
-      [&] { return client.alive(); }, 0.25, &rec);
-  metrics_.record(rec);
-  if (auto e = ended_without_answer(d)) throw *e;
-  int64_t offset = 0;
-  const json lp = g.logprobs >= 0 ? logprobs_json(chat, *model_.tokenizer, events, &offset) : json(nullptr);
-  res.set_content(json_text(response_json(meta, text, d.finish_reason,
-                                          usage_json(rec.prompt_tokens, d.completion_tokens), lp)),
+  json choices = json::array();
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  auto drive_choice = [&](size_t i) {
+    TextAssembler ta(*model_.tokenizer, g.stop, g.engine.prompt);
+    std::string text;
+    std::vector<TokenEvent> events;
+    RequestRecord rec;
+    const DriveResult d = drive_request(
+        *rs[i], ta,
+        [&](const std::string& t, const TokenEvent* e) {
+          text += t;
+          if (e && g.logprobs >= 0) events.push_back(*e);
+          return client.alive();
+        },
+        [&] { return client.alive(); }, 0.25, &rec);
+    metrics_.record(rec);
+    if (auto e = ended_without_answer(d)) throw *e;
+    int64_t offset = 0;
+    const json lp = g.logprobs >= 0 ? logprobs_json(chat, *model_.tokenizer, events, &offset) : json(nullptr);
+    choices.push_back(choice_json(meta, static_cast<int>(i), text, d.finish_reason, lp));
+    prompt_tokens = rec.prompt_tokens;  // the same prompt for every choice, counted once (as OpenAI does)
+    completion_tokens += d.completion_tokens;
+  };
+  // The choices run together in the engine; their events wait in their channels while one is read. A choice
+  // that ends without an answer (or anything thrown) cancels the ones after it.
+  size_t i = 0;
+  try {
+    for (; i < rs.size(); ++i) drive_choice(i);
+  } catch (...) {
+    for (size_t j = i + 1; j < rs.size(); ++j) rs[j]->cancel();
+    throw;
+  }
+  res.set_content(json_text(response_json(meta, choices, usage_json(prompt_tokens, completion_tokens))),
                   "application/json");
 }
 
-void HttpServer::respond_stream(httplib::Response& res, std::shared_ptr<Request> r, GenRequest g) {
+// Choices are streamed one after another, each chunk carrying its choice's index (OpenAI clients assemble
+// choices by index, in any order of chunks).
+void HttpServer::respond_stream(httplib::Response& res, Choices rs, GenRequest g) {
   struct State {
-    std::shared_ptr<Request> r;
+    Choices rs;
     GenRequest g;
     ResponseMeta meta;
+    void cancel_from(size_t i) {
+      for (; i < rs.size(); ++i) rs[i]->cancel();
+    }
   };
   ResponseMeta meta = new_response_meta(g.chat, o_.served_name);
-  auto st = std::make_shared<State>(State{std::move(r), std::move(g), std::move(meta)});
+  auto st = std::make_shared<State>(State{std::move(rs), std::move(g), std::move(meta)});
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
@@ -353,43 +386,53 @@ void HttpServer::respond_stream(httplib::Response& res, std::shared_ptr<Request>
           const std::string s = "data: " + json_text(j) + "\n\n";
           return sink.write(s.data(), s.size());
         };
-        if (g.chat && !send(chunk_json(st->meta, "", "", nullptr, /*first=*/true))) {
-          st->r->cancel();
-          return false;
+        int64_t prompt_tokens = 0, completion_tokens = 0;
+        for (size_t i = 0; i < st->rs.size(); ++i) {
+          const int index = static_cast<int>(i);
+          if (g.chat && !send(chunk_json(st->meta, "", "", nullptr, /*first=*/true, index))) {
+            st->cancel_from(i);
+            return false;
+          }
+          TextAssembler ta(tok, g.stop, g.engine.prompt);
+          RequestRecord rec;
+          int64_t offset = 0;
+          const DriveResult d = drive_request(
+              *st->rs[i], ta,
+              [&](const std::string& t, const TokenEvent* e) {
+                json lp = nullptr;
+                if (e && g.logprobs >= 0) lp = logprobs_json(g.chat, tok, {*e}, &offset);
+                if (t.empty() && lp.is_null()) return true;
+                return send(chunk_json(st->meta, t, "", lp, false, index));
+              },
+              // An SSE comment every few quiet seconds: clients ignore it, and a write to a closed connection
+              // fails, which is how a client that left while its request waits in the queue is noticed.
+              [&] {
+                static const char kPing[] = ": keep-alive\n\n";
+                return sink.write(kPing, sizeof kPing - 1);
+              },
+              2.0, &rec);
+          metrics_.record(rec);
+          prompt_tokens = rec.prompt_tokens;
+          completion_tokens += d.completion_tokens;
+          if (d.client_gone) {
+            st->cancel_from(i + 1);
+            return false;
+          }
+          if (auto e = ended_without_answer(d)) {
+            send(error_json(e->status, e->what(), e->param, e->code));
+            st->cancel_from(i + 1);
+            break;
+          }
+          send(chunk_json(st->meta, "", d.finish_reason, nullptr, false, index));
         }
-        TextAssembler ta(tok, g.stop, g.engine.prompt);
-        RequestRecord rec;
-        int64_t offset = 0;
-        const DriveResult d = drive_request(
-            *st->r, ta,
-            [&](const std::string& t, const TokenEvent* e) {
-              json lp = nullptr;
-              if (e && g.logprobs >= 0) lp = logprobs_json(g.chat, tok, {*e}, &offset);
-              if (t.empty() && lp.is_null()) return true;
-              return send(chunk_json(st->meta, t, "", lp));
-            },
-            // An SSE comment every few quiet seconds: clients ignore it, and a write to a closed connection
-            // fails, which is how a client that left while its request waits in the queue is noticed.
-            [&] {
-              static const char kPing[] = ": keep-alive\n\n";
-              return sink.write(kPing, sizeof kPing - 1);
-            },
-            2.0, &rec);
-        metrics_.record(rec);
-        if (d.client_gone) return false;
-        if (auto e = ended_without_answer(d))
-          send(error_json(e->status, e->what(), e->param, e->code));
-        else
-          send(chunk_json(st->meta, "", d.finish_reason, nullptr));
-        if (g.include_usage)
-          send(usage_chunk_json(st->meta, usage_json(rec.prompt_tokens, d.completion_tokens)));
+        if (g.include_usage) send(usage_chunk_json(st->meta, usage_json(prompt_tokens, completion_tokens)));
         static const char kDone[] = "data: [DONE]\n\n";
         sink.write(kDone, sizeof kDone - 1);
         sink.done();
         return true;
       },
       [st](bool success) {
-        if (!success) st->r->cancel();
+        if (!success) st->cancel_from(0);
       });
 }
 

@@ -55,11 +55,14 @@ class HttpServer {
  private:
   void routes();
   void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);
-  void respond_stream(httplib::Response& res, std::shared_ptr<Request> r, GenRequest g);
+  using Choices = std::vector<std::shared_ptr<Request>>;
+  void respond_stream(httplib::Response& res, Choices rs, GenRequest g);
   void handle_tokenize(const httplib::Request& req, httplib::Response& res);
   void handle_detokenize(const httplib::Request& req, httplib::Response& res);
   void handle_models(httplib::Response& res);
-  std::shared_ptr<Request> submit(GenRequest& g);
+  // g.n engine requests (choice i seeded with seed + i), all or none: when one is refused, the ones before it
+  // are cancelled and the refusal is answered.
+  Choices submit(const GenRequest& g);
 
   Engine& engine_;
   const Model& model_;

@@ -212,8 +212,11 @@ void check_model(const json& body, const ApiContext& ctx) {
 void parse_common(const json& body, const ApiContext& ctx, GenRequest& g, bool chat) {
   check_model(body, ctx);
   int64_t n = 1;
-  if (get_int(body, "n", &n) && n != 1) bad("n", "> 1 is not supported (lowbit serve returns one choice)");
-  if (get_int(body, "best_of", &n) && n != 1) bad("best_of", "> 1 is not supported");
+  if (get_int(body, "n", &n) && (n < 1 || n > kMaxChoices))
+    bad("n", "must be in [1, " + std::to_string(kMaxChoices) + "] (got " + std::to_string(n) + ")");
+  g.n = static_cast<int>(n);
+  int64_t best_of = 1;
+  if (get_int(body, "best_of", &best_of) && best_of != 1) bad("best_of", "> 1 is not supported");
   if (get_bool(body, "echo", false)) bad("echo", "is not supported");
   g.stream = get_bool(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
@@ -408,24 +411,25 @@ json logprobs_json(bool chat, const Tokenizer& tok, const std::vector<TokenEvent
   return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
 }
 
-json response_json(const ResponseMeta& m, const std::string& text, const std::string& finish_reason,
-                   const json& usage, const json& logprobs) {
-  json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
+json choice_json(const ResponseMeta& m, int index, const std::string& text, const std::string& finish_reason,
+                 const json& logprobs) {
+  json choice = {{"index", index}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
   if (m.chat)
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   else
     choice["text"] = text;
-  return {{"id", m.id},
-          {"object", m.chat ? "chat.completion" : "text_completion"},
-          {"created", m.created},
-          {"model", m.model},
-          {"choices", json::array({choice})},
-          {"usage", usage}};
+  return choice;
+}
+
+json response_json(const ResponseMeta& m, const json& choices, const json& usage) {
+  return {{"id", m.id},           {"object", m.chat ? "chat.completion" : "text_completion"},
+          {"created", m.created}, {"model", m.model},
+          {"choices", choices},   {"usage", usage}};
 }
 
 json chunk_json(const ResponseMeta& m, const std::string& text, const std::string& finish_reason,
-                const json& logprobs, bool first) {
-  json choice = {{"index", 0},
+                const json& logprobs, bool first, int index) {
+  json choice = {{"index", index},
                  {"logprobs", logprobs},
                  {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}};
   if (m.chat) {

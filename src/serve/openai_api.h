@@ -38,9 +38,14 @@ struct ApiContext {
   std::shared_ptr<const JinjaTemplate> chat_jinja;  // the interpreted template; renders instead of `chat`
 };
 
+// Choices per request (`n`): each is its own engine request over the same prompt (the prefix cache shares the
+// prompt's KV once the first has prefilled it).
+constexpr int kMaxChoices = 16;
+
 // A parsed generation request.
 struct GenRequest {
   bool chat = false;
+  int n = 1;  // choices, [1, kMaxChoices]; choice i samples with seed engine.sampler.seed + i
   bool stream = false, include_usage = false;
   std::vector<std::string> stop;  // matched on the detokenized text
   int logprobs = -1;              // -1: none; else alternatives per token (completions `logprobs`, chat
@@ -49,7 +54,8 @@ struct GenRequest {
 };
 
 // The JSON body of /v1/completions or /v1/chat/completions -> GenRequest. ApiError 400 naming the field for
-// wrong types, values out of range, unsupported features (n > 1, echo, best_of > 1, a non-text message part),
+// wrong types, values out of range (n outside [1, kMaxChoices]), unsupported features (echo, best_of > 1, a
+// non-text message part),
 // a prompt of max_model_len tokens or more, prompt + max_tokens past max_model_len; 404 for another model's
 // name. Unknown fields are ignored.
 GenRequest parse_completion_request(const nlohmann::json& body, const ApiContext& ctx);
@@ -77,12 +83,17 @@ nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 // bytes) or the chat shape ({"content": [{"token", "logprob", "bytes", "top_logprobs"}]}).
 nlohmann::json logprobs_json(bool chat, const Tokenizer& tok, const std::vector<TokenEvent>& events,
                              int64_t* offset);
-// A whole non-streamed response. logprobs: null when not asked for.
-nlohmann::json response_json(const ResponseMeta& m, const std::string& text, const std::string& finish_reason,
-                             const nlohmann::json& usage, const nlohmann::json& logprobs);
-// One stream chunk: text delta (chat: first = the role-only delta), finish_reason "" = null.
+// One choice of a non-streamed response (`index` in the response's choices). logprobs: null when not asked
+// for.
+nlohmann::json choice_json(const ResponseMeta& m, int index, const std::string& text,
+                           const std::string& finish_reason, const nlohmann::json& logprobs);
+// A whole non-streamed response: `choices` from choice_json, in index order.
+nlohmann::json response_json(const ResponseMeta& m, const nlohmann::json& choices,
+                             const nlohmann::json& usage);
+// One stream chunk of choice `index`: text delta (chat: first = the role-only delta), finish_reason "" =
+// null.
 nlohmann::json chunk_json(const ResponseMeta& m, const std::string& text, const std::string& finish_reason,
-                          const nlohmann::json& logprobs, bool first = false);
+                          const nlohmann::json& logprobs, bool first = false, int index = 0);
 // The final usage chunk of stream_options.include_usage: no choices.
 nlohmann::json usage_chunk_json(const ResponseMeta& m, const nlohmann::json& usage);
 

@@ -1,6 +1,7 @@
 // The official `openai` npm client against a running `lowbit serve` (started by tests/serve/test_server_openai.cpp).
 // Usage: node tests/serve/openai_client.mjs http://127.0.0.1:PORT/v1 [API_KEY]
-// Exercises completions and chat completions, streamed and not, usage, stop, max_tokens, seeds and an error;
+// Exercises completions and chat completions, streamed and not, usage, stop, max_tokens, seeds, n choices and
+// errors;
 // exits non-zero on the first failed check (its message names it).
 import OpenAI from "openai";
 import assert from "node:assert/strict";
@@ -127,6 +128,26 @@ check("seed reproducibility", async () => {
   assert.ok(others.some((o) => o.choices[0].text !== a.choices[0].text), "other seeds give other texts");
 });
 
+check("n choices", async () => {
+  const ask = (seed, n) =>
+    client.chat.completions.create({ model, messages, max_tokens: 10, temperature: 1.0, seed, n, ignore_eos: true });
+  const r = await ask(77, 2);
+  assert.equal(r.choices.length, 2);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  const one = await Promise.all([77, 78].map((seed) => ask(seed, 1)));
+  for (const i of [0, 1])
+    assert.equal(r.choices[i].message.content, one[i].choices[0].message.content, `choice ${i} = seed ${77 + i}`);
+  assert.equal(r.usage.completion_tokens, 20);
+  assert.equal(r.usage.prompt_tokens, one[0].usage.prompt_tokens);
+  // Streamed: the client's chunks carry each choice's index.
+  const texts = ["", ""];
+  const s = await client.chat.completions.create({
+    model, messages, max_tokens: 10, temperature: 1.0, seed: 77, n: 2, ignore_eos: true, stream: true,
+  });
+  for await (const chunk of s) for (const c of chunk.choices) texts[c.index] += c.delta?.content ?? "";
+  assert.deepEqual(texts, r.choices.map((c) => c.message.content));
+});
+
 check("logprobs", async () => {
   const r = await client.chat.completions.create({
     model, messages, max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 2,
@@ -140,8 +161,8 @@ check("logprobs", async () => {
 });
 
 check("errors", async () => {
-  const e = await expectStatus(client.completions.create({ model, prompt, n: 2 }), 400, "n = 2");
-  assert.match(e.message, /n/);
+  const e = await expectStatus(client.completions.create({ model, prompt, n: 17 }), 400, "n = 17");
+  assert.match(e.message, /'n' must be in \[1, 16\]/);
   await expectStatus(client.completions.create({ model, prompt, max_tokens: -5 }), 400, "negative max_tokens");
   await expectStatus(client.completions.create({ model: "no-such-model", prompt }), 404, "unknown model");
 });

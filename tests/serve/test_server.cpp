@@ -233,6 +233,79 @@ TEST_F(Server, SeedsReproduce) {
   EXPECT_GT(others.size(), 1u) << "different seeds never changed the text";
 }
 
+// n choices: choice i is the request that n = 1 with seed + i answers (seeded sampling reproduces), streamed
+// or not, on both endpoints; usage counts the prompt once and every choice's tokens.
+TEST_F(Server, ChoicesAreTheSeededSingleRequests) {
+  for (const std::string path : {"/v1/completions", "/v1/chat/completions"}) {
+    const bool chat = path == "/v1/chat/completions";
+    json body = {{"model", kModelName}, {"max_tokens", 24},   {"temperature", 0.9},
+                 {"top_p", 0.95},       {"ignore_eos", true}, {"seed", 11}};
+    if (chat)
+      body["messages"] = json::array({{{"role", "user"}, {"content", "Once upon a time"}}});
+    else
+      body["prompt"] = "Once upon a time";
+    auto text_of = [&](const json& choice) {
+      return (chat ? choice["message"]["content"] : choice["text"]).get<std::string>();
+    };
+    std::vector<std::string> single;
+    for (int i = 0; i < 3; ++i) {
+      json one = body;
+      one["seed"] = 11 + i;
+      const Reply r = post(s(), path, one);
+      ASSERT_EQ(r.status, 200) << r.body;
+      single.push_back(text_of(r.json()["choices"][0]));
+    }
+    EXPECT_NE(single[0], single[1]) << "seeds 11 and 12 sampled the same text";
+    body["n"] = 3;
+    const Reply r = post(s(), path, body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json w = r.json();
+    ASSERT_EQ(w["choices"].size(), 3u) << r.body;
+    int64_t prompt_tokens = 0;
+    {
+      json one = body;
+      one["n"] = 1;
+      prompt_tokens = post(s(), path, one).json()["usage"]["prompt_tokens"].get<int64_t>();
+    }
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(w["choices"][i]["index"], i);
+      EXPECT_EQ(text_of(w["choices"][i]), single[i]) << path << " choice " << i;
+      EXPECT_EQ(w["choices"][i]["finish_reason"], "length");
+    }
+    EXPECT_EQ(w["usage"]["prompt_tokens"], prompt_tokens);
+    EXPECT_EQ(w["usage"]["completion_tokens"], 3 * 24);
+    EXPECT_EQ(w["usage"]["total_tokens"], prompt_tokens + 3 * 24);
+
+    // Streamed: each chunk names its choice; the texts assembled by index are the same.
+    body["stream_options"] = {{"include_usage", true}};
+    bool done = false;
+    const auto chunks = stream(path, body, &done);
+    EXPECT_TRUE(done);
+    std::vector<std::string> text(3);
+    std::vector<int> finished(3, 0), roles(3, 0);
+    for (size_t k = 0; k + 1 < chunks.size(); ++k) {
+      ASSERT_EQ(chunks[k]["choices"].size(), 1u);
+      const json& c0 = chunks[k]["choices"][0];
+      const int i = c0["index"].get<int>();
+      ASSERT_TRUE(i >= 0 && i < 3) << c0;
+      text[i] += chat ? c0["delta"].value("content", "") : c0["text"].get<std::string>();
+      if (chat && c0["delta"].contains("role")) ++roles[i];
+      if (!c0["finish_reason"].is_null()) ++finished[i];
+    }
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(text[i], single[i]) << path << " streamed choice " << i;
+      EXPECT_EQ(finished[i], 1) << path << " choice " << i;
+      if (chat) EXPECT_EQ(roles[i], 1) << path << " choice " << i;
+    }
+    EXPECT_TRUE(chunks.back()["choices"].empty());
+    EXPECT_EQ(chunks.back()["usage"], w["usage"]);
+  }
+  // Greedy choices are all the greedy text.
+  const json g = complete({{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}, {"n", 2}});
+  ASSERT_EQ(g["choices"].size(), 2u);
+  EXPECT_EQ(g["choices"][0]["text"], g["choices"][1]["text"]);
+}
+
 TEST_F(Server, TokenizeDetokenizeRoundTrip) {
   for (const std::string text : {"Once upon a time, Lily saw a big dog.", "Hello\nworld  two spaces", "x"}) {
     const Reply t = post(s(), "/tokenize", json{{"content", text}});
@@ -356,7 +429,8 @@ TEST_F(Server, AbuseIsAnsweredWithStatusCodesAndTheServerKeepsServing) {
       {c, "{\"prompt\": \"a\", \"max_tokens\": 100000000}", 400},  // past the context
       {c, "{\"prompt\": \"a\", \"max_tokens\": 1e300}", 400},      // not an integer
       {c, "{\"prompt\": \"a\", \"max_tokens\": \"ten\"}", 400},    // wrong type
-      {c, "{\"prompt\": \"a\", \"n\": 2}", 400},                   // n > 1
+      {c, "{\"prompt\": \"a\", \"n\": 17}", 400},                  // more choices than kMaxChoices
+      {c, "{\"prompt\": \"a\", \"n\": 0}", 400},                   //
       {c, "{\"prompt\": \"a\", \"echo\": true}", 400},             // refused feature
       {c, "{\"prompt\": [\"a\", \"b\"]}", 400},                    // two prompts
       {c, "{\"prompt\": [1, 99999]}", 400},                        // token id outside the vocabulary
@@ -387,8 +461,8 @@ TEST_F(Server, AbuseIsAnsweredWithStatusCodesAndTheServerKeepsServing) {
     EXPECT_TRUE(e["error"]["type"].is_string());
     EXPECT_TRUE(e["error"].contains("param") && e["error"].contains("code"));
   }
-  // n > 1 says so.
-  EXPECT_NE(post(s(), c, "{\"prompt\": \"a\", \"n\": 2}").body.find("n' > 1 is not supported"),
+  // n out of range says what the range is.
+  EXPECT_NE(post(s(), c, "{\"prompt\": \"a\", \"n\": 17}").body.find("'n' must be in [1, 16] (got 17)"),
             std::string::npos);
   // A prompt longer than the model's context (512 tokens).
   json ids = json::array();

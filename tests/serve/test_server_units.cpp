@@ -173,6 +173,8 @@ TEST(OpenAiApi, ParsesFieldsAndDefaults) {
                                                  {"user", "u"}},
                                                 context());
   EXPECT_EQ(g.engine.max_tokens, 16);  // OpenAI's completions default
+  EXPECT_EQ(g.n, 1);
+  EXPECT_EQ(parse_completion_request({{"prompt", "Once"}, {"n", 3}}, context()).n, 3);
   EXPECT_FLOAT_EQ(g.engine.sampler.temperature, 0.5f);
   EXPECT_EQ(g.engine.sampler.top_k, 0);
   EXPECT_EQ(g.engine.sampler.seed, 9u);
@@ -191,8 +193,11 @@ TEST(OpenAiApi, ParsesFieldsAndDefaults) {
 TEST(OpenAiApi, RefusesWithStatusCodes) {
   EXPECT_EQ(status_of({{"prompt", "a"}}), 200);
   EXPECT_EQ(status_of({{"prompt", "a"}, {"model", "other"}}), 404);
-  EXPECT_EQ(status_of({{"prompt", "a"}, {"n", 2}}), 400);
+  EXPECT_EQ(status_of({{"prompt", "a"}, {"n", 0}}), 400);
+  EXPECT_EQ(status_of({{"prompt", "a"}, {"n", lowbit::serve::kMaxChoices + 1}}), 400);
+  EXPECT_EQ(status_of({{"prompt", "a"}, {"n", 1.5}}), 400);
   EXPECT_EQ(status_of({{"prompt", "a"}, {"n", 1}}), 200);
+  EXPECT_EQ(status_of({{"prompt", "a"}, {"n", lowbit::serve::kMaxChoices}}), 200);
   EXPECT_EQ(status_of({{"prompt", "a"}, {"max_tokens", 511}}), 400);  // 2 prompt tokens + 511 > 512
   EXPECT_EQ(status_of({{"prompt", "a"}, {"max_tokens", 510}}), 200);
   EXPECT_EQ(status_of({{"prompt", "a"}, {"max_tokens", 16.0}}), 200);  // an integral float
