@@ -118,8 +118,8 @@ inline __m512 cells16(const uint8_t* c, __mmask16 m) {
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, c)));
 }
 // The plan reads E8M0 / E4M3 cells only when none is special (KernelPlan::scales_e8m0 / scales_e4m3), so each
-// takes two or three operations instead of six or eight (MXFP4 / NVFP4 decode 5-11 % faster from DRAM,
-// docs/kernels.md).
+// takes two or three operations instead of six or eight (MXFP4 / NVFP4 decode 2-11 % faster in the per-call
+// A/B, docs/kernels.md, "Stored scale cells").
 inline __m512 cells16(const E8m0Cell* c, __mmask16 m) {
   // 2^(e-127) as FP32 bits e << 23 (e in 1..254).
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, c)), 23));

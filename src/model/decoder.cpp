@@ -94,8 +94,9 @@ void Decoder::run_attention(int layer, const std::vector<BatchEntry>& batch, con
   auto tiled = [&](const std::vector<int64_t>& ix) {
     if (ix.empty() || !kv.tiled_ok()) return false;
     // Decode (one entry) too: one query x the group's heads per tile scores 16 positions per vector instead
-    // of one horizontal dot per (head, position) (Qwen2.5-0.5B Q4_0, 2 threads, 4K context: F16 KV 26.7 ->
-    // 37-42 tok/s, INT8 32-39 -> 45-50; 16 sequences at 8-136 positions: +12 %; docs/kv_cache.md).
+    // of one horizontal dot per (head, position) (Qwen2.5-0.5B Q4_0, 2 threads: F16 KV 1.8x / 2.0x the
+    // per-token path's decode at 4K / 16K tokens of context; 16 sequences at 8-136 positions: +10 to +13 %;
+    // docs/kv_cache.md, "Prefill: tiled attention").
     if (ix.size() == 1) return true;
     for (size_t i = 1; i < ix.size(); ++i)
       if (pos[ix[i]] <= pos[ix[i - 1]]) return false;
