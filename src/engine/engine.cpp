@@ -129,6 +129,19 @@ std::shared_ptr<Request> Engine::submit(RequestOptions r) {
   if (!std::isfinite(r.presence_penalty) || std::fabs(r.presence_penalty) > 2 ||
       !std::isfinite(r.frequency_penalty) || std::fabs(r.frequency_penalty) > 2)
     throw UsageError("engine", "presence_penalty and frequency_penalty must be in [-2, 2]");
+  for (const auto& [id, b] : r.logit_bias)
+    if (id < 0 || id >= c.vocab_size || !std::isfinite(b) || std::fabs(b) > 100)
+      throw UsageError("engine", "logit_bias entry (" + std::to_string(id) + ", " + std::to_string(b) +
+                                     ") needs a token id in [0, " + std::to_string(c.vocab_size) +
+                                     ") and a bias in [-100, 100]");
+  {
+    std::vector<int32_t> ids;
+    for (const auto& e : r.logit_bias) ids.push_back(e.first);
+    std::sort(ids.begin(), ids.end());
+    if (std::adjacent_find(ids.begin(), ids.end()) != ids.end())
+      throw UsageError("engine", "logit_bias names token " +
+                                     std::to_string(*std::adjacent_find(ids.begin(), ids.end())) + " twice");
+  }
   r.sampler.validate();
   auto s = std::make_unique<Seq>();
   s->sampler = std::make_unique<Sampler>(r.sampler);
@@ -404,9 +417,10 @@ TokenEvent Engine::sample_token(Seq& s, const float* logits) const {
   const int64_t V = m_.config.vocab_size;
   const float* row = logits;
   thread_local std::vector<float> penalized;
-  if (o.presence_penalty != 0 || o.frequency_penalty != 0) {
-    // Only the generated tokens' logits change: a copy with those entries adjusted.
+  if (o.presence_penalty != 0 || o.frequency_penalty != 0 || !o.logit_bias.empty()) {
+    // Only the biased and the generated tokens' logits change: a copy with those entries adjusted.
     penalized.assign(logits, logits + V);
+    for (const auto& [id, b] : o.logit_bias) penalized[id] += b;
     std::vector<int32_t> gen(s.tokens.begin() + s.n_prompt, s.tokens.end());
     std::sort(gen.begin(), gen.end());
     for (size_t i = 0; i < gen.size();) {

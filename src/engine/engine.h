@@ -33,6 +33,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kv/kv_cache.h"
@@ -58,6 +59,9 @@ struct RequestOptions {
   int max_tokens = 16;          // >= 1; generation also ends at max_model_len
   SamplerParams sampler;
   float presence_penalty = 0, frequency_penalty = 0;  // OpenAI semantics, over the generated tokens
+  // OpenAI's logit_bias: (token id, bias in [-100, 100]) added to that token's logit before sampling (not to
+  // the reported logprobs, which are the model's); each id at most once.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   bool stop_at_eos = true;
   std::vector<int32_t> stop_tokens;  // extra ids that end generation (finish_reason "stop")
   int top_logprobs = -1;             // -1: no logprobs; 0..20: the token's logprob and that many alternatives

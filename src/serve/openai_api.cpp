@@ -50,6 +50,7 @@ namespace {
 constexpr int kMaxStops = 16;
 constexpr size_t kMaxStopBytes = 1024;
 constexpr int kMaxLogprobs = 20;
+constexpr size_t kMaxLogitBias = 1024;  // entries of logit_bias
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) {
   throw ApiError(400, "'" + param + "' " + message, param);
@@ -95,6 +96,30 @@ bool get_int(const json& body, const char* key, int64_t* out) {
     }
   }
   bad(key, "must be an integer");
+}
+
+// logit_bias: {"token id": bias in [-100, 100], ...} (OpenAI's shape: the ids as decimal strings).
+std::vector<std::pair<int32_t, float>> get_logit_bias(const json& body, int64_t vocab) {
+  const json* v = field(body, "logit_bias");
+  std::vector<std::pair<int32_t, float>> out;
+  if (!v) return out;
+  if (!v->is_object()) bad("logit_bias", "must be an object of {\"token id\": bias}");
+  if (v->size() > kMaxLogitBias)
+    bad("logit_bias", "may hold at most " + std::to_string(kMaxLogitBias) + " tokens");
+  for (const auto& [key, b] : v->items()) {
+    int64_t id = -1;
+    if (!key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos)
+      id = std::stoll(key);
+    if (id < 0 || id >= vocab)
+      bad("logit_bias",
+          "key '" + key.substr(0, 32) + "' is not a token id in [0, " + std::to_string(vocab) + ")");
+    if (!b.is_number() || !(b.get<double>() >= -100 && b.get<double>() <= 100))
+      bad("logit_bias", "value for token " + key + " must be a number in [-100, 100]");
+    for (const auto& e : out)
+      if (e.first == id) bad("logit_bias", "names token " + std::to_string(id) + " twice");
+    out.emplace_back(static_cast<int32_t>(id), static_cast<float>(b.get<double>()));
+  }
+  return out;
 }
 
 std::vector<std::string> get_stop(const json& body) {
@@ -266,6 +291,24 @@ void parse_common(const json& body, const ApiContext& ctx, GenRequest& g, bool c
   }
   g.engine.presence_penalty = static_cast<float>(get_number(body, "presence_penalty", 0.0, -2.0, 2.0));
   g.engine.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty", 0.0, -2.0, 2.0));
+  g.engine.logit_bias = get_logit_bias(body, ctx.tok->vocab_size());
+  // Features that change what the answer must be are refused, not ignored: a client asking for JSON or for
+  // tool calls would otherwise get plain text it cannot parse.
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      bad("response_format", "must be an object with a string \"type\"");
+    const std::string t = (*rf)["type"].get<std::string>();
+    if (t != "text")
+      bad("response_format",
+          "type '" + t.substr(0, 32) +
+              "' is not supported: lowbit serve does not constrain its output (only \"text\")");
+  }
+  if (chat)
+    if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty())) {
+      const json* tc = field(body, "tool_choice");
+      if (!(tc && tc->is_string() && tc->get<std::string>() == "none"))
+        bad("tools", "tool calling is not supported (with \"tool_choice\": \"none\" the tools are ignored)");
+    }
   g.engine.stop_at_eos = !get_bool(body, "ignore_eos", false);
   if (g.engine.stop_at_eos) g.engine.stop_tokens = ctx.tok->eog_ids();  // <|im_end|>, <|eot_id|>, ...
   if (const json* u = field(body, "user"); u && !u->is_string()) bad("user", "must be a string");

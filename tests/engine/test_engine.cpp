@@ -282,6 +282,47 @@ TEST(Engine, RefusesBadRequestsAndBoundsTheQueue) {
                UsageError);
 }
 
+// logit_bias moves only the sampled token, not the reported logprobs: -100 on the greedy token makes the
+// next-best one win, +100 on a token makes every generated token that one; bad entries are refused.
+TEST(Engine, LogitBiasMovesTheSampledToken) {
+  const Model& m = stories();
+  EngineOptions eo;
+  eo.max_model_len = 64;
+  auto r = greedy(prompt_of(m, 8, 3), 6);
+  r.top_logprobs = 2;
+  r.stop_at_eos = false;
+  auto first_event = [&](const RequestOptions& o) {
+    Engine e(m, eo);
+    auto req = e.submit(o);
+    run_to_idle(e);
+    TokenEvent ev;
+    EXPECT_TRUE(req->next(&ev, 10));
+    return ev;
+  };
+  const TokenEvent plain = first_event(r);
+  ASSERT_EQ(plain.top.size(), 2u);
+  auto banned = r;
+  banned.logit_bias = {{plain.token, -100.0f}};
+  const TokenEvent b = first_event(banned);
+  EXPECT_EQ(b.token, plain.top[1].token);                   // the runner-up
+  EXPECT_FLOAT_EQ(b.top[0].logprob, plain.top[0].logprob);  // logprobs are the model's
+  auto forced = r;
+  const int32_t k = 100;
+  forced.logit_bias = {{k, 100.0f}};
+  EXPECT_EQ(alone(m, eo, forced), std::vector<int32_t>(6, k));
+  Engine e(m, eo);
+  for (const auto& bias : std::vector<std::vector<std::pair<int32_t, float>>>{
+           {{-1, 1.0f}},
+           {{static_cast<int32_t>(m.config.vocab_size), 1.0f}},
+           {{5, 101.0f}},
+           {{5, std::nanf("")}},
+           {{5, 1.0f}, {5, 2.0f}}}) {
+    auto bad = r;
+    bad.logit_bias = bias;
+    EXPECT_THROW(e.submit(bad), UsageError);
+  }
+}
+
 TEST(Engine, LogprobsAreNormalisedAndSeededSamplingReproduces) {
   const Model& m = stories();
   EngineOptions eo;

@@ -1,7 +1,7 @@
 // The official `openai` npm client against a running `lowbit serve` (started by tests/serve/test_server_openai.cpp).
 // Usage: node tests/serve/openai_client.mjs http://127.0.0.1:PORT/v1 [API_KEY]
-// Exercises completions and chat completions, streamed and not, usage, stop, max_tokens, seeds, n choices and
-// errors;
+// Exercises completions and chat completions, streamed and not, usage, stop, max_tokens, seeds, n choices,
+// logit_bias and errors;
 // exits non-zero on the first failed check (its message names it).
 import OpenAI from "openai";
 import assert from "node:assert/strict";
@@ -148,6 +148,15 @@ check("n choices", async () => {
   assert.deepEqual(texts, r.choices.map((c) => c.message.content));
 });
 
+check("logit_bias", async () => {
+  const r = await client.completions.create({
+    model, prompt, max_tokens: 3, temperature: 0, logprobs: 0, ignore_eos: true, logit_bias: { "100": 100 },
+  });
+  const toks = r.choices[0].logprobs.tokens;
+  assert.equal(toks.length, 3);
+  assert.ok(toks.every((t) => t === toks[0]), `every token is the forced one: ${JSON.stringify(toks)}`);
+});
+
 check("logprobs", async () => {
   const r = await client.chat.completions.create({
     model, messages, max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 2,
@@ -165,6 +174,9 @@ check("errors", async () => {
   assert.match(e.message, /'n' must be in \[1, 16\]/);
   await expectStatus(client.completions.create({ model, prompt, max_tokens: -5 }), 400, "negative max_tokens");
   await expectStatus(client.completions.create({ model: "no-such-model", prompt }), 404, "unknown model");
+  await expectStatus(
+    client.chat.completions.create({ model, messages, response_format: { type: "json_object" } }), 400,
+    "response_format json_object");
 });
 
 let failed = 0;

@@ -174,6 +174,11 @@ TEST(OpenAiApi, ParsesFieldsAndDefaults) {
                                                 context());
   EXPECT_EQ(g.engine.max_tokens, 16);  // OpenAI's completions default
   EXPECT_EQ(g.n, 1);
+  EXPECT_TRUE(g.engine.logit_bias.empty());
+  const auto lb =
+      parse_completion_request({{"prompt", "Once"}, {"logit_bias", {{"5", -100}, {"7", 2.5}}}}, context())
+          .engine.logit_bias;
+  EXPECT_EQ(lb, (std::vector<std::pair<int32_t, float>>{{5, -100.0f}, {7, 2.5f}}));
   EXPECT_EQ(parse_completion_request({{"prompt", "Once"}, {"n", 3}}, context()).n, 3);
   EXPECT_FLOAT_EQ(g.engine.sampler.temperature, 0.5f);
   EXPECT_EQ(g.engine.sampler.top_k, 0);
@@ -211,6 +216,23 @@ TEST(OpenAiApi, RefusesWithStatusCodes) {
   EXPECT_EQ(status_of({{"prompt", "a"}, {"frequency_penalty", 3}}), 400);
   EXPECT_EQ(status_of({{"prompt", "a"}, {"stream_options", 1}}), 400);
   EXPECT_EQ(status_of({{"prompt", "a"}, {"suffix", "x"}}), 400);
+  // logit_bias: {"token id": bias in [-100, 100]} over the vocabulary (512 tokens here).
+  EXPECT_EQ(status_of({{"prompt", "a"}, {"logit_bias", {{"5", -100}, {"511", 100}, {"7", 0.5}}}}), 200);
+  EXPECT_EQ(status_of({{"prompt", "a"}, {"logit_bias", nullptr}}), 200);
+  for (const json& b : {json{{"512", 1}}, json{{"-1", 1}}, json{{"x", 1}}, json{{"", 1}}, json{{"5", 101}},
+                        json{{"5", "big"}}, json{{"5", -100.5}}, json::array({1}), json{{"05", 1}, {"5", 2}},
+                        json{{"99999999999999999999", 1}}})
+    EXPECT_EQ(status_of({{"prompt", "a"}, {"logit_bias", b}}), 400) << b;
+  // Output constraints are refused, not ignored.
+  EXPECT_EQ(status_of({{"prompt", "a"}, {"response_format", {{"type", "text"}}}}), 200);
+  EXPECT_EQ(status_of({{"prompt", "a"}, {"response_format", {{"type", "json_object"}}}}), 400);
+  EXPECT_EQ(status_of({{"prompt", "a"}, {"response_format", "json"}}), 400);
+  const json user = {{{"role", "user"}, {"content", "x"}}};
+  const json tools = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
+  EXPECT_EQ(status_of({{"messages", user}, {"tools", tools}}, true), 400);
+  EXPECT_EQ(status_of({{"messages", user}, {"tools", tools}, {"tool_choice", "auto"}}, true), 400);
+  EXPECT_EQ(status_of({{"messages", user}, {"tools", tools}, {"tool_choice", "none"}}, true), 200);
+  EXPECT_EQ(status_of({{"messages", user}, {"tools", json::array()}}, true), 200);
   EXPECT_EQ(status_of({{"messages", {{{"role", "user"}}}}}, true), 200);  // content may be absent (null)
   EXPECT_EQ(status_of({{"messages", {{{"content", "x"}}}}}, true), 400);
   EXPECT_EQ(status_of({{"messages", "hi"}}, true), 400);
