@@ -61,9 +61,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const bool chat = sel & 1;
     const GenRequest r = chat ? parse_chat_request(j, ctx) : parse_completion_request(j, ctx);
     const ResponseMeta meta = new_response_meta(chat, ctx.served_name);
-    (void)response_json(meta, "text", "stop", usage_json(static_cast<int64_t>(r.engine.prompt.size()), 1),
-                        nlohmann::json());
-    (void)chunk_json(meta, "t", "", nlohmann::json());
+    nlohmann::json choices = nlohmann::json::array();
+    for (int i = 0; i < r.n; ++i) choices.push_back(choice_json(meta, i, "text", "stop", nlohmann::json()));
+    (void)response_json(meta, choices, usage_json(static_cast<int64_t>(r.engine.prompt.size()), r.n));
+    (void)chunk_json(meta, "t", "", nlohmann::json(), false, r.n - 1);
   } catch (const ApiError&) {
   } catch (const Error&) {
   }

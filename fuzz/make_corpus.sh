@@ -66,6 +66,8 @@ printf '\0{"prompt":[1,300,301],"max_tokens":2,"n":1,"ignore_eos":true,"presence
 printf '\3{"messages":[{"role":"system","content":"a"},{"role":"user","content":[{"type":"text","text":"b"}]}],"max_completion_tokens":3,"logprobs":true,"top_logprobs":1}' \
   >"$SEEDS/openai_request/chat"
 printf '\7{"messages":[{"role":"user","content":"the"}],"max_tokens":-1,"stop":"x","frequency_penalty":3}' >"$SEEDS/openai_request/bad"
+printf '\1{"messages":[{"role":"user","content":"a"}],"n":3,"seed":2,"logit_bias":{"5":-100,"261":2.5},"response_format":{"type":"text"},"tools":[],"tool_choice":"none"}' \
+  >"$SEEDS/openai_request/choices"
 printf '\5data: {"choices":[{"text":" a","index":0,"finish_reason":null}]}\r\n\r\n: keep-alive\n\ndata: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\ndata: [DONE]\n\n\0# TYPE lowbit_requests_total counter\nlowbit_requests_total{outcome="finished"} 3\nlowbit_kv_pages_free 12\n' \
   >"$SEEDS/sse/lowbit"
 printf '\1data: {"choices":[{"delta":{"role":"assistant"}}]}\n\ndata: {"choices":[{"delta":{"content":"hi"},"finish_reason":"stop"}],"usage":{"completion_tokens":1}}\n\ndata: {"error":{"message":"x"}}\n\ndata: [DONE]\n\n\0llamacpp:prompt_tokens_total 10\nllamacpp:tokens_predicted_total 5\n' \
