@@ -38,8 +38,9 @@ struct ApiContext {
   std::shared_ptr<const JinjaTemplate> chat_jinja;  // the interpreted template; renders instead of `chat`
 };
 
-// Choices per request (`n`): each is its own engine request over the same prompt (the prefix cache shares the
-// prompt's KV once the first has prefilled it).
+// Choices per request (`n`): each is its own engine request over the same prompt. Admitted in the same step,
+// each prefills the prompt itself; the prefix cache reuses only whole prompt chunks that another sequence has
+// already computed.
 constexpr int kMaxChoices = 16;
 
 // A parsed generation request.
