@@ -138,9 +138,8 @@ std::shared_ptr<Request> Engine::submit(RequestOptions r) {
     std::vector<int32_t> ids;
     for (const auto& e : r.logit_bias) ids.push_back(e.first);
     std::sort(ids.begin(), ids.end());
-    if (std::adjacent_find(ids.begin(), ids.end()) != ids.end())
-      throw UsageError("engine", "logit_bias names token " +
-                                     std::to_string(*std::adjacent_find(ids.begin(), ids.end())) + " twice");
+    if (auto twice = std::adjacent_find(ids.begin(), ids.end()); twice != ids.end())
+      throw UsageError("engine", "logit_bias names token " + std::to_string(*twice) + " twice");
   }
   r.sampler.validate();
   auto s = std::make_unique<Seq>();

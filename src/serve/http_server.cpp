@@ -27,6 +27,11 @@ namespace {
 
 // The error of a request that ended without an answer: the engine failed on it, or the shutdown deadline
 // aborted it. A non-streamed response is this error; a stream ends with it as an error event.
+// Cancels the choices from index i on (those not driven yet, or all of them when the client is gone).
+void cancel_from(const std::vector<std::shared_ptr<Request>>& rs, size_t i) {
+  for (; i < rs.size(); ++i) rs[i]->cancel();
+}
+
 std::optional<ApiError> ended_without_answer(const DriveResult& d) {
   if (d.finish_reason == "error")
     return ApiError(500, "[serve] the engine failed while generating: " + d.error, "", "engine_error");
@@ -212,7 +217,7 @@ void HttpServer::shutdown(double deadline_s) {
 HttpServer::Choices HttpServer::submit(const GenRequest& g) {
   Choices rs;
   auto refuse = [&rs](ApiError e) {
-    for (auto& r : rs) r->cancel();
+    cancel_from(rs, 0);
     return e;
   };
   try {
@@ -355,7 +360,7 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
   try {
     for (; i < rs.size(); ++i) drive_choice(i);
   } catch (...) {
-    for (size_t j = i + 1; j < rs.size(); ++j) rs[j]->cancel();
+    cancel_from(rs, i + 1);
     throw;
   }
   res.set_content(json_text(response_json(meta, choices, usage_json(prompt_tokens, completion_tokens))),
@@ -369,9 +374,6 @@ void HttpServer::respond_stream(httplib::Response& res, Choices rs, GenRequest g
     Choices rs;
     GenRequest g;
     ResponseMeta meta;
-    void cancel_from(size_t i) {
-      for (; i < rs.size(); ++i) rs[i]->cancel();
-    }
   };
   ResponseMeta meta = new_response_meta(g.chat, o_.served_name);
   auto st = std::make_shared<State>(State{std::move(rs), std::move(g), std::move(meta)});
@@ -390,7 +392,7 @@ void HttpServer::respond_stream(httplib::Response& res, Choices rs, GenRequest g
         for (size_t i = 0; i < st->rs.size(); ++i) {
           const int index = static_cast<int>(i);
           if (g.chat && !send(chunk_json(st->meta, "", "", nullptr, /*first=*/true, index))) {
-            st->cancel_from(i);
+            cancel_from(st->rs, i);
             return false;
           }
           TextAssembler ta(tok, g.stop, g.engine.prompt);
@@ -415,12 +417,12 @@ void HttpServer::respond_stream(httplib::Response& res, Choices rs, GenRequest g
           prompt_tokens = rec.prompt_tokens;
           completion_tokens += d.completion_tokens;
           if (d.client_gone) {
-            st->cancel_from(i + 1);
+            cancel_from(st->rs, i + 1);
             return false;
           }
           if (auto e = ended_without_answer(d)) {
             send(error_json(e->status, e->what(), e->param, e->code));
-            st->cancel_from(i + 1);
+            cancel_from(st->rs, i + 1);
             break;
           }
           send(chunk_json(st->meta, "", d.finish_reason, nullptr, false, index));
@@ -432,7 +434,7 @@ void HttpServer::respond_stream(httplib::Response& res, Choices rs, GenRequest g
         return true;
       },
       [st](bool success) {
-        if (!success) st->cancel_from(0);
+        if (!success) cancel_from(st->rs, 0);
       });
 }
 

@@ -55,10 +55,10 @@ struct GenRequest {
 };
 
 // The JSON body of /v1/completions or /v1/chat/completions -> GenRequest. ApiError 400 naming the field for
-// wrong types, values out of range (n outside [1, kMaxChoices]), unsupported features (echo, best_of > 1, a
-// non-text message part),
-// a prompt of max_model_len tokens or more, prompt + max_tokens past max_model_len; 404 for another model's
-// name. Unknown fields are ignored.
+// wrong types, values out of range (n outside [1, kMaxChoices], a logit_bias key outside the vocabulary),
+// unsupported features (echo, best_of > 1, a non-text message part, response_format other than text, chat
+// tools without tool_choice none), a prompt of max_model_len tokens or more, prompt + max_tokens past
+// max_model_len; 404 for another model's name. Unknown fields are ignored.
 GenRequest parse_completion_request(const nlohmann::json& body, const ApiContext& ctx);
 GenRequest parse_chat_request(const nlohmann::json& body, const ApiContext& ctx);
 
